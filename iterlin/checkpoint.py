@@ -1,0 +1,72 @@
+"""Atomic, pickle-free checkpoints of pytrees and JSON metadata.
+
+A checkpoint is one ``.npz`` file holding every leaf of a pytree as ``leaf_<i>`` and a JSON
+string ``meta``. It is written to a temporary file in the same directory, flushed and fsynced, then
+renamed over the target (``os.replace``), so a reader sees either the previous checkpoint or the new
+one, never a partial file. Loading needs a template pytree of the same structure: shapes and dtypes
+are checked leaf by leaf, and anything truncated or inconsistent raises :class:`CheckpointError`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+
+__all__ = ["CheckpointError", "save_checkpoint", "load_checkpoint", "atomic_write_bytes"]
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint or cache file is unreadable, truncated or does not match what was expected."""
+
+
+def atomic_write_bytes(path: str | os.PathLike, write) -> None:
+    """Call ``write(fileobj)`` on a temporary file beside ``path``, fsync, then rename into place."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def save_checkpoint(path: str | os.PathLike, tree: Any, meta: dict) -> None:
+    """Atomically write the leaves of ``tree`` and the JSON-serialisable ``meta`` to ``path``."""
+    leaves = [np.asarray(x) for x in jax.tree.leaves(tree)]
+    arrays = {f"leaf_{i}": x for i, x in enumerate(leaves)}
+    arrays["meta"] = np.asarray(json.dumps(meta))
+    atomic_write_bytes(path, lambda f: np.savez(f, **arrays))
+
+
+def load_checkpoint(path: str | os.PathLike, template: Any) -> tuple[Any, dict]:
+    """Read a checkpoint written by :func:`save_checkpoint` into the structure of ``template``."""
+    leaves_t, treedef = jax.tree.flatten(template)
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            meta = json.loads(str(z["meta"]))
+            leaves = [z[f"leaf_{i}"] for i in range(len(leaves_t))]
+            extra = len(z.files) - 1 - len(leaves_t)
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile, EOFError) as e:
+        raise CheckpointError(f"checkpoint {path} is unreadable or truncated ({type(e).__name__}: {e})") from e
+    if extra != 0:
+        raise CheckpointError(f"checkpoint {path} holds {len(leaves_t) + extra} leaves, expected {len(leaves_t)}")
+    for i, (a, t) in enumerate(zip(leaves, leaves_t)):
+        if np.shape(a) != np.shape(t) or np.asarray(a).dtype != np.asarray(t).dtype:
+            raise CheckpointError(
+                f"checkpoint {path}: leaf {i} has shape {np.shape(a)} dtype {a.dtype}, "
+                f"expected shape {np.shape(t)} dtype {np.asarray(t).dtype}"
+            )
+    return jax.tree.unflatten(treedef, leaves), meta

@@ -1,0 +1,419 @@
+"""The paper's networks (Appendix C) in Flax linen, and a factory that returns what training needs.
+
+Every model is exposed through ONE convention, ``apply_fn(params, x) -> outputs`` with outputs of
+shape ``(N, O)`` (the last axis holds the outputs), so that the network f_θ(x) can be linearised
+at θ_s (Sec. 3),
+
+    f_lin_{s,t}(x) = f_{θ_s}(x) + ∇_θ f_{θ_s}(x)ᵀ (θ_t − θ_s),
+
+with ``jax.jvp`` on ``apply_fn`` in its first argument.
+
+Models
+------
+- :class:`CNN` -- the paper's LeNet variant for CIFAR-10 (two 5×5 convolutions with 50 channels,
+  dense 120 and 84, 10 logits). The paper does not state the pooling: we use 2×2 max-pooling
+  (stride 2) after each convolution and "VALID" padding, as LeNet.
+- :class:`ResNet18` -- the usual CIFAR-10 variant of ResNet-18, with (``norm=True``) or without
+  (``norm=False``) BatchNorm.
+- :class:`MLP` -- 5 hidden layers of 50 ReLU units for the 1-d regression (Fig. 9).
+
+Initialisation: Flax's default initialisers (kernels ``lecun_normal``, biases zeros, BatchNorm
+scale ones and bias zeros). The paper used PyTorch's defaults (Kaiming-uniform with a = √5 and
+uniform biases); the two differ, so absolute numbers may differ from the paper's.
+
+BatchNorm and linearisation
+---------------------------
+A network with BatchNorm is not a function of (θ, x) alone: it also depends on normalisation
+statistics. :func:`make_model` offers two explicit modes for ``"resnet18_bn"``:
+
+- ``bn_mode="batch"``: f(θ, x) normalises each BN layer's input with the batch's own mean and
+  (biased) variance, computed inside the function. ``params`` is the Flax ``params`` collection;
+  it is a pure function of (params, x) and is linearised as is (the statistics are linearised
+  too). Outputs depend on the whole batch, so vmapping ``apply_fn`` over single examples changes
+  its meaning (each example would be normalised by itself).
+- ``bn_mode="frozen"``: statistics are frozen at the linearisation point θ_s and re-estimated at
+  each re-linearisation. ``params`` is ``{"params": ..., "batch_stats": ...}``; ``apply_fn``
+  normalises with the stored ``batch_stats`` wrapped in ``jax.lax.stop_gradient`` (zero gradient
+  and zero tangent), and ``refresh(params, x)`` returns params whose ``batch_stats`` are exactly
+  the batch mean and biased variance of every BN layer's input on the batch ``x`` at the given
+  ``params`` (a forward pass in batch mode). After ``refresh(params, x)``, the frozen ``apply_fn``
+  on ``x`` equals the batch-mode function on ``x``. The initial ``batch_stats`` are Flax's (mean 0,
+  variance 1): call ``refresh`` before the first linearisation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .validate import check_choice, check_int
+
+__all__ = [
+    "CNN",
+    "MLP",
+    "BasicBlock",
+    "ResNet18",
+    "Model",
+    "make_model",
+    "cnn_features",
+    "count_params",
+    "MODEL_NAMES",
+    "BN_MODES",
+]
+
+MODEL_NAMES = ("cnn", "resnet18", "resnet18_bn", "mlp")
+BN_MODES = ("batch", "frozen")
+
+Dtype = Any
+
+
+# ----------------------------------------------------------------------------------------------
+# CNN (Appendix C)
+# ----------------------------------------------------------------------------------------------
+
+
+class CNN(nn.Module):
+    """The paper's LeNet variant for CIFAR-10 (Appendix C).
+
+    Architecture (shapes for a 32×32×3 input, NHWC)::
+
+        x (N, 32, 32, 3)
+        conv1 5×5, 50 channels, VALID -> ReLU -> max-pool 2×2 / 2      (N, 14, 14, 50)   "layer1"
+        conv2 5×5, 50 channels, VALID -> ReLU -> max-pool 2×2 / 2      (N, 5, 5, 50)     "layer2"
+        flatten                                                         (N, 1250)
+        fc1 dense 120 -> ReLU -> fc2 dense 84 -> ReLU -> fc3 dense num_classes  (N, num_classes)
+
+    The paper does not state the pooling: 2×2 max-pooling with stride 2 after each convolution and
+    "VALID" padding (as LeNet, 32 → 28 → 14 → 10 → 5) is our choice. The outputs are logits (the
+    softmax is part of the loss and is not linearised, Sec. 4).
+
+    Parameters live at stable paths: ``params["conv1"]["kernel"]`` has shape (5, 5, 3, 50) (the
+    first-layer filters of Fig. 7), then ``conv2``, ``fc1``, ``fc2``, ``fc3``.
+
+    Call: ``CNN().apply({"params": p}, x)`` returns logits (N, num_classes);
+    ``apply(..., return_features=True)`` returns a dict with the features for the linear probes of
+    Fig. 6: ``"layer1"`` (after conv1 + ReLU + pool, flattened, (N, 14·14·50) = (N, 9800)),
+    ``"layer2"`` (after conv2 + ReLU + pool, flattened, (N, 1250)) and ``"logits"``.
+    """
+
+    num_classes: int = 10
+    dtype: Dtype = jnp.float32
+
+    @nn.compact
+    def __call__(self, x, return_features: bool = False):
+        kw = dict(dtype=self.dtype, param_dtype=self.dtype)
+        h = nn.Conv(50, (5, 5), padding="VALID", name="conv1", **kw)(x)
+        h = nn.max_pool(nn.relu(h), (2, 2), strides=(2, 2), padding="VALID")
+        layer1 = h.reshape((h.shape[0], -1))
+        h = nn.Conv(50, (5, 5), padding="VALID", name="conv2", **kw)(h)
+        h = nn.max_pool(nn.relu(h), (2, 2), strides=(2, 2), padding="VALID")
+        layer2 = h.reshape((h.shape[0], -1))
+        h = nn.relu(nn.Dense(120, name="fc1", **kw)(layer2))
+        h = nn.relu(nn.Dense(84, name="fc2", **kw)(h))
+        logits = nn.Dense(self.num_classes, name="fc3", **kw)(h)
+        if return_features:
+            return {"layer1": layer1, "layer2": layer2, "logits": logits}
+        return logits
+
+
+# ----------------------------------------------------------------------------------------------
+# ResNet-18, CIFAR variant
+# ----------------------------------------------------------------------------------------------
+
+
+def _norm_layer(norm: bool, train: bool, dtype: Dtype, name: str) -> Callable:
+    """BatchNorm over (N, H, W) per channel, or the identity when ``norm`` is False.
+
+    momentum 0 makes the running statistics after one training-mode forward exactly the batch
+    statistics (the running update is m·old + (1 − m)·batch); the exact two-pass variance
+    (``use_fast_variance=False``) is used. Epsilon 1e-5 as PyTorch.
+    """
+    if not norm:
+        return lambda h: h
+    return nn.BatchNorm(
+        use_running_average=not train,
+        momentum=0.0,
+        epsilon=1e-5,
+        use_fast_variance=False,
+        dtype=dtype,
+        param_dtype=dtype,
+        name=name,
+    )
+
+
+class BasicBlock(nn.Module):
+    """ResNet basic block: conv3×3(stride) -> BN -> ReLU -> conv3×3 -> BN, plus the shortcut, -> ReLU.
+
+    The shortcut is the identity, or conv1×1(stride) -> BN when the stride is not 1 or the width
+    changes. Without BatchNorm (``norm=False``) the convolutions have biases and BN is the identity.
+    Input (N, H, W, C_in) -> output (N, H/stride, W/stride, features).
+    """
+
+    features: int
+    stride: int = 1
+    norm: bool = True
+    dtype: Dtype = jnp.float32
+
+    @nn.compact
+    def __call__(self, x, train: bool = False):
+        kw = dict(use_bias=not self.norm, dtype=self.dtype, param_dtype=self.dtype)
+        s = (self.stride, self.stride)
+        h = nn.Conv(self.features, (3, 3), strides=s, padding=((1, 1), (1, 1)), name="conv1", **kw)(x)
+        h = nn.relu(_norm_layer(self.norm, train, self.dtype, "bn1")(h))
+        h = nn.Conv(self.features, (3, 3), padding=((1, 1), (1, 1)), name="conv2", **kw)(h)
+        h = _norm_layer(self.norm, train, self.dtype, "bn2")(h)
+        if self.stride != 1 or x.shape[-1] != self.features:
+            x = nn.Conv(self.features, (1, 1), strides=s, padding="VALID", name="shortcut_conv", **kw)(x)
+            x = _norm_layer(self.norm, train, self.dtype, "shortcut_bn")(x)
+        return nn.relu(h + x)
+
+
+class ResNet18(nn.Module):
+    """ResNet-18 for 32×32 CIFAR inputs (the usual CIFAR variant, He et al. 2016).
+
+    Architecture (NHWC)::
+
+        conv1 3×3, 64, stride 1, padding 1 -> bn1 -> ReLU          (N, 32, 32, 64)   no max-pool
+        layer1: 2 BasicBlocks, width 64,  stride 1                 (N, 32, 32, 64)
+        layer2: 2 BasicBlocks, width 128, stride 2                 (N, 16, 16, 128)
+        layer3: 2 BasicBlocks, width 256, stride 2                 (N, 8, 8, 256)
+        layer4: 2 BasicBlocks, width 512, stride 2                 (N, 4, 4, 512)
+        global average pool                                         (N, 512)
+        fc dense num_classes                                        (N, num_classes) logits
+
+    ``norm=True``: BatchNorm after every convolution, convolutions without bias (11 173 962
+    parameters for 10 classes). ``norm=False``: no BatchNorm, every convolution has a bias
+    (11 169 162 parameters). Blocks are named ``layer{i}_{j}`` (i = 1..4, j = 0, 1), the stem
+    ``conv1``/``bn1`` and the head ``fc``.
+
+    ``train`` selects the BatchNorm statistics: True normalises with the batch's statistics (and,
+    with ``mutable=["batch_stats"]``, writes them, exactly, to ``batch_stats``); False uses the
+    stored ``batch_stats``. It has no effect when ``norm=False``.
+    """
+
+    num_classes: int = 10
+    norm: bool = True
+    dtype: Dtype = jnp.float32
+
+    @nn.compact
+    def __call__(self, x, train: bool = False):
+        h = nn.Conv(
+            64,
+            (3, 3),
+            padding=((1, 1), (1, 1)),
+            use_bias=not self.norm,
+            dtype=self.dtype,
+            param_dtype=self.dtype,
+            name="conv1",
+        )(x)
+        h = nn.relu(_norm_layer(self.norm, train, self.dtype, "bn1")(h))
+        for i, (width, stride) in enumerate(((64, 1), (128, 2), (256, 2), (512, 2)), start=1):
+            for j in range(2):
+                h = BasicBlock(
+                    width,
+                    stride=stride if j == 0 else 1,
+                    norm=self.norm,
+                    dtype=self.dtype,
+                    name=f"layer{i}_{j}",
+                )(h, train=train)
+        h = jnp.mean(h, axis=(1, 2))
+        return nn.Dense(self.num_classes, dtype=self.dtype, param_dtype=self.dtype, name="fc")(h)
+
+
+# ----------------------------------------------------------------------------------------------
+# MLP (regression, Fig. 9)
+# ----------------------------------------------------------------------------------------------
+
+
+class MLP(nn.Module):
+    """5 hidden layers of 50 ReLU units and a linear output (the regression model of Fig. 9).
+
+    x (N, D) -> dense 50 -> ReLU (×5, named ``dense0`` .. ``dense4``) -> dense ``num_outputs``
+    (``out``) -> (N, num_outputs). For the paper's scalar regression D = 1 and num_outputs = 1, so
+    the output is (N, 1) (not (N,)): the training code treats the last axis as outputs.
+    """
+
+    num_outputs: int = 1
+    width: int = 50
+    depth: int = 5
+    dtype: Dtype = jnp.float32
+
+    @nn.compact
+    def __call__(self, x):
+        kw = dict(dtype=self.dtype, param_dtype=self.dtype)
+        h = x
+        for i in range(self.depth):
+            h = nn.relu(nn.Dense(self.width, name=f"dense{i}", **kw)(h))
+        return nn.Dense(self.num_outputs, name="out", **kw)(h)
+
+
+# ----------------------------------------------------------------------------------------------
+# Factory
+# ----------------------------------------------------------------------------------------------
+
+
+class Model(NamedTuple):
+    """What training needs.
+
+    apply_fn: ``apply_fn(params, x) -> outputs`` of shape (N, O); a plain pure function, usable
+        under jit / vmap / jvp.
+    params: the initial parameter pytree (the Flax ``params`` collection dict, except for
+        ``resnet18_bn`` with ``bn_mode="frozen"``: ``{"params": ..., "batch_stats": ...}``).
+    refresh: ``refresh(params, x) -> params`` re-estimates the frozen BatchNorm statistics from the
+        batch ``x`` at ``params``; only for ``resnet18_bn`` with ``bn_mode="frozen"``, else None.
+    """
+
+    apply_fn: Callable
+    params: Any
+    refresh: Callable | None = None
+
+
+def make_model(
+    name: str,
+    key,
+    *,
+    input_shape: tuple[int, ...] | None = None,
+    num_classes: int | None = None,
+    bn_mode: str | None = None,
+    dtype: Dtype = jnp.float32,
+) -> Model:
+    """Build one of the paper's models and return ``Model(apply_fn, params, refresh)``.
+
+    Args:
+        name: ``"cnn"`` (:class:`CNN`), ``"resnet18"`` (:class:`ResNet18` without BatchNorm),
+            ``"resnet18_bn"`` (with BatchNorm; see ``bn_mode``) or ``"mlp"`` (:class:`MLP`).
+        key: a JAX PRNG key (``jax.random.key`` or ``jax.random.PRNGKey``) for the initialisation
+            (Flax default initialisers).
+        input_shape: shape of one example, without the batch axis. Default (32, 32, 3) (NHWC) for
+            the CIFAR models and (1,) for ``"mlp"``; must have 3 entries for the CIFAR models and
+            1 for ``"mlp"``.
+        num_classes: number of outputs O. Default 10 for the CIFAR models, 1 for ``"mlp"``.
+        bn_mode: only for ``"resnet18_bn"``: ``"batch"`` (default) or ``"frozen"``; see the
+            module docstring. Must be None for the other models.
+        dtype: parameter and computation dtype (e.g. ``jnp.float64`` with x64 enabled).
+
+    Returns:
+        :class:`Model`. ``apply_fn(params, x)`` maps x of shape (N, *input_shape) to (N, O).
+
+    Raises:
+        ValueError: unknown ``name`` or ``bn_mode``, ``bn_mode`` given for a model without
+            BatchNorm, bad ``input_shape`` / ``num_classes`` / ``dtype``.
+    """
+    check_choice(name, "name", MODEL_NAMES)
+    if name == "resnet18_bn":
+        if bn_mode is None:
+            bn_mode = "batch"
+        check_choice(bn_mode, "bn_mode", BN_MODES)
+    elif bn_mode is not None:
+        raise ValueError(
+            f"bn_mode={bn_mode!r} is not allowed with name={name!r}: bn_mode must be None unless "
+            f"name='resnet18_bn' (then one of {', '.join(repr(m) for m in BN_MODES)})."
+        )
+    rank = 1 if name == "mlp" else 3
+    if input_shape is None:
+        input_shape = (1,) if name == "mlp" else (32, 32, 3)
+    if (
+        not isinstance(input_shape, (tuple, list))
+        or len(input_shape) != rank
+        or any(isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 1 for d in input_shape)
+    ):
+        what = "(features,)" if name == "mlp" else "(height, width, channels)"
+        raise ValueError(
+            f"input_shape={input_shape!r} is not allowed: for name={name!r} input_shape must be a "
+            f"tuple of {rank} positive ints {what}."
+        )
+    input_shape = tuple(int(d) for d in input_shape)
+    if num_classes is None:
+        num_classes = 1 if name == "mlp" else 10
+    num_classes = check_int(num_classes, "num_classes", minimum=1)
+    try:
+        is_float = jnp.issubdtype(jnp.dtype(dtype), jnp.floating)
+    except TypeError:
+        is_float = False
+    if not is_float:
+        raise ValueError(
+            f"dtype={dtype!r} is not allowed: dtype must be a floating dtype such as jnp.float32 or jnp.float64."
+        )
+
+    dummy = jnp.zeros((1,) + input_shape, dtype)
+
+    if name == "cnn":
+        module = CNN(num_classes=num_classes, dtype=dtype)
+    elif name == "mlp":
+        module = MLP(num_outputs=num_classes, dtype=dtype)
+    else:
+        module = ResNet18(num_classes=num_classes, norm=(name == "resnet18_bn"), dtype=dtype)
+
+    variables = module.init(key, dummy)
+
+    if name in ("cnn", "mlp", "resnet18"):
+
+        def apply_fn(params, x):
+            return module.apply({"params": params}, x)
+
+        return Model(apply_fn, variables["params"])
+
+    if bn_mode == "batch":
+
+        def apply_fn(params, x):
+            # Batch statistics computed from x inside the function; the updated stats are discarded.
+            out, _ = module.apply({"params": params}, x, train=True, mutable=["batch_stats"])
+            return out
+
+        return Model(apply_fn, variables["params"])
+
+    # bn_mode == "frozen"
+    def _check_frozen(params, fn: str) -> None:
+        if not isinstance(params, Mapping) or set(params.keys()) != {"params", "batch_stats"}:
+            got = sorted(params.keys()) if isinstance(params, Mapping) else type(params).__name__
+            raise TypeError(
+                f"{fn}: params for bn_mode='frozen' must be a dict with keys "
+                f"['batch_stats', 'params']; got {got}."
+            )
+
+    def apply_fn(params, x):
+        _check_frozen(params, "apply_fn")
+        frozen = {
+            "params": params["params"],
+            "batch_stats": jax.lax.stop_gradient(params["batch_stats"]),
+        }
+        return module.apply(frozen, x, train=False)
+
+    def refresh(params, x):
+        _check_frozen(params, "refresh")
+        # momentum 0: the written running statistics are exactly the batch mean / biased variance.
+        _, state = module.apply(params, x, train=True, mutable=["batch_stats"])
+        return {"params": params["params"], "batch_stats": state["batch_stats"]}
+
+    params = {"params": variables["params"], "batch_stats": variables["batch_stats"]}
+    return Model(apply_fn, params, refresh)
+
+
+def cnn_features(params, x, *, num_classes: int | None = None) -> dict:
+    """Layer-1 and layer-2 features of :class:`CNN` for the linear probes of Fig. 6.
+
+    Args:
+        params: the CNN's ``params`` collection (as from ``make_model("cnn", ...)``).
+        x: images (N, H, W, 3).
+        num_classes: number of logits; default: read from ``params["fc3"]["bias"]``.
+
+    Returns:
+        ``{"layer1": (N, 9800), "layer2": (N, 1250), "logits": (N, num_classes)}`` for 32×32 inputs.
+    """
+    if num_classes is None:
+        num_classes = params["fc3"]["bias"].shape[-1]
+    dtype = params["conv1"]["kernel"].dtype
+    return CNN(num_classes=num_classes, dtype=dtype).apply({"params": params}, x, return_features=True)
+
+
+def count_params(params) -> int:
+    """Total number of scalars in all array leaves of ``params``.
+
+    For ``bn_mode="frozen"`` pass ``params["params"]`` to leave out the BatchNorm statistics.
+    """
+    return int(sum(np.prod(np.shape(leaf), dtype=np.int64) for leaf in jax.tree_util.tree_leaves(params)))

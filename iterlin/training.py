@@ -1,0 +1,469 @@
+"""Iterative linearisation (Eq. 3–4, Algorithm 1): the one training loop shared by every figure.
+
+For t = 0, 1, …, steps − 1, with θ_s the current linearisation point:
+
+    θ_{t+1} = θ_t − η ∇_θ L(f_lin_s(θ_t, X_t))       (Eq. 3; any optax transformation, not only SGD)
+    if (t + 1) mod K = 0:  θ_s ← θ_{t+1}              (Eq. 4: re-linearise, "feature learning step")
+
+where f_lin_s(θ, x) = f(θ_s, x) + J(θ_s, x)(θ − θ_s). The loss (softmax cross-entropy or MSE) is
+applied to the linearised outputs, never linearised itself (Appendix A). K = 1 is ordinary (S)GD,
+K = ∞ trains the linearisation at initialisation (fixed empirical NTK). The number of
+re-linearisations so far, ⌊t/K⌋, is the paper's feature-learning proxy T/K (Definition 1).
+
+Design:
+
+* ``make_step`` returns a pure ``step(state, batch) -> (state, metrics)``. θ_s and K live in the
+  :class:`TrainState`, so re-linearising never re-compiles and a sweep can ``vmap`` over K.
+* The dataset is held on device; batches are drawn inside the compiled loop from a per-epoch
+  permutation keyed by ``fold_in(key, epoch)``, and augmented on device keyed by ``fold_in(key, t)``.
+  Batches are therefore a pure function of (key, t): every run of a sweep sees the same batches,
+  and a resumed run sees exactly the batches it would have seen.
+* Between evaluation points the steps run in one ``lax.fori_loop`` with traced bounds (one
+  compilation for every chunk length).
+* A non-finite loss freezes that run (its parameters stay at the last finite state) and records the
+  step: divergence is a result, not a crash; in a sweep the other runs continue.
+* With ``checkpoint=path`` the whole state (θ, θ_s, optimizer state, step, history, key) is saved
+  atomically at evaluation points, and a rerun with the same arguments resumes from it.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any, Callable, NamedTuple, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from .augment import flip_and_crop
+from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from .linearise import linearised_apply
+from .losses import Loss, get_loss
+from .tree import tree_where
+from .validate import check_int, check_K, check_xy
+
+__all__ = ["TrainState", "init_state", "make_step", "make_batch_fn", "make_eval_fn", "fit", "train", "train_sweep"]
+
+
+class TrainState(NamedTuple):
+    """Everything a run needs to continue (one run; a sweep stacks runs on a leading axis)."""
+
+    params: Any  # θ_t
+    params_s: Any  # θ_s, the current linearisation point
+    opt_state: Any
+    step: jax.Array  # int32 (): steps completed
+    n_relin: jax.Array  # int32 (): re-linearisations so far (T/K)
+    K: jax.Array  # int32 (): re-linearisation period; 0 encodes K = ∞
+    diverged: jax.Array  # bool (): a non-finite loss was met; the run is frozen
+    diverged_step: jax.Array  # int32 (): the step at which it diverged, −1 if it has not
+
+
+def _K_code(K) -> int:
+    K = check_K(K)
+    return 0 if math.isinf(K) else int(K)
+
+
+def init_state(params, optimizer: optax.GradientTransformation, K) -> TrainState:
+    """A fresh run linearised at ``params`` (θ_s = θ_0)."""
+    i32 = lambda v: jnp.asarray(v, jnp.int32)  # noqa: E731
+    return TrainState(
+        params=params,
+        params_s=params,
+        opt_state=optimizer.init(params),
+        step=i32(0),
+        n_relin=i32(0),
+        K=i32(_K_code(K)),
+        diverged=jnp.asarray(False),
+        diverged_step=i32(-1),
+    )
+
+
+def make_step(
+    apply_fn: Callable,
+    optimizer: optax.GradientTransformation,
+    loss: str | Loss,
+    *,
+    refresh: Callable | None = None,
+    reset_optimizer: bool = False,
+) -> Callable:
+    """Return ``step(state, (x, y)) -> (state, {"loss": L(f_lin(θ_t, x), y)})`` (Eq. 3–4).
+
+    ``refresh(params, x) -> params``, if given, runs at each re-linearisation on the current batch
+    (BatchNorm statistics frozen at θ_s and re-estimated there, see :mod:`iterlin.models`).
+    ``reset_optimizer`` re-initialises the optimizer state at each re-linearisation, so each
+    linearisation is solved as a fresh convex problem (Fig 8); by default the state carries over.
+    """
+    loss = get_loss(loss)
+
+    def loss_fn(params, params_s, x, y):
+        out = linearised_apply(apply_fn, params_s, params, x)
+        return jnp.mean(loss.per_example(out, y))
+
+    def step(state: TrainState, batch):
+        x, y = batch
+        value, grads = jax.value_and_grad(loss_fn)(state.params, state.params_s, x, y)
+        updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+        params = optax.apply_updates(state.params, updates)
+        t = state.step + 1
+        relin = (state.K > 0) & (t % jnp.maximum(state.K, 1) == 0)
+        if refresh is not None:
+            params = tree_where(relin, refresh(params, x), params)
+        params_s = tree_where(relin, params, state.params_s)
+        if reset_optimizer:
+            opt_state = tree_where(relin, optimizer.init(params), opt_state)
+        ok = jnp.isfinite(value) & ~state.diverged
+        new = TrainState(
+            params=tree_where(ok, params, state.params),
+            params_s=tree_where(ok, params_s, state.params_s),
+            opt_state=tree_where(ok, opt_state, state.opt_state),
+            step=t,
+            n_relin=jnp.where(ok & relin, state.n_relin + 1, state.n_relin),
+            K=state.K,
+            diverged=~ok,
+            diverged_step=jnp.where(~ok & ~state.diverged, state.step, state.diverged_step),
+        )
+        return new, {"loss": value}
+
+    return step
+
+
+def make_batch_fn(x, y, batch_size: int | None, key, augment: bool = False) -> Callable:
+    """Return ``batch_fn(t) -> (x_t, y_t)``, a pure function of the step index t.
+
+    Mini-batches walk a fresh permutation each epoch, ``permutation(fold_in(key, epoch))``, dropping
+    the last incomplete batch; ``batch_size=None`` is the full batch. ``augment`` applies a random
+    flip and 4-pixel-padded crop keyed by ``fold_in(key, t)``.
+    """
+    n = x.shape[0]
+    data_key, aug_key = jax.random.split(key)
+    full = batch_size is None or batch_size == n
+    steps_per_epoch = 1 if full else n // batch_size
+
+    def batch_fn(t):
+        if full:
+            xb, yb = x, y
+        else:
+            epoch, pos = t // steps_per_epoch, t % steps_per_epoch
+            perm = jax.random.permutation(jax.random.fold_in(data_key, epoch), n)
+            idx = jax.lax.dynamic_slice(perm, (pos * batch_size,), (batch_size,))
+            xb, yb = x[idx], y[idx]
+        if augment:
+            xb = flip_and_crop(jax.random.fold_in(aug_key, t), xb)
+        return xb, yb
+
+    return batch_fn
+
+
+def _chunked(x, y, batch_size):
+    """Pad (x, y) to a multiple of batch_size and reshape to (chunks, batch_size, ...), with weights."""
+    n = x.shape[0]
+    bs = min(batch_size, n)
+    nc = -(-n // bs)
+    pad = nc * bs - n
+    w = jnp.concatenate([jnp.ones(n), jnp.zeros(pad)])
+    xp = jnp.concatenate([x, jnp.zeros((pad,) + x.shape[1:], x.dtype)])
+    yp = jnp.concatenate([y, jnp.zeros((pad,) + y.shape[1:], y.dtype)])
+    return xp.reshape((nc, bs) + x.shape[1:]), yp.reshape((nc, bs) + y.shape[1:]), w.reshape(nc, bs)
+
+
+def make_eval_fn(apply_fn: Callable, loss: str | Loss, splits: dict, batch_size: int = 1000) -> Callable:
+    """Return ``eval_fn(state) -> {"{net,lin}_{split}_{metric}": sum}`` over whole splits.
+
+    ``splits`` maps a name ("train", "test") to ``(x, y)``. Each split is evaluated in chunks of
+    ``batch_size`` (padding masked out) for the network f(θ_t) and for the current linear model
+    f_lin_s(θ_t). Values are sums; :func:`_means` turns them into means/accuracies/RMSEs.
+    """
+    loss = get_loss(loss)
+    chunks = {name: _chunked(jnp.asarray(x), jnp.asarray(y), batch_size) for name, (x, y) in splits.items()}
+
+    def eval_fn(state: TrainState):
+        out = {}
+        for name, (xc, yc, wc) in chunks.items():
+
+            def body(acc, inp):
+                x, y, w = inp
+                net = loss.metrics(apply_fn(state.params, x), y, w)
+                lin = loss.metrics(linearised_apply(apply_fn, state.params_s, state.params, x), y, w)
+                new = {f"net_{name}_{k}": v for k, v in net.items()}
+                new.update({f"lin_{name}_{k}": v for k, v in lin.items()})
+                return jax.tree.map(jnp.add, acc, new), None
+
+            init = {
+                f"{m}_{name}_{k}": jnp.zeros((), jnp.result_type(float))
+                for m in ("net", "lin")
+                for k in (("loss", "acc") if jnp.issubdtype(yc.dtype, jnp.integer) else ("loss", "sq_err"))
+            }
+            sums, _ = jax.lax.scan(body, init, (xc, yc, wc))
+            out.update(sums)
+        return out
+
+    eval_fn.sizes = {name: int(x.shape[0]) for name, (x, _) in splits.items()}
+    return eval_fn
+
+
+def _means(sums: dict, sizes: dict) -> dict:
+    """Sums → means; ``acc`` as a fraction, ``sq_err`` → ``rmse``. Works on (R,)-batched values."""
+    out = {}
+    for key, v in sums.items():
+        model, split, metric = key.split("_", 2)
+        v = np.asarray(v, np.float64) / sizes[split]
+        if metric == "sq_err":
+            out[f"{model}_{split}_rmse"] = np.sqrt(v)
+        else:
+            out[key] = v
+    return out
+
+
+def _eval_steps(steps: int, eval_every: int | None, eval_steps: Sequence[int] | None) -> list[int]:
+    if eval_steps is not None:
+        pts = sorted({check_int(s, "eval_steps[i]", minimum=0, maximum=steps) for s in eval_steps} | {0, steps})
+    else:
+        every = check_int(eval_every, "eval_every") if eval_every is not None else max(1, steps // 20)
+        pts = sorted(set(range(0, steps, every)) | {steps})
+    return pts
+
+
+def _validate_common(x, y, steps, batch_size, eval_data):
+    check_xy(x, y)
+    steps = check_int(steps, "steps")
+    if batch_size is not None:
+        batch_size = check_int(batch_size, "batch_size", minimum=1, maximum=x.shape[0])
+    if eval_data is not None:
+        check_xy(*eval_data, xname="eval_data x", yname="eval_data y")
+    return steps, batch_size
+
+
+def _run(
+    step_fn,
+    state,
+    batch_fn,
+    eval_fn,
+    points,
+    *,
+    sweep: bool,
+    checkpoint,
+    meta,
+    callback,
+    progress,
+    stop_when_diverged,
+):
+    """Run the compiled chunks between evaluation points; evaluate, checkpoint, report."""
+    history: dict[str, list] = {}
+    done = 0
+    if checkpoint is not None and os.path.exists(checkpoint):
+        try:
+            (state, hist_leaves), saved = load_checkpoint(checkpoint, (state, ()))
+        except CheckpointError as e:
+            raise CheckpointError(f"{e}. Delete it to start this run afresh.") from e
+        if saved.get("run") != meta:
+            raise CheckpointError(
+                f"checkpoint {checkpoint} was written by a different run configuration "
+                f"({saved.get('run')} != {meta}); use another checkpoint path or delete it."
+            )
+        history, done = saved["history"], saved["done"]
+
+    vstep = jax.vmap(step_fn, in_axes=(0, None)) if sweep else step_fn
+    veval = jax.jit(jax.vmap(eval_fn) if sweep else eval_fn)
+
+    @jax.jit
+    def run_chunk(state, t0, t1):
+        def body(t, carry):
+            st, loss_sum = carry
+            st, m = vstep(st, batch_fn(t))
+            return st, loss_sum + m["loss"]
+
+        zero = jnp.zeros(state.step.shape, jnp.result_type(float))
+        return jax.lax.fori_loop(t0, t1, body, (state, zero))
+
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=points[-1], initial=points[done] if done < len(points) else points[-1], unit="step")
+
+    def record(state, t):
+        vals = _means(jax.device_get(veval(state)), eval_fn.sizes)
+        vals["step"] = t
+        vals["n_relin"] = np.asarray(state.n_relin)
+        if callback is not None:
+            vals.update(callback(t, state) or {})
+        for k, v in vals.items():
+            history.setdefault(k, []).append(np.asarray(v).tolist())
+
+    if done == 0:
+        record(state, 0)
+        done = 1
+    for i in range(done, len(points)):
+        t0, t1 = points[i - 1], points[i]
+        state, _ = run_chunk(state, jnp.int32(t0), jnp.int32(t1))
+        record(state, t1)
+        if checkpoint is not None:
+            save_checkpoint(checkpoint, (state, ()), {"run": meta, "history": history, "done": i + 1})
+        if bar is not None:
+            bar.update(t1 - t0)
+        if stop_when_diverged and bool(np.all(np.asarray(state.diverged))):
+            break
+    if bar is not None:
+        bar.close()
+
+    hist = {k: np.asarray(v) for k, v in history.items()}
+    if sweep:  # lists of per-run values → (R, E); step stays (E,)
+        hist = {k: (v if k == "step" else np.moveaxis(v, 0, -1)) for k, v in hist.items()}
+    hist["diverged"] = np.asarray(state.diverged)
+    hist["diverged_step"] = np.asarray(state.diverged_step)
+    return state, hist
+
+
+def fit(
+    step_fn: Callable,
+    state: TrainState,
+    apply_fn: Callable,
+    data: tuple,
+    *,
+    steps: int,
+    loss: str | Loss = "ce",
+    batch_size: int | None = None,
+    key=None,
+    eval_data: tuple | None = None,
+    eval_every: int | None = None,
+    eval_steps: Sequence[int] | None = None,
+    eval_batch_size: int = 1000,
+    augment: bool = False,
+    callback: Callable | None = None,
+    checkpoint: str | os.PathLike | None = None,
+    progress: bool = False,
+    sweep: bool = False,
+    config: dict | None = None,
+) -> tuple[TrainState, dict]:
+    """The one training loop: run ``step_fn(state, batch) -> (state, metrics)`` for ``steps`` steps.
+
+    Used by :func:`train`, :func:`train_sweep`, the Gauss–Newton loop and the Adam-solved loop.
+    Batches come from :func:`make_batch_fn` on device; at evaluation points the network and the
+    current linear model are evaluated on the whole train (and test) split, ``callback`` is run, and
+    with ``checkpoint`` set the state and history are saved atomically (a rerun resumes; a rerun with
+    a different ``config`` or data is refused rather than silently mixed). With ``sweep=True`` the
+    state has a leading run axis and ``step_fn`` is vmapped over it (batches are shared).
+    Returns the final state and the history (see :func:`train`).
+    """
+    x, y = (jnp.asarray(a) for a in data)
+    steps, batch_size = _validate_common(x, y, steps, batch_size, eval_data)
+    loss = get_loss(loss)
+    key = jax.random.PRNGKey(0) if key is None else key
+    splits = {"train": (x, y)}
+    if eval_data is not None:
+        splits["test"] = tuple(jnp.asarray(a) for a in eval_data)
+    batch_fn = make_batch_fn(x, y, batch_size, key, augment)
+    eval_fn = make_eval_fn(apply_fn, loss, splits, check_int(eval_batch_size, "eval_batch_size"))
+    points = _eval_steps(steps, eval_every, eval_steps)
+    key_data = jax.random.key_data(key) if jnp.issubdtype(key.dtype, jax.dtypes.prng_key) else key
+    meta = {
+        "config": config or {},
+        "steps": steps,
+        "batch_size": batch_size,
+        "points": points,
+        "augment": bool(augment),
+        "loss": loss.name,
+        "n_train": int(x.shape[0]),
+        "key": np.asarray(key_data).ravel().tolist(),
+        "K": np.asarray(state.K).tolist(),
+    }
+    return _run(
+        step_fn, state, batch_fn, eval_fn, points, sweep=sweep, checkpoint=checkpoint, meta=meta,
+        callback=callback, progress=progress, stop_when_diverged=True,
+    )
+
+
+def _check_optimizer(optimizer):
+    if not isinstance(optimizer, optax.GradientTransformation):
+        raise TypeError(f"optimizer={optimizer!r} is not allowed: optimizer must be an optax GradientTransformation")
+    return optimizer
+
+
+def train(
+    apply_fn: Callable,
+    params: Any,
+    data: tuple,
+    *,
+    K,
+    steps: int,
+    optimizer: optax.GradientTransformation,
+    loss: str | Loss = "ce",
+    batch_size: int | None = None,
+    key=None,
+    refresh: Callable | None = None,
+    **fit_kwargs,
+) -> tuple[Any, dict]:
+    """Train ``apply_fn`` by iterative linearisation with period K (Algorithm 1).
+
+    Args:
+      apply_fn: ``apply_fn(params, x) -> (N, O)`` outputs (logits for ``"ce"``).
+      params: initial parameters θ_0 (any pytree); the first linearisation point.
+      data: ``(x, y)`` training set, held on device: x (N, ...), y (N,) int labels or (N, O) targets.
+      K: re-linearisation period: int ≥ 1, an integral float (5e6) or ``math.inf``.
+      steps: number of optimisation steps T.
+      optimizer: any optax transformation (its state is kept across re-linearisations).
+      loss: ``"ce"`` (softmax cross-entropy on the linearised logits) or ``"mse"`` (½‖f − y‖²).
+      batch_size: mini-batch size, or None for full batch.
+      key: PRNG key for batch order and augmentation (default ``PRNGKey(0)``).
+      refresh: ``refresh(params, x) -> params`` applied at each re-linearisation (BatchNorm "frozen").
+      **fit_kwargs: passed to :func:`fit`: ``eval_data=(x_test, y_test)``; ``eval_every`` (default
+        ``steps // 20``) or ``eval_steps`` (step 0 and the last step are always evaluated);
+        ``eval_batch_size``; ``augment`` (random flip + 4-pixel crop on device, NHWC);
+        ``callback(step, state) -> dict`` run on the host at evaluation points, its values appended
+        to the history (kernel distances, probe accuracies); ``checkpoint`` (file path: saved
+        atomically at evaluation points, resumed when rerun with the same configuration);
+        ``progress`` (a progress bar); ``config`` (a dict identifying the run in the checkpoint).
+
+    Returns:
+      ``(params, history)``: θ_T and a dict of arrays over evaluation points: ``step``, ``n_relin``
+      (T/K so far), and ``{net,lin}_{train,test}_{loss,acc|rmse}`` for the network f(θ_t) and the
+      current linear model f_lin_s(θ_t); plus ``diverged`` and ``diverged_step`` (−1 if finite).
+    """
+    state = init_state(params, _check_optimizer(optimizer), K)
+    step_fn = make_step(apply_fn, optimizer, loss, refresh=refresh)
+    state, history = fit(step_fn, state, apply_fn, data, steps=steps, loss=loss, batch_size=batch_size, key=key,
+                         **fit_kwargs)
+    return state.params, history
+
+
+def train_sweep(
+    apply_fn: Callable,
+    params: Any,
+    data: tuple,
+    *,
+    K: Sequence,
+    steps: int,
+    optimizer: optax.GradientTransformation,
+    loss: str | Loss = "ce",
+    batch_size: int | None = None,
+    key=None,
+    refresh: Callable | None = None,
+    **fit_kwargs,
+) -> tuple[Any, dict]:
+    """Several runs (values of K and/or initial parameters) trained in ONE compiled program.
+
+    ``params`` is stacked on a leading run axis of size R (see :func:`iterlin.tree.tree_stack`, e.g.
+    one initialisation per seed, or the same one repeated); ``K`` is a sequence of R periods. All runs
+    see the same batch sequence (the same ``key``), so they differ only in K and θ_0; run i equals
+    ``train`` of run i alone. A diverged run is frozen while the others continue.
+
+    Returns ``(params, history)`` with params stacked (R, ...) and history arrays of shape (R, E)
+    (``step`` is (E,), ``diverged``/``diverged_step`` are (R,)). Other arguments as :func:`train`.
+    """
+    if isinstance(K, (str, bytes)) or not hasattr(K, "__len__"):
+        raise ValueError(f"K={K!r} is not allowed: K must be a sequence of periods, one per run")
+    Ks = [_K_code(k) for k in K]
+    leaves = jax.tree.leaves(params)
+    if not leaves or any(np.shape(leaf)[:1] != (len(Ks),) for leaf in leaves):
+        raise ValueError(
+            f"params must be stacked on a leading run axis of size len(K)={len(Ks)}; got leading shapes "
+            f"{sorted({np.shape(leaf)[:1] for leaf in leaves})}"
+        )
+    _check_optimizer(optimizer)
+    state = jax.vmap(lambda p, k: init_state(p, optimizer, 1)._replace(K=k))(params, jnp.asarray(Ks, jnp.int32))
+    step_fn = make_step(apply_fn, optimizer, loss, refresh=refresh)
+    state, history = fit(step_fn, state, apply_fn, data, steps=steps, loss=loss, batch_size=batch_size, key=key,
+                         sweep=True, **fit_kwargs)
+    return state.params, history

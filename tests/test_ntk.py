@@ -1,0 +1,250 @@
+"""The empirical NTK (Eq. 2) against the dense ϕϕᵀ, kernel distances, and the kernel tracker in training."""
+
+import math
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from jax.flatten_util import ravel_pytree
+
+import iterlin
+from iterlin.models import MLP
+from iterlin.ntk import (
+    empirical_ntk,
+    empirical_ntk_fn,
+    kernel_distance,
+    kernel_tracker,
+    ntk_vector_product,
+    relinearisation_steps,
+)
+from iterlin.tree import tree_stack
+
+from _toy import tiny_problem
+
+N = 7  # examples: chunk sizes 3 and 4 do not divide it, 7 and 1 do
+
+
+class TinyConv(nn.Module):
+    """Convolution + dense: parameter leaves of rank 4, 1 and 2."""
+
+    out: int = 3
+
+    @nn.compact
+    def __call__(self, x):
+        h = nn.relu(nn.Conv(4, (3, 3), padding="VALID")(x))
+        return nn.Dense(self.out)(h.reshape(h.shape[0], -1))
+
+
+def _problem(kind, n_out, n=N, seed=0):
+    """(apply_fn, params, x) in float64."""
+    kx, kp = jax.random.split(jax.random.PRNGKey(seed))
+    if kind == "mlp":
+        module, x = MLP(num_outputs=n_out, width=6, depth=2, dtype=jnp.float64), jax.random.normal(kx, (n, 2))
+    else:
+        module, x = TinyConv(out=n_out), jax.random.normal(kx, (n, 5, 5, 2))
+    x = x.astype(jnp.float64)
+    params = jax.tree.map(lambda a: a.astype(jnp.float64), module.init(kp, x)["params"])
+    return (lambda p, x: module.apply({"params": p}, x)), params, x
+
+
+def _dense_ntk(apply_fn, params, x1, x2):
+    """ϕ(X₁)ϕ(X₂)ᵀ from the dense Jacobian of the flattened outputs w.r.t. the flattened parameters."""
+    flat, unravel = ravel_pytree(params)
+    jac = lambda x: jax.jacfwd(lambda f: apply_fn(unravel(f), x).reshape(-1))(flat)  # noqa: E731
+    return np.asarray(jac(x1) @ jac(x2).T)
+
+
+@pytest.mark.parametrize("mode", ["jacobian", "ntvp"])
+@pytest.mark.parametrize(
+    "kind, n_out, chunk_size, with_x2",
+    [
+        ("mlp", 1, None, False),
+        ("mlp", 1, 3, True),
+        ("mlp", 3, 3, False),
+        ("mlp", 3, 7, True),
+        ("conv", 3, 4, False),
+        ("conv", 1, 1, True),
+    ],
+)
+def test_ntk_equals_dense_jacobian_product(x64, mode, kind, n_out, chunk_size, with_x2):
+    apply_fn, params, x = _problem(kind, n_out)
+    x2 = x[2:6] * 1.5 + 0.1 if with_x2 else None
+    ref = _dense_ntk(apply_fn, params, x, x if x2 is None else x2)
+    n2 = N if x2 is None else 4
+    got = empirical_ntk(apply_fn, params, x, x2, chunk_size=chunk_size, mode=mode)
+    assert got.shape == (N * n_out, n2 * n_out) and got.dtype == jnp.float64
+    np.testing.assert_allclose(got, ref, rtol=1e-10, atol=1e-12)
+    traced = jax.jit(empirical_ntk_fn(apply_fn, chunk_size=chunk_size, mode=mode))(params, x, x2)
+    np.testing.assert_allclose(traced, ref, rtol=1e-10, atol=1e-12)
+    # example-major: block (n, m) of the reshaped kernel is Θ(x_n, x_m), an O × O matrix
+    one = empirical_ntk(apply_fn, params, x[3:4], (x if x2 is None else x2)[1:2])
+    np.testing.assert_allclose(got.reshape(N, n_out, n2, n_out)[3, :, 1, :], one, rtol=1e-10, atol=1e-12)
+
+
+def test_ntk_is_symmetric_psd_and_detects_wrong_answers(x64):
+    apply_fn, params, x = _problem("mlp", 3)
+    k = np.asarray(empirical_ntk(apply_fn, params, x, chunk_size=2))
+    np.testing.assert_array_equal(k, k.T)  # mirrored blocks
+    assert np.linalg.eigvalsh(k).min() > -1e-10
+    # a different θ gives a different kernel: the comparison above can fail
+    other = jax.tree.map(lambda a: a * 1.1, params)
+    assert not np.allclose(empirical_ntk(apply_fn, other, x, chunk_size=2), k, rtol=1e-3)
+
+
+def test_traced_variant_under_vmap_matches_per_run_kernels(x64):
+    apply_fn, params, x = _problem("mlp", 2)
+    params2 = jax.tree.map(lambda a: a * 0.7 + 0.01, params)
+    ntk = empirical_ntk_fn(apply_fn, chunk_size=3)
+    stacked = jax.jit(jax.vmap(ntk, in_axes=(0, None)))(tree_stack([params, params2]), x)
+    assert stacked.shape == (2, 2 * N, 2 * N)
+    for r, p in enumerate([params, params2]):
+        np.testing.assert_allclose(stacked[r], empirical_ntk(apply_fn, p, x, chunk_size=3), rtol=1e-10, atol=1e-12)
+
+
+def test_ntk_vector_product_equals_kernel_times_vector(x64):
+    apply_fn, params, x = _problem("conv", 3)
+    k = np.asarray(empirical_ntk(apply_fn, params, x))
+    mv = ntk_vector_product(apply_fn, params, x)
+    rng = np.random.default_rng(0)
+    v = rng.normal(size=N * 3)
+    np.testing.assert_allclose(mv(v), k @ v, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(mv(v.reshape(N, 3)), (k @ v).reshape(N, 3), rtol=1e-10, atol=1e-12)
+    vs = rng.normal(size=(N * 3, 4))
+    np.testing.assert_allclose(jax.jit(mv)(vs), k @ vs, rtol=1e-10, atol=1e-12)
+    with pytest.raises(ValueError, match="v of shape"):
+        mv(np.ones(5))
+
+
+def test_bad_arguments_are_named():
+    apply_fn, params, x, _ = tiny_problem(n=4)
+    with pytest.raises(ValueError, match="mode"):
+        empirical_ntk(apply_fn, params, x, mode="dense")
+    with pytest.raises(ValueError, match="chunk_size"):
+        empirical_ntk(apply_fn, params, x, chunk_size=0)
+    with pytest.raises(ValueError, match="chunk_size"):
+        empirical_ntk_fn(apply_fn, chunk_size=2.5)
+    with pytest.raises(ValueError, match="x2"):
+        empirical_ntk(apply_fn, params, x, x[:, :2])
+    with pytest.raises(ValueError, match="x1"):
+        empirical_ntk(apply_fn, params, x[:0])
+    with pytest.raises(ValueError, match="k1 and k2"):
+        kernel_distance(np.eye(2), np.eye(3))
+    with pytest.raises(ValueError, match="K"):
+        relinearisation_steps(0, 10)
+
+
+# ----------------------------------------------------------------------------------------------
+# Kernel distance (Fort et al. 2020)
+# ----------------------------------------------------------------------------------------------
+
+
+def _random_psd(rng, m=6, rank=3):
+    a = rng.normal(size=(m, rank))
+    return a @ a.T
+
+
+def test_kernel_distance_properties(x64):
+    rng = np.random.default_rng(1)
+    k1, k2 = _random_psd(rng), _random_psd(rng)
+    assert float(kernel_distance(k1, k1)) == 0.0
+    np.testing.assert_allclose(kernel_distance(k1, 3.7 * k1), 0.0, atol=1e-15)  # scale invariant
+    d12 = float(kernel_distance(k1, k2))
+    assert 0.0 < d12 < 1.0
+    np.testing.assert_allclose(kernel_distance(k2, k1), d12, rtol=1e-14)  # symmetric
+    ref = 1 - np.sum(k1 * k2) / (np.linalg.norm(k1) * np.linalg.norm(k2))  # the defining formula
+    np.testing.assert_allclose(d12, ref, rtol=1e-12)
+    np.testing.assert_allclose(kernel_distance(np.diag([1.0, 0.0]), np.diag([0.0, 1.0])), 1.0, rtol=1e-15)
+    for _ in range(20):
+        d = float(kernel_distance(_random_psd(rng), _random_psd(rng)))
+        assert 0.0 <= d <= 1.0
+    # batched over leading axes (runs of a sweep)
+    batch = kernel_distance(np.stack([k1, k1]), np.stack([k1, k2]))
+    np.testing.assert_allclose(batch, [0.0, d12], atol=1e-15)
+
+
+def test_kernel_distance_small_changes_are_accurate_in_float32():
+    rng = np.random.default_rng(2)
+    k = _random_psd(rng)
+    e = _random_psd(rng)
+    eps = 1e-5
+    ref = float(kernel_distance(np.float64(k), np.float64(k + eps * e)))  # ~ eps², far below float32's 1 − cos
+    got = float(kernel_distance(jnp.float32(k), jnp.float32(k + eps * e)))
+    assert ref > 0
+    np.testing.assert_allclose(got, ref, rtol=0.05)
+
+
+def test_relinearisation_steps():
+    assert relinearisation_steps(100, 1000) == list(range(0, 1001, 100))
+    assert relinearisation_steps(3, 10) == [0, 3, 6, 9]
+    assert relinearisation_steps(math.inf, 10) == [0]
+    assert relinearisation_steps(5e6, 100) == [0]
+    pts = relinearisation_steps(10, 10**5, max_points=6)
+    assert pts[0] == 0 and pts[1] == 10 and pts[-1] == 10**5 and len(pts) <= 7
+    assert all(p % 10 == 0 for p in pts) and pts == sorted(set(pts))
+
+
+# ----------------------------------------------------------------------------------------------
+# Kernel tracker inside iterlin.train
+# ----------------------------------------------------------------------------------------------
+
+
+def _train(K, callback, steps=12, eval_steps=None):
+    apply_fn, params, x, y = tiny_problem(n=16, width=8)
+    return iterlin.train(apply_fn, params, (x, y), K=K, steps=steps, optimizer=optax.sgd(0.5), loss="ce",
+                         eval_every=4 if eval_steps is None else None, eval_steps=eval_steps, callback=callback)
+
+
+def test_kernel_tracker_fixed_linearisation_never_moves_the_linear_kernel():
+    apply_fn, params, x, _ = tiny_problem(n=16, width=8)
+    _, hist = _train(math.inf, kernel_tracker(apply_fn, x[:5], chunk_size=2))
+    np.testing.assert_array_equal(hist["step"], [0, 4, 8, 12])
+    np.testing.assert_array_equal(hist["kernel_distance_relin"], 0.0)  # θ_s = θ_0 throughout
+    d_init = hist["kernel_distance_init"]
+    assert d_init[0] == 0.0 and d_init[-1] > 1e-6  # but the network's kernel moved
+    assert np.isnan(hist["kernel_velocity"][0]) and np.all(hist["kernel_velocity"][1:] > 0)
+
+
+def test_kernel_tracker_with_K1_moves_the_linear_kernel_at_every_point():
+    apply_fn, params, x, _ = tiny_problem(n=16, width=8)
+    _, hist = _train(1, kernel_tracker(apply_fn, x[:5]))
+    assert hist["kernel_distance_relin"][0] == 0.0
+    assert np.all(hist["kernel_distance_relin"][1:] > 1e-7)
+    # K = 1: θ_s = θ_t at every point, so the linear model's kernel change is the network's
+    np.testing.assert_allclose(hist["kernel_distance_relin"][1:], hist["kernel_velocity"][1:] * 4, rtol=1e-5)
+
+
+def test_kernel_tracker_at_relinearisation_steps_sees_every_relinearisation():
+    apply_fn, params, x, _ = tiny_problem(n=16, width=8)
+    steps, K = 12, 3
+    _, hist = _train(K, kernel_tracker(apply_fn, x[:4]), steps=steps, eval_steps=relinearisation_steps(K, steps))
+    np.testing.assert_array_equal(hist["step"], [0, 3, 6, 9, 12])
+    np.testing.assert_array_equal(hist["n_relin"], [0, 1, 2, 3, 4])
+    assert np.all(hist["kernel_distance_relin"][1:] > 0)
+    # evaluated right after each re-linearisation θ_s = θ_t: the linear and the network kernels agree
+    np.testing.assert_allclose(hist["kernel_distance_relin"][1:], hist["kernel_velocity"][1:] * K, rtol=1e-5)
+
+
+def test_kernel_tracker_in_a_sweep_matches_single_runs():
+    apply_fn, params, x, y = tiny_problem(n=16, width=8)
+    kw = dict(steps=8, optimizer=optax.sgd(0.5), loss="ce", eval_every=4)
+    _, hist = iterlin.train_sweep(apply_fn, tree_stack([params, params]), (x, y), K=[1, math.inf],
+                                  callback=kernel_tracker(apply_fn, x[:4]), **kw)
+    assert hist["kernel_distance_init"].shape == (2, 3)
+    for r, K in enumerate([1, math.inf]):
+        _, single = iterlin.train(apply_fn, params, (x, y), K=K, callback=kernel_tracker(apply_fn, x[:4]), **kw)
+        for key in ("kernel_distance_init", "kernel_velocity", "kernel_distance_relin"):
+            np.testing.assert_allclose(hist[key][r], single[key], rtol=1e-4, atol=1e-7)
+    np.testing.assert_array_equal(hist["kernel_distance_relin"][1], 0.0)
+    assert np.all(hist["kernel_distance_relin"][0, 1:] > 0)
+
+
+def test_kernel_tracker_params0_gives_the_initial_kernel_on_resume():
+    apply_fn, params, x, _ = tiny_problem(n=16, width=8)
+    later = jax.tree.map(lambda a: a * 1.05, params)
+    state = iterlin.init_state(later, optax.sgd(0.1), 1)
+    fresh = kernel_tracker(apply_fn, x[:4])(4, state)
+    resumed = kernel_tracker(apply_fn, x[:4], params0=params)(4, state)
+    assert fresh["kernel_distance_init"] == 0.0 and resumed["kernel_distance_init"] > 1e-6

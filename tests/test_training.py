@@ -1,0 +1,154 @@
+"""The paper's equations as tests: K = 1 is (S)GD, K ≥ steps is the fixed linearisation, sweeps = single runs."""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from jax.flatten_util import ravel_pytree
+
+import iterlin
+from iterlin.losses import get_loss
+from iterlin.training import init_state, make_batch_fn, make_step
+from iterlin.tree import tree_allclose, tree_index, tree_stack
+
+from _toy import init_params, tiny_problem
+
+STEPS = 12
+
+
+def _reference_loop(fn, params, batch_fn, optimizer, loss, steps):
+    """Plain (S)GD on ``fn(params, x)``: the textbook loop, host-side, one step at a time."""
+    loss = get_loss(loss)
+    opt_state = optimizer.init(params)
+    grad = jax.jit(jax.grad(lambda p, x, y: jnp.mean(loss.per_example(fn(p, x), y))))
+    for t in range(steps):
+        x, y = batch_fn(t)
+        updates, opt_state = optimizer.update(grad(params, x, y), opt_state, params)
+        params = optax.apply_updates(params, updates)
+    return params
+
+
+@pytest.mark.parametrize("batch_size", [None, 8])
+@pytest.mark.parametrize("loss", ["ce", "mse"])
+def test_K1_equals_plain_gradient_descent(x64, batch_size, loss):
+    apply_fn, params, x, y = tiny_problem(classification=(loss == "ce"))
+    key = jax.random.PRNGKey(7)
+    opt = optax.sgd(0.3, momentum=0.9)
+    got, hist = iterlin.train(apply_fn, params, (x, y), K=1, steps=STEPS, optimizer=opt, loss=loss,
+                              batch_size=batch_size, key=key, eval_every=4)
+    ref = _reference_loop(apply_fn, params, make_batch_fn(x, y, batch_size, key), opt, loss, STEPS)
+    assert tree_allclose(got, ref, rtol=1e-10, atol=1e-12)
+    assert not tree_allclose(got, params, atol=1e-3)  # training moved the parameters
+    np.testing.assert_array_equal(hist["n_relin"], [0, 4, 8, 12])  # T/K
+    # with K = 1 the linear model is the network at every evaluation point
+    np.testing.assert_allclose(hist["lin_train_loss"], hist["net_train_loss"], rtol=1e-10)
+
+
+@pytest.mark.parametrize("K", [STEPS, 10 * STEPS, math.inf, 5e6])
+def test_K_at_least_steps_equals_training_the_fixed_linearisation(x64, K):
+    apply_fn, params, x, y = tiny_problem()
+    key = jax.random.PRNGKey(3)
+    opt = optax.sgd(0.5)
+    got, hist = iterlin.train(apply_fn, params, (x, y), K=K, steps=STEPS, optimizer=opt, batch_size=8, key=key)
+    f_lin = iterlin.linearise(apply_fn, params)  # linearised once, at initialisation
+    ref = _reference_loop(f_lin, params, make_batch_fn(x, y, 8, key), opt, "ce", STEPS)
+    assert tree_allclose(got, ref, rtol=1e-10, atol=1e-12)
+    # and this differs from SGD on the network: the test can tell the two apart
+    sgd = _reference_loop(apply_fn, params, make_batch_fn(x, y, 8, key), opt, "ce", STEPS)
+    assert not tree_allclose(got, sgd, rtol=1e-4, atol=1e-4)
+    assert hist["n_relin"][-1] == (1 if K == STEPS else 0)
+
+
+def test_intermediate_K_relinearises_every_K_steps(x64):
+    """K = 3 equals the textbook Algorithm 1: GD on f_lin at θ_s, θ_s ← θ every 3 steps."""
+    apply_fn, params, x, y = tiny_problem()
+    key, opt, K = jax.random.PRNGKey(1), optax.sgd(0.5), 3
+    got, _ = iterlin.train(apply_fn, params, (x, y), K=K, steps=STEPS, optimizer=opt, batch_size=8, key=key)
+    batch_fn = make_batch_fn(x, y, 8, key)
+    ref = params
+    for block in range(STEPS // K):  # SGD has no state, so restarting it per block is exact
+        ref = _reference_loop(iterlin.linearise(apply_fn, ref), ref,
+                              lambda t, b=block: batch_fn(b * K + t), opt, "ce", K)
+    assert tree_allclose(got, ref, rtol=1e-10, atol=1e-12)
+
+
+def test_cross_entropy_is_applied_to_linearised_logits_not_linearised(x64):
+    """∇θ CE(f_lin(θ)) = Jᵀ(softmax(f_s + J δ) − y)/N, not the linearised loss's Jᵀ(softmax(f_s) − y)/N."""
+    apply_fn, params_s, x, y = tiny_problem()
+    params = jax.tree.map(lambda a, b: a + 0.5 * (b - a), params_s, init_params(5))  # θ ≠ θ_s
+    state = init_state(params_s, optax.sgd(1.0), math.inf)._replace(params=params)
+    new, _ = make_step(apply_fn, optax.sgd(1.0), "ce")(state, (x, y))
+    grad = ravel_pytree(params)[0] - ravel_pytree(new.params)[0]  # lr 1: the step is −∇
+
+    flat_s, unravel = ravel_pytree(params_s)
+    jac = jax.jacfwd(lambda v: apply_fn(unravel(v), x))(flat_s)  # (N, O, P)
+    onehot = jax.nn.one_hot(y, 3)
+    logits_lin = apply_fn(params_s, x) + jnp.einsum("nop,p->no", jac, ravel_pytree(params)[0] - flat_s)
+    expected = jnp.einsum("nop,no->p", jac, jax.nn.softmax(logits_lin) - onehot) / x.shape[0]
+    linearised_loss = jnp.einsum("nop,no->p", jac, jax.nn.softmax(apply_fn(params_s, x)) - onehot) / x.shape[0]
+    np.testing.assert_allclose(grad, expected, rtol=1e-10, atol=1e-12)
+    assert np.linalg.norm(grad - linearised_loss) > 1e-2 * np.linalg.norm(grad)
+
+
+def test_sweep_run_equals_the_same_run_alone():
+    apply_fn, _, x, y = tiny_problem(n=40)
+    Ks = [1, 3, math.inf]
+    inits = [init_params(s) for s in (0, 1, 2)]
+    opt, key = optax.sgd(0.2, momentum=0.5), jax.random.PRNGKey(11)
+    kw = dict(steps=15, optimizer=opt, batch_size=10, key=key, eval_data=(x[:8], y[:8]), eval_every=5)
+    swept, hist = iterlin.train_sweep(apply_fn, tree_stack(inits), (x, y), K=Ks, **kw)
+    assert hist["net_train_acc"].shape == (3, 4) and hist["step"].shape == (4,)
+    for i, (K, p0) in enumerate(zip(Ks, inits)):
+        alone, h = iterlin.train(apply_fn, p0, (x, y), K=K, **kw)
+        assert tree_allclose(tree_index(swept, i), alone, rtol=2e-5, atol=2e-6)
+        for k in ("net_test_acc", "lin_train_loss", "n_relin"):
+            np.testing.assert_allclose(hist[k][i], h[k], rtol=2e-5, atol=1e-6)
+    np.testing.assert_array_equal(hist["n_relin"][:, -1], [15, 5, 0])
+
+
+def test_history_reports_network_and_linear_model_separately(x64):
+    apply_fn, params, x, y = tiny_problem()
+    _, h = iterlin.train(apply_fn, params, (x, y), K=math.inf, steps=10, optimizer=optax.sgd(1.0),
+                         eval_data=(x, y), eval_every=5)
+    assert h["lin_train_loss"][-1] < h["lin_train_loss"][0]
+    # the network and its fixed linearisation part ways after training
+    assert abs(h["net_train_loss"][-1] - h["lin_train_loss"][-1]) > 1e-4
+    np.testing.assert_allclose(h["net_test_acc"], h["net_train_acc"])  # same data passed as test
+    assert h["diverged"] == False and h["diverged_step"] == -1  # noqa: E712
+
+
+def test_regression_history_reports_rmse(x64):
+    apply_fn, params, x, y = tiny_problem(classification=False, out=1)
+    _, h = iterlin.train(apply_fn, params, (x, y), K=2, steps=4, optimizer=optax.sgd(0.1), loss="mse")
+    out = apply_fn(params, x)
+    np.testing.assert_allclose(h["net_train_rmse"][0], np.sqrt(np.mean((out - y) ** 2)), rtol=1e-10)
+    np.testing.assert_allclose(h["net_train_loss"][0], 0.5 * np.mean(np.sum((out - y) ** 2, -1)), rtol=1e-10)
+
+
+def test_minibatches_walk_a_permutation_per_epoch():
+    x = jnp.arange(20.0)[:, None]
+    batch_fn = make_batch_fn(x, jnp.arange(20), 5, jax.random.PRNGKey(0))
+    epoch0 = np.concatenate([np.asarray(batch_fn(t)[1]) for t in range(4)])
+    epoch1 = np.concatenate([np.asarray(batch_fn(t)[1]) for t in range(4, 8)])
+    assert sorted(epoch0) == list(range(20)) and sorted(epoch1) == list(range(20))
+    assert list(epoch0) != list(epoch1)
+    np.testing.assert_array_equal(batch_fn(5)[1], batch_fn(5)[1])  # a pure function of t
+
+
+def test_augmentation_is_on_device_and_deterministic_per_step():
+    x = jax.random.normal(jax.random.PRNGKey(0), (8, 8, 8, 3))
+    batch_fn = make_batch_fn(x, jnp.arange(8), None, jax.random.PRNGKey(1), augment=True)
+    a, b = batch_fn(0)[0], batch_fn(1)[0]
+    assert a.shape == x.shape and not np.allclose(a, b)
+    np.testing.assert_array_equal(a, batch_fn(0)[0])
+
+
+def test_eval_chunks_that_do_not_divide_the_split(x64):
+    apply_fn, params, x, y = tiny_problem(n=23)
+    _, h1 = iterlin.train(apply_fn, params, (x, y), K=1, steps=1, optimizer=optax.sgd(0.0), eval_batch_size=5)
+    _, h2 = iterlin.train(apply_fn, params, (x, y), K=1, steps=1, optimizer=optax.sgd(0.0), eval_batch_size=1000)
+    np.testing.assert_allclose(h1["net_train_loss"], h2["net_train_loss"], rtol=1e-12)
+    np.testing.assert_allclose(h1["net_train_acc"], h2["net_train_acc"])
