@@ -1,12 +1,54 @@
 """iterlin: iterative linearisation in JAX (Goldwaser & Ge), the executable edition."""
 
+from . import data, models
+from .adam_solve import train_adam_solved
 from .checkpoint import CheckpointError
+from .closed_form import (
+    equivalent_damping,
+    flow_filter,
+    gd_filter,
+    gn_filter,
+    gradient_flow_limit,
+    gradient_flow_outputs,
+    gradient_flow_params,
+    k_step_gd,
+    residual_spectrum,
+)
+from .data import DataError, Dataset, load_cifar10, quintic
+from .gauss_newton import flat_jacobian, gauss_newton_step, gauss_newton_train, make_gauss_newton_step
 from .linearise import linearise, linearised_apply
 from .losses import get_loss
+from .models import CNN, MLP, Model, ResNet18, cnn_features, count_params, make_model
 from .training import TrainState, fit, init_state, make_step, train, train_sweep
 from .tree import tree_allclose, tree_stack
 
 __all__ = [
+    "equivalent_damping",
+    "flow_filter",
+    "gd_filter",
+    "gn_filter",
+    "gradient_flow_limit",
+    "gradient_flow_outputs",
+    "gradient_flow_params",
+    "k_step_gd",
+    "residual_spectrum",
+    "flat_jacobian",
+    "gauss_newton_step",
+    "gauss_newton_train",
+    "make_gauss_newton_step",
+    "DataError",
+    "Dataset",
+    "CNN",
+    "MLP",
+    "Model",
+    "ResNet18",
+    "cnn_features",
+    "count_params",
+    "data",
+    "load_cifar10",
+    "make_model",
+    "models",
+    "quintic",
     "CheckpointError",
     "TrainState",
     "fit",
@@ -16,6 +58,7 @@ __all__ = [
     "linearised_apply",
     "make_step",
     "train",
+    "train_adam_solved",
     "train_sweep",
     "tree_allclose",
     "tree_stack",

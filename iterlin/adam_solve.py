@@ -147,8 +147,10 @@ def make_train_check(apply_fn: Callable, loss: str | Loss, x, y, batch_size: int
     nc = -(-n // bs)
     pad = nc * bs - n
     w = jnp.concatenate([jnp.ones(n), jnp.zeros(pad)]).reshape(nc, bs)
-    xc = jnp.concatenate([x, jnp.zeros((pad,) + x.shape[1:], x.dtype)]).reshape((nc, bs) + x.shape[1:])
-    yc = jnp.concatenate([y, jnp.zeros((pad,) + y.shape[1:], y.dtype)]).reshape((nc, bs) + y.shape[1:])
+    if pad:  # (no copy of the training set when the chunks tile it exactly)
+        x = jnp.concatenate([x, jnp.zeros((pad,) + x.shape[1:], x.dtype)])
+        y = jnp.concatenate([y, jnp.zeros((pad,) + y.shape[1:], y.dtype)])
+    xc, yc = x.reshape((nc, bs) + x.shape[1:]), y.reshape((nc, bs) + y.shape[1:])
     classify = jnp.issubdtype(y.dtype, jnp.integer)
     f = _float()
 

@@ -57,12 +57,12 @@ def load_checkpoint(path: str | os.PathLike, template: Any) -> tuple[Any, dict]:
     try:
         with np.load(path, allow_pickle=False) as z:
             meta = json.loads(str(z["meta"]))
-            leaves = [z[f"leaf_{i}"] for i in range(len(leaves_t))]
-            extra = len(z.files) - 1 - len(leaves_t)
+            n_saved = len(z.files) - 1
+            if n_saved != len(leaves_t):  # a different structure, not a damaged file: say so
+                raise CheckpointError(f"checkpoint {path} holds {n_saved} leaves, expected {len(leaves_t)}")
+            leaves = [z[f"leaf_{i}"] for i in range(n_saved)]
     except (OSError, KeyError, ValueError, zipfile.BadZipFile, EOFError) as e:
         raise CheckpointError(f"checkpoint {path} is unreadable or truncated ({type(e).__name__}: {e})") from e
-    if extra != 0:
-        raise CheckpointError(f"checkpoint {path} holds {len(leaves_t) + extra} leaves, expected {len(leaves_t)}")
     for i, (a, t) in enumerate(zip(leaves, leaves_t)):
         if np.shape(a) != np.shape(t) or np.asarray(a).dtype != np.asarray(t).dtype:
             raise CheckpointError(

@@ -37,7 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
-from .gauss_newton import flat_jacobian
+from .gauss_newton import _maybe_jit, flat_jacobian
 from .validate import check_K, check_nonnegative, check_positive, check_xy
 
 __all__ = [
@@ -175,17 +175,24 @@ def _mse_targets(out, y):
 
 
 def _problem(apply_fn, params_s, x, y):
-    """J (N·O × P), r₀ = f(θ_s) − Y (N·O,), θ_s raveled, unravel."""
+    """J (N·O × P), r₀ = f(θ_s) − Y (N·O,), θ_s raveled, unravel, and Θ = JJᵀ = U diag(σ) Uᵀ."""
     check_xy(x, y)
     x, y = jnp.asarray(x), jnp.asarray(y)
     flat, unravel = ravel_pytree(params_s)
+    J, r0, sigma, U, keep = _maybe_jit(_ntk_problem, apply_fn)(apply_fn, params_s, x, y)
+    return J, r0, flat, unravel, sigma, U, keep
+
+
+def _ntk_problem(apply_fn, params_s, x, y):
     out = apply_fn(params_s, x).reshape(x.shape[0], -1)
     r0 = (out - _mse_targets(out, y)).reshape(-1)
     J = flat_jacobian(apply_fn, params_s, x)
-    return J, r0, flat, unravel
+    sigma, U, keep = _eigh_psd(J @ J.T)
+    return J, r0, sigma, U, keep
 
 
 def _eigh_psd(theta):
+    """Θ = U diag(σ) Uᵀ (σ ascending, clipped at 0) and the mask σ > N·O·ε·max σ."""
     sigma, U = jnp.linalg.eigh(0.5 * (theta + theta.T))
     sigma = jnp.maximum(sigma, 0.0)
     keep = sigma > theta.shape[0] * jnp.finfo(theta.dtype).eps * sigma[-1]
@@ -198,8 +205,7 @@ def residual_spectrum(apply_fn: Callable, params_s: Any, x, y):
     The training residual of the linear model after a spectral update with filter φ is
     Σ_i (1 − σ_i φ(σ_i)) c_i u_i; ``equivalent_damping(K, lr, sigma, weights=c**2)`` uses them.
     """
-    J, r0, _, _ = _problem(apply_fn, params_s, x, y)
-    sigma, U, _ = _eigh_psd(J @ J.T)
+    _, r0, _, _, sigma, U, _ = _problem(apply_fn, params_s, x, y)
     return sigma, U.T @ r0
 
 
@@ -209,8 +215,7 @@ def spectral_update(apply_fn: Callable, params_s: Any, x, y, phi: Callable):
     Directions with σ below N·O·ε·max σ (numerically null directions of Θ, where Jᵀu ≈ 0) are
     dropped. Returns parameters with the structure of ``params_s``.
     """
-    J, r0, flat, unravel = _problem(apply_fn, params_s, x, y)
-    sigma, U, keep = _eigh_psd(J @ J.T)
+    J, r0, flat, unravel, sigma, U, keep = _problem(apply_fn, params_s, x, y)
     filt = jnp.where(keep, phi(jnp.where(keep, sigma, 1.0)), 0.0)
     delta = -(J.T @ (U @ (filt * (U.T @ r0))))
     return unravel(flat + delta.astype(flat.dtype))

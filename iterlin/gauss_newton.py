@@ -37,8 +37,12 @@ Three solvers give the same δ (``solver=``):
   mapped by Jᵀ, so use ``"primal_cg"`` (same cost per iteration). λ = 0 works when Θ is
   non-singular (over-parameterised).
 * ``"primal_cg"``: conjugate gradients on (JᵀHJ + λI)δ = −Jᵀg with products jvp → H → vjp.
-  With λ = 0 the system is singular whenever rank(JᵀHJ) ≤ N·O (N·(O − 1) for CE) < P, and then
-  a ``ValueError`` is raised (use a kernel solver for the minimum-norm step).
+  With λ = 0 it is singular when the rank bound of JᵀHJ, N·O (N·(O − 1) for CE), is below P;
+  a ``ValueError`` is then raised (use a kernel solver for the minimum-norm step).
+
+Both CG solvers use :func:`jax.scipy.sparse.linalg.cg`, which does not report non-convergence:
+``cg_tol``/``cg_maxiter`` bound the work (relative residual tolerance 1e-10 in float64, 1e-6 in
+float32 by default).
 
 ``solver="auto"``: ``"kernel"`` if N·O ≤ :data:`KERNEL_MAX_OUTPUTS` (4096) and the Jacobian has
 at most :data:`KERNEL_MAX_JACOBIAN` (2²⁷) entries; otherwise CG in the smaller space:
@@ -136,14 +140,21 @@ def _flat_fn(apply_fn, params, x):
     return f, flat, unravel
 
 
+def _map_examples(fn, x, entries_per_example):
+    """``vmap(fn)(x)``, in sequential chunks of examples when the per-example Jacobians are large."""
+    chunk = max(1, min(x.shape[0], _CHUNK_ENTRIES // max(1, entries_per_example)))
+    if chunk == x.shape[0]:
+        return jax.vmap(fn)(x)
+    return jax.lax.map(fn, x, batch_size=chunk)
+
+
 def _per_example_jacobians(apply_fn, unravel, flat, x, n_out):
     """(N, O, P) per-example Jacobians ∂f_n/∂θ, computed in chunks of examples."""
 
     def one(xi):
         return jax.jacrev(lambda p: apply_fn(unravel(p), xi[None]).reshape(-1))(flat)
 
-    chunk = max(1, min(x.shape[0], _CHUNK_ENTRIES // max(1, n_out * flat.size)))
-    return jax.lax.map(one, x, batch_size=chunk)
+    return _map_examples(one, x, n_out * flat.size)
 
 
 def flat_jacobian(apply_fn: Callable, params: Any, x) -> jax.Array:
@@ -153,10 +164,30 @@ def flat_jacobian(apply_fn: Callable, params: Any, x) -> jax.Array:
     per-example Jacobians (reverse mode, O vector–Jacobian products per example, in chunks), so
     ``apply_fn`` must treat examples independently. The empirical NTK (Eq. 2) is ``J @ J.T``.
     """
+    x = jnp.asarray(x)
+    return _maybe_jit(_flat_jacobian, apply_fn)(apply_fn, params, x)
+
+
+def _flat_jacobian(apply_fn, params, x):
     f, flat, unravel = _flat_fn(apply_fn, params, x)
     n_out = jax.eval_shape(f, flat).shape[1]
     jac = _per_example_jacobians(apply_fn, unravel, flat, x, n_out)
     return jac.reshape(-1, flat.size)
+
+
+_JITTED: dict = {}
+
+
+def _maybe_jit(fn, apply_fn, **static):
+    """``fn`` compiled with ``apply_fn`` (argument 0) and the named arguments static; ``fn`` itself
+    when ``apply_fn`` is unhashable (then it is traced op by op, or inside the caller's jit)."""
+    try:
+        hash(apply_fn)
+    except TypeError:
+        return fn
+    if fn not in _JITTED:
+        _JITTED[fn] = jax.jit(fn, static_argnums=(0,), static_argnames=tuple(static))
+    return _JITTED[fn]
 
 
 def _ntk_mean_diag(apply_fn, unravel, flat, x, n_out):
@@ -166,8 +197,7 @@ def _ntk_mean_diag(apply_fn, unravel, flat, x, n_out):
         jac = jax.jacrev(lambda p: apply_fn(unravel(p), xi[None]).reshape(-1))(flat)
         return jnp.sum(jac**2)
 
-    chunk = max(1, min(x.shape[0], _CHUNK_ENTRIES // max(1, n_out * flat.size)))
-    return jnp.sum(jax.lax.map(one, x, batch_size=chunk)) / (x.shape[0] * n_out)
+    return jnp.sum(_map_examples(one, x, n_out * flat.size)) / (x.shape[0] * n_out)
 
 
 def _grad_and_hess(loss: str, out, y):
@@ -262,10 +292,12 @@ def gauss_newton_step(
       cg_maxiter: CG iteration cap (default: JAX's, 10 × the system size).
 
     Returns:
-      The new parameters, same structure and dtypes as ``params``.
+      The new parameters, same structure and dtypes as ``params``. For MSE with α = 1 they are
+      argmin_θ ½‖f_lin(θ, X) − Y‖² + (λ/2)‖θ − θ_s‖² (the ridge solution of the linearisation).
 
-    Traceable (e.g. inside :func:`jax.jit` with ``apply_fn`` and the keyword arguments static);
-    all arguments are validated in Python before any compute.
+    All arguments are validated in Python before any compute; the step itself is compiled once per
+    (``apply_fn``, shapes, loss, solver, damping mode) with λ and α traced, so sweeping λ does not
+    re-compile. It can also be called inside a traced function (e.g. a jitted training step).
     """
     damping, loss, solver, damping_mode, step_size, cg_tol, cg_maxiter = _check_args(
         damping, loss, solver, damping_mode, step_size, cg_tol, cg_maxiter
@@ -276,12 +308,20 @@ def gauss_newton_step(
     if loss == "ce" and not jnp.issubdtype(y.dtype, jnp.integer):
         raise ValueError(f"y has dtype {y.dtype}: loss='ce' needs integer class labels of shape (N,).")
 
+    static = dict(loss=loss, solver=solver, damping_mode=damping_mode, cg_tol=cg_tol, cg_maxiter=cg_maxiter,
+                  zero_damping=damping == 0.0)
+    return _maybe_jit(_gn_step, apply_fn, **static)(apply_fn, params, x, y, damping, step_size, **static)
+
+
+def _gn_step(apply_fn, params, x, y, damping, step_size, *, loss, solver, damping_mode, cg_tol, cg_maxiter,
+             zero_damping):
+    """The step itself (arguments already validated); λ and α are traced, the rest is static."""
     f, flat, unravel = _flat_fn(apply_fn, params, x)
-    out_shape = jax.eval_shape(f, flat).shape
-    n, n_out = out_shape
+    out, jvp_fn = jax.linearize(f, flat)
+    n, n_out = out.shape
     p_size = flat.size
     solver = select_solver(n * n_out, p_size, loss) if solver == "auto" else solver
-    if solver == "primal_cg" and damping == 0.0:
+    if solver == "primal_cg" and zero_damping:
         rank_bound = n * n_out if loss == "mse" else n * (n_out - 1)
         if rank_bound < p_size:
             raise ValueError(
@@ -289,11 +329,10 @@ def gauss_newton_step(
                 f"most {rank_bound} < P, so it is singular; use damping > 0, or solver='kernel' / "
                 "'kernel_cg' for the minimum-norm Gauss–Newton step (Eq. 5, 19)."
             )
-
-    out, jvp_fn = jax.linearize(f, flat)
     vjp_fn = jax.linear_transpose(jvp_fn, flat)
     g, hess = _grad_and_hess(loss, out, y)
     dtype = out.dtype
+    damping = jnp.asarray(damping, dtype)
 
     if solver == "kernel":
         J = _per_example_jacobians(apply_fn, unravel, flat, x, n_out).reshape(n * n_out, p_size)
@@ -324,7 +363,7 @@ def gauss_newton_step(
             (rhs,) = vjp_fn(-g)
             delta, _ = cg(matvec, rhs, tol=tol, atol=0.0, maxiter=cg_maxiter)
 
-    return unravel(flat + step_size * delta.astype(flat.dtype))
+    return unravel(flat + jnp.asarray(step_size, flat.dtype) * delta.astype(flat.dtype))
 
 
 def select_solver(n_outputs: int, n_params: int, loss: str = "mse") -> str:

@@ -33,6 +33,7 @@ whose outputs depend on the whole batch (use ``bn_mode="frozen"`` there, or
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, Callable, Sequence
 
@@ -107,6 +108,11 @@ def _chunk(chunk_size, n: int, n_out: int, n_params: int) -> int:
     return min(check_int(chunk_size, "chunk_size", minimum=1), n)
 
 
+def _chunk_at(x, i, c: int):
+    """Examples i·c, ..., i·c + c − 1 of x (traced i), indices clamped to the last example."""
+    return x[jnp.minimum(i * c + jnp.arange(c), x.shape[0] - 1)]
+
+
 def _blocks(x, c: int):
     """(N, ...) → (⌈N/c⌉, c, ...), padding by repeating the last example (its rows are dropped)."""
     n = x.shape[0]
@@ -158,8 +164,19 @@ def _ntvp_block(apply_fn, params, xa, xb):
     return jax.vmap(apply_block)(cols).T  # (c_a·O, c_b·O)
 
 
-def _block_fn(mode: str):
-    return _jacobian_block if mode == "jacobian" else _ntvp_block
+# Compiled once per (apply_fn, chunk size, shapes) and reused by later calls of empirical_ntk
+# (apply_fn is a static argument: hashed by identity). The chunk index i is traced.
+@functools.partial(jax.jit, static_argnames=("apply_fn", "c"))
+def _jacobian_at(apply_fn, params, x, i, c):
+    return _jacobian(apply_fn, params, _chunk_at(x, i, c))
+
+
+_contract_jit = jax.jit(_contract)
+
+
+@functools.partial(jax.jit, static_argnames=("apply_fn", "c"))
+def _ntvp_block_at(apply_fn, params, xa, xb, i, j, c):
+    return _ntvp_block(apply_fn, params, _chunk_at(xa, i, c), _chunk_at(xb, j, c))
 
 
 def _assemble(blocks, n1: int, n2: int, c: int, n_out: int):
@@ -179,8 +196,10 @@ def empirical_ntk_fn(apply_fn: Callable, *, chunk_size: int | None = None, mode:
 
     The traced variant of :func:`empirical_ntk`: the same block computations, with the chunks walked
     by ``jax.lax.map`` (sequentially, so memory stays bounded by the chunk), so it can be used under
-    ``jax.jit`` or ``jax.vmap`` (e.g. one kernel per run of a sweep). Every block (i, j) is computed,
-    including j < i when ``x2`` is None; with one chunk (N ≤ chunk_size) the Jacobian is computed once.
+    ``jax.jit`` or ``jax.vmap`` (e.g. one kernel per run of a sweep). With one chunk (N ≤ chunk_size)
+    the Jacobian is computed once; otherwise the column chunks' Jacobians are recomputed for every
+    row chunk (compute ≈ (N/chunk_size + 1)·N per-example Jacobians, the price of bounded memory).
+    For ``x2=None`` the blocks below the diagonal are skipped (``lax.switch``) and mirrored.
 
     Args:
       apply_fn: ``apply_fn(params, x) -> (N, O)``; examples must be processed independently.
@@ -201,31 +220,45 @@ def empirical_ntk_fn(apply_fn: Callable, *, chunk_size: int | None = None, mode:
     mode = check_choice(mode, "mode", NTK_MODES)
     if chunk_size is not None:
         check_int(chunk_size, "chunk_size", minimum=1)
-    block = _block_fn(mode)
 
     def ntk(params, x1, x2=None):
         x1, x2 = _check_pair(x1, x2)
         n_out = _n_outputs(apply_fn, params, x1)
+        sym = x2 is None
         n1 = x1.shape[0]
-        n2 = n1 if x2 is None else x2.shape[0]
+        n2 = n1 if sym else x2.shape[0]
         c = _chunk(chunk_size, max(n1, n2), n_out, _n_params(params))
         xs1 = _blocks(x1, c)
-        xs2 = xs1 if x2 is None else _blocks(x2, c)
-        if x2 is None and xs1.shape[0] == 1 and mode == "jacobian":
+        xs2 = xs1 if sym else _blocks(x2, c)
+        nb1, nb2, m = xs1.shape[0], xs2.shape[0], c * n_out
+        if sym and nb1 == 1 and mode == "jacobian":  # one chunk: one Jacobian
             j = _jacobian(apply_fn, params, xs1[0])
             return _assemble(_contract(j, j)[None, None], n1, n2, c, n_out)
-        if mode == "jacobian":
 
-            def row(xa):
-                ja = _jacobian(apply_fn, params, xa)
-                return jax.lax.map(lambda xb: _contract(ja, _jacobian(apply_fn, params, xb)), xs2)
+        def row(args):
+            i, xa = args
+            ja = _jacobian(apply_fn, params, xa) if mode == "jacobian" else None
 
-        else:
+            def col(args):
+                j, xb = args
+                if mode == "jacobian":
+                    full = lambda: _contract(ja, _jacobian(apply_fn, params, xb))  # noqa: E731
+                    diag = lambda: _contract(ja, ja)  # noqa: E731
+                else:
+                    full = diag = lambda: _ntvp_block(apply_fn, params, xa, xb)  # noqa: E731
+                if not sym:
+                    return full()
+                skip = lambda: jnp.zeros((m, m), jnp.result_type(*jax.tree.leaves(params)))  # noqa: E731
+                # symmetric: blocks below the diagonal are skipped here and mirrored below
+                return jax.lax.switch((j > i).astype(jnp.int32) + (j >= i).astype(jnp.int32), (skip, diag, full))
 
-            def row(xa):
-                return jax.lax.map(lambda xb: block(apply_fn, params, xa, xb), xs2)
+            return jax.lax.map(col, (jnp.arange(nb2), xs2))
 
-        return _assemble(jax.lax.map(row, xs1), n1, n2, c, n_out)
+        blocks = jax.lax.map(row, (jnp.arange(nb1), xs1))  # (nb1, nb2, m, m)
+        if sym:
+            ii, jj = np.indices((nb1, nb2))
+            blocks = jnp.where((jj < ii)[:, :, None, None], blocks.transpose(1, 0, 3, 2), blocks)
+        return _assemble(blocks, n1, n2, c, n_out)
 
     return ntk
 
@@ -268,33 +301,37 @@ def empirical_ntk(
         check_int(chunk_size, "chunk_size", minimum=1)
     x1, x2 = _check_pair(x1, x2)
     n_out = _n_outputs(apply_fn, params, x1)
-    n1 = x1.shape[0]
-    n2 = n1 if x2 is None else x2.shape[0]
-    c = _chunk(chunk_size, max(n1, n2), n_out, _n_params(params))
-    xs1 = _blocks(x1, c)
-    xs2 = xs1 if x2 is None else _blocks(x2, c)
-    nb1, nb2 = xs1.shape[0], xs2.shape[0]
     sym = x2 is None
+    x2 = x1 if sym else x2
+    n1, n2 = x1.shape[0], x2.shape[0]
+    c = _chunk(chunk_size, max(n1, n2), n_out, _n_params(params))
+    nb1, nb2 = -(-n1 // c), -(-n2 // c)
+    m = c * n_out
+    k = None  # assembled on the host, block by block
 
-    rows: list[list] = [[None] * nb2 for _ in range(nb1)]
+    def put(i, j, blk):
+        nonlocal k
+        if k is None:
+            k = np.empty((nb1 * m, nb2 * m), blk.dtype)
+        k[i * m:(i + 1) * m, j * m:(j + 1) * m] = blk
+
+    # Chunk i is gathered inside the compiled functions from a traced index (rows past the end
+    # repeat the last example and are dropped), so every block uses the same compiled code.
     if mode == "jacobian":
-        jac = jax.jit(lambda p, xs: _jacobian(apply_fn, p, xs))
-        contract = jax.jit(_contract)
         for i in range(nb1):
-            ja = jac(params, xs1[i])
+            ja = _jacobian_at(apply_fn, params, x1, i, c)
             for j in range(i if sym else 0, nb2):
-                rows[i][j] = contract(ja, ja if (sym and j == i) else jac(params, xs2[j]))
+                jb = ja if (sym and j == i) else _jacobian_at(apply_fn, params, x2, j, c)
+                put(i, j, _contract_jit(ja, jb))
     else:
-        block = jax.jit(lambda p, xa, xb: _ntvp_block(apply_fn, p, xa, xb))
         for i in range(nb1):
             for j in range(i if sym else 0, nb2):
-                rows[i][j] = block(params, xs1[i], xs2[j])
+                put(i, j, _ntvp_block_at(apply_fn, params, x1, x2, i, j, c))
     if sym:  # Θ(X, X) is symmetric: mirror the blocks below the diagonal
         for i in range(nb1):
             for j in range(i):
-                rows[i][j] = rows[j][i].T
-    k = jnp.block(rows) if (nb1 > 1 or nb2 > 1) else rows[0][0]
-    return k[: n1 * n_out, : n2 * n_out]
+                put(i, j, k[j * m:(j + 1) * m, i * m:(i + 1) * m].T)
+    return jnp.asarray(k[: n1 * n_out, : n2 * n_out])
 
 
 def ntk_vector_product(apply_fn: Callable, params: Any, x) -> Callable:
@@ -467,7 +504,7 @@ def kernel_tracker(
                 k_s = ntk(p_s, x_probe)
             if mem["k0"][r] is None:
                 mem["k0"][r] = k_t
-            d_init[r] = float(dist(k_t, mem["k0"][r]))
+            d_init[r] = 0.0 if mem["k0"][r] is k_t else float(dist(k_t, mem["k0"][r]))
             if not first:
                 dt = step - mem["step"]
                 vel[r] = float(dist(k_t, mem["k_t"][r])) / dt if dt > 0 else np.nan

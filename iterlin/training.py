@@ -108,8 +108,8 @@ def make_step(
         params = optax.apply_updates(state.params, updates)
         t = state.step + 1
         relin = (state.K > 0) & (t % jnp.maximum(state.K, 1) == 0)
-        if refresh is not None:
-            params = tree_where(relin, refresh(params, x), params)
+        if refresh is not None:  # a cond: the extra forward runs only when re-linearising (unless vmapped)
+            params = jax.lax.cond(relin, lambda p: refresh(p, x), lambda p: p, params)
         params_s = tree_where(relin, params, state.params_s)
         if reset_optimizer:
             opt_state = tree_where(relin, optimizer.init(params), opt_state)
@@ -381,6 +381,12 @@ def _check_optimizer(optimizer):
     return optimizer
 
 
+def _initial_refresh(refresh, params, data, batch_size):
+    """θ_0's statistics (BatchNorm "frozen") from the first ``batch_size`` training images."""
+    x = jnp.asarray(data[0])
+    return refresh(params, x if batch_size is None else x[:batch_size])
+
+
 def train(
     apply_fn: Callable,
     params: Any,
@@ -421,7 +427,10 @@ def train(
       (T/K so far), and ``{net,lin}_{train,test}_{loss,acc|rmse}`` for the network f(θ_t) and the
       current linear model f_lin_s(θ_t); plus ``diverged`` and ``diverged_step`` (−1 if finite).
     """
-    state = init_state(params, _check_optimizer(optimizer), K)
+    _check_optimizer(optimizer)
+    if refresh is not None:  # statistics at θ_0 before the first linearisation
+        params = _initial_refresh(refresh, params, data, batch_size)
+    state = init_state(params, optimizer, K)
     step_fn = make_step(apply_fn, optimizer, loss, refresh=refresh)
     state, history = fit(step_fn, state, apply_fn, data, steps=steps, loss=loss, batch_size=batch_size, key=key,
                          **fit_kwargs)
@@ -462,6 +471,8 @@ def train_sweep(
             f"{sorted({np.shape(leaf)[:1] for leaf in leaves})}"
         )
     _check_optimizer(optimizer)
+    if refresh is not None:
+        params = jax.vmap(lambda p: _initial_refresh(refresh, p, data, batch_size))(params)
     state = jax.vmap(lambda p, k: init_state(p, optimizer, 1)._replace(K=k))(params, jnp.asarray(Ks, jnp.int32))
     step_fn = make_step(apply_fn, optimizer, loss, refresh=refresh)
     state, history = fit(step_fn, state, apply_fn, data, steps=steps, loss=loss, batch_size=batch_size, key=key,

@@ -14,6 +14,7 @@ from iterlin.adam_solve import (
     RELIN_REASONS,
     init_solve_state,
     make_solve_step,
+    make_train_check,
     relin_log,
     train_adam_solved,
 )
@@ -280,3 +281,18 @@ def test_relin_log_and_reasons(mlp, easy):
     assert RELIN_REASONS[1:] == ("target", "plateau", "K")
     with pytest.raises(ValueError, match="log_size"):
         init_solve_state(mlp.params, optax.adam(LR), 5, log_size=0)
+
+
+@pytest.mark.parametrize("batch_size", [5, 16, 1000])  # padded chunks, exact tiling, one chunk
+def test_train_check_matches_direct_metrics(mlp, easy, batch_size):
+    x, y = easy
+    params = jax.tree.map(lambda p: p + 0.1, mlp.params)
+    loss, acc = make_train_check(mlp.apply_fn, "ce", x, y, batch_size)(mlp.params, params)
+    m = _lin_metrics(mlp.apply_fn, mlp.params, params, x, y)
+    np.testing.assert_allclose(float(loss), m["loss"], rtol=1e-5)
+    assert float(acc) == pytest.approx(m["acc"], abs=1e-7)
+    yr = jax.nn.one_hot(y, 2)  # real targets: MSE, no accuracy
+    loss, acc = make_train_check(mlp.apply_fn, "mse", x, yr, batch_size)(mlp.params, params)
+    np.testing.assert_allclose(float(loss), _lin_metrics(mlp.apply_fn, mlp.params, params, x, yr, "mse")["loss"],
+                               rtol=1e-5)
+    assert np.isnan(float(acc))

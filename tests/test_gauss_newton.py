@@ -36,14 +36,26 @@ class MLP(nn.Module):
         return nn.Dense(self.out)(x)
 
 
+def _init(model, x, seed):
+    """Parameters of ``model`` drawn with NumPy (LeCun-normal weights, small biases): no JAX RNG compiles."""
+    rng = np.random.default_rng(seed)
+    shapes = jax.eval_shape(model.init, jax.random.PRNGKey(0), x)
+
+    def draw(leaf):
+        scale = 1.0 / math.sqrt(leaf.shape[0]) if len(leaf.shape) == 2 else 0.1
+        return jnp.asarray(rng.normal(size=leaf.shape) * scale, x.dtype)
+
+    return jax.tree.map(draw, shapes)
+
+
 def _setup(n=6, d=3, out=2, seed=0, dtype=jnp.float64):
+    """A tiny tanh MLP (2 hidden layers of 8; P = 122 for out = 2) and a random regression/classification batch."""
     model = MLP(out=out)
-    kx, kp, ky = jax.random.split(jax.random.PRNGKey(seed), 3)
-    x = jax.random.normal(kx, (n, d), dtype)
-    params = model.init(kp, x)
-    params = jax.tree.map(lambda a: a.astype(dtype), params)
-    y_reg = jax.random.normal(ky, (n, out), dtype)
-    y_cls = jax.random.randint(ky, (n,), 0, out)
+    rng = np.random.default_rng(100 + seed)
+    x = jnp.asarray(rng.normal(size=(n, d)), dtype)
+    params = _init(model, x, seed)
+    y_reg = jnp.asarray(rng.normal(size=(n, out)), dtype)
+    y_cls = jnp.asarray(rng.integers(0, out, size=n), jnp.int32)
     return model.apply, params, x, y_reg, y_cls
 
 
@@ -51,23 +63,37 @@ def _flat(tree):
     return np.asarray(ravel_pytree(tree)[0])
 
 
+@partial(jax.jit, static_argnums=0)
+def _jacfwd(apply_fn, params, x):
+    flat, unravel = ravel_pytree(params)
+    return jax.jacfwd(lambda p: apply_fn(unravel(p), x))(flat)  # (N, O, P)
+
+
 def _dense_jacobian(apply_fn, params, x):
     """Full-batch forward-mode Jacobian (a different route from the per-example reverse mode)."""
     flat, unravel = ravel_pytree(params)
-    jac = jax.jacfwd(lambda p: apply_fn(unravel(p), x))(flat)  # (N, O, P)
+    jac = _jacfwd(apply_fn, params, x)
     return np.asarray(jac.reshape(-1, flat.size)), np.asarray(flat), unravel
 
 
-def _dense_gn(apply_fn, params, x, y, lam, loss):
-    """θ − (JᵀHJ + λI)⁻¹Jᵀg with H, g from autodiff of the summed loss in f (not the library's formulas)."""
-    J, flat, _ = _dense_jacobian(apply_fn, params, x)
-    out = apply_fn(params, x)
+def _summed_loss(loss, y):
     if loss == "mse":
-        total = lambda f: 0.5 * jnp.sum((f - y) ** 2)  # noqa: E731
-    else:
-        total = lambda f: -jnp.sum(jnp.take_along_axis(jax.nn.log_softmax(f), y[:, None], axis=1))  # noqa: E731
-    g = np.asarray(jax.grad(total)(out)).reshape(-1)
-    H = np.asarray(jax.hessian(total)(out)).reshape(g.size, g.size)
+        return lambda f: 0.5 * jnp.sum((f - y) ** 2)
+    return lambda f: -jnp.sum(jnp.take_along_axis(jax.nn.log_softmax(f), y[:, None], axis=1))
+
+
+@partial(jax.jit, static_argnums=0)
+def _grad_hess(loss, out, y):
+    """g = ∂L/∂f and H = ∂²L/∂f² of the summed loss by autodiff (not the library's formulas)."""
+    total = _summed_loss(loss, y)
+    g = jax.grad(total)(out).reshape(-1)
+    return g, jax.hessian(total)(out).reshape(g.size, g.size)
+
+
+def _dense_gn(apply_fn, params, x, y, lam, loss):
+    """θ − (JᵀHJ + λI)⁻¹Jᵀg, all dense."""
+    J, flat, _ = _dense_jacobian(apply_fn, params, x)
+    g, H = (np.asarray(a) for a in _grad_hess(loss, apply_fn(params, x), y))
     A = J.T @ H @ J + lam * np.eye(J.shape[1])
     return flat - np.linalg.solve(A, J.T @ g), J
 
@@ -79,14 +105,14 @@ def test_solvers_agree_with_dense_mse(x64, damping_mode):
     J, _, _ = _dense_jacobian(apply_fn, params, x)
     lam = d if damping_mode == "absolute" else d * np.mean(np.diag(J @ J.T))
     expected, _ = _dense_gn(apply_fn, params, x, y, lam, "mse")
-    for solver in ("kernel", "kernel_cg", "primal_cg", "auto"):
+    for solver in ("kernel", "kernel_cg", "primal_cg", "auto"):  # auto = kernel here (no extra compile)
         got = gauss_newton_step(apply_fn, params, x, y, damping=d, damping_mode=damping_mode, solver=solver)
         np.testing.assert_allclose(_flat(got), expected, rtol=1e-9, atol=1e-9, err_msg=solver)
 
 
 @pytest.mark.parametrize("damping_mode", ["absolute", "relative"])
 def test_solvers_agree_with_dense_ce(x64, damping_mode):
-    apply_fn, params, x, _, y = _setup(n=7, out=3, seed=1)
+    apply_fn, params, x, _, y = _setup(n=6, out=3, seed=1)
     d = 0.2
     J, _, _ = _dense_jacobian(apply_fn, params, x)
     lam = d if damping_mode == "absolute" else d * np.mean(np.diag(J @ J.T))
@@ -99,19 +125,16 @@ def test_solvers_agree_with_dense_ce(x64, damping_mode):
 
 def test_ce_zero_damping_is_minimum_norm_ggn_step(x64):
     """λ = 0 with cross-entropy (H singular): the minimum-norm solution −(JᵀHJ)⁺Jᵀg."""
-    apply_fn, params, x, _, y = _setup(n=5, out=3, seed=2)
+    apply_fn, params, x, _, y = _setup(n=6, out=3, seed=2)
     J, flat, _ = _dense_jacobian(apply_fn, params, x)
-    out = apply_fn(params, x)
-    total = lambda f: -jnp.sum(jnp.take_along_axis(jax.nn.log_softmax(f), y[:, None], axis=1))  # noqa: E731
-    g = np.asarray(jax.grad(total)(out)).reshape(-1)
-    H = np.asarray(jax.hessian(total)(out)).reshape(g.size, g.size)
+    g, H = (np.asarray(a) for a in _grad_hess("ce", apply_fn(params, x), y))
     expected = flat - np.linalg.pinv(J.T @ H @ J, rcond=1e-10, hermitian=True) @ (J.T @ g)
     got = gauss_newton_step(apply_fn, params, x, y, damping=0.0, loss="ce", solver="kernel")
     np.testing.assert_allclose(_flat(got), expected, rtol=1e-7, atol=1e-7)
 
 
 def test_jacobian_is_example_major(x64):
-    apply_fn, params, x, _, _ = _setup(out=3)
+    apply_fn, params, x, _, _ = _setup(out=2)
     J_dense, _, _ = _dense_jacobian(apply_fn, params, x)
     np.testing.assert_allclose(np.asarray(flat_jacobian(apply_fn, params, x)), J_dense, rtol=1e-12, atol=1e-12)
 
@@ -133,7 +156,7 @@ def test_zero_damping_is_eq19_min_norm(x64):
 
 def test_damped_step_is_ridge_solution(x64):
     """Eq. 6 = argmin_θ ½‖f_lin(θ) − Y‖² + (λ/2)‖θ − θ_s‖² (augmented least squares, not the normal equations)."""
-    apply_fn, params, x, y, _ = _setup(n=8, out=2, seed=3)
+    apply_fn, params, x, y, _ = _setup(n=6, out=2, seed=3)
     J, flat, _ = _dense_jacobian(apply_fn, params, x)
     r = np.asarray(apply_fn(params, x) - y).reshape(-1)
     for lam in (1e-3, 0.7, 25.0):
@@ -150,7 +173,8 @@ def test_float32_and_pytree_structure_preserved():
     apply_fn, params, x, y, _ = _setup(dtype=jnp.float32)
     new = gauss_newton_step(apply_fn, params, x, y, damping=1.0)
     assert jax.tree.structure(new) == jax.tree.structure(params)
-    assert all(a.dtype == jnp.float32 and a.shape == b.shape for a, b in zip(jax.tree.leaves(new), jax.tree.leaves(params)))
+    for a, b in zip(jax.tree.leaves(new), jax.tree.leaves(params)):
+        assert a.dtype == jnp.float32 and a.shape == b.shape
     assert np.all(np.isfinite(_flat(new)))
 
 
@@ -164,22 +188,24 @@ def test_select_solver_rule():
 
 def test_large_K_training_approaches_gauss_newton_step(x64):
     """K = ∞, many small full-batch GD steps on the linearisation → the λ = 0 (min-norm) GN step."""
-    apply_fn, params, x, y, _ = _setup(n=5, out=1, seed=4)
+    apply_fn, params, x, y, _ = _setup(n=6, out=2, seed=4)
     n = x.shape[0]
     target = _flat(gauss_newton_step(apply_fn, params, x, y, damping=0.0, solver="kernel"))
     J, _, _ = _dense_jacobian(apply_fn, params, x)
-    sigma_max = np.linalg.eigvalsh(J @ J.T).max()
-    lr = n / sigma_max  # η = lr/N = 1/σ_max on the summed loss: stable, fastest safe step
+    sigma = np.linalg.eigvalsh(J @ J.T)
+    lr = n / sigma.max()  # η = lr/N = 1/σ_max on the summed loss: stable, fastest safe step
+    steps = int(15 * sigma.max() / sigma.min())  # error ∝ (1 − σ_min/σ_max)^t ≈ e^{−15} at the end
+    assert steps < 30_000, steps
 
     def distance(step, state):
         return {"dist": float(np.linalg.norm(_flat(state.params) - target))}
 
-    steps = 6000
     final, hist = train(apply_fn, params, (x, y), K=math.inf, steps=steps, optimizer=optax.sgd(lr), loss="mse",
-                        batch_size=None, eval_steps=[100, 1000, 3000], callback=distance)
+                        batch_size=None, eval_steps=[steps // 8, steps // 4, steps // 2], callback=distance)
     dist = np.asarray(hist["dist"])
     assert np.all(np.diff(dist) < 0), dist
-    assert dist[-1] < 1e-4 * dist[0], dist
+    assert dist[-1] < 1e-5 * dist[0], dist
+    np.testing.assert_allclose(_flat(final), target, atol=1e-5 * dist[0])
     assert int(hist["n_relin"][-1]) == 0
 
 
@@ -187,14 +213,12 @@ def _quintic_toy(dtype=jnp.float64):
     x = jnp.linspace(-2.0, 2.0, 20, dtype=dtype)[:, None]
     y = x**5 / 32 - x**3 / 2 + 2 * x - 1
     model = MLP(out=1, width=10, depth=2)
-    params = jax.tree.map(lambda a: a.astype(dtype), model.init(jax.random.PRNGKey(5), x))
-    return model.apply, params, x, y
+    return model.apply, _init(model, x, 5), x, y
 
 
-@pytest.mark.parametrize("damping_mode", ["absolute", "relative"])
-def test_gauss_newton_train_equals_repeated_steps(x64, damping_mode):
+def test_gauss_newton_train_equals_repeated_steps(x64):
     apply_fn, params, x, y = _quintic_toy()
-    kw = dict(damping=0.5, step_size=0.8, damping_mode=damping_mode)
+    kw = dict(damping=0.05, step_size=0.8, damping_mode="relative")
     steps = 3
     final, hist = gauss_newton_train(apply_fn, params, (x, y), steps=steps, eval_every=1, **kw)
     p = params
@@ -266,10 +290,3 @@ def test_bad_data_raise():
         gauss_newton_step(apply_fn, params, x, y, damping=1.0, loss="ce")
     with pytest.raises(ValueError, match="damping"):
         gauss_newton_train(apply_fn, params, (x, y), damping=-1.0, steps=2)
-
-
-def test_jit_compatible(x64):
-    apply_fn, params, x, y, _ = _setup()
-    f = jax.jit(partial(gauss_newton_step, apply_fn, damping=0.1, solver="kernel"))
-    np.testing.assert_allclose(_flat(f(params, x, y)), _flat(gauss_newton_step(apply_fn, params, x, y, damping=0.1)),
-                               rtol=1e-12, atol=1e-12)

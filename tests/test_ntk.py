@@ -2,7 +2,6 @@
 
 import math
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -11,7 +10,6 @@ import pytest
 from jax.flatten_util import ravel_pytree
 
 import iterlin
-from iterlin.models import MLP
 from iterlin.ntk import (
     empirical_ntk,
     empirical_ntk_fn,
@@ -27,61 +25,71 @@ from _toy import tiny_problem
 N = 7  # examples: chunk sizes 3 and 4 do not divide it, 7 and 1 do
 
 
-class TinyConv(nn.Module):
-    """Convolution + dense: parameter leaves of rank 4, 1 and 2."""
+def _mlp(p, x):
+    h = jnp.tanh(x @ p["w0"] + p["b0"])
+    return jax.nn.relu(h @ p["w1"] + p["b1"]) @ p["w2"] + p["b2"]
 
-    out: int = 3
 
-    @nn.compact
-    def __call__(self, x):
-        h = nn.relu(nn.Conv(4, (3, 3), padding="VALID")(x))
-        return nn.Dense(self.out)(h.reshape(h.shape[0], -1))
+def _conv(p, x):
+    """Convolution + dense: parameter leaves of rank 4, 1 and 2 (NHWC, HWIO)."""
+    h = jax.lax.conv_general_dilated(x, p["k"], (1, 1), "VALID", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+    h = jax.nn.relu(h + p["kb"])
+    return h.reshape(h.shape[0], -1) @ p["w"] + p["b"]
 
 
 def _problem(kind, n_out, n=N, seed=0):
-    """(apply_fn, params, x) in float64."""
-    kx, kp = jax.random.split(jax.random.PRNGKey(seed))
+    """(apply_fn, params, x) in float64, plain jnp (no initialisation to compile)."""
+    rng = np.random.default_rng(seed)
+    normal = lambda *shape: jnp.asarray(rng.normal(size=shape) / np.sqrt(shape[0]))  # noqa: E731
     if kind == "mlp":
-        module, x = MLP(num_outputs=n_out, width=6, depth=2, dtype=jnp.float64), jax.random.normal(kx, (n, 2))
-    else:
-        module, x = TinyConv(out=n_out), jax.random.normal(kx, (n, 5, 5, 2))
-    x = x.astype(jnp.float64)
-    params = jax.tree.map(lambda a: a.astype(jnp.float64), module.init(kp, x)["params"])
-    return (lambda p, x: module.apply({"params": p}, x)), params, x
+        params = {"w0": normal(2, 6), "b0": normal(6), "w1": normal(6, 6), "b1": normal(6),
+                  "w2": normal(6, n_out), "b2": normal(n_out)}
+        return _mlp, params, jnp.asarray(rng.normal(size=(n, 2)))
+    params = {"k": normal(3, 3, 2, 4), "kb": normal(4), "w": normal(36, n_out), "b": normal(n_out)}
+    return _conv, params, jnp.asarray(rng.normal(size=(n, 5, 5, 2)))
 
 
 def _dense_ntk(apply_fn, params, x1, x2):
     """ϕ(X₁)ϕ(X₂)ᵀ from the dense Jacobian of the flattened outputs w.r.t. the flattened parameters."""
-    flat, unravel = ravel_pytree(params)
-    jac = lambda x: jax.jacfwd(lambda f: apply_fn(unravel(f), x).reshape(-1))(flat)  # noqa: E731
-    return np.asarray(jac(x1) @ jac(x2).T)
+
+    @jax.jit
+    def dense(params, x1, x2):
+        flat, unravel = ravel_pytree(params)
+        jac = lambda x: jax.jacfwd(lambda f: apply_fn(unravel(f), x).reshape(-1))(flat)  # noqa: E731
+        return jac(x1) @ jac(x2).T
+
+    return np.asarray(dense(params, x1, x2))
 
 
-@pytest.mark.parametrize("mode", ["jacobian", "ntvp"])
 @pytest.mark.parametrize(
     "kind, n_out, chunk_size, with_x2",
     [
-        ("mlp", 1, None, False),
-        ("mlp", 1, 3, True),
-        ("mlp", 3, 3, False),
-        ("mlp", 3, 7, True),
-        ("conv", 3, 4, False),
-        ("conv", 1, 1, True),
+        ("mlp", 1, None, False),  # one chunk of N: the Jacobian is reused
+        ("mlp", 3, 3, True),  # 3 does not divide N = 7
+        ("conv", 3, 4, False),  # 4 does not divide N; blocks below the diagonal mirrored
+        ("conv", 1, 1, True),  # 1 divides N
     ],
 )
-def test_ntk_equals_dense_jacobian_product(x64, mode, kind, n_out, chunk_size, with_x2):
+def test_ntk_equals_dense_jacobian_product(x64, kind, n_out, chunk_size, with_x2):
     apply_fn, params, x = _problem(kind, n_out)
     x2 = x[2:6] * 1.5 + 0.1 if with_x2 else None
-    ref = _dense_ntk(apply_fn, params, x, x if x2 is None else x2)
     n2 = N if x2 is None else 4
-    got = empirical_ntk(apply_fn, params, x, x2, chunk_size=chunk_size, mode=mode)
-    assert got.shape == (N * n_out, n2 * n_out) and got.dtype == jnp.float64
-    np.testing.assert_allclose(got, ref, rtol=1e-10, atol=1e-12)
-    traced = jax.jit(empirical_ntk_fn(apply_fn, chunk_size=chunk_size, mode=mode))(params, x, x2)
-    np.testing.assert_allclose(traced, ref, rtol=1e-10, atol=1e-12)
-    # example-major: block (n, m) of the reshaped kernel is Θ(x_n, x_m), an O × O matrix
-    one = empirical_ntk(apply_fn, params, x[3:4], (x if x2 is None else x2)[1:2])
-    np.testing.assert_allclose(got.reshape(N, n_out, n2, n_out)[3, :, 1, :], one, rtol=1e-10, atol=1e-12)
+    ref = _dense_ntk(apply_fn, params, x, x if x2 is None else x2)
+    for mode in ("jacobian", "ntvp"):
+        got = empirical_ntk(apply_fn, params, x, x2, chunk_size=chunk_size, mode=mode)
+        assert got.shape == (N * n_out, n2 * n_out) and got.dtype == jnp.float64
+        np.testing.assert_allclose(got, ref, rtol=1e-10, atol=1e-12, err_msg=mode)
+        traced = jax.jit(empirical_ntk_fn(apply_fn, chunk_size=chunk_size, mode=mode))(params, x, x2)
+        np.testing.assert_allclose(traced, ref, rtol=1e-10, atol=1e-12, err_msg=f"traced {mode}")
+
+
+def test_ntk_is_example_major(x64):
+    """Row n·O + o is output o of example n: block (n, m) of the reshaped kernel is Θ(x_n, x_m)."""
+    apply_fn, params, x = _problem("mlp", 3)
+    k = np.asarray(empirical_ntk(apply_fn, params, x, chunk_size=3)).reshape(N, 3, N, 3)
+    for n, m in [(0, 0), (3, 1), (6, 2)]:
+        np.testing.assert_allclose(k[n, :, m, :], _dense_ntk(apply_fn, params, x[n:n + 1], x[m:m + 1]),
+                                   rtol=1e-10, atol=1e-12)
 
 
 def test_ntk_is_symmetric_psd_and_detects_wrong_answers(x64):
@@ -90,13 +98,13 @@ def test_ntk_is_symmetric_psd_and_detects_wrong_answers(x64):
     np.testing.assert_array_equal(k, k.T)  # mirrored blocks
     assert np.linalg.eigvalsh(k).min() > -1e-10
     # a different θ gives a different kernel: the comparison above can fail
-    other = jax.tree.map(lambda a: a * 1.1, params)
+    other = jax.tree.map(lambda a: jnp.asarray(np.asarray(a) * 1.1), params)
     assert not np.allclose(empirical_ntk(apply_fn, other, x, chunk_size=2), k, rtol=1e-3)
 
 
 def test_traced_variant_under_vmap_matches_per_run_kernels(x64):
     apply_fn, params, x = _problem("mlp", 2)
-    params2 = jax.tree.map(lambda a: a * 0.7 + 0.01, params)
+    params2 = _problem("mlp", 2, seed=1)[1]
     ntk = empirical_ntk_fn(apply_fn, chunk_size=3)
     stacked = jax.jit(jax.vmap(ntk, in_axes=(0, None)))(tree_stack([params, params2]), x)
     assert stacked.shape == (2, 2 * N, 2 * N)
@@ -119,7 +127,7 @@ def test_ntk_vector_product_equals_kernel_times_vector(x64):
 
 
 def test_bad_arguments_are_named():
-    apply_fn, params, x, _ = tiny_problem(n=4)
+    apply_fn, params, x = _mlp, {"w0": np.ones((5, 2))}, np.ones((4, 5))
     with pytest.raises(ValueError, match="mode"):
         empirical_ntk(apply_fn, params, x, mode="dense")
     with pytest.raises(ValueError, match="chunk_size"):
@@ -191,15 +199,25 @@ def test_relinearisation_steps():
 # ----------------------------------------------------------------------------------------------
 
 
-def _train(K, callback, steps=12, eval_steps=None):
+TRAIN = dict(steps=12, optimizer=optax.sgd(0.5), loss="ce", eval_every=4)
+
+
+@pytest.fixture(scope="module")
+def tracked_runs():
+    """Histories with a kernel tracker: single runs K = 1 and K = ∞, and a sweep over both."""
     apply_fn, params, x, y = tiny_problem(n=16, width=8)
-    return iterlin.train(apply_fn, params, (x, y), K=K, steps=steps, optimizer=optax.sgd(0.5), loss="ce",
-                         eval_every=4 if eval_steps is None else None, eval_steps=eval_steps, callback=callback)
+    single = {
+        K: iterlin.train(apply_fn, params, (x, y), K=K, callback=kernel_tracker(apply_fn, x[:5], chunk_size=2),
+                         **TRAIN)[1]
+        for K in (1, math.inf)
+    }
+    _, sweep = iterlin.train_sweep(apply_fn, tree_stack([params, params]), (x, y), K=[1, math.inf],
+                                   callback=kernel_tracker(apply_fn, x[:5]), **TRAIN)
+    return single, sweep
 
 
-def test_kernel_tracker_fixed_linearisation_never_moves_the_linear_kernel():
-    apply_fn, params, x, _ = tiny_problem(n=16, width=8)
-    _, hist = _train(math.inf, kernel_tracker(apply_fn, x[:5], chunk_size=2))
+def test_kernel_tracker_fixed_linearisation_never_moves_the_linear_kernel(tracked_runs):
+    hist = tracked_runs[0][math.inf]
     np.testing.assert_array_equal(hist["step"], [0, 4, 8, 12])
     np.testing.assert_array_equal(hist["kernel_distance_relin"], 0.0)  # θ_s = θ_0 throughout
     d_init = hist["kernel_distance_init"]
@@ -207,38 +225,32 @@ def test_kernel_tracker_fixed_linearisation_never_moves_the_linear_kernel():
     assert np.isnan(hist["kernel_velocity"][0]) and np.all(hist["kernel_velocity"][1:] > 0)
 
 
-def test_kernel_tracker_with_K1_moves_the_linear_kernel_at_every_point():
-    apply_fn, params, x, _ = tiny_problem(n=16, width=8)
-    _, hist = _train(1, kernel_tracker(apply_fn, x[:5]))
+def test_kernel_tracker_with_K1_moves_the_linear_kernel_at_every_point(tracked_runs):
+    hist = tracked_runs[0][1]
     assert hist["kernel_distance_relin"][0] == 0.0
     assert np.all(hist["kernel_distance_relin"][1:] > 1e-7)
     # K = 1: θ_s = θ_t at every point, so the linear model's kernel change is the network's
     np.testing.assert_allclose(hist["kernel_distance_relin"][1:], hist["kernel_velocity"][1:] * 4, rtol=1e-5)
 
 
+def test_kernel_tracker_in_a_sweep_matches_single_runs(tracked_runs):
+    single, sweep = tracked_runs
+    assert sweep["kernel_distance_init"].shape == (2, 4)
+    for r, K in enumerate([1, math.inf]):
+        for key in ("kernel_distance_init", "kernel_velocity", "kernel_distance_relin"):
+            np.testing.assert_allclose(sweep[key][r], single[K][key], rtol=1e-4, atol=1e-7, err_msg=key)
+
+
 def test_kernel_tracker_at_relinearisation_steps_sees_every_relinearisation():
-    apply_fn, params, x, _ = tiny_problem(n=16, width=8)
+    apply_fn, params, x, y = tiny_problem(n=16, width=8)
     steps, K = 12, 3
-    _, hist = _train(K, kernel_tracker(apply_fn, x[:4]), steps=steps, eval_steps=relinearisation_steps(K, steps))
+    _, hist = iterlin.train(apply_fn, params, (x, y), K=K, steps=steps, optimizer=optax.sgd(0.5),
+                            eval_steps=relinearisation_steps(K, steps), callback=kernel_tracker(apply_fn, x[:4]))
     np.testing.assert_array_equal(hist["step"], [0, 3, 6, 9, 12])
     np.testing.assert_array_equal(hist["n_relin"], [0, 1, 2, 3, 4])
     assert np.all(hist["kernel_distance_relin"][1:] > 0)
     # evaluated right after each re-linearisation θ_s = θ_t: the linear and the network kernels agree
     np.testing.assert_allclose(hist["kernel_distance_relin"][1:], hist["kernel_velocity"][1:] * K, rtol=1e-5)
-
-
-def test_kernel_tracker_in_a_sweep_matches_single_runs():
-    apply_fn, params, x, y = tiny_problem(n=16, width=8)
-    kw = dict(steps=8, optimizer=optax.sgd(0.5), loss="ce", eval_every=4)
-    _, hist = iterlin.train_sweep(apply_fn, tree_stack([params, params]), (x, y), K=[1, math.inf],
-                                  callback=kernel_tracker(apply_fn, x[:4]), **kw)
-    assert hist["kernel_distance_init"].shape == (2, 3)
-    for r, K in enumerate([1, math.inf]):
-        _, single = iterlin.train(apply_fn, params, (x, y), K=K, callback=kernel_tracker(apply_fn, x[:4]), **kw)
-        for key in ("kernel_distance_init", "kernel_velocity", "kernel_distance_relin"):
-            np.testing.assert_allclose(hist[key][r], single[key], rtol=1e-4, atol=1e-7)
-    np.testing.assert_array_equal(hist["kernel_distance_relin"][1], 0.0)
-    assert np.all(hist["kernel_distance_relin"][0, 1:] > 0)
 
 
 def test_kernel_tracker_params0_gives_the_initial_kernel_on_resume():

@@ -176,7 +176,8 @@ def test_train_killed_three_times_resumes_to_the_uninterrupted_result(tmp_path, 
     resumed = run_to_end("single", out, ckpt, worker_env)
     assert checkpoint_steps(ckpt) == [0, 4, 8, 12, 16, 20, 24]
     assert callback_calls(out) == [[0, 4, 8], [8, 12, 16], [16, 20, 24], [24]], "each rerun resumes"
-    assert temp_files(ckpt) == [stray], "only the killed write may leave a temporary file"
+    # Only the killed write may have left a temporary file (removing stale ones later is fine too).
+    assert set(temp_files(ckpt)) <= {stray}
     assert_same_run(resumed, reference)
 
 

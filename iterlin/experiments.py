@@ -1,0 +1,380 @@
+"""The paper's experiments as functions: ``config -> results``, and ``run`` that caches them.
+
+A notebook makes ONE call per experiment::
+
+    from iterlin.experiments import run
+    results = run("fig3", scale=scale, K=K, lr=lr, steps=steps, seed=seed,
+                  n_train=n_train, n_test=n_test, batch_size=batch_size)
+
+:func:`run` = :func:`iterlin.config.resolve` (validate every parameter, before anything else) →
+the experiment's data loader (``n_train`` larger than what is installed fails here, with a
+message naming it) → :func:`iterlin.cache.cached` (keyed by config, iterlin code and data
+fingerprint; an interrupted run resumes from its checkpoints) → the results, a dict of NumPy
+arrays (nested dicts allowed) with the resolved ``config`` attached under ``"config"``.
+
+Each experiment is registered in :data:`EXPERIMENTS` as ``Experiment(compute, load)``:
+
+* ``load(config) -> Dataset`` (or a dict of them) reads the data the computation needs
+  (default :func:`load_data`: ``iterlin.data.load_cifar10(n_train, n_test)``);
+* ``compute(config, data, *, checkpoint_dir=None, progress=False) -> results`` is the pure
+  computation; ``checkpoint_dir`` (a folder unique to this cache key, or None) holds training
+  checkpoints; ``progress`` shows a progress bar (on stderr).
+
+To add one (e.g. for another figure): write ``def figN(config, data=None, *, checkpoint_dir=None,
+progress=False)``, decorate it with ``@experiment("figN")`` (optionally ``load=...``), add its
+defaults to :data:`iterlin.config.SCALES`, and document its config and results keys in its
+docstring, as below. Use :func:`sweep` to train several runs (values of K and learning rates)
+in one compiled program.
+
+Conventions shared by every experiment here
+-------------------------------------------
+* Model: the paper's CNN (``iterlin.models.make_model("cnn", key)``), softmax cross-entropy on
+  the linearised logits, plain SGD (``optax.sgd``; the paper names no momentum), float32.
+* ``seed`` → ``key = PRNGKey(seed)``; ``split(key)`` gives the initialisation key and the batch
+  key. Every run of a sweep starts from the SAME initialisation and sees the SAME batches, so
+  the runs differ only in K (and learning rate).
+* Evaluation at ``n_evals + 1`` evenly spaced steps (step 0 and the last step included), on the
+  whole training subset and the test subset, for the network f(θ_t) (``net_*``) and the current
+  linear model f_lin_s(θ_t) (``lin_*``).
+* A history (see :func:`iterlin.training.train`) has ``step`` (E,), and ``(R, E)`` arrays
+  ``n_relin``, ``{net,lin}_{train,test}_{loss,acc}`` over R runs, ``diverged`` (R,) bool and
+  ``diverged_step`` (R,) (−1: finite throughout); :func:`sweep` adds ``K`` (R,) float (∞ for
+  K = ∞) and ``lr`` (R,). A diverged run is frozen at its last finite parameters and recorded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+from pathlib import Path
+from typing import Any, Callable, Mapping, NamedTuple, Sequence
+
+import jax
+import numpy as np
+import optax
+
+from .cache import cached
+from .config import describe, resolve
+from .data import Dataset, load_cifar10
+from .models import make_model
+from .training import fit, init_state, make_step
+from .tree import tree_stack
+from .validate import check_choice, check_K, check_positive
+
+__all__ = [
+    "Experiment",
+    "EXPERIMENTS",
+    "experiment",
+    "run",
+    "load_data",
+    "data_fingerprint",
+    "sweep",
+    "eval_points",
+    "early_stopped",
+    "fig2",
+    "fig3",
+    "fig5",
+]
+
+
+class Experiment(NamedTuple):
+    """A registered experiment: ``compute(config, data, *, checkpoint_dir, progress)`` and ``load(config)``."""
+
+    compute: Callable
+    load: Callable
+
+
+#: Registered experiments by name (see :func:`experiment`).
+EXPERIMENTS: dict[str, Experiment] = {}
+
+
+def load_data(config: Mapping) -> Dataset:
+    """CIFAR-10 with ``config["n_train"]`` / ``config["n_test"]`` images (None: all installed).
+
+    Checks ``batch_size <= n_train`` once the number of images is known.
+    """
+    data = load_cifar10(config.get("n_train"), config.get("n_test"))
+    _check_batch(config, data.x_train.shape[0])
+    return data
+
+
+def _check_batch(config: Mapping, n: int) -> None:
+    bs = config.get("batch_size")
+    if bs is not None and bs > n:
+        raise ValueError(
+            f"batch_size={bs} is not allowed: batch_size must be <= n_train={n} (the training "
+            "images loaded), or None for full batch"
+        )
+
+
+def experiment(name: str, load: Callable = load_data) -> Callable:
+    """Decorator registering ``compute`` under ``name`` in :data:`EXPERIMENTS`."""
+
+    def register(compute: Callable) -> Callable:
+        EXPERIMENTS[name] = Experiment(compute, load)
+        return compute
+
+    return register
+
+
+def data_fingerprint(data: Any) -> str:
+    """sha256 of a Dataset's fingerprint, or of a dict/list of Datasets' fingerprints."""
+    if isinstance(data, Dataset):
+        return data.fingerprint
+    h = hashlib.sha256()
+    items = sorted(data.items()) if isinstance(data, Mapping) else enumerate(data)
+    for k, d in items:
+        h.update(f"{k}:{data_fingerprint(d)};".encode())
+    return h.hexdigest()
+
+
+# ------------------------------------------------------------------------------------------------
+# Shared machinery
+# ------------------------------------------------------------------------------------------------
+
+
+def eval_points(steps: int, n_evals: int) -> list[int]:
+    """``n_evals + 1`` evenly spaced steps in [0, steps] (fewer if steps < n_evals), both ends in."""
+    return sorted({int(round(i * steps / n_evals)) for i in range(n_evals + 1)})
+
+
+def sweep(
+    apply_fn: Callable,
+    params: Any,
+    data: tuple,
+    *,
+    K: Sequence,
+    lr: float | Sequence[float],
+    steps: int,
+    batch_size: int | None = None,
+    key=None,
+    eval_data: tuple | None = None,
+    n_evals: int = 10,
+    augment: bool = False,
+    checkpoint: str | os.PathLike | None = None,
+    progress: bool = False,
+    config: Mapping | None = None,
+) -> dict:
+    """R runs of iterative linearisation with SGD, one ``(K[i], lr[i])`` each, in ONE program.
+
+    Like :func:`iterlin.training.train_sweep`, but the learning rate may differ per run: the
+    optimizer is ``optax.inject_hyperparams(optax.sgd)``, whose learning rate lives in each run's
+    optimizer state, so runs with different K and η are vmapped together (one compilation).
+    Every run starts from ``params`` (not stacked) and sees the same batches.
+
+    Args:
+      K: R periods (int ≥ 1, integral float, or ``math.inf``). lr: one rate or R rates (> 0).
+      steps, batch_size (None: full batch), key, eval_data, augment, checkpoint, progress, config:
+        as :func:`iterlin.training.fit`. n_evals: evaluation at :func:`eval_points`.
+
+    Returns:
+      The history (module docstring) with ``K`` (R,) float64 and ``lr`` (R,) float64 added.
+    """
+    if isinstance(K, (str, bytes)) or not isinstance(K, Sequence) or len(K) == 0:
+        raise ValueError(f"K={K!r} is not allowed: K must be a non-empty sequence of periods, one per run")
+    Ks = [check_K(k, f"K[{i}]") for i, k in enumerate(K)]
+    lrs = list(lr) if isinstance(lr, Sequence) and not isinstance(lr, str) else [lr] * len(Ks)
+    if len(lrs) != len(Ks):
+        raise ValueError(f"lr={lr!r} is not allowed: lr must be one rate or {len(Ks)} rates (one per K)")
+    lrs = [check_positive(v, f"lr[{i}]") for i, v in enumerate(lrs)]
+    optimizer = optax.inject_hyperparams(optax.sgd)(learning_rate=lrs[0])
+    states = []
+    for k, eta in zip(Ks, lrs):
+        st = init_state(params, optimizer, k)
+        opt_state = optax.inject_hyperparams(optax.sgd)(learning_rate=eta).init(params)
+        states.append(st._replace(opt_state=opt_state))
+    state = tree_stack(states)
+    step_fn = make_step(apply_fn, optimizer, "ce")
+    _, history = fit(
+        step_fn, state, apply_fn, data, steps=steps, loss="ce", batch_size=batch_size, key=key,
+        eval_data=eval_data, eval_steps=eval_points(steps, n_evals), augment=augment,
+        checkpoint=checkpoint, progress=progress, sweep=True, config=dict(config or {}),
+    )
+    history["K"] = np.asarray([float(k) for k in Ks], np.float64)
+    history["lr"] = np.asarray(lrs, np.float64)
+    return history
+
+
+def early_stopped(history: Mapping, metric: str = "net_test_acc") -> np.ndarray:
+    """Optimal early stopping (Fig. 5): the best value of ``metric`` over evaluation points, (R,)."""
+    v = np.asarray(history[metric], np.float64)
+    return np.nanmax(np.where(np.isfinite(v), v, np.nan), axis=-1) if v.size else v
+
+
+def _keys(seed: int):
+    init_key, data_key = jax.random.split(jax.random.PRNGKey(seed))
+    return init_key, data_key
+
+
+def _ckpt(checkpoint_dir, name: str):
+    return None if checkpoint_dir is None else Path(checkpoint_dir) / f"{name}.npz"
+
+
+def _cnn(seed: int):
+    init_key, data_key = _keys(seed)
+    return make_model("cnn", init_key), data_key
+
+
+# ------------------------------------------------------------------------------------------------
+# Fig. 2: K sweep, full batch and mini-batch
+# ------------------------------------------------------------------------------------------------
+
+
+@experiment("fig2")
+def fig2(config: Mapping, data: Dataset | None = None, *, checkpoint_dir=None, progress: bool = False) -> dict:
+    """Fig. 2: test accuracy vs steps for several K, full batch (left) and mini-batch (centre).
+
+    Config keys: ``K`` (list, full-batch periods), ``lr`` (full-batch rate), ``steps`` (full-batch
+    steps), ``factor`` (the mini-batch runs use lr / factor, K × factor and steps × factor; the
+    paper: 10), ``batch_size`` (mini-batch size of the centre panel), ``n_train``, ``n_test``,
+    ``seed``, ``n_evals``.
+
+    Results: ``"full"`` and ``"mini"``, each a :func:`sweep` history (``K`` holds that panel's
+    periods). For the right panel plot ``mini`` against ``step / factor``.
+    """
+    data = load_data(config) if data is None else data
+    model, key = _cnn(config["seed"])
+    train, test = (data.x_train, data.y_train), (data.x_test, data.y_test)
+    f = config["factor"]
+    common = dict(key=key, eval_data=test, n_evals=config["n_evals"], progress=progress, config=config)
+    full = sweep(model.apply_fn, model.params, train, K=config["K"], lr=config["lr"], steps=config["steps"],
+                 batch_size=None, checkpoint=_ckpt(checkpoint_dir, "full"), **common)
+    mini = sweep(model.apply_fn, model.params, train, K=[k * f for k in config["K"]], lr=config["lr"] / f,
+                 steps=config["steps"] * f, batch_size=config["batch_size"],
+                 checkpoint=_ckpt(checkpoint_dir, "mini"), **common)
+    return {"full": full, "mini": mini}
+
+
+# ------------------------------------------------------------------------------------------------
+# Fig. 3: SGD + augmentation, K = 1 vs large K
+# ------------------------------------------------------------------------------------------------
+
+
+@experiment("fig3")
+def fig3(config: Mapping, data: Dataset | None = None, *, checkpoint_dir=None, progress: bool = False) -> dict:
+    """Fig. 3: mini-batch SGD with data augmentation, K = 1 vs a large K.
+
+    Config keys: ``K`` (list; 1 and the large period), ``lr``, ``steps``, ``batch_size``,
+    ``augment`` (random flips and 4-pixel crops, on device), ``n_train``, ``n_test``, ``seed``,
+    ``n_evals``.
+
+    Results: ``"runs"``: a :func:`sweep` history. The paper's curves are ``net_test_acc`` for every
+    K and ``lin_test_acc`` (the linear model being trained) for the large K.
+    """
+    data = load_data(config) if data is None else data
+    model, key = _cnn(config["seed"])
+    runs = sweep(model.apply_fn, model.params, (data.x_train, data.y_train), K=config["K"], lr=config["lr"],
+                 steps=config["steps"], batch_size=config["batch_size"], key=key,
+                 eval_data=(data.x_test, data.y_test), n_evals=config["n_evals"], augment=config["augment"],
+                 checkpoint=_ckpt(checkpoint_dir, "runs"), progress=progress, config=config)
+    return {"runs": runs}
+
+
+# ------------------------------------------------------------------------------------------------
+# Fig. 5: data scaling with optimal early stopping
+# ------------------------------------------------------------------------------------------------
+
+
+def _fig5_load(config: Mapping) -> dict:
+    sizes = config["n_train"]
+    out = {}
+    for n in sizes:
+        d = load_cifar10(n, config["n_test"])
+        out[str(d.x_train.shape[0])] = d
+    smallest = min(d.x_train.shape[0] for d in out.values())
+    _check_batch(config, smallest)
+    return out
+
+
+def fig5_runs(config: Mapping) -> list[tuple[float, float]]:
+    """The (K, lr) pairs of Fig. 5: every K at ``lr``, then K = ∞ and a K = 1 control at ``lr_inf``.
+
+    Duplicates (e.g. when ``lr_inf == lr``) are run once.
+    """
+    pairs = [(float(k), config["lr"]) for k in config["K"]] + [(math.inf, config["lr_inf"]), (1.0, config["lr_inf"])]
+    out = []
+    for p in pairs:
+        if p not in out:
+            out.append(p)
+    return out
+
+
+@experiment("fig5", load=_fig5_load)
+def fig5(config: Mapping, data: Mapping[str, Dataset] | None = None, *, checkpoint_dir=None,
+         progress: bool = False) -> dict:
+    """Fig. 5: optimally early-stopped test accuracy vs training-set size, for several K.
+
+    Config keys: ``n_train`` (list of training-set sizes; None: all installed), ``K`` (list of
+    periods trained at ``lr``), ``lr``, ``lr_inf`` (the rate of the K = ∞ run and of its K = 1
+    control; the paper: 1e-3 against 1e-5), ``steps`` (per run, enough to fit the training set),
+    ``batch_size`` (None: full batch), ``n_test``, ``seed``, ``n_evals``.
+
+    Results: ``n_train`` (S,) sizes; ``K`` (R,) and ``lr`` (R,) of the runs (:func:`fig5_runs`);
+    ``best_test_acc`` (S, R): the maximum network test accuracy over evaluation points ("optimal
+    early stopping"); ``final_train_acc`` (S, R); ``diverged`` (S, R); and ``"histories"``: the
+    :func:`sweep` history of each size, keyed by the size as a string.
+    """
+    data = _fig5_load(config) if data is None else data
+    model, key = _cnn(config["seed"])
+    pairs = fig5_runs(config)
+    Ks, lrs = [k for k, _ in pairs], [lr for _, lr in pairs]
+    sizes = sorted(data, key=int)
+    histories = {}
+    for n in sizes:
+        d = data[n]
+        histories[n] = sweep(model.apply_fn, model.params, (d.x_train, d.y_train), K=Ks, lr=lrs,
+                             steps=config["steps"], batch_size=config["batch_size"], key=key,
+                             eval_data=(d.x_test, d.y_test), n_evals=config["n_evals"],
+                             checkpoint=_ckpt(checkpoint_dir, f"n{n}"), progress=progress, config=config)
+    return {
+        "n_train": np.asarray([int(n) for n in sizes]),
+        "K": np.asarray(Ks, np.float64),
+        "lr": np.asarray(lrs, np.float64),
+        "best_test_acc": np.stack([early_stopped(histories[n]) for n in sizes]),
+        "final_train_acc": np.stack([np.asarray(histories[n]["net_train_acc"])[:, -1] for n in sizes]),
+        "diverged": np.stack([np.asarray(histories[n]["diverged"]) for n in sizes]),
+        "histories": histories,
+    }
+
+
+# ------------------------------------------------------------------------------------------------
+# The one call a notebook makes
+# ------------------------------------------------------------------------------------------------
+
+
+def run(name: str, scale: str = "smoke", *, progress: bool = True, cache_dir=None, verbose: bool = True,
+        **overrides: Any) -> dict:
+    """Resolve, validate, load, compute (or load from the cache) and return ``name``'s results.
+
+    Args:
+      name: a registered experiment (``"fig2"``, ``"fig3"``, ``"fig5"``, ...).
+      scale: ``"smoke"`` (default), ``"gpu"`` or ``"paper"`` (see :mod:`iterlin.config`).
+      progress: progress bars on stderr while training.
+      cache_dir: default :func:`iterlin.cache.default_cache_dir`.
+      verbose: print the resolved config and whether the results were computed or loaded.
+      **overrides: the experiment's knobs (``K``, ``lr``, ``steps``, ``seed``, ``n_train``,
+        ``n_test``, ``batch_size``, ...); ``None`` means the scale's default.
+
+    Returns:
+      The experiment's results (NumPy arrays, nested dicts) with ``"config"``: the resolved config.
+
+    Raises:
+      ValueError naming the offending parameter before any compute (see :func:`iterlin.config.resolve`).
+    """
+    check_choice(name, "name", tuple(EXPERIMENTS))
+    config = resolve(name, scale, **overrides)
+    exp = EXPERIMENTS[name]
+    data = exp.load(config)
+    if verbose:
+        print(f"{name} ({scale}): {describe({k: v for k, v in config.items() if k not in ('experiment', 'scale')})}")
+    results = cached(
+        name,
+        lambda ckpt: exp.compute(config, data, checkpoint_dir=ckpt, progress=progress),
+        config,
+        data_fingerprint=data_fingerprint(data),
+        cache_dir=cache_dir,
+        verbose=verbose,
+    )
+    results["config"] = config
+    return results
