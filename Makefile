@@ -2,6 +2,7 @@
 #   make env    create .venv (from python3) and install iterlin with its test and book extras
 #   make test   unit tests, then the notebooks' stored outputs checked with nbval
 #   make book   execute the notebooks at default scale (papermill), then build the site into _build/html
+#   make check-site   open every page of _build/html in headless Chromium (images, maths, local files)
 #   make bench  run the training benchmark
 #   make clean  remove build outputs (keeps .venv; `make distclean` removes it too)
 
@@ -32,7 +33,7 @@ NBVAL_SANITIZE := notebooks/nbval_sanitize.cfg
 NBVAL_OPTS ?= $(if $(wildcard $(NBVAL_SANITIZE)),--nbval-sanitize-with $(NBVAL_SANITIZE))
 PAPERMILL_OPTS ?=
 
-.PHONY: help env test test-unit test-notebooks book notebooks bench clean distclean
+.PHONY: help env test test-unit test-notebooks book notebooks pages mathjax check-site bench clean distclean
 
 help:
 	@sed -n 's/^#   //p' Makefile
@@ -40,15 +41,18 @@ help:
 # The stamp makes `make env` quick once installed; editing pyproject.toml reinstalls.
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --disable-pip-version-check -q -e ".[test,book]"
+	$(PY) -m pip install --disable-pip-version-check -q -e ".[test,book,site]"
 	@touch $@
 
 env: $(STAMP)
 
 test: test-unit test-notebooks
 
+# PYTEST_OPTS: extra pytest arguments (CI passes --ignore=tests/test_site.py, run in its own phase).
+PYTEST_OPTS ?=
+
 test-unit: env
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q $(PYTEST_OPTS) tests
 
 # Runs only when notebooks exist; exit code 5 (nothing collected) is not a failure.
 test-notebooks: env
@@ -62,18 +66,53 @@ endif
 # A notebook is re-executed when it, the library or the environment changed; `make -B notebooks`
 # forces it (e.g. after changing PAPERMILL_OPTS). Output goes to a partial file first, so a failed
 # run leaves nothing that looks up to date.
+# Each notebook publishes its claims table to $(CLAIMS_DIR)/<name>.json (iterlin.claims), so the
+# claims page shows exactly the executed copies' claims.
 EXECUTED := $(patsubst notebooks/%.ipynb,$(EXECUTED_DIR)/%.ipynb,$(NOTEBOOKS))
+CLAIMS_DIR := $(EXECUTED_DIR)/claims
 
 $(EXECUTED_DIR)/%.ipynb: notebooks/%.ipynb $(wildcard iterlin/*.py) $(STAMP)
-	@mkdir -p $(@D)
-	$(PY) -m papermill --no-progress-bar $(PAPERMILL_OPTS) $< $(@D)/.partial-$(@F)
+	@mkdir -p $(@D) $(CLAIMS_DIR)
+	ITERLIN_CLAIMS=$(abspath $(CLAIMS_DIR)) $(PY) -m papermill --no-progress-bar $(PAPERMILL_OPTS) $< $(@D)/.partial-$(@F)
 	@mv $(@D)/.partial-$(@F) $@
 
 notebooks: $(EXECUTED)
 
-book: env notebooks
+# Pages generated from the executed notebooks (claims tables, runtimes) into book/executed/;
+# fails, naming it, if a notebook of _toc.yml was not executed or published no claims.
+pages: notebooks
+	$(PY) book/generate.py
+
+# MathJax 3 served with the site, so that the maths renders offline: package.json/package-lock.json
+# pin mathjax (version and sha512); `npm ci` installs it into _build/npm (npm's own cache makes
+# reinstalls offline), and what the pages load is copied to _build/vendor/mathjax, which
+# _config.yml adds to the site's _static/ (mathjax_path: mathjax/tex-chtml-full.js).
+NPM ?= npm
+MATHJAX_ES5 := _build/npm/node_modules/mathjax/es5
+MATHJAX := _build/vendor/mathjax/tex-chtml-full.js
+
+$(MATHJAX): package.json package-lock.json
+	@command -v $(NPM) >/dev/null || { echo "make: npm not found: the book vendors MathJax with npm (install Node.js and npm, e.g. apt-get install -y npm)" >&2; exit 1; }
+	rm -rf _build/npm _build/vendor/.mathjax.partial
+	mkdir -p _build/npm _build/vendor/.mathjax.partial/output
+	cp package.json package-lock.json _build/npm/
+	cd _build/npm && $(NPM) ci --prefer-offline --ignore-scripts --no-audit --no-fund --loglevel=error
+	cp -R $(MATHJAX_ES5)/tex-chtml-full.js $(MATHJAX_ES5)/a11y $(MATHJAX_ES5)/adaptors $(MATHJAX_ES5)/input \
+	  $(MATHJAX_ES5)/sre $(MATHJAX_ES5)/ui _build/npm/node_modules/mathjax/LICENSE _build/vendor/.mathjax.partial/
+	cp -R $(MATHJAX_ES5)/output/chtml _build/vendor/.mathjax.partial/output/
+	rm -rf _build/vendor/mathjax && mv _build/vendor/.mathjax.partial _build/vendor/mathjax
+
+mathjax: $(MATHJAX)
+
+book: env pages mathjax
 	$(VENV)/bin/jupyter-book build . --all -W -n --keep-going
 	@test -f _build/html/index.html && echo "book: _build/html/index.html"
+
+# The browser check of the built site; ITERLIN_REQUIRE_SITE=1 turns its skips (no site, no
+# Chromium, no Playwright) into failures. Needs /usr/bin/chromium (Debian: apt-get install chromium)
+# or ITERLIN_CHROMIUM naming the browser.
+check-site: env
+	ITERLIN_REQUIRE_SITE=1 $(PY) -m pytest -q tests/test_site.py
 
 bench: env
 	$(PY) benchmarks/bench_train.py

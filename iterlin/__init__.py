@@ -19,10 +19,38 @@ from .gauss_newton import flat_jacobian, gauss_newton_step, gauss_newton_train, 
 from .linearise import linearise, linearised_apply
 from .losses import get_loss
 from .models import CNN, MLP, Model, ResNet18, cnn_features, count_params, make_model
+from .ntk import (
+    empirical_ntk,
+    empirical_ntk_fn,
+    kernel_distance,
+    kernel_tracker,
+    ntk_vector_product,
+    relinearisation_steps,
+)
+from .probes import (
+    ProbeResult,
+    filter_tracker,
+    filters_to_image,
+    first_layer_filters,
+    fit_linear_probe,
+    probe_tracker,
+)
 from .training import TrainState, fit, init_state, make_step, train, train_sweep
 from .tree import tree_allclose, tree_stack
 
 __all__ = [
+    "empirical_ntk",
+    "empirical_ntk_fn",
+    "kernel_distance",
+    "kernel_tracker",
+    "ntk_vector_product",
+    "relinearisation_steps",
+    "ProbeResult",
+    "filter_tracker",
+    "filters_to_image",
+    "first_layer_filters",
+    "fit_linear_probe",
+    "probe_tracker",
     "equivalent_damping",
     "flow_filter",
     "gd_filter",

@@ -55,7 +55,8 @@ import numpy as np
 import optax
 
 from .cache import cached
-from .config import describe, resolve
+from .claims import Claim, fmt_K, num, pct, publish_claims, verdict
+from .config import describe, resolve, revalidate
 from .data import Dataset, load_cifar10
 from .models import make_model
 from .training import fit, init_state, make_step
@@ -66,7 +67,14 @@ __all__ = [
     "Experiment",
     "EXPERIMENTS",
     "experiment",
+    "claims_for",
     "run",
+    "claims",
+    "fig2_claims",
+    "fig3_claims",
+    "fig5_claims",
+    "divergence_claim",
+    "fig5_runs",
     "load_data",
     "data_fingerprint",
     "sweep",
@@ -79,10 +87,16 @@ __all__ = [
 
 
 class Experiment(NamedTuple):
-    """A registered experiment: ``compute(config, data, *, checkpoint_dir, progress)`` and ``load(config)``."""
+    """A registered experiment.
+
+    compute: ``compute(config, data, *, checkpoint_dir, progress) -> results``.
+    load: ``load(config) -> Dataset`` (or a dict of Datasets).
+    claims: ``claims(results) -> list[Claim]`` (the notebook's claims cell), or None.
+    """
 
     compute: Callable
     load: Callable
+    claims: Callable | None = None
 
 
 #: Registered experiments by name (see :func:`experiment`).
@@ -114,6 +128,16 @@ def experiment(name: str, load: Callable = load_data) -> Callable:
     def register(compute: Callable) -> Callable:
         EXPERIMENTS[name] = Experiment(compute, load)
         return compute
+
+    return register
+
+
+def claims_for(name: str) -> Callable:
+    """Decorator registering ``claims(results) -> list[Claim]`` for experiment ``name``."""
+
+    def register(fn: Callable) -> Callable:
+        EXPERIMENTS[name] = EXPERIMENTS[name]._replace(claims=fn)
+        return fn
 
     return register
 
@@ -339,16 +363,179 @@ def fig5(config: Mapping, data: Mapping[str, Dataset] | None = None, *, checkpoi
 
 
 # ------------------------------------------------------------------------------------------------
+# Claims: the rows of each notebook's final cell
+# ------------------------------------------------------------------------------------------------
+
+#: |Δ| (fraction of test accuracy) below which two runs count as "on par" where the paper gives no
+#: number (Fig. 2, Fig. 5); Fig. 3 uses the paper's own "under 1 point".
+ON_PAR = 0.02
+
+
+def _final(history: Mapping, metric: str = "net_test_acc") -> np.ndarray:
+    return np.asarray(history[metric], np.float64)[:, -1]
+
+
+def _run_label(history: Mapping, i: int) -> str:
+    return f"K={fmt_K(history['K'][i])}"
+
+
+def divergence_claim(histories: Mapping[str, Mapping]) -> Claim:
+    """The row reporting every diverged run (NaN loss) of the given histories, by panel name."""
+    bad = []
+    for panel, h in histories.items():
+        div, at = np.atleast_1d(h["diverged"]), np.atleast_1d(h["diverged_step"])
+        for i in np.flatnonzero(div):
+            where = f"{panel}: " if len(histories) > 1 else ""
+            lr = f", lr={num(h['lr'][i], 4).rstrip('0').rstrip('.')}" if "lr" in h else ""
+            bad.append(f"{where}{_run_label(h, i)}{lr} at step {int(at[i])}")
+    return Claim(
+        "every run stays finite (no NaN loss)", "no divergence reported",
+        "none diverged" if not bad else "diverged: " + "; ".join(bad),
+        verdict(not bad), "a diverged run is frozen at its last finite state and plotted with a cross",
+    )
+
+
+def _on_par_claim(claim: str, paper: str, h: Mapping, tol: float = ON_PAR, rule_paper: str = "") -> Claim:
+    """Compare K = 1 with the largest finite K > 1 of a sweep history, at the last evaluation."""
+    K = np.asarray(h["K"])
+    acc = _final(h)
+    i1 = int(np.flatnonzero(K == 1)[0])
+    large = [i for i in np.flatnonzero((K > 1) & np.isfinite(K))]
+    if not large:
+        return Claim(claim, paper, f"K=1: {pct(acc[i1])} (no finite K > 1 run)", verdict(None), "needs a finite K > 1")
+    j = int(large[-1])
+    relin = int(np.asarray(h["n_relin"])[j, -1])
+    delta = acc[j] - acc[i1]
+    diverged = bool(np.asarray(h["diverged"])[j]) or bool(np.asarray(h["diverged"])[i1])
+    measured = (
+        f"K=1: {pct(acc[i1])}; K={fmt_K(K[j])} ({relin} re-linearisations): {pct(acc[j])} "
+        f"(Δ {num(100 * delta, 1)} pts)"
+    )
+    rule = rule_paper or f"|Δ| < {num(100 * tol, 0)} points at the last step, neither run diverged"
+    return Claim(claim, paper, measured, verdict(abs(delta) < tol and not diverged), rule)
+
+
+@claims_for("fig2")
+def fig2_claims(results: Mapping) -> list[Claim]:
+    """Fig. 2: large K on par with K = 1, full batch and mini-batch; divergence."""
+    return [
+        _on_par_claim("full batch: large K performs on par with K = 1", "on par (Fig. 2 left)", results["full"]),
+        _on_par_claim("mini-batch: large K performs on par with K = 1", "on par (Fig. 2 centre)", results["mini"]),
+        divergence_claim({"full batch": results["full"], "mini-batch": results["mini"]}),
+    ]
+
+
+@claims_for("fig3")
+def fig3_claims(results: Mapping) -> list[Claim]:
+    """Fig. 3: |Δ| < 1 point between K = 1 and large K; 82.3 % at paper scale; 8–12 updates."""
+    h = results["runs"]
+    config = results.get("config", {})
+    K, acc = np.asarray(h["K"]), _final(h)
+    gap = _on_par_claim(
+        "SGD + augmentation: large K ends under 1 point from K = 1", "82.3 % vs 81.4 % (Δ 0.9 pts)", h,
+        tol=0.01, rule_paper="|Δ| < 1 point at the last step (the paper's), neither run diverged",
+    )
+    i1 = int(np.flatnonzero(K == 1)[0])
+    at_paper = config.get("scale") == "paper"
+    top = Claim(
+        "K = 1 reaches 82.3 % test accuracy", "82.3 %", pct(acc[i1]),
+        verdict(abs(acc[i1] - 0.823) <= 0.02, applicable=at_paper),
+        "|Δ| ≤ 2 points; judged only at scale 'paper' (fewer images and steps here)",
+    )
+    j = int(np.flatnonzero(K == K.max())[0])
+    relin = int(np.asarray(h["n_relin"])[j, -1])
+    few = Claim(
+        "8-12 feature updates suffice to match K = 1", "8-12 re-linearisations",
+        f"{relin} re-linearisations (K={fmt_K(K[j])})",
+        verdict(gap.holds == "yes" and relin <= 12) if gap.holds != "n/a at this scale" else gap.holds,
+        "≤ 12 re-linearisations and the row above holds",
+    )
+    return [gap, top, few, divergence_claim({"runs": h})]
+
+
+def _gain(best: np.ndarray) -> np.ndarray:
+    """Early-stopped accuracy gain from the smallest to the largest training set, per run."""
+    return best[-1] - best[0]
+
+
+@claims_for("fig5")
+def fig5_claims(results: Mapping) -> list[Claim]:
+    """Fig. 5: finite K scale like K = 1; K = ∞ scales worse; the higher lr is not the cause."""
+    K, lr = np.asarray(results["K"]), np.asarray(results["lr"])
+    best = np.asarray(results["best_test_acc"], np.float64)  # (S, R)
+    sizes = np.asarray(results["n_train"])
+    config = results.get("config", {})
+    lr0, lr_inf = config.get("lr", lr[0]), config.get("lr_inf", lr[np.flatnonzero(np.isinf(K))[0]])
+    gain = _gain(best)
+    span = f"n={int(sizes[0])}→{int(sizes[-1])}"
+    i1 = int(np.flatnonzero((K == 1) & (lr == lr0))[0])
+    finite = [i for i in range(len(K)) if np.isfinite(K[i]) and K[i] > 1 and lr[i] == lr0]
+    if len(sizes) < 2:
+        scale_rows = [Claim("data scaling", "Fig. 5", "one training-set size only", verdict(None), "needs ≥ 2 sizes")]
+    else:
+        worst = max((abs(gain[i] - gain[i1]) for i in finite), default=0.0)
+        measured = f"gain {span}: K=1 {num(100 * gain[i1], 1)} pts; " + "; ".join(
+            f"K={fmt_K(K[i])} {num(100 * gain[i], 1)} pts" for i in finite
+        )
+        scale_rows = [Claim(
+            "every finite K scales with data like K = 1", "same rate for all finite K", measured,
+            verdict(worst < 0.03 if finite else None),
+            "|gain_K − gain_1| < 3 points for every finite K (gain: early-stopped test acc., smallest → largest n)",
+        )]
+        iinf = int(np.flatnonzero(np.isinf(K) & (lr == lr_inf))[0])
+        ic = int(np.flatnonzero((K == 1) & (lr == lr_inf))[0])
+        scale_rows.append(Claim(
+            "K = ∞ (no feature learning) scales worse", "worse than every finite K",
+            f"gain {span}: K=∞ {num(100 * gain[iinf], 1)} pts; K=1 (same lr) {num(100 * gain[ic], 1)} pts",
+            verdict(gain[iinf] < gain[ic]), "gain_∞ < gain_1 at the same learning rate (lr_inf)",
+        ))
+    ic = int(np.flatnonzero((K == 1) & (lr == lr_inf))[0])
+    if lr_inf == lr0:
+        control = Claim("the higher lr of K = ∞ does not explain the gap", "K = 1 at 1e-3 ≈ K = 1 at 1e-5",
+                        f"lr_inf = lr = {lr0:g}: no separate control", verdict(None), "needs lr_inf ≠ lr")
+    else:
+        d = best[-1, ic] - best[-1, i1]
+        control = Claim(
+            "the higher lr of K = ∞ does not explain the gap", "K = 1 at 1e-3 ≈ K = 1 at 1e-5",
+            f"K=1 at n={int(sizes[-1])}: {pct(best[-1, i1])} (lr {lr0:g}) vs {pct(best[-1, ic])} (lr {lr_inf:g})",
+            verdict(abs(d) < ON_PAR), "|Δ| < 2 points at the largest n",
+        )
+    train = np.asarray(results["final_train_acc"], np.float64)
+    conv = Claim(
+        "runs are trained to convergence", "100 % train accuracy", f"final train acc. ≥ {pct(train.min())}",
+        verdict(train.min() >= 0.99), "every run ≥ 99 % train accuracy at its last step",
+    )
+    div = {f"n={n}": results["histories"][str(int(n))] for n in sizes}
+    return [*scale_rows, control, conv, divergence_claim(div)]
+
+
+def claims(results: Mapping, *, directory=None) -> str:
+    """The notebook's claims cell: build the rows, save them (JSON) and return the table.
+
+    ``results`` as returned by :func:`run` (its ``config`` names the experiment and the scale).
+    See :func:`iterlin.claims.publish_claims` for where the JSON goes.
+    """
+    config = results["config"]
+    name = config["experiment"]
+    fn = EXPERIMENTS[name].claims
+    if fn is None:
+        raise ValueError(f"experiment {name!r} has no claims function: register one with @claims_for({name!r})")
+    return publish_claims(name, fn(results), scale=config["scale"], directory=directory)
+
+
+# ------------------------------------------------------------------------------------------------
 # The one call a notebook makes
 # ------------------------------------------------------------------------------------------------
 
 
-def run(name: str, scale: str = "smoke", *, progress: bool = True, cache_dir=None, verbose: bool = True,
-        **overrides: Any) -> dict:
-    """Resolve, validate, load, compute (or load from the cache) and return ``name``'s results.
+def run(experiment: str | Mapping, scale: str = "smoke", *, progress: bool = True, cache_dir=None,
+        verbose: bool = True, **overrides: Any) -> dict:
+    """Resolve, validate, load, compute (or load from the cache) and return an experiment's results.
 
     Args:
-      name: a registered experiment (``"fig2"``, ``"fig3"``, ``"fig5"``, ...).
+      experiment: a registered experiment name (``"fig2"``, ``"fig3"``, ``"fig5"``, ...), or a
+        config from :func:`iterlin.config.resolve` (then ``scale`` and ``overrides`` must not be
+        given; the config is validated again).
       scale: ``"smoke"`` (default), ``"gpu"`` or ``"paper"`` (see :mod:`iterlin.config`).
       progress: progress bars on stderr while training.
       cache_dir: default :func:`iterlin.cache.default_cache_dir`.
@@ -362,12 +549,19 @@ def run(name: str, scale: str = "smoke", *, progress: bool = True, cache_dir=Non
     Raises:
       ValueError naming the offending parameter before any compute (see :func:`iterlin.config.resolve`).
     """
-    check_choice(name, "name", tuple(EXPERIMENTS))
-    config = resolve(name, scale, **overrides)
+    if isinstance(experiment, Mapping):
+        if overrides:
+            raise ValueError(f"pass either a config or overrides, not both (got {sorted(overrides)})")
+        config = revalidate(experiment)
+    else:
+        check_choice(experiment, "experiment", tuple(EXPERIMENTS))
+        config = resolve(experiment, scale, **overrides)
+    name = config["experiment"]
+    check_choice(name, "experiment", tuple(EXPERIMENTS))
     exp = EXPERIMENTS[name]
     data = exp.load(config)
     if verbose:
-        print(f"{name} ({scale}): {describe({k: v for k, v in config.items() if k not in ('experiment', 'scale')})}")
+        print(f"{name} ({config['scale']}): {describe({k: v for k, v in config.items() if k not in ('experiment', 'scale')})}")
     results = cached(
         name,
         lambda ckpt: exp.compute(config, data, checkpoint_dir=ckpt, progress=progress),

@@ -135,8 +135,8 @@ def fit_linear_probe(
 
     Deterministic: the held-out split is a fixed permutation drawn from ``seed`` (NumPy), the fit is
     closed form. Steps: standardise features with the training mean and standard deviation
-    (constant features become 0); for each λ in ``lambdas`` fit on the first (1 − val_fraction) of
-    the permuted training set and score on the rest; keep the λ with the best held-out accuracy
+    (constant features become 0); for each λ in ``lambdas`` fit on a fixed random (1 − val_fraction)
+    part of the training set and score on the rest; keep the λ with the best held-out accuracy
     (ties: the larger λ, the simpler probe); refit on all training features with it. Each fit
     solves the ridge problem of the module docstring in the dual (n × n) when D > n and in the
     primal (D × D) otherwise, through one eigendecomposition (``jnp.linalg.eigh``) shared by the

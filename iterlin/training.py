@@ -309,8 +309,8 @@ def _run(
         bar.close()
 
     hist = {k: np.asarray(v) for k, v in history.items()}
-    if sweep:  # lists of per-run values → (R, E); step stays (E,)
-        hist = {k: (v if k == "step" else np.moveaxis(v, 0, -1)) for k, v in hist.items()}
+    if sweep:  # per-point lists of per-run values (E, R, ...) → (R, E, ...); step stays (E,)
+        hist = {k: (v if k == "step" else np.moveaxis(v, 0, 1)) for k, v in hist.items()}
     hist["diverged"] = np.asarray(state.diverged)
     hist["diverged_step"] = np.asarray(state.diverged_step)
     return state, hist

@@ -100,7 +100,7 @@ def _bilinear_init(seed, scale=1.0):
 def test_sweep_with_one_diverging_run_continues_the_other(x64):
     x, y = _data()
     stable, unstable = _bilinear_init(0), _bilinear_init(1, scale=1e3)
-    kw = dict(steps=30, optimizer=optax.sgd(0.01), loss="mse", eval_every=5, batch_size=4)
+    kw = dict(steps=30, optimizer=optax.sgd(0.01), loss="mse", eval_every=5)
     params, history = train_sweep(_bilinear, tree_stack([stable, unstable]), (x, y), K=[3, 3], **kw)
 
     assert history["diverged"].tolist() == [False, True]

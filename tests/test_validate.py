@@ -256,3 +256,36 @@ def test_unknown_loss_is_refused(loss):
 def test_check_choice_lists_the_choices():
     with pytest.raises(ValueError, match=r"loss='foo' is not allowed: loss must be one of 'ce', 'mse'"):
         check_choice("foo", "loss", ("ce", "mse"))
+
+
+# ----------------------------------------------------------------------------------------------
+# With a BatchNorm ``refresh`` (run once at θ_0 before training): still nothing runs first
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "change, fragment",
+    [
+        ({"K": 0}, "K=0"),
+        ({"steps": 0}, "steps=0"),
+        ({"batch_size": 0}, "batch_size=0"),
+        ({"batch_size": 2.5}, "batch_size=2.5"),
+        ({"loss": "foo"}, "loss='foo'"),
+        ({"data": (X, Y[:7])}, "y has 7"),
+        ({"data": (X,)}, "(x, y)"),
+    ],
+    ids=["K", "steps", "batch_size-0", "batch_size-2.5", "loss", "xy", "data-pair"],
+)
+@pytest.mark.parametrize("api", ["train", "train_sweep"])
+def test_bad_input_is_refused_before_the_initial_refresh(change, fragment, api):
+    refreshed = []
+
+    def refresh(params, x):
+        refreshed.append(x.shape)
+        return params
+
+    make = _train if api == "train" else _sweep
+    if api == "train_sweep" and "K" in change:
+        change = {"K": [1, change["K"]]}
+    _refused(make(refresh=refresh, **change), (ValueError, TypeError), fragment)
+    assert refreshed == [], "refresh ran before the arguments were checked"

@@ -1,0 +1,106 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Figure 3: SGD with data augmentation, K = 1 against a very large K
+#
+# **What the figure shows.** The paper's CNN is trained on CIFAR-10 with mini-batch SGD and data
+# augmentation (random horizontal flips and random crops of the 4-pixel-padded image) by iterative
+# linearisation (Algorithm 1): the linear model
+# $f^{\mathrm{lin}}_{s}(\theta) = f_{\theta_s} + \nabla_\theta f_{\theta_s}^\top (\theta - \theta_s)$
+# is trained, and every $K$ steps it is re-linearised, $\theta_s \leftarrow \theta$. $K = 1$ is
+# ordinary SGD. The plot shows the test accuracy of the network $f_\theta$ for $K = 1$ and for a
+# large $K$, and the test accuracy of the linear model being trained for the large $K$ (it drops
+# back to the network's at each re-linearisation).
+#
+# **What the paper claims** (Sec. 4.1). With augmentation the final test accuracies differ by
+# under one point: 82.3 % for $K = 1$ and 81.4 % for $K = 5 \cdot 10^6$; "we get enough feature
+# learning in 8–12 feature updates to achieve comparable generalisation to hundreds of thousands
+# of feature updates when $K = 1$".
+#
+# **What each scale runs** (`iterlin.config.SCALES["fig3"]`).
+#
+# * `smoke` (default; a 2-core CPU, about a minute): 256 real CIFAR-10 training images and 200 test
+#   images, 24 steps of SGD with batches of 32 and learning rate 0.1 (the paper's rates would
+#   show nothing in 24 steps), and $K = 3$ instead of $5 \cdot 10^6$, so that the large-$K$ run
+#   makes 8 re-linearisations, as many feature updates as the paper's. At this scale both runs
+#   are still near the start of training: the comparison is a check that the pipeline works and
+#   that re-linearising rarely costs little early on, not a reproduction of 82.3 %.
+# * `gpu` (one H100, about ten minutes by a FLOP estimate, not measured): every installed image,
+#   40 000 steps of 256 at learning rate 0.01, $K = 4000$ (10 re-linearisations).
+# * `paper`: $K = 5 \cdot 10^6$ as in the paper; the paper states neither the learning rate nor the
+#   number of steps for this figure: we use 1e-4 (its mini-batch rate of Fig. 2) and
+#   $T = 12K = 6 \cdot 10^7$ steps (12 feature updates). Far beyond a CPU.
+#
+# Model and training details shared by all scales: CNN of Appendix C (two 5×5 convolutions with 50
+# channels, 2×2 max-pooling, dense 120 and 84), Flax default initialisation, softmax
+# cross-entropy on the linearised logits (the loss is not linearised), plain SGD; both runs start
+# from the same initialisation and see the same batches.
+
+# %% tags=["parameters"]
+scale = "smoke"  # "smoke" (CPU, ~1 min), "gpu" (one H100, ~10 min), "paper" (the paper's settings)
+K = None  # the large period compared with K = 1 (K = 1 always runs too); e.g. 5e6, or inf (never)
+lr = None  # SGD learning rate
+steps = None  # number of SGD steps T
+seed = None  # initialisation and batch order
+n_train = None  # training images ("all": every installed image)
+n_test = None  # test images
+batch_size = None  # mini-batch size (<= n_train)
+
+# %%
+import matplotlib.pyplot as plt
+import numpy as np
+
+from iterlin.claims import fmt_K
+from iterlin.config import describe, resolve
+from iterlin.experiments import claims, run
+
+# Every parameter is checked here, before anything is computed (None: the scale's default).
+config = resolve("fig3", scale, K=K, lr=lr, steps=steps, seed=seed, n_train=n_train, n_test=n_test,
+                 batch_size=batch_size)
+print(describe(config))
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+results = run(config)  # computed once, then read from the cache (.cache/results)
+
+# %% [markdown]
+# Test accuracy over training: solid lines are the network $f_\theta$, the dashed line the linear
+# model $f^{\mathrm{lin}}_s(\theta)$ trained between re-linearisations; a cross marks a run that
+# diverged (its curve stays at its last finite state).
+
+# %%
+h = results["runs"]
+fig, ax = plt.subplots(figsize=(6.4, 4))
+for i, k in enumerate(h["K"]):
+    (line,) = ax.plot(h["step"], 100 * h["net_test_acc"][i], marker="o", label=f"K = {fmt_K(k)}: network")
+    if k > 1:
+        ax.plot(h["step"], 100 * h["lin_test_acc"][i], ls="--", color=line.get_color(),
+                label=f"K = {fmt_K(k)}: linearised model")
+    if h["diverged"][i]:
+        ax.plot(h["diverged_step"][i], 100 * h["net_test_acc"][i][-1], "x", ms=12, color=line.get_color(),
+                label=f"K = {fmt_K(k)} diverged")
+ax.set(xlabel="step", ylabel="test accuracy (%)",
+       title=f"CNN, SGD + augmentation ({config['scale']} scale)")
+ax.legend()
+plt.show()
+
+# %% [markdown]
+# ## Claims
+#
+# The paper's claim, the paper's number, what this run measured and whether it holds at this
+# scale, by the rule in the last column. Absolute numbers of the paper are only judged at the
+# `paper` scale.
+
+# %%
+print(claims(results))

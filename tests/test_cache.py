@@ -1,0 +1,275 @@
+"""Result cache: keys, atomic files, corrupt files detected and recomputed; and the claims table."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+
+import numpy as np
+import pytest
+
+from iterlin import cache as cache_mod
+from iterlin.cache import (
+    CacheWarning,
+    cache_key,
+    cache_paths,
+    cached,
+    canonical_json,
+    code_fingerprint,
+    default_cache_dir,
+    load_results,
+    save_results,
+)
+from iterlin.checkpoint import CheckpointError
+from iterlin.claims import (
+    NA,
+    Claim,
+    claims_markdown,
+    claims_table,
+    collect_claims,
+    fmt_K,
+    num,
+    pct,
+    publish_claims,
+    verdict,
+)
+
+CONFIG = {"experiment": "figX", "K": [1, math.inf], "lr": 0.1, "n_train": None}
+
+
+class Counter:
+    """A compute function that counts its calls and records its checkpoint folder."""
+
+    def __init__(self, value=1.5):
+        self.calls, self.value, self.dirs = 0, value, []
+
+    def __call__(self, ckpt):
+        self.calls += 1
+        self.dirs.append(ckpt)
+        assert ckpt.is_dir()
+        return {"acc": np.array([0.1, self.value]), "nested": {"K": np.array([1.0, np.inf]), "n": 3}, "ok": True}
+
+
+# ----------------------------------------------------------------------------------------------
+# Keys
+# ----------------------------------------------------------------------------------------------
+
+
+def test_canonical_json_is_order_free_and_writes_infinity():
+    a = canonical_json({"b": 1, "a": [1, math.inf]})
+    assert a == canonical_json({"a": (1, math.inf), "b": np.int64(1)}) == '{"a":[1,Infinity],"b":1}'
+    with pytest.raises(ValueError, match="nan"):
+        canonical_json({"lr": math.nan})
+    with pytest.raises(TypeError, match="object"):
+        canonical_json({"f": object()})
+
+
+def test_key_changes_with_name_config_code_and_data_only():
+    k = cache_key("fig3", CONFIG, data_fingerprint="d1", code="c1")
+    assert k == cache_key("fig3", dict(reversed(list(CONFIG.items()))), data_fingerprint="d1", code="c1")
+    assert k != cache_key("fig2", CONFIG, data_fingerprint="d1", code="c1")
+    assert k != cache_key("fig3", {**CONFIG, "lr": 0.2}, data_fingerprint="d1", code="c1")
+    assert k != cache_key("fig3", {**CONFIG, "K": [1, 10]}, data_fingerprint="d1", code="c1")
+    assert k != cache_key("fig3", CONFIG, data_fingerprint="d2", code="c1")
+    assert k != cache_key("fig3", CONFIG, data_fingerprint="d1", code="c2")
+    # the default code fingerprint is that of the installed package
+    assert cache_key("fig3", CONFIG, data_fingerprint="d1") == cache_key(
+        "fig3", CONFIG, data_fingerprint="d1", code=code_fingerprint()
+    )
+
+
+def test_code_fingerprint_follows_every_py_file(tmp_path):
+    (tmp_path / "a.py").write_text("x = 1\n")
+    (tmp_path / "b.py").write_text("y = 2\n")
+    (tmp_path / "notes.txt").write_text("ignored")
+    h = code_fingerprint(tmp_path)
+    (tmp_path / "notes.txt").write_text("changed")
+    assert code_fingerprint(tmp_path) == h
+    (tmp_path / "b.py").write_text("y = 3\n")
+    assert code_fingerprint(tmp_path) != h
+
+
+def test_code_change_invalidates_cached_results(tmp_path, monkeypatch):
+    f = Counter()
+    cached("figX", f, CONFIG, data_fingerprint="d", cache_dir=tmp_path, verbose=False)
+    monkeypatch.setattr(cache_mod, "code_fingerprint", lambda package_dir=None: "edited code")
+    cached("figX", f, CONFIG, data_fingerprint="d", cache_dir=tmp_path, verbose=False)
+    assert f.calls == 2
+
+
+def test_bad_name_and_fingerprint():
+    with pytest.raises(ValueError, match="name='../x'"):
+        cache_key("../x", CONFIG, data_fingerprint="d")
+    with pytest.raises(TypeError, match="data_fingerprint=None"):
+        cache_key("fig3", CONFIG, data_fingerprint=None)
+
+
+def test_default_cache_dir(monkeypatch, tmp_path):
+    monkeypatch.setenv("ITERLIN_CACHE", str(tmp_path / "c"))
+    assert default_cache_dir() == tmp_path / "c"
+    monkeypatch.delenv("ITERLIN_CACHE")
+    assert default_cache_dir().parts[-2:] == (".cache", "results")
+
+
+# ----------------------------------------------------------------------------------------------
+# cached()
+# ----------------------------------------------------------------------------------------------
+
+
+def test_second_call_loads_without_computing(tmp_path, capsys):
+    f = Counter()
+    r1 = cached("figX", f, CONFIG, data_fingerprint="d", cache_dir=tmp_path)
+    r2 = cached("figX", f, CONFIG, data_fingerprint="d", cache_dir=tmp_path)
+    assert f.calls == 1
+    out = capsys.readouterr().out
+    assert "computed and cached" in out and "loaded cached results" in out
+    for r in (r1, r2):  # identical structure and values whether computed or loaded
+        assert np.array_equal(r["acc"], [0.1, 1.5])
+        assert np.array_equal(r["nested"]["K"], [1.0, np.inf]) and int(r["nested"]["n"]) == 3
+        assert bool(r["ok"]) is True
+    # the checkpoint folder is removed once results are stored; the sidecar describes them
+    assert not f.dirs[0].exists()
+    key = cache_key("figX", CONFIG, data_fingerprint="d")
+    side = json.loads(cache_paths("figX", key, tmp_path)["sidecar"].read_text())
+    assert side["key"] == key and side["config"]["K"] == [1, math.inf] and side["data_fingerprint"] == "d"
+
+
+def test_other_config_recomputes(tmp_path):
+    f = Counter()
+    cached("figX", f, CONFIG, data_fingerprint="d", cache_dir=tmp_path, verbose=False)
+    cached("figX", f, {**CONFIG, "lr": 0.5}, data_fingerprint="d", cache_dir=tmp_path, verbose=False)
+    cached("figX", f, CONFIG, data_fingerprint="other data", cache_dir=tmp_path, verbose=False)
+    assert f.calls == 3
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garbage", "empty", "wrong_key"])
+def test_corrupt_cache_file_is_reported_and_recomputed(tmp_path, damage):
+    f = Counter()
+    cached("figX", f, CONFIG, data_fingerprint="d", cache_dir=tmp_path, verbose=False)
+    path = cache_paths("figX", cache_key("figX", CONFIG, data_fingerprint="d"), tmp_path)["results"]
+    data = path.read_bytes()
+    if damage == "truncate":
+        path.write_bytes(data[: len(data) // 2])
+    elif damage == "garbage":
+        path.write_bytes(b"\x00garbage" * 50)
+    elif damage == "empty":
+        path.write_bytes(b"")
+    else:  # a valid file holding another key (e.g. copied over by hand)
+        save_results(path, {"acc": np.zeros(2)}, key="0" * 64, config={})
+    f.value = 2.5
+    with pytest.warns(CacheWarning, match=str(path.name)):
+        r = cached("figX", f, CONFIG, data_fingerprint="d", cache_dir=tmp_path, verbose=False)
+    assert f.calls == 2 and np.array_equal(r["acc"], [0.1, 2.5])  # recomputed, not the damaged data
+    assert np.array_equal(load_results(path)["acc"], [0.1, 2.5])  # and re-stored
+
+
+def test_corrupt_checkpoint_restarts_the_computation_once(tmp_path):
+    calls = []
+
+    def compute(ckpt):
+        calls.append(ckpt)
+        if len(calls) == 1:
+            (ckpt / "run.npz").write_bytes(b"junk")
+            raise CheckpointError(f"checkpoint {ckpt / 'run.npz'} is unreadable or truncated")
+        assert not (ckpt / "run.npz").exists()  # the bad checkpoint was deleted
+        return {"x": np.ones(1)}
+
+    with pytest.warns(CacheWarning, match="run.npz"):
+        r = cached("figX", compute, CONFIG, data_fingerprint="d", cache_dir=tmp_path, verbose=False)
+    assert len(calls) == 2 and r["x"][0] == 1.0
+
+
+def test_failed_compute_leaves_no_results_file(tmp_path):
+    def boom(ckpt):
+        raise RuntimeError("diverged host")
+
+    with pytest.raises(RuntimeError):
+        cached("figX", boom, CONFIG, data_fingerprint="d", cache_dir=tmp_path, verbose=False)
+    assert not list(tmp_path.glob("*.npz")) and not list(tmp_path.glob("*.tmp"))
+
+
+def test_atomic_write_leaves_no_partial_file(tmp_path, monkeypatch):
+    path = tmp_path / "r.npz"
+    save_results(path, {"a": np.arange(3)}, key="k1", config={})
+
+    def failing_savez(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(np, "savez_compressed", failing_savez)
+    with pytest.raises(OSError, match="disk full"):
+        save_results(path, {"a": np.arange(5)}, key="k2", config={})
+    assert sorted(os.listdir(tmp_path)) == ["r.npz"]  # no temporary file left behind
+    assert np.array_equal(load_results(path, key="k1")["a"], np.arange(3))  # old file intact
+
+
+def test_results_refuse_objects_and_bad_keys(tmp_path):
+    with pytest.raises(TypeError, match="results\\['f'\\]"):
+        save_results(tmp_path / "r.npz", {"f": object()}, key="k", config={})
+    with pytest.raises(ValueError, match="'a/b'"):
+        save_results(tmp_path / "r.npz", {"a/b": 1}, key="k", config={})
+    with pytest.raises(TypeError, match="must return a dict"):
+        cached("figX", lambda c: [1, 2], CONFIG, data_fingerprint="d", cache_dir=tmp_path, verbose=False)
+
+
+def test_load_results_refuses_foreign_npz(tmp_path):
+    np.savez(tmp_path / "plain.npz", a=np.ones(2))
+    with pytest.raises(CheckpointError, match="no stored key"):
+        load_results(tmp_path / "plain.npz")
+
+
+# ----------------------------------------------------------------------------------------------
+# Claims tables
+# ----------------------------------------------------------------------------------------------
+
+
+ROWS = [
+    Claim("large K on par with K = 1", "82.3 % vs 81.4 %", "31.2 % vs 30.9 %", "yes", "|Δ| < 1 point"),
+    Claim("K = 1 reaches 82.3 %", "82.3 %", "31.2 %", NA, "needs the paper's scale"),
+]
+
+
+def test_rounding_helpers():
+    assert pct(0.41234) == "41.2 %" and pct(1.0) == "100.0 %" and pct(-0.00001) == "0.0 %"
+    assert pct(float("nan")) == "nan"
+    assert num(-0.0001) == "0.00" and num(1.23456, 3) == "1.235"
+    assert fmt_K(1) == "1" and fmt_K(100) == "100" and fmt_K(5e6) == "5e6" and fmt_K(math.inf) == "∞"
+    assert verdict(True) == "yes" and verdict(False) == "no" and verdict(True, applicable=False) == NA
+    assert verdict(None) == NA
+
+
+def test_claims_table_is_fixed_width():
+    table = claims_table(ROWS)
+    lines = table.split("\n")
+    assert lines[0].split() [:2] == ["claim", "paper"]
+    assert set(lines[1].replace(" ", "")) == {"-"}
+    assert len(lines) == 2 + len(ROWS)
+    # every column starts at the same offset on every line
+    start = lines[0].index("this run")
+    assert lines[2][start:].startswith("31.2 % vs 30.9 %") and lines[3][start:].startswith("31.2 %")
+    assert lines[0].index("holds") == lines[2].index("yes ") == lines[3].index(NA)
+    assert table == claims_table(ROWS)  # deterministic
+    md = claims_markdown(ROWS)
+    assert md.splitlines()[0] == "| claim | paper | this run | holds | rule |" and "| yes |" in md
+    assert "\\|Δ\\| < 1 point" in md  # a '|' inside a cell is escaped
+
+
+def test_claim_fields_checked():
+    with pytest.raises(ValueError, match="holds='maybe'"):
+        claims_table([Claim("c", "p", "m", "maybe")])
+    with pytest.raises(TypeError, match="measured=0.3"):
+        claims_table([Claim("c", "p", 0.3, "yes")])
+    with pytest.raises(ValueError, match="no newlines"):
+        claims_table([Claim("c\nd", "p", "m", "yes")])
+
+
+def test_publish_and_collect_claims(tmp_path):
+    text = publish_claims("fig3", ROWS, scale="smoke", directory=tmp_path)
+    assert text.startswith("Claims of fig3 at scale 'smoke':\n") and text.endswith(claims_table(ROWS))
+    publish_claims("fig2", ROWS[:1], scale="gpu", directory=tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fig2.json", "fig3.json"]
+    (tmp_path / "fig9.json").write_text("{broken")
+    md = collect_claims(tmp_path)
+    assert md.index("## fig2 (scale: gpu)") < md.index("## fig3 (scale: smoke)")
+    assert "fig9.json unreadable" in md
+    assert "no claims recorded" in collect_claims(tmp_path / "none")
