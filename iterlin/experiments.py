@@ -1,29 +1,40 @@
 """The paper's experiments as functions: ``config -> results``, and ``run`` that caches them.
 
-A notebook makes ONE call per experiment::
+A notebook resolves its parameters, makes ONE call per experiment, plots, and prints the claims::
 
-    from iterlin.experiments import run
-    results = run("fig3", scale=scale, K=K, lr=lr, steps=steps, seed=seed,
-                  n_train=n_train, n_test=n_test, batch_size=batch_size)
+    from iterlin.config import resolve
+    from iterlin.experiments import claims, run
+
+    config = resolve("fig3", scale, K=K, lr=lr, steps=steps, seed=seed, n_train=n_train,
+                     n_test=n_test, batch_size=batch_size)   # every parameter checked here
+    results = run(config)                                      # or run("fig3", scale, K=..., ...)
+    ...                                                        # plots from results["runs"]
+    print(claims(results))                                     # the final claims cell
 
 :func:`run` = :func:`iterlin.config.resolve` (validate every parameter, before anything else) →
 the experiment's data loader (``n_train`` larger than what is installed fails here, with a
 message naming it) → :func:`iterlin.cache.cached` (keyed by config, iterlin code and data
 fingerprint; an interrupted run resumes from its checkpoints) → the results, a dict of NumPy
 arrays (nested dicts allowed) with the resolved ``config`` attached under ``"config"``.
+:func:`claims` builds the experiment's :class:`iterlin.claims.Claim` rows, saves them as JSON for
+the book and returns the fixed-width table.
 
-Each experiment is registered in :data:`EXPERIMENTS` as ``Experiment(compute, load)``:
+Each experiment is registered in :data:`EXPERIMENTS` as ``Experiment(compute, load, claims)``:
 
 * ``load(config) -> Dataset`` (or a dict of them) reads the data the computation needs
   (default :func:`load_data`: ``iterlin.data.load_cifar10(n_train, n_test)``);
 * ``compute(config, data, *, checkpoint_dir=None, progress=False) -> results`` is the pure
   computation; ``checkpoint_dir`` (a folder unique to this cache key, or None) holds training
-  checkpoints; ``progress`` shows a progress bar (on stderr).
+  checkpoints; ``progress`` shows a progress bar (on stderr);
+* ``claims(results) -> list[Claim]`` the rows of the notebook's claims cell (registered with
+  ``@claims_for(name)``); each row states its rule, and a diverged run is reported
+  (:func:`divergence_claim`).
 
 To add one (e.g. for another figure): write ``def figN(config, data=None, *, checkpoint_dir=None,
-progress=False)``, decorate it with ``@experiment("figN")`` (optionally ``load=...``), add its
-defaults to :data:`iterlin.config.SCALES`, and document its config and results keys in its
-docstring, as below. Use :func:`sweep` to train several runs (values of K and learning rates)
+progress=False)``, decorate it with ``@experiment("figN")`` (optionally ``load=...``), write
+``@claims_for("figN") def figN_claims(results)``, add its defaults to
+:data:`iterlin.config.SCALES`, and document its config and results keys in its docstring, as
+below. Use :func:`sweep` to train several runs (values of K and learning rates)
 in one compiled program.
 
 Conventions shared by every experiment here
@@ -264,7 +275,7 @@ def fig2(config: Mapping, data: Dataset | None = None, *, checkpoint_dir=None, p
     common = dict(key=key, eval_data=test, n_evals=config["n_evals"], progress=progress, config=config)
     full = sweep(model.apply_fn, model.params, train, K=config["K"], lr=config["lr"], steps=config["steps"],
                  batch_size=None, checkpoint=_ckpt(checkpoint_dir, "full"), **common)
-    mini = sweep(model.apply_fn, model.params, train, K=[k * f for k in config["K"]], lr=config["lr"] / f,
+    mini = sweep(model.apply_fn, model.params, train, K=[k if k == 1 else k * f for k in config["K"]], lr=config["lr"] / f,
                  steps=config["steps"] * f, batch_size=config["batch_size"],
                  checkpoint=_ckpt(checkpoint_dir, "mini"), **common)
     return {"full": full, "mini": mini}

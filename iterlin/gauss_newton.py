@@ -67,8 +67,8 @@ from jax.flatten_util import ravel_pytree
 from jax.scipy.sparse.linalg import cg
 
 from .losses import Loss, get_loss
-from .training import TrainState, fit, init_state
-from .tree import tree_where
+from .training import TrainState, commit_step, fit, init_state
+
 from .validate import check_choice, check_int, check_nonnegative, check_positive, check_xy
 
 __all__ = [
@@ -396,8 +396,8 @@ def make_gauss_newton_step(
     Each step is one damped Gauss–Newton step (:func:`gauss_newton_step`) on the batch, i.e. a
     re-linearisation: ``params_s`` becomes the new θ and ``n_relin`` grows by one. The reported
     loss is the per-example mean (as in :func:`iterlin.training.make_step`) at θ_t, where the
-    network and its linearisation coincide. A non-finite loss freezes the run exactly as
-    :func:`iterlin.training.make_step` does. The optimizer state is carried unchanged.
+    network and its linearisation coincide. Divergence (a non-finite loss or
+    update) freezes the run through :func:`iterlin.training.commit_step`, as for every step. The optimizer state is carried unchanged.
     """
     kw = dict(zip(("damping", "loss", "solver", "damping_mode", "step_size", "cg_tol", "cg_maxiter"),
                   _check_args(damping, loss, solver, damping_mode, step_size, cg_tol, cg_maxiter)))
@@ -407,17 +407,7 @@ def make_gauss_newton_step(
         x, y = batch
         value = jnp.mean(loss_obj.per_example(apply_fn(state.params, x), y))
         params = gauss_newton_step(apply_fn, state.params, x, y, **kw)
-        ok = jnp.isfinite(value) & ~state.diverged
-        new = TrainState(
-            params=tree_where(ok, params, state.params),
-            params_s=tree_where(ok, params, state.params_s),
-            opt_state=state.opt_state,
-            step=state.step + 1,
-            n_relin=jnp.where(ok, state.n_relin + 1, state.n_relin),
-            K=state.K,
-            diverged=~ok,
-            diverged_step=jnp.where(~ok & ~state.diverged, state.step, state.diverged_step),
-        )
+        new = commit_step(state, value, params, params, state.opt_state, jnp.asarray(True))
         return new, {"loss": value}
 
     return step

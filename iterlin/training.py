@@ -28,6 +28,8 @@ Design:
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import os
 from typing import Any, Callable, NamedTuple, Sequence
@@ -41,10 +43,10 @@ from .augment import flip_and_crop
 from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from .linearise import linearised_apply
 from .losses import Loss, get_loss
-from .tree import tree_where
+from .tree import tree_all_finite, tree_where
 from .validate import check_int, check_K, check_xy
 
-__all__ = ["TrainState", "init_state", "make_step", "make_batch_fn", "make_eval_fn", "fit", "train", "train_sweep"]
+__all__ = ["TrainState", "init_state", "commit_step", "make_step", "make_batch_fn", "make_eval_fn", "fit", "train", "train_sweep"]
 
 
 class TrainState(NamedTuple):
@@ -77,6 +79,26 @@ def init_state(params, optimizer: optax.GradientTransformation, K) -> TrainState
         K=i32(_K_code(K)),
         diverged=jnp.asarray(False),
         diverged_step=i32(-1),
+    )
+
+
+def commit_step(state: TrainState, value, params, params_s, opt_state, relin) -> TrainState:
+    """Advance ``state`` by one step, guarding against divergence (shared by every step function).
+
+    Divergence is a non-finite loss at θ_t (``value``) or an update that overflowed (θ_{t+1} not
+    finite). Either way the run keeps θ_t, its last finite iterate, is marked ``diverged`` with
+    ``diverged_step = t``, and stays frozen from then on (in a sweep, only that run).
+    """
+    ok = jnp.isfinite(value) & tree_all_finite(params) & ~state.diverged
+    return TrainState(
+        params=tree_where(ok, params, state.params),
+        params_s=tree_where(ok, params_s, state.params_s),
+        opt_state=tree_where(ok, opt_state, state.opt_state),
+        step=state.step + 1,
+        n_relin=jnp.where(ok & relin, state.n_relin + 1, state.n_relin),
+        K=state.K,
+        diverged=~ok,
+        diverged_step=jnp.where(~ok & ~state.diverged, state.step, state.diverged_step),
     )
 
 
@@ -113,17 +135,7 @@ def make_step(
         params_s = tree_where(relin, params, state.params_s)
         if reset_optimizer:
             opt_state = tree_where(relin, optimizer.init(params), opt_state)
-        ok = jnp.isfinite(value) & ~state.diverged
-        new = TrainState(
-            params=tree_where(ok, params, state.params),
-            params_s=tree_where(ok, params_s, state.params_s),
-            opt_state=tree_where(ok, opt_state, state.opt_state),
-            step=t,
-            n_relin=jnp.where(ok & relin, state.n_relin + 1, state.n_relin),
-            K=state.K,
-            diverged=~ok,
-            diverged_step=jnp.where(~ok & ~state.diverged, state.step, state.diverged_step),
-        )
+        new = commit_step(state, value, params, params_s, opt_state, relin)
         return new, {"loss": value}
 
     return step
@@ -225,6 +237,53 @@ def _eval_steps(steps: int, eval_every: int | None, eval_steps: Sequence[int] | 
     return pts
 
 
+def _check_pair(data, name: str) -> tuple:
+    if not isinstance(data, (tuple, list)) or len(data) != 2:
+        got = f"a {type(data).__name__}" + (f" of length {len(data)}" if isinstance(data, (tuple, list)) else "")
+        raise ValueError(f"{name} must be a pair (x, y) of arrays; got {got}.")
+    return tuple(data)
+
+
+def _fingerprint(*trees) -> str:
+    """SHA-256 of the shapes, dtypes and bytes of every leaf: identifies the data and θ_0 of a run."""
+    h = hashlib.sha256()
+    for leaf in jax.tree.leaves(trees):
+        a = np.asarray(leaf)
+        h.update(f"{a.shape}{a.dtype.str};".encode())
+        h.update(np.ascontiguousarray(a).tobytes())
+    return h.hexdigest()
+
+
+def _json_default(obj):
+    if isinstance(obj, (np.ndarray, np.generic, jax.Array)):
+        return np.asarray(obj).tolist()
+    raise TypeError(f"{type(obj).__name__} {obj!r} is not JSON-serialisable")
+
+
+def _canonical(meta: dict) -> dict:
+    """``meta`` as it reads back from the checkpoint's JSON (tuples → lists, NumPy → Python)."""
+    try:
+        return json.loads(json.dumps(meta, default=_json_default))
+    except (TypeError, ValueError) as e:
+        raise TypeError(
+            f"config={meta['config']!r} is not allowed: with a checkpoint, config must be JSON-serialisable "
+            f"(numbers, strings, bools, None, lists, tuples and dicts of them; NumPy scalars are converted): {e}"
+        ) from None
+
+
+def _same(a, b) -> bool:
+    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)  # nan equals nan here
+
+
+def _check_train_args(data, steps, loss, batch_size, eval_data) -> None:
+    """What train/train_sweep check before the initial refresh (compute); fit checks the rest."""
+    x, y = (jnp.asarray(a) for a in _check_pair(data, "data"))
+    if eval_data is not None:
+        eval_data = tuple(jnp.asarray(a) for a in _check_pair(eval_data, "eval_data"))
+    _validate_common(x, y, steps, batch_size, eval_data)
+    get_loss(loss)
+
+
 def _validate_common(x, y, steps, batch_size, eval_data):
     check_xy(x, y)
     steps = check_int(steps, "steps")
@@ -257,10 +316,15 @@ def _run(
             (state, hist_leaves), saved = load_checkpoint(checkpoint, (state, ()))
         except CheckpointError as e:
             raise CheckpointError(f"{e}. Delete it to start this run afresh.") from e
-        if saved.get("run") != meta:
+        run = saved.get("run") or {}
+        if not _same(run, meta):
+            diff = "; ".join(
+                f"{k}: saved {json.dumps(run.get(k))[:80]}, now {json.dumps(meta.get(k))[:80]}"
+                for k in sorted(set(run) | set(meta)) if not _same(run.get(k), meta.get(k))
+            )
             raise CheckpointError(
-                f"checkpoint {checkpoint} was written by a different run configuration "
-                f"({saved.get('run')} != {meta}); use another checkpoint path or delete it."
+                f"checkpoint {checkpoint} was written by a different run configuration ({diff}); "
+                "use another checkpoint path or delete it."
             )
         history, done = saved["history"], saved["done"]
 
@@ -296,6 +360,8 @@ def _run(
         record(state, 0)
         done = 1
     for i in range(done, len(points)):
+        if stop_when_diverged and bool(np.all(np.asarray(state.diverged))):
+            break  # every run diverged (also when resuming a run that stopped so)
         t0, t1 = points[i - 1], points[i]
         state, _ = run_chunk(state, jnp.int32(t0), jnp.int32(t1))
         record(state, t1)
@@ -303,8 +369,6 @@ def _run(
             save_checkpoint(checkpoint, (state, ()), {"run": meta, "history": history, "done": i + 1})
         if bar is not None:
             bar.update(t1 - t0)
-        if stop_when_diverged and bool(np.all(np.asarray(state.diverged))):
-            break
     if bar is not None:
         bar.close()
 
@@ -347,16 +411,19 @@ def fit(
     state has a leading run axis and ``step_fn`` is vmapped over it (batches are shared).
     Returns the final state and the history (see :func:`train`).
     """
-    x, y = (jnp.asarray(a) for a in data)
+    x, y = (jnp.asarray(a) for a in _check_pair(data, "data"))
+    if eval_data is not None:
+        eval_data = tuple(jnp.asarray(a) for a in _check_pair(eval_data, "eval_data"))
     steps, batch_size = _validate_common(x, y, steps, batch_size, eval_data)
     loss = get_loss(loss)
+    points = _eval_steps(steps, eval_every, eval_steps)
+    eval_batch_size = check_int(eval_batch_size, "eval_batch_size")
     key = jax.random.PRNGKey(0) if key is None else key
     splits = {"train": (x, y)}
     if eval_data is not None:
-        splits["test"] = tuple(jnp.asarray(a) for a in eval_data)
+        splits["test"] = eval_data
     batch_fn = make_batch_fn(x, y, batch_size, key, augment)
-    eval_fn = make_eval_fn(apply_fn, loss, splits, check_int(eval_batch_size, "eval_batch_size"))
-    points = _eval_steps(steps, eval_every, eval_steps)
+    eval_fn = make_eval_fn(apply_fn, loss, splits, eval_batch_size)
     key_data = jax.random.key_data(key) if jnp.issubdtype(key.dtype, jax.dtypes.prng_key) else key
     meta = {
         "config": config or {},
@@ -369,6 +436,10 @@ def fit(
         "key": np.asarray(key_data).ravel().tolist(),
         "K": np.asarray(state.K).tolist(),
     }
+    if checkpoint is not None:  # identify the data and θ_0 too, so that a checkpoint is never mixed up
+        meta["data"] = _fingerprint(x, y, eval_data)
+        meta["init"] = _fingerprint(state)
+        meta = _canonical(meta)
     return _run(
         step_fn, state, batch_fn, eval_fn, points, sweep=sweep, checkpoint=checkpoint, meta=meta,
         callback=callback, progress=progress, stop_when_diverged=True,
@@ -428,6 +499,8 @@ def train(
       current linear model f_lin_s(θ_t); plus ``diverged`` and ``diverged_step`` (−1 if finite).
     """
     _check_optimizer(optimizer)
+    _K_code(K)
+    _check_train_args(data, steps, loss, batch_size, fit_kwargs.get("eval_data"))
     if refresh is not None:  # statistics at θ_0 before the first linearisation
         params = _initial_refresh(refresh, params, data, batch_size)
     state = init_state(params, optimizer, K)
@@ -471,6 +544,7 @@ def train_sweep(
             f"{sorted({np.shape(leaf)[:1] for leaf in leaves})}"
         )
     _check_optimizer(optimizer)
+    _check_train_args(data, steps, loss, batch_size, fit_kwargs.get("eval_data"))
     if refresh is not None:
         params = jax.vmap(lambda p: _initial_refresh(refresh, p, data, batch_size))(params)
     state = jax.vmap(lambda p, k: init_state(p, optimizer, 1)._replace(K=k))(params, jnp.asarray(Ks, jnp.int32))

@@ -15,6 +15,7 @@ __all__ = [
     "tree_vdot",
     "tree_norm",
     "tree_where",
+    "tree_all_finite",
     "tree_size",
     "tree_stack",
     "tree_index",
@@ -46,6 +47,12 @@ def tree_norm(a):
 def tree_where(cond, a, b):
     """Leafwise ``jnp.where(cond, a, b)`` for a scalar condition."""
     return jax.tree.map(lambda x, y: jnp.where(cond, x, y), a, b)
+
+
+def tree_all_finite(a):
+    """A scalar bool: every entry of every leaf is finite (no NaN, no ±inf)."""
+    leaves = jax.tree.leaves(a)
+    return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in leaves])) if leaves else jnp.asarray(True)
 
 
 def tree_size(a) -> int:
