@@ -1,8 +1,9 @@
 # iterlin: the single entry point.
-#   make env    create .venv (from python3) and install iterlin with its test and book extras
+#   make env    create .venv (from python3) and install iterlin with its test, book and site extras
 #   make test   unit tests, then the notebooks' stored outputs checked with nbval
 #   make book   execute the notebooks at default scale (papermill), then build the site into _build/html
-#   make check-site   open every page of _build/html in headless Chromium (images, maths, local files)
+#               (needs npm, for the MathJax served with the site)
+#   make check-site  open every page of _build/html in headless Chromium (images, maths, local files)
 #   make bench  run the training benchmark
 #   make clean  remove build outputs (keeps .venv; `make distclean` removes it too)
 
