@@ -8,8 +8,10 @@ Scales
 ------
 ``"smoke"``
     The default: the paper's CNN on REAL CIFAR-10 images (the copy named by ``ITERLIN_CIFAR10``;
-    CI uses the 4,660 + 932-image subset), a few hundred images and tens of steps, so that each
-    notebook runs in about a minute on a 2-core CPU, JAX start-up and compilation included.
+    CI uses the 4,660 + 932-image subset), tens to hundreds of images and tens of steps, so that a
+    notebook runs in minutes on a 2-core CPU, JAX start-up and compilation included (measured
+    times: ``notebooks/README.md``). Compilation is a large share: about 15 s of CPU per
+    training program (one per sweep, i.e. per panel or per training-set size).
     Learning rates are larger than the paper's (its 1e-3…1e-5 would show nothing in 50 steps) and
     K is scaled with the number of steps so that the number of re-linearisations T/K (the paper's
     feature-learning proxy, Definition 1) stays comparable. Every notebook says what it changes.
@@ -82,7 +84,7 @@ SCALES: dict[str, dict[str, dict[str, Any]]] = {
     # mini-batch runs use lr / factor, K × factor and steps × factor (the paper: factor 10).
     "fig2": {
         "smoke": dict(
-            K=[1, 4, INF], lr=0.1, steps=8, factor=2, batch_size=32, n_train=128, n_test=200,
+            K=[1, 4, INF], lr=0.05, steps=8, factor=2, batch_size=32, n_train=128, n_test=150,
             seed=0, n_evals=4,
         ),
         # gpu: an ESTIMATE (no GPU measured): ~0.17 GFLOP per image per linearised step; 5 runs ×
@@ -121,8 +123,8 @@ SCALES: dict[str, dict[str, dict[str, Any]]] = {
     # ``lr``; K = inf uses ``lr_inf``, with a K = 1 control at ``lr_inf`` (the paper: 1e-5 / 1e-3).
     "fig5": {
         "smoke": dict(
-            K=[1, 4], lr=0.1, lr_inf=0.1, steps=10, batch_size=None, n_train=[32, 64, 128],
-            n_test=100, seed=0, n_evals=3,
+            K=[1, 4], lr=0.1, lr_inf=0.1, steps=10, batch_size=None, n_train=[16, 32, 64],
+            n_test=100, seed=0, n_evals=2,
         ),
         # gpu: ESTIMATE 6 sizes × 5 runs × 4000 steps × 256 ≈ 3e7 image-steps ≈ 5-7 min.
         "gpu": dict(
@@ -133,6 +135,129 @@ SCALES: dict[str, dict[str, dict[str, Any]]] = {
         "paper": dict(
             K=[1, 1000, 100_000], lr=1e-5, lr_inf=1e-3, steps=2_000_000, batch_size=256,
             n_train=[1000, 2000, 5000, 10_000, 20_000, 50_000], n_test=10_000, seed=0, n_evals=200,
+        ),
+    },
+    # Fig. 1: final test RMSE vs K, trained to convergence, on the quintic (MLP 5x50, MSE, full
+    # batch; see iterlin.second_order_experiments.fig1_plan for how each K is trained). The paper's
+    # Fig. 1 is a schematic: every value here is ours. n_train/n_test are the paper's Fig. 9 data.
+    "fig1": {
+        "smoke": dict(
+            K=[1, 3, 10, 30, 100, 300, 1000, 10**4, 10**5, 10**6, 10**7, 10**8, 10**9, INF], lr=0.02,
+            steps=10_000, n_relin=500, max_relin=1000, damping=10.0, gn_steps=500, seed=0, n_seeds=1,
+            n_train=20, n_test=1000, n_evals=10, x64=True,
+        ),
+        "gpu": dict(
+            K=[1, 3, 10, 30, 100, 300, 1000, 3000, 10**4, 10**5, 10**6, 10**7, 10**8, 10**9, INF], lr=0.02,
+            steps=20_000, n_relin=1000, max_relin=2000, damping=10.0, gn_steps=2000, seed=0, n_seeds=10,
+            n_train=20, n_test=1000, n_evals=20, x64=True,
+        ),
+        "paper": dict(
+            K=[1, 3, 10, 30, 100, 300, 1000, 3000, 10**4, 10**5, 10**6, 10**7, 10**8, 10**9, INF], lr=0.02,
+            steps=20_000, n_relin=1000, max_relin=2000, damping=10.0, gn_steps=2000, seed=0, n_seeds=30,
+            n_train=20, n_test=1000, n_evals=20, x64=True,
+        ),
+    },
+    # Fig. 8: each linearisation solved by Adam (a constant K; the paper: 2e5) vs K = 1 with SGD
+    # (lr) and K = 1 with Adam (lr_adam). The paper states neither learning rates nor T.
+    "fig8": {
+        "smoke": dict(
+            K=15, lr_adam=1e-3, lr=0.05, steps=30, batch_size=None, n_train=12, n_test=60, seed=0,
+            n_evals=4,
+        ),
+        "gpu": dict(
+            K=2000, lr_adam=1e-3, lr=1e-2, steps=20_000, batch_size=256, n_train=None, n_test=None,
+            seed=0, n_evals=40,
+        ),
+        "paper": dict(  # K = 2e5 (the paper); lr_adam Adam's default, lr as Fig. 2; T = 10 K ours
+            K=200_000, lr_adam=1e-3, lr=1e-3, steps=2_000_000, batch_size=256, n_train=50_000,
+            n_test=10_000, seed=0, n_evals=100,
+        ),
+    },
+    # Fig. 9: damped Gauss-Newton on the quintic (20 / 1000 points, MLP 5x50, full batch: the
+    # paper's setting). The lambda grid, steps, step size and seeds are ours (the paper names none).
+    "fig9": {
+        "smoke": dict(
+            damping=[0.0, 1e-3, 1e-2, 1e-1, 1.0, 10.0], steps=200, step_size=1.0, seed=0, n_seeds=10,
+            n_functions=10, n_train=20, n_test=1000, n_evals=10, x64=True,
+        ),
+        "gpu": dict(
+            damping=[0.0, 1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0], steps=2000, step_size=1.0, seed=0,
+            n_seeds=50, n_functions=10, n_train=20, n_test=1000, n_evals=20, x64=True,
+        ),
+        "paper": dict(
+            damping=[0.0, 1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0], steps=2000, step_size=1.0, seed=0,
+            n_seeds=100, n_functions=10, n_train=20, n_test=1000, n_evals=20, x64=True,
+        ),
+    },
+    # Fig. 4: ResNet-18 without BatchNorm and augmentation (K, lr) and with both (K_bn, lr_bn,
+    # augment_bn; BatchNorm statistics per bn_mode, see iterlin.models). Each run is trained alone
+    # (iterlin.resnet_experiments). smoke: the pipeline only (ResNet-18 on a 2-core CPU).
+    "fig4": {
+        "smoke": dict(
+            K=[1, 2], lr=0.01, K_bn=[1, 2], lr_bn=0.01, augment_bn=True, bn_mode="batch", steps=4,
+            batch_size=4, n_train=16, n_test=16, seed=0, n_evals=2,
+        ),
+        # gpu: ESTIMATE (not measured): ~0.3 TFLOP per linearised step of 128 images, 4 runs x
+        # 4000 steps, plus 10 evaluations of network and linear model per run.
+        "gpu": dict(
+            K=[1, 400], lr=1e-3, K_bn=[1, 400], lr_bn=1e-2, augment_bn=True, bn_mode="batch", steps=4000,
+            batch_size=128, n_train=None, n_test=None, seed=0, n_evals=10,
+        ),
+        "paper": dict(  # lr 7e-7, K = 1e6 (no BN); lr 1e-5, K = 1e5 (BN + augmentation): the paper's.
+            # T, batch size and evaluation points ours (T = 10 K of the no-BN run).
+            K=[1, 1_000_000], lr=7e-7, K_bn=[1, 100_000], lr_bn=1e-5, augment_bn=True, bn_mode="batch",
+            steps=10_000_000, batch_size=256, n_train=50_000, n_test=10_000, seed=0, n_evals=100,
+        ),
+    },
+    # Fig. 6: linear probes on the CNN's layer-1 and layer-2 features over training, K = 1 vs a
+    # large K (iterlin.feature_experiments). Probes are fitted on the first n_probe training images
+    # (None: all) and scored on the test images.
+    "fig6": {
+        "smoke": dict(
+            K=[1, 8], lr=0.05, steps=24, batch_size=32, augment=False, n_train=256, n_test=200, n_probe=None,
+            seed=0, n_evals=6,
+        ),
+        # gpu: ESTIMATE (not measured): 2 runs x 10 000 steps of 256, and 20 x 2 x 2 ridge probes
+        # (eigendecompositions of n_probe x n_probe Gram matrices).
+        "gpu": dict(
+            K=[1, 1000], lr=1e-2, steps=10_000, batch_size=256, augment=True, n_train=None, n_test=None,
+            n_probe=5000, seed=0, n_evals=20,
+        ),
+        "paper": dict(  # K = 5e6 (the paper's); lr, T, augmentation as our Fig. 3 paper settings
+            K=[1, 5_000_000], lr=1e-4, steps=60_000_000, batch_size=256, augment=True, n_train=50_000,
+            n_test=10_000, n_probe=10_000, seed=0, n_evals=30,
+        ),
+    },
+    # Fig. 7: change of the first-layer filters from initialisation, a column per evaluation point
+    # (the paper: one per 10 000 epochs), K = 1 vs a large K.
+    "fig7": {
+        "smoke": dict(
+            K=[1, 8], lr=0.05, steps=24, batch_size=32, augment=False, n_train=256, n_test=200, seed=0,
+            n_evals=12,
+        ),
+        "gpu": dict(  # ESTIMATE (not measured): 2 runs x 20 000 steps of 256
+            K=[1, 2000], lr=1e-2, steps=20_000, batch_size=256, augment=True, n_train=None, n_test=None,
+            seed=0, n_evals=20,
+        ),
+        "paper": dict(  # K = 5e6 (the paper's); 6e7 steps of 256 = 30 columns of ~10 000 epochs
+            K=[1, 5_000_000], lr=1e-4, steps=60_000_000, batch_size=256, augment=True, n_train=50_000,
+            n_test=10_000, seed=0, n_evals=30,
+        ),
+    },
+    # Kernel movement (no figure in the paper; Sec. 1 and 5): the empirical NTK on n_probe fixed
+    # training images over training, K = 1 vs a large K, evaluated at every re-linearisation too.
+    "ntk": {
+        "smoke": dict(
+            K=[1, 6], lr=0.05, steps=24, batch_size=32, n_train=256, n_test=200, n_probe=8, seed=0,
+            n_evals=8,
+        ),
+        "gpu": dict(  # ESTIMATE (not measured): 2 runs x 20 000 steps of 256, ~30 kernels 1000 x 1000
+            K=[1, 2000], lr=1e-2, steps=20_000, batch_size=256, n_train=None, n_test=None, n_probe=100,
+            seed=0, n_evals=20,
+        ),
+        "paper": dict(  # as our Fig. 3 paper settings (K = 5e6); probe set and evaluations ours
+            K=[1, 5_000_000], lr=1e-4, steps=60_000_000, batch_size=256, n_train=50_000, n_test=10_000,
+            n_probe=100, seed=0, n_evals=30,
         ),
     },
 }
@@ -209,12 +334,27 @@ def _bool(value: Any, name: str, default: Any) -> bool:
     return value
 
 
+def _reals(check: Callable[[Any, str], Any]) -> Callable:
+    """A single number, or (where the default is a list, e.g. Fig. 9's λ grid) a sorted list of them."""
+
+    def validator(value: Any, name: str, default: Any) -> Any:
+        if _is_list(value):
+            if not _is_list(default):
+                raise ValueError(f"{name}={value!r} is not allowed: {name} must be a single value here, not a list")
+            if len(value) == 0:
+                raise ValueError(f"{name}={value!r} is not allowed: {name} must list at least one value")
+            return sorted({check(v, f"{name}[{i}]") for i, v in enumerate(value)})
+        return check(value, name)
+
+    return validator
+
+
 #: ``VALIDATORS[key](value, name, default) -> normalised value`` (raises ValueError naming the key).
 VALIDATORS: dict[str, Callable[[Any, str, Any], Any]] = {
     "K": _v_K,
     "lr": _scalar(check_positive),
     "lr_inf": _scalar(check_positive),
-    "damping": _scalar(check_nonnegative),
+    "damping": _reals(check_nonnegative),  # a list for Fig. 9's λ grid
     "steps": _scalar(lambda v, n: check_int(v, n, minimum=1)),
     "epochs": _scalar(lambda v, n: check_int(v, n, minimum=1)),
     "seed": _scalar(lambda v, n: check_int(v, n, minimum=0)),
@@ -224,6 +364,21 @@ VALIDATORS: dict[str, Callable[[Any, str, Any], Any]] = {
     "factor": _scalar(lambda v, n: check_int(v, n, minimum=1)),
     "n_evals": _scalar(lambda v, n: check_int(v, n, minimum=1)),
     "augment": _bool,
+    # Figs. 1, 8, 9 (iterlin.second_order_experiments)
+    "lr_adam": _scalar(check_positive),
+    "step_size": _scalar(check_positive),
+    "n_seeds": _scalar(lambda v, n: check_int(v, n, minimum=1)),
+    "n_functions": _scalar(lambda v, n: check_int(v, n, minimum=1)),
+    "n_relin": _scalar(lambda v, n: check_int(v, n, minimum=1)),
+    "max_relin": _scalar(lambda v, n: check_int(v, n, minimum=1)),
+    "gn_steps": _scalar(lambda v, n: check_int(v, n, minimum=1)),
+    "x64": _bool,
+    # Figs. 4, 6, 7 and ntk (iterlin.resnet_experiments, iterlin.feature_experiments)
+    "K_bn": _v_K,
+    "lr_bn": _scalar(check_positive),
+    "augment_bn": _bool,
+    "bn_mode": _scalar(lambda v, n: check_choice(v, n, ("batch", "frozen"))),
+    "n_probe": _count(1, none_ok=True),
 }
 
 

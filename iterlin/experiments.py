@@ -583,3 +583,7 @@ def run(experiment: str | Mapping, scale: str = "smoke", *, progress: bool = Tru
     )
     results["config"] = config
     return results
+
+
+from . import second_order_experiments  # noqa: E402,F401  registers fig1, fig8, fig9
+from . import feature_experiments  # noqa: E402,F401  registers fig6, fig7, ntk

@@ -19,7 +19,7 @@ Design:
   Batches are therefore a pure function of (key, t): every run of a sweep sees the same batches,
   and a resumed run sees exactly the batches it would have seen.
 * Between evaluation points the steps run in one ``lax.fori_loop`` with traced bounds (one
-  compilation for every chunk length).
+  compilation for every chunk length); on CPU, one jitted step per dispatch (see ``_run``).
 * A non-finite loss freezes that run (its parameters stay at the last finite state) and records the
   step: divergence is a result, not a crash; in a sweep the other runs continue.
 * With ``checkpoint=path`` the whole state (θ, θ_s, optimizer state, step, history, key) is saved
@@ -307,6 +307,7 @@ def _run(
     callback,
     progress,
     stop_when_diverged,
+    compiled_loop=None,
 ):
     """Run the compiled chunks between evaluation points; evaluate, checkpoint, report."""
     history: dict[str, list] = {}
@@ -332,14 +333,20 @@ def _run(
     veval = jax.jit(jax.vmap(eval_fn) if sweep else eval_fn)
 
     @jax.jit
-    def run_chunk(state, t0, t1):
-        def body(t, carry):
-            st, loss_sum = carry
-            st, m = vstep(st, batch_fn(t))
-            return st, loss_sum + m["loss"]
+    def run_loop(state, t0, t1):
+        return jax.lax.fori_loop(t0, t1, lambda t, st: vstep(st, batch_fn(t))[0], state)
 
-        zero = jnp.zeros(state.step.shape, jnp.result_type(float))
-        return jax.lax.fori_loop(t0, t1, body, (state, zero))
+    one_step = jax.jit(lambda state, t: vstep(state, batch_fn(t))[0])
+
+    def run_chunk(state, t0, t1):
+        """Steps t0 … t1 − 1. On accelerators one compiled ``fori_loop``; on CPU one jitted step per
+        dispatch (batch still drawn on device), because XLA:CPU runs convolutions inside while
+        loops several times slower than outside them (jax-ml/jax#12868)."""
+        if compiled_loop if compiled_loop is not None else jax.default_backend() != "cpu":
+            return run_loop(state, jnp.int32(t0), jnp.int32(t1))
+        for t in range(t0, t1):
+            state = one_step(state, jnp.int32(t))
+        return state
 
     bar = None
     if progress:
@@ -363,7 +370,7 @@ def _run(
         if stop_when_diverged and bool(np.all(np.asarray(state.diverged))):
             break  # every run diverged (also when resuming a run that stopped so)
         t0, t1 = points[i - 1], points[i]
-        state, _ = run_chunk(state, jnp.int32(t0), jnp.int32(t1))
+        state = run_chunk(state, t0, t1)
         record(state, t1)
         if checkpoint is not None:
             save_checkpoint(checkpoint, (state, ()), {"run": meta, "history": history, "done": i + 1})
@@ -400,6 +407,7 @@ def fit(
     progress: bool = False,
     sweep: bool = False,
     config: dict | None = None,
+    compiled_loop: bool | None = None,
 ) -> tuple[TrainState, dict]:
     """The one training loop: run ``step_fn(state, batch) -> (state, metrics)`` for ``steps`` steps.
 
@@ -409,6 +417,8 @@ def fit(
     with ``checkpoint`` set the state and history are saved atomically (a rerun resumes; a rerun with
     a different ``config`` or data is refused rather than silently mixed). With ``sweep=True`` the
     state has a leading run axis and ``step_fn`` is vmapped over it (batches are shared).
+    ``compiled_loop``: run the steps between evaluation points in one compiled ``fori_loop``
+    (True) or one jitted step per dispatch (False); None picks the loop except on CPU.
     Returns the final state and the history (see :func:`train`).
     """
     x, y = (jnp.asarray(a) for a in _check_pair(data, "data"))
@@ -442,7 +452,7 @@ def fit(
         meta = _canonical(meta)
     return _run(
         step_fn, state, batch_fn, eval_fn, points, sweep=sweep, checkpoint=checkpoint, meta=meta,
-        callback=callback, progress=progress, stop_when_diverged=True,
+        callback=callback, progress=progress, stop_when_diverged=True, compiled_loop=compiled_loop,
     )
 
 

@@ -1,6 +1,7 @@
 # ---
 # jupyter:
 #   jupytext:
+#     cell_metadata_filter: -papermill,-execution
 #     formats: ipynb,py:percent
 #     text_representation:
 #       extension: .py
@@ -33,11 +34,12 @@
 #
 # **What each scale runs** (`iterlin.config.SCALES["fig2"]`).
 #
-# * `smoke` (default; a 2-core CPU, about a minute): 128 real CIFAR-10 training images and 200 test
-#   images; full batch: 8 steps at learning rate 0.1 for $K \in \{1, 4, \infty\}$; mini-batch:
-#   batches of 32, `factor` 2 (not 10), so 16 steps at 0.05 for $K \in \{1, 8, \infty\}$. The
-#   paper's learning rates would show nothing in so few steps. Few images and steps: a check that
-#   the pipeline works, not a reproduction.
+# * `smoke` (default; a 2-core CPU, a few minutes: see `notebooks/README.md`): 128 real CIFAR-10
+#   training images and 150 test images; full batch: 8 steps at learning rate 0.05 for
+#   $K \in \{1, 4, \infty\}$; mini-batch: batches of 32, `factor` 2 (not 10), so 16 steps at 0.025
+#   for $K \in \{1, 8, \infty\}$. The paper's learning rates would show nothing in so few steps.
+#   So few images and steps leave every run near chance level: this scale checks that the pipeline
+#   works; it does not reproduce the figure.
 # * `gpu` (one H100, about ten minutes by a FLOP estimate, not measured): every installed image,
 #   $K \in \{1, 5, 20, 50, \infty\}$, 100 full-batch steps at 0.05 and, with `factor` 10, 1000
 #   mini-batch steps of 256 at 0.005.
@@ -50,7 +52,7 @@
 # the same initialisation and sees the same batches.
 
 # %% tags=["parameters"]
-scale = "smoke"  # "smoke" (CPU, ~1 min), "gpu" (one H100, ~10 min), "paper" (the paper's settings)
+scale = "smoke"  # "smoke" (CPU, minutes), "gpu" (one H100, ~10 min), "paper" (the paper's settings)
 K = None  # full-batch periods: a list, or one K meaning the sweep [1, K] (K = 1 is always kept); inf: never
 lr = None  # full-batch learning rate (the mini-batch runs use lr / factor)
 steps = None  # full-batch steps (the mini-batch runs make steps * factor)

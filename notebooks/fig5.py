@@ -1,10 +1,13 @@
 # ---
 # jupyter:
 #   jupytext:
+#     cell_metadata_filter: -papermill,-execution
 #     formats: ipynb,py:percent
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3 (ipykernel)
 #     language: python
@@ -33,10 +36,11 @@
 #
 # **What each scale runs** (`iterlin.config.SCALES["fig5"]`).
 #
-# * `smoke` (default; a 2-core CPU, about a minute): 32, 64 and 128 real CIFAR-10 training images,
-#   100 test images, 10 full-batch steps at learning rate 0.1 for $K \in \{1, 4, \infty\}$ (one
-#   rate for all, so no separate control). Far from convergence and from the paper's sizes: a check
-#   that the pipeline works, not a reproduction.
+# * `smoke` (default; a 2-core CPU, a few minutes: see `notebooks/README.md`): 16, 32 and 64 real
+#   CIFAR-10 training images, 100 test images, 10 full-batch steps at learning rate 0.1 for
+#   $K \in \{1, 4, \infty\}$ (one rate for all, so no separate control), evaluated at steps 0, 5
+#   and 10. Far from convergence and from the paper's sizes: this scale checks that the pipeline
+#   works; it does not reproduce the figure.
 # * `gpu` (one H100, about ten minutes by a FLOP estimate, not measured): 1 250 to 40 000 images,
 #   batches of 256, 4000 steps, $K \in \{1, 100, 1000\}$ at 0.01, $K = \infty$ and the control at 0.05.
 # * `paper`: learning rates 1e-5 and 1e-3 (the paper's); the $K$ values, sizes and step count are
@@ -49,7 +53,7 @@
 # them), selected on the test set as "optimal early stopping" implies.
 
 # %% tags=["parameters"]
-scale = "smoke"  # "smoke" (CPU, ~1 min), "gpu" (one H100, ~10 min), "paper" (the paper's settings)
+scale = "smoke"  # "smoke" (CPU, minutes), "gpu" (one H100, ~10 min), "paper" (the paper's settings)
 K = None  # periods trained at lr: a list, or one K meaning [1, K] (K = 1 is always kept)
 lr = None  # learning rate of the runs of K
 lr_inf = None  # learning rate of K = inf and of its K = 1 control
@@ -94,6 +98,7 @@ for i, (k, eta) in enumerate(zip(results["K"], results["lr"])):
 for ax, what in ((left, "early-stopped test accuracy (%)"), (right, "final train accuracy (%)")):
     ax.set(xscale="log", xlabel="training images", ylabel=what)
     ax.set_xticks(n, [str(int(v)) for v in n])
+    ax.minorticks_off()
     ax.legend(fontsize=8)
 fig.suptitle(f"Data scaling of the CNN on CIFAR-10 ({config['scale']} scale)")
 plt.show()

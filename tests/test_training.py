@@ -152,3 +152,15 @@ def test_eval_chunks_that_do_not_divide_the_split(x64):
     _, h2 = iterlin.train(apply_fn, params, (x, y), K=1, steps=1, optimizer=optax.sgd(0.0), eval_batch_size=1000)
     np.testing.assert_allclose(h1["net_train_loss"], h2["net_train_loss"], rtol=1e-12)
     np.testing.assert_allclose(h1["net_train_acc"], h2["net_train_acc"])
+
+
+def test_compiled_loop_equals_per_step_dispatch(x64):
+    """The accelerator path (one fori_loop between evaluations) and the CPU path give one result."""
+    apply_fn, params, x, y = tiny_problem()
+    kw = dict(K=3, steps=9, optimizer=optax.sgd(0.3, momentum=0.9), batch_size=8, key=jax.random.PRNGKey(2),
+              eval_every=4)
+    loop, h_loop = iterlin.train(apply_fn, params, (x, y), compiled_loop=True, **kw)
+    steps, h_steps = iterlin.train(apply_fn, params, (x, y), compiled_loop=False, **kw)
+    assert tree_allclose(loop, steps, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(h_loop["lin_train_loss"], h_steps["lin_train_loss"], rtol=1e-12)
+    np.testing.assert_array_equal(h_loop["n_relin"], [0, 1, 2, 3])

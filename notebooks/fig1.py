@@ -1,0 +1,186 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Figure 1: the spectrum of K, from gradient descent to Gauss–Newton
+#
+# **What the figure shows.** In the paper, Fig. 1 is a schematic: "Spectrum of changing $K$ when
+# always training to convergence. For small values of $K$, it is close enough to (stochastic)
+# gradient descent that it achieves comparable performance, and for very large $K$, it will train
+# until convergence for each linearisation giving the same results for all larger $K$." Here it is
+# measured: the final test error of iterative linearisation (Algorithm 1: train the linearisation
+# $f^{\mathrm{lin}}_s(\theta) = f_{\theta_s} + \nabla_\theta f_{\theta_s}^\top(\theta - \theta_s)$ for $K$
+# steps, then re-linearise $\theta_s \leftarrow \theta$) against $K$ on a log grid from 1 to $\infty$,
+# every run trained to convergence, with the two ends marked: gradient descent ($K = 1$) and
+# Gauss–Newton (each linearisation solved exactly, Eq. 5), computed by the library's
+# `gauss_newton_train` with $\lambda = 0$. A damped Gauss–Newton run (Eq. 6) is drawn at the $K$
+# that Sec. 3.3 pairs it with, $K \approx 1/(\lambda\eta)$.
+#
+# **Setting** (ours: the paper has no experiment for this figure). The paper's 1-d regression of
+# Fig. 9, where the $K \to \infty$ end is exactly Gauss–Newton: an MLP with 5 hidden layers of 50
+# ReLU units, squared error, full batch, 20 training and 1000 test points of the quintic
+# $y = x^5/32 - x^3/2 + 2x - 1$ on $[-3.625, 3.625]$; PyTorch's default initialisation and float64
+# (see the Fig. 9 notebook for why). The paper's CIFAR-10 CNN does not fit at this scale: one
+# linearised step costs about 20 ms per image on this 2-core CPU, and a sweep of a dozen $K$ each
+# trained to convergence would take hours.
+#
+# **How each $K$ is trained, and what "trained to convergence" means**
+# (`iterlin.second_order_experiments.fig1_plan`), with $\eta$ = `lr` / N the step for the summed loss:
+#
+# * small $K$ (here $K \in \{1, 3\}$): literal full-batch gradient descent on the linearisations,
+#   `steps` = $T$ steps at `lr` (one `train_sweep`). Converged: train RMSE $\approx 0$ at $T$.
+# * larger finite $K$: each linearisation is trained for $K$ steps **in the small-learning-rate
+#   limit**, i.e. gradient flow for time $\tau = K\eta$ (Eq. 18), in closed form on the NTK's
+#   eigen-directions (one 20 × 20 eigendecomposition per linearisation, whatever $K$); each run makes
+#   at least `n_relin` linearisations and at least $T/K$ (so it trains at least as long as the
+#   literal runs). Literal GD at this learning rate is not an option there: the NTK's top eigenvalue
+#   grows as the network moves (30 at initialisation, over 2000 within a few thousand steps,
+#   measured), and once $\eta\sigma_{\max} > 2$ the linear model diverges within its $K$ steps,
+#   while plain GD survives at the edge of stability.
+# * $K = \infty$: never re-linearise; the linearisation at $\theta_0$ trained to convergence is its
+#   minimum-norm solution (Eq. 19), computed exactly. This is kernel regression with the initial
+#   NTK: no feature learning at all. Its point is the linear model's test error.
+# * Gauss–Newton: `gn_steps` full steps ($\alpha = 1$).
+#
+# A run counts as converged when its final train RMSE is at most 0.02 (about 1.5 % of the spread
+# of the target's values), or changed by at most 10 % over the second half of the run (a plateau:
+# some runs stop at a non-zero train error when ReLUs die). A linearisation itself is solved to
+# convergence when $K\eta\,\sigma_{\min} \gg 1$ (its slowest direction is fitted): the claims use
+# $K\eta\,\sigma_{\min}(\theta_0) \ge 10$.
+#
+# **What each scale runs** (`iterlin.config.SCALES["fig1"]`). `smoke` (default; a 2-core CPU, about
+# a minute): one seed, $K$ from 1 to $10^9$ and $\infty$, $T = 10^4$ at `lr` 0.02, at least 500
+# linearisations per closed-form run, 500 Gauss–Newton steps. `gpu` and `paper`: 10 and 30 seeds,
+# $T = 2 \cdot 10^4$, at least 1000 linearisations, 2000 Gauss–Newton steps (no GPU needed: the
+# model is tiny, the cost is seeds × runs).
+
+# %% tags=["parameters"]
+scale = "smoke"  # "smoke" (CPU, ~1 min), "gpu" (more seeds), "paper" (more seeds still)
+K = None  # the K grid (a list; 1 is always included; inf = never re-linearise)
+lr = None  # GD learning rate for the mean loss (η = lr / n_train for the summed loss)
+steps = None  # T: literal GD steps; closed-form runs train at least as long
+seed = None  # first seed; the runs use seed, ..., seed + n_seeds - 1
+n_seeds = None  # seeds per K
+damping = None  # λ of the damped Gauss-Newton run
+n_train = None  # training points (the paper's Fig. 9: 20)
+n_test = None  # test points (1000)
+
+# %%
+import matplotlib.pyplot as plt
+import numpy as np
+
+from iterlin.claims import fmt_K
+from iterlin.config import describe, resolve
+from iterlin.experiments import claims, run
+
+# Every parameter is checked here, before anything is computed (None: the scale's default).
+config = resolve("fig1", scale, K=K, lr=lr, steps=steps, seed=seed, n_seeds=n_seeds, damping=damping,
+                 n_train=n_train, n_test=n_test)
+print(describe(config))
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+results = run(config)  # computed once, then read from the cache (.cache/results)
+
+# %% [markdown]
+# Final test RMSE against $K$ (log scale; $K = \infty$ at the right edge). Circles: the network at
+# the end of training (mean over seeds, seeds as dots); filled for literal GD, open for
+# closed-form linearisations. Square: $K = \infty$, the converged linear model at $\theta_0$. Dashed
+# line: Gauss–Newton ($\lambda = 0$). Star: damped Gauss–Newton, at $K = 1/(\lambda\eta)$. Shaded:
+# the $K$ for which each linearisation is solved ($K\eta\sigma_{\min}(\theta_0) \ge 10$). A cross marks a
+# diverged run.
+
+# %%
+Ks, method = results["K"], results["method"]
+finite = np.isfinite(Ks)
+x_inf = Ks[finite].max() * 30
+xs = np.where(finite, Ks, x_inf)
+net, lin = results["net_test_rmse"], results["lin_test_rmse"]
+gn, b = results["gn"], results["bridge"]
+eta = float(b["eta"])
+sig = b["sigma"]
+sigma_min = sig[sig > sig.max() * len(sig) * np.finfo(float).eps].min()
+
+fig, ax = plt.subplots(figsize=(8, 4.5))
+for i, x in enumerate(xs):
+    y = lin[i] if method[i] == "kernel" else net[i]
+    ax.scatter(np.full(len(y), x), y, s=10, color="grey", alpha=0.6)
+    ax.plot(x, np.nanmean(y), "s" if method[i] == "kernel" else "o", ms=8, color="C0",
+            mfc="C0" if method[i] == "gd" else "white")
+    if results["diverged"][i].any():
+        ax.plot(x, np.nanmean(y), "x", ms=14, color="red")
+ax.plot(xs[finite], np.nanmean(net[finite], axis=1), "-", color="C0", lw=1)
+ax.axhline(np.nanmean(gn["net_test_rmse"][0]), ls="--", color="C3", label="Gauss–Newton (λ = 0)")
+ax.plot(gn["equiv_K"][1], np.nanmean(gn["net_test_rmse"][1]), "*", ms=14, color="C2",
+        label=f"damped GN, λ = {gn['damping'][1]:g} (at K = 1/(λη))")
+ax.axhline(np.nanmean(net[np.flatnonzero(Ks == 1)[0]]), ls=":", color="C1", label="gradient descent (K = 1)")
+ax.axvspan(10 / (eta * sigma_min), x_inf / 3, color="C3", alpha=0.08, label="each linearisation solved")
+ax.set(xscale="log", yscale="log", xlabel="K (GD steps per linearisation)", ylabel="final test RMSE",
+       title=f"Quintic, MLP 5×50: test RMSE against K ({config['scale']} scale)")
+ticks = [k for k in Ks if np.isfinite(k) and np.log10(k) == int(np.log10(k))]
+ax.set_xticks([*ticks, x_inf], [fmt_K(k) for k in ticks] + ["∞"])
+ax.minorticks_off()
+ax.legend(fontsize=8, loc="upper left")
+plt.show()
+
+# %% [markdown]
+# ## The K ↔ λ bridge (Sec. 3.3)
+#
+# On one linearisation with MSE, $K$ gradient steps and a damped Gauss–Newton step act on each
+# eigen-direction $u_i$ of the empirical NTK $\Theta = \phi\phi^\top$ (eigenvalue $\sigma_i$) through a
+# *spectral filter* $\varphi$: $\theta - \theta_s = -\phi^\top \sum_i \varphi(\sigma_i)\,u_i u_i^\top (f_s - Y)$,
+#
+# $$\varphi_K(\sigma) = \frac{1 - (1 - \eta\sigma)^K}{\sigma} \quad (K \text{ GD steps}), \qquad
+# \varphi_\lambda(\sigma) = \frac{1}{\sigma + \lambda} \quad (\text{damped GN}).$$
+#
+# Both are $\approx 1/\sigma$ (the direction is solved: Gauss–Newton) for large $\sigma$ and
+# $\ll 1/\sigma$ for small $\sigma$, and they switch at $\sigma \approx 1/(K\eta)$ and $\sigma \approx \lambda$
+# respectively: $\lambda \approx 1/(K\eta)$ (`iterlin.closed_form.equivalent_damping`). Below, the
+# filters on the NTK spectrum of this network at initialisation (ticks: its 20 eigenvalues), for
+# several $K$, with $\lambda = 1/(K\eta)$ (solid) and the $\lambda$ that best matches the fraction of the
+# training residual removed along the eigen-directions (dotted). **What it means:** re-linearising
+# more often (smaller $K$) fits only the large-eigenvalue directions of each linearisation before
+# the features move, exactly as heavier damping does; $K \to \infty$ and $\lambda \to 0$ both fit every
+# direction, including the tiny-eigenvalue ones that need large parameter moves: the Gauss–Newton end.
+
+# %%
+grid = b["sigma_grid"]
+fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4))
+for m, k in enumerate(b["K"]):
+    c = f"C{m}"
+    left.plot(grid, b["gd_filter"][m], color=c, lw=2, alpha=0.5, label=f"K = {fmt_K(k)} GD steps")
+    left.plot(grid, b["gn_filter"][m], color=c, ls="-", lw=1, label=f"λ = 1/(Kη) = {b['damping'][m]:.3g}")
+    left.plot(grid, b["gn_filter_fit"][m], color=c, ls=":", lw=1.5)
+    right.plot(grid, grid * b["gd_filter"][m], color=c, lw=2, alpha=0.5, label=f"K = {fmt_K(k)}")
+    right.plot(grid, grid * b["gn_filter"][m], color=c, lw=1)
+    right.plot(grid, grid * b["gn_filter_fit"][m], color=c, ls=":", lw=1.5,
+               label=f"best λ = {b['damping_fit'][m]:.3g}")
+left.plot(grid, 1 / grid, "k--", lw=1, label="1/σ (Gauss–Newton)")
+for ax in (left, right):
+    ax.plot(sig, np.full_like(sig, ax.get_ylim()[0] if ax is right else 1e-3), "|", color="k", ms=12)
+left.set(xscale="log", yscale="log", xlabel="NTK eigenvalue σ", ylabel="filter φ(σ)", ylim=(1e-3, None),
+         title="spectral filters: K GD steps vs damped GN")
+right.set(xscale="log", xlabel="NTK eigenvalue σ", ylabel="σ φ(σ): fraction of the residual removed",
+          title="the same as residual fractions")
+left.legend(fontsize=7)
+right.legend(fontsize=7)
+plt.show()
+
+# %% [markdown]
+# ## Claims
+#
+# The paper's claim, the paper's statement (a schematic: no numbers), what this run measured and
+# whether it holds at this scale, by the rule in the last column. Test RMSE is the mean over seeds.
+
+# %%
+print(claims(results))
