@@ -4,7 +4,7 @@
 #   make book   execute the notebooks at default scale (papermill), then build the site into _build/html
 #               (needs npm, for the MathJax served with the site)
 #   make check-site  open every page of _build/html in headless Chromium (images, maths, local files)
-#   make bench  run the training benchmark
+#   make bench  run the benchmarks (training step and throughput; Gauss–Newton and NTK)
 #   make clean  remove build outputs (keeps .venv; `make distclean` removes it too)
 
 SHELL := bash
@@ -117,6 +117,7 @@ check-site: env
 
 bench: env
 	$(PY) benchmarks/bench_train.py
+	$(PY) benchmarks/bench_second_order.py
 
 clean:
 	rm -rf _build $(EXECUTED_DIR) .pytest_cache

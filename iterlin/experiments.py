@@ -587,3 +587,4 @@ def run(experiment: str | Mapping, scale: str = "smoke", *, progress: bool = Tru
 
 from . import second_order_experiments  # noqa: E402,F401  registers fig1, fig8, fig9
 from . import feature_experiments  # noqa: E402,F401  registers fig6, fig7, ntk
+from . import resnet_experiments  # noqa: E402,F401  registers fig4

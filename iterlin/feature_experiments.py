@@ -221,7 +221,7 @@ def fig7(config: Mapping, data: Dataset | None = None, *, checkpoint_dir=None, p
     Config keys: ``K`` (list: 1 and the large period), ``lr``, ``steps``, ``batch_size``,
     ``augment``, ``n_train``, ``n_test``, ``seed``, ``n_evals`` (the columns of the figure).
 
-    Results: ``"runs"``: the :func:`cnn_sweep` history with ``filters_delta`` (R, 5, 5, 3, 50, E):
+    Results: ``"runs"``: the :func:`cnn_sweep` history with ``filters_delta`` (R, E, 5, 5, 3, 50):
     W_t − W_0 of the 50 first-layer filters at each evaluation point; ``"match"``:
     :func:`filter_match` of it.
     """
@@ -245,12 +245,12 @@ def filter_match(history: Mapping) -> dict:
 
     Returns a dict of NumPy values, ``K_large`` the period compared with K = 1.
     """
-    d = np.asarray(history["filters_delta"], np.float64)  # (R, h, w, c, n, E)
+    d = np.asarray(history["filters_delta"], np.float64)  # (R, E, h, w, c, n)
     steps = np.asarray(history["step"], np.float64)
     K = np.asarray(history["K"])
     i1, j = _one(K), _large(K)
-    flat = d.reshape(d.shape[0], -1, d.shape[-1])  # (R, D, E)
-    norm = np.sqrt(np.sum(flat**2, axis=1))  # (R, E)
+    flat = d.reshape(d.shape[0], d.shape[1], -1)  # (R, E, D)
+    norm = np.sqrt(np.sum(flat**2, axis=-1))  # (R, E)
     target = norm[j, -1]
     ratio = target / norm[i1, -1] if norm[i1, -1] > 0 else np.nan
     frac, e = np.nan, len(steps) - 1
@@ -262,7 +262,7 @@ def filter_match(history: Mapping) -> dict:
             frac = t / steps[-1]
             e = k - 1 if w < 0.5 else k
             break
-    u, v = flat[j, :, -1], flat[i1, :, e]
+    u, v = flat[j, -1], flat[i1, e]
     den = np.linalg.norm(u) * np.linalg.norm(v)
     cosine = float(u @ v / den) if den > 0 else np.nan
     return {"norm": norm, "ratio": np.asarray(ratio), "fraction": np.asarray(frac),
@@ -279,8 +279,8 @@ def fig7_claims(results: Mapping) -> list[Claim]:
     frac, ratio, cos = float(m["fraction"]), float(m["ratio"]), float(m["cosine"])
     slower = Claim(
         "large-K first-layer filters evolve slower", "K = 1 evolves much faster",
-        f"‖ΔW_T‖ K={fmt_K(K[j])} / K=1 = {num(ratio)}", verdict(ratio < 1 if math.isfinite(ratio) else None),
-        "ratio of the final filter changes (all 50 filters) < 1",
+        f"‖ΔW_T‖ K={fmt_K(K[j])} / K=1 = {num(ratio)}", verdict(ratio < 0.9 if math.isfinite(ratio) else None),
+        "ratio of the final filter changes (all 50 filters) < 0.9 (\"much\" slower: at least 10 % less)",
     )
     where = "never reached" if not math.isfinite(frac) else f"at {pct(frac, 0)} of training (cos {num(cos)})"
     similar = Claim(
