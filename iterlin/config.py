@@ -195,7 +195,7 @@ SCALES: dict[str, dict[str, dict[str, Any]]] = {
     "fig4": {
         "smoke": dict(
             K=[1, 2], lr=0.01, K_bn=[1, 2], lr_bn=0.01, augment_bn=True, bn_mode="batch", steps=4,
-            batch_size=4, n_train=16, n_test=16, seed=0, n_evals=2,
+            batch_size=4, n_train=16, n_test=16, seed=0, n_evals=4,
         ),
         # gpu: ESTIMATE (not measured): ~0.3 TFLOP per linearised step of 128 images, 4 runs x
         # 4000 steps, plus 10 evaluations of network and linear model per run.

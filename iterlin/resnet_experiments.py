@@ -103,12 +103,12 @@ def fig4(config: Mapping, data: Dataset | None = None, *, checkpoint_dir=None, p
         model = make_model(name, init_key, bn_mode=config["bn_mode"] if name == "resnet18_bn" else None)
         augment = bool(config[aug_key]) if aug_key else False
         histories = []
-        for k in config[k_key]:
+        for i, k in enumerate(config[k_key]):
             _, h = train(
                 model.apply_fn, model.params, (data.x_train, data.y_train), K=k, steps=config["steps"],
                 optimizer=optax.sgd(config[lr_key]), loss="ce", batch_size=config["batch_size"], key=data_key,
                 refresh=model.refresh, eval_data=(data.x_test, data.y_test), eval_steps=steps, augment=augment,
-                checkpoint=_ckpt(checkpoint_dir, f"{panel}-K{fmt_K(k)}"), progress=progress, config=dict(config),
+                checkpoint=_ckpt(checkpoint_dir, f"{panel}-run{i}"), progress=progress, config=dict(config),
             )
             histories.append(h)
         hist = stack_histories(histories, steps)
@@ -133,6 +133,9 @@ def _par_claim(h: Mapping, label: str, paper: str, n_test: int) -> Claim:
     acc = np.asarray(h["net_test_acc"], np.float64)[:, -1]
     i1 = int(np.flatnonzero(K == 1)[0])
     j = int(np.flatnonzero(K == K.max())[0])
+    if j == i1:
+        return Claim(f"{label}: large K ≈ SGD (K = 1)", paper, f"K=1 only: {pct(acc[i1])}", verdict(None),
+                     "needs a run with K > 1")
     relin = int(np.asarray(h["n_relin"])[j, -1])
     delta = acc[j] - acc[i1]
     diverged = bool(np.asarray(h["diverged"])[[i1, j]].any())

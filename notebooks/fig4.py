@@ -43,13 +43,14 @@
 #
 # **What each scale runs** (`iterlin.config.SCALES["fig4"]`).
 #
-# * `smoke` (default; a 2-core CPU, about a minute and a half, nearly all of it JAX start-up,
-#   ResNet-18 initialisation and compiling the four runs: see `notebooks/README.md`): 16 real
-#   CIFAR-10 training images and 16 test images, 4 SGD steps with batches of 4 at learning rate
-#   0.01 in both panels, and $K = 2$ instead of $10^6$ / $10^5$ (2 re-linearisations). **This
-#   only demonstrates the pipeline** (both models, both BatchNorm modes, linearised training,
-#   evaluation, divergence bookkeeping): 4 steps on 16 images say nothing about the claims, and
-#   16 test images cannot tell two accuracies apart (the claims read "n/a at this scale").
+# * `smoke` (default; a 2-core CPU, about a minute of wall time and a minute and a half of CPU,
+#   two thirds of it JAX start-up, ResNet-18 initialisation and compiling the four runs: see
+#   `notebooks/README.md`): 16 real CIFAR-10 training images and 16 test images, 4 SGD steps with
+#   batches of 4 at learning rate 0.01 in both panels, and $K = 2$ instead of $10^6$ / $10^5$
+#   (2 re-linearisations). **This only demonstrates the pipeline** (both models, both BatchNorm
+#   modes, linearised training, evaluation, divergence bookkeeping): 4 steps on 16 images say
+#   nothing about the claims, and 16 test images cannot tell two accuracies apart (the claims read
+#   "n/a at this scale").
 # * `gpu` (one H100, about ten minutes by a FLOP estimate, not measured: no GPU was available
 #   when this was written): every installed image, 4000 steps of 128, $K = 400$
 #   (10 re-linearisations) in both panels, learning rates 1e-3 (no BatchNorm) and 1e-2 (BatchNorm),
@@ -63,7 +64,7 @@
 # ResNet-18 steps costs more than two single ones).
 
 # %% tags=["parameters"]
-scale = "smoke"  # "smoke" (CPU, ~1.5 min), "gpu" (one H100, ~10 min), "paper" (the paper's settings)
+scale = "smoke"  # "smoke" (CPU, ~1 min), "gpu" (one H100, ~10 min), "paper" (the paper's settings)
 K = None  # no-BatchNorm panel: the large period compared with K = 1 (K = 1 always runs); e.g. 1e6, or inf
 lr = None  # no-BatchNorm panel: SGD learning rate
 K_bn = None  # BatchNorm panel: the large period (K = 1 always runs); e.g. 1e5
@@ -100,7 +101,7 @@ results = run(config)  # computed once, then read from the cache (.cache/results
 # %%
 panels = (("no_bn", "no BatchNorm, no augmentation"),
           ("bn", f"BatchNorm ({config['bn_mode']} statistics) + augmentation"))
-fig, axes = plt.subplots(1, 2, figsize=(12, 4), sharey=True)
+fig, axes = plt.subplots(1, 2, figsize=(12, 4), sharey=True, layout="constrained")
 for ax, (key, title) in zip(axes, panels):
     h = results[key]
     for i, k in enumerate(h["K"]):

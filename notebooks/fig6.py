@@ -94,7 +94,7 @@ results = run(config)  # computed once, then read from the cache (.cache/results
 
 # %%
 h = results["runs"]
-fig, axes = plt.subplots(1, 2, figsize=(12, 4), sharey=True)
+fig, axes = plt.subplots(1, 2, figsize=(12, 4), sharey=True, layout="constrained")
 for ax, layer, title in zip(axes, ("layer1", "layer2"), ("first-layer features", "second-layer features")):
     for i, k in enumerate(h["K"]):
         acc = 100 * h[f"probe_{layer}_test_acc"][i]

@@ -38,7 +38,7 @@
 # * `smoke` (default; a 2-core CPU, about a minute: see `notebooks/README.md`): 256 real CIFAR-10
 #   training images and 200 test images, 24 SGD steps with batches of 32 at learning rate 0.05, no
 #   augmentation, $K = 8$ instead of $5\cdot10^6$ (3 feature updates), 13 columns. The filters move
-#   by about 0.01 per weight in 24 steps, far less than the $[-0.5, 0.5]$ scale of the paper's
+#   by less than 0.01 per weight in 24 steps, far less than the $[-0.5, 0.5]$ scale of the paper's
 #   figure: the images are also shown with a scale stretched to this run's largest change. At this
 #   scale the runs are at the very start of training, where a linear model and the network move
 #   their first layer almost alike, and the "10 %" is judged only at the `paper` scale (it depends
@@ -94,7 +94,8 @@ delta = np.asarray(h["filters_delta"])  # (runs, columns, 5, 5, 3, 50)
 runs = [int(np.flatnonzero(h["K"] == 1)[0]), int(np.flatnonzero(h["K"] == h["K"].max())[0])]
 largest = float(np.abs(delta[:, :, :, :, :, :3]).max())
 n_col = delta.shape[1]
-for vrange, what in ((0.5, "the paper's range ±0.5"), (max(largest, 1e-12), f"range ±{largest:.3g} (this run's largest change)")):
+scales = ((0.5, "the paper's range ±0.5"), (max(largest, 1e-12), f"range ±{largest:.3g} (this run's largest change)"))
+for vrange, what in scales:
     fig, axes = plt.subplots(6, n_col, figsize=(0.8 * n_col + 1.5, 5.4), squeeze=False)
     for f in range(3):
         for r, i in enumerate(runs):
@@ -127,8 +128,9 @@ if np.isfinite(m["fraction"]):
 ax.set(xlabel="step", ylabel="‖W_t − W_0‖ (all first-layer filters)", title="size of the filter change")
 ax.legend()
 plt.show()
-print(f"final ratio (large K / K = 1): {float(m['ratio']):.2f}; K = 1 reaches the large-K final size at "
-      f"{100 * float(m['fraction']):.0f} % of training; cosine there: {float(m['cosine']):.2f}")
+reached = (f"at {100 * float(m['fraction']):.0f} % of training (cosine there: {float(m['cosine']):.2f})"
+           if np.isfinite(m["fraction"]) else "never in this run")
+print(f"final ratio (large K / K = 1): {float(m['ratio']):.2f}; K = 1 reaches the large-K final size {reached}")
 
 # %% [markdown]
 # ## Claims

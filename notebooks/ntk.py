@@ -100,7 +100,7 @@ results = run(config)  # computed once, then read from the cache (.cache/results
 # %%
 h = results["runs"]
 i1, j = int(np.flatnonzero(h["K"] == 1)[0]), int(np.flatnonzero(h["K"] == h["K"].max())[0])
-fig, (a, b, c) = plt.subplots(1, 3, figsize=(15, 4))
+fig, (a, b, c) = plt.subplots(1, 3, figsize=(15, 4.2), layout="constrained")
 for i in (i1, j):
     label = f"K = {fmt_K(h['K'][i])}"
     (line,) = a.plot(h["step"], h["kernel_distance_init"][i], marker="o", label=label)
