@@ -54,6 +54,7 @@ __all__ = [
     "filter_match",
     "probe_summary",
     "relin_kernel_changes",
+    "ntk_eval_steps",
     "fig6",
     "fig7",
     "ntk",
