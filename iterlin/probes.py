@@ -300,7 +300,7 @@ def filter_tracker(get_filters: Callable = first_layer_filters, *, n: int = 3, p
     or from ``params0`` when given (needed when resuming from a checkpoint).
 
     In the history of ``train`` the values are stacked over evaluation points: (E, h, w, c_in, n);
-    for a sweep, fit moves the evaluation axis last: (R, h, w, c_in, n, E). Display with
+    for a sweep, fit stacks runs first, then evaluation points: (R, E, h, w, c_in, n). Display with
     :func:`filters_to_image`. The paper shows the first 3 filters (its text says 5): ``n`` chooses.
     """
     if not callable(get_filters):
