@@ -278,6 +278,14 @@ def _is_list(value: Any) -> bool:
     return isinstance(value, (list, tuple))
 
 
+def _check_list(value: list, name: str, default: Any) -> None:
+    """A list is allowed only where the default is one (a sweep), and must not be empty."""
+    if not _is_list(default):
+        raise ValueError(f"{name}={value!r} is not allowed: {name} must be a single value here, not a list")
+    if len(value) == 0:
+        raise ValueError(f"{name}={value!r} is not allowed: {name} must list at least one value")
+
+
 def _sorted_K(values: list) -> list:
     return sorted(set(values), key=lambda k: (math.isinf(k), k))
 
@@ -316,10 +324,7 @@ def _count(minimum: int, none_ok: bool) -> Callable:
 
     def validator(value: Any, name: str, default: Any) -> Any:
         if _is_list(value):
-            if not _is_list(default):
-                raise ValueError(f"{name}={value!r} is not allowed: {name} must be a single value here, not a list")
-            if len(value) == 0:
-                raise ValueError(f"{name}={value!r} is not allowed: {name} must list at least one value")
+            _check_list(value, name, default)
             if none_ok and len(value) == 1 and one(value[0], f"{name}[0]") is None:
                 return [None]  # ["all"]: every image installed
             return sorted({check_int(v, f"{name}[{i}]", minimum=minimum) for i, v in enumerate(value)})
@@ -339,10 +344,7 @@ def _reals(check: Callable[[Any, str], Any]) -> Callable:
 
     def validator(value: Any, name: str, default: Any) -> Any:
         if _is_list(value):
-            if not _is_list(default):
-                raise ValueError(f"{name}={value!r} is not allowed: {name} must be a single value here, not a list")
-            if len(value) == 0:
-                raise ValueError(f"{name}={value!r} is not allowed: {name} must list at least one value")
+            _check_list(value, name, default)
             return sorted({check(v, f"{name}[{i}]") for i, v in enumerate(value)})
         return check(value, name)
 
