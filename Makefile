@@ -69,10 +69,12 @@ endif
 # run leaves nothing that looks up to date.
 # Each notebook publishes its claims table to $(CLAIMS_DIR)/<name>.json (iterlin.claims), so the
 # claims page shows exactly the executed copies' claims.
+# Every module of the library, subpackages included (a moved module must not be invisible here).
+LIBRARY := $(shell find iterlin -name '*.py' -not -path '*/__pycache__/*')
 EXECUTED := $(patsubst notebooks/%.ipynb,$(EXECUTED_DIR)/%.ipynb,$(NOTEBOOKS))
 CLAIMS_DIR := $(EXECUTED_DIR)/claims
 
-$(EXECUTED_DIR)/%.ipynb: notebooks/%.ipynb $(wildcard iterlin/*.py) $(STAMP)
+$(EXECUTED_DIR)/%.ipynb: notebooks/%.ipynb $(LIBRARY) $(STAMP)
 	@mkdir -p $(@D) $(CLAIMS_DIR)
 	ITERLIN_CLAIMS=$(abspath $(CLAIMS_DIR)) $(PY) -m papermill --no-progress-bar $(PAPERMILL_OPTS) $< $(@D)/.partial-$(@F)
 	@mv $(@D)/.partial-$(@F) $@

@@ -9,7 +9,9 @@ exactly the claims of the executed copies, never those of another run). It write
   claims as a Markdown table; included by ``book/claims.md``;
 * ``book/executed/runtimes.md``: per notebook, the scale, the parameters given to papermill,
   the wall time papermill measured, and whether the results were computed or read from the result
-  cache; included by ``book/reproducibility.md``.
+  cache; included by ``book/reproducibility.md``;
+* ``book/executed/scales.md``: every experiment's defaults at every scale
+  (:func:`iterlin.experiments.scales_table`); included by ``book/reproducibility.md``.
 
 Both live in the git-ignored ``book/executed/`` and are rewritten on every build, so nothing
 generated is committed. Everything is read from local files: no network, no notebook execution.
@@ -32,11 +34,12 @@ from pathlib import Path
 
 import yaml
 
+from iterlin.claims import COLUMNS, HOLDS
+from iterlin.experiments import scales_table
+
 EXECUTED = "book/executed"
 #: What ``iterlin.cache.cached`` prints (stdout) when it computes or loads an experiment's results.
 COMPUTED, LOADED = "computed and cached", "loaded cached results"
-HOLDS = ("yes", "no", "n/a at this scale")
-_COLUMNS = ("claim", "paper", "this run", "holds", "rule")
 # ASCII punctuation that Markdown/MyST could read as syntax inside a table cell (`$` would open
 # maths, `{` a role, `|` a new cell): each is written with a backslash, which CommonMark allows
 # before any ASCII punctuation.
@@ -91,7 +94,7 @@ def read_claims(path: Path, name: str) -> dict:
 
 def claims_table(rows: list[dict]) -> str:
     """The rows as a Markdown table, every cell escaped."""
-    out = ["| " + " | ".join(_COLUMNS) + " |", "|" + "---|" * len(_COLUMNS)]
+    out = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     for r in rows:
         cells = [r["claim"], r["paper"], r["measured"], r["holds"], r.get("rule", "")]
         out.append("| " + " | ".join(escape(c) for c in cells) + " |")
@@ -241,11 +244,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"book/generate.py: {e}", file=sys.stderr)
         return 1
     executed = root / EXECUTED
-    for name, text in (("claims.md", claims_page(items)), ("runtimes.md", runtimes_page(items))):
+    pages = (("claims.md", claims_page(items)), ("runtimes.md", runtimes_page(items)), ("scales.md", scales_table()))
+    for name, text in pages:
         tmp = executed / f".{name}.partial"
         tmp.write_text(text, encoding="utf-8")
         os.replace(tmp, executed / name)
-    print(f"book/generate.py: wrote {EXECUTED}/claims.md and runtimes.md for {len(items)} notebooks")
+    print(f"book/generate.py: wrote {EXECUTED}/claims.md, runtimes.md and scales.md for {len(items)} notebooks")
     return 0
 
 

@@ -1,6 +1,6 @@
 """iterlin: iterative linearisation in JAX (Goldwaser & Ge), the executable edition."""
 
-from . import data, models
+from . import data, jacobian, models, precision
 from .adam_solve import train_adam_solved
 from .checkpoint import CheckpointError
 from .closed_form import (
@@ -15,10 +15,11 @@ from .closed_form import (
     residual_spectrum,
 )
 from .data import DataError, Dataset, load_cifar10, quintic
-from .gauss_newton import flat_jacobian, gauss_newton_step, gauss_newton_train, make_gauss_newton_step
+from .gauss_newton import gauss_newton_step, gauss_newton_train, init_gauss_newton_state, make_gauss_newton_step
+from .jacobian import flat_jacobian
 from .linearise import linearise, linearised_apply
-from .losses import get_loss
-from .models import CNN, MLP, Model, ResNet18, cnn_features, count_params, make_model
+from .losses import get_loss, mse_targets
+from .models import CNN, MLP, Model, ResNet18, cnn_features, count_params, make_model, quintic_model, torch_default_init
 from .ntk import (
     empirical_ntk,
     empirical_ntk_fn,
@@ -27,6 +28,7 @@ from .ntk import (
     ntk_vector_product,
     relinearisation_steps,
 )
+from .precision import x64
 from .probes import (
     ProbeResult,
     filter_tracker,
@@ -35,8 +37,8 @@ from .probes import (
     fit_linear_probe,
     probe_tracker,
 )
-from .training import TrainState, fit, init_state, make_step, train, train_sweep
-from .tree import tree_allclose, tree_stack
+from .training import TrainState, commit_step, fit, init_state, make_step, train, train_sweep
+from .tree import tree_allclose, tree_size, tree_stack
 
 __all__ = [
     "empirical_ntk",
@@ -64,6 +66,7 @@ __all__ = [
     "gauss_newton_step",
     "gauss_newton_train",
     "make_gauss_newton_step",
+    "init_gauss_newton_state",
     "DataError",
     "Dataset",
     "CNN",
@@ -75,12 +78,18 @@ __all__ = [
     "data",
     "load_cifar10",
     "make_model",
+    "quintic_model",
+    "torch_default_init",
     "models",
+    "jacobian",
+    "precision",
     "quintic",
     "CheckpointError",
     "TrainState",
+    "commit_step",
     "fit",
     "get_loss",
+    "mse_targets",
     "init_state",
     "linearise",
     "linearised_apply",
@@ -89,6 +98,8 @@ __all__ = [
     "train_adam_solved",
     "train_sweep",
     "tree_allclose",
+    "tree_size",
     "tree_stack",
+    "x64",
 ]
 __version__ = "0.1.0"

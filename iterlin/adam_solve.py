@@ -36,9 +36,11 @@ re-linearisation (``make_step(..., reset_optimizer=True)``). Mini-batches, ``"ce
 work as in :func:`iterlin.training.fit`; the check always uses the full, un-augmented training set.
 
 Implementation: the whole thing is one ``step_fn`` for :func:`iterlin.training.fit` (the project's
-one training loop). The inner update is :func:`iterlin.training.make_step` run with K = ∞; this
-module only decides when to re-linearise. The extra state lives inside ``TrainState.opt_state`` as
-``(inner_opt_state, SolveState)``. The full-training-set check runs under ``jax.lax.cond`` so it
+one training loop). The inner update is Eq. 3, :func:`iterlin.training.make_linearised_update` (as in
+:func:`iterlin.training.make_step`); this module only decides when to re-linearise, and each step
+commits its proposal once through :func:`iterlin.training.commit_step` (the divergence guard).
+``TrainState.opt_state`` is the inner optimiser's state; the criterion's state, a
+:class:`SolveState`, is ``TrainState.policy``. The full-training-set check runs under ``jax.lax.cond`` so it
 costs one pass over the training set (in chunks) every ``check_every`` steps, not every step.
 Each re-linearisation is logged on device in fixed-size buffers (step, inner steps, training
 accuracy and loss of the linear model just before it, and the reason), returned in the history.
@@ -57,9 +59,9 @@ import optax
 
 from .linearise import linearised_apply
 from .losses import Loss, get_loss
-from .training import TrainState, fit, init_state, make_step
+from .training import TrainState, commit_step, fit, init_state, make_chunked_metrics, make_linearised_update
 from .tree import tree_where
-from .validate import check_int, check_K, check_nonnegative, check_positive, check_xy
+from .validate import MAX_STEPS, check_int, check_K, check_nonnegative, check_positive, check_steps, check_xy
 
 __all__ = [
     "SolveState",
@@ -80,7 +82,7 @@ MAX_LOG = 100_000
 
 
 class SolveState(NamedTuple):
-    """Criterion state kept beside the inner optimiser's state: ``opt_state = (inner, SolveState)``.
+    """The criterion's state, kept in ``TrainState.policy`` (beside the inner optimiser's ``opt_state``).
 
     Scalars:
       inner_steps: int32, steps taken on the current linearisation (k; 0 just after re-linearising).
@@ -110,12 +112,12 @@ def _float():
 
 
 def init_solve_state(params, optimizer: optax.GradientTransformation, K, log_size: int) -> TrainState:
-    """A fresh run linearised at ``params``, with ``opt_state = (optimizer.init(params), SolveState)``.
+    """A fresh run linearised at ``params``: ``opt_state = optimizer.init(params)``, ``policy`` a fresh
+    :class:`SolveState`.
 
     ``K`` (the most steps per linearisation) is stored in ``TrainState.K`` (0 encodes ∞).
     """
     log_size = check_int(log_size, "log_size")
-    state = init_state(params, optimizer, K)
     f, i32 = _float(), jnp.int32
     solve = SolveState(
         inner_steps=jnp.zeros((), i32),
@@ -128,7 +130,7 @@ def init_solve_state(params, optimizer: optax.GradientTransformation, K, log_siz
         relin_loss=jnp.full((log_size,), jnp.nan, f),
         relin_reason=jnp.zeros((log_size,), i32),
     )
-    return state._replace(opt_state=(state.opt_state, solve))
+    return init_state(params, optimizer, K, policy=solve)
 
 
 def make_train_check(apply_fn: Callable, loss: str | Loss, x, y, batch_size: int = 1000) -> Callable:
@@ -136,34 +138,16 @@ def make_train_check(apply_fn: Callable, loss: str | Loss, x, y, batch_size: int
 
     loss = (1/N) Σ_n ℓ(f_lin_s(θ, x_n), y_n); acc = fraction of argmax f_lin_s(θ, x_n) = y_n for
     integer labels y (N,), nan for real targets (N, O). Evaluated in chunks of ``batch_size``
-    examples (the last chunk zero-padded and masked) with ``lax.scan``: memory O(batch_size).
+    examples by :func:`iterlin.training.make_chunked_metrics` (the loop ``fit`` evaluates with).
     """
-    loss = get_loss(loss)
-    x, y = jnp.asarray(x), jnp.asarray(y)
-    check_xy(x, y)
-    batch_size = check_int(batch_size, "eval_batch_size")
-    n = x.shape[0]
-    bs = min(batch_size, n)
-    nc = -(-n // bs)
-    pad = nc * bs - n
-    w = jnp.concatenate([jnp.ones(n), jnp.zeros(pad)]).reshape(nc, bs)
-    if pad:  # (no copy of the training set when the chunks tile it exactly)
-        x = jnp.concatenate([x, jnp.zeros((pad,) + x.shape[1:], x.dtype)])
-        y = jnp.concatenate([y, jnp.zeros((pad,) + y.shape[1:], y.dtype)])
-    xc, yc = x.reshape((nc, bs) + x.shape[1:]), y.reshape((nc, bs) + y.shape[1:])
-    classify = jnp.issubdtype(y.dtype, jnp.integer)
-    f = _float()
+    metrics = make_chunked_metrics(loss, x, y, batch_size)
+    classify = jnp.issubdtype(jnp.asarray(y).dtype, jnp.integer)
+    n = metrics.size
 
     def check(params_s, params):
-        def body(acc, inp):
-            xb, yb, wb = inp
-            m = loss.metrics(linearised_apply(apply_fn, params_s, params, xb), yb, wb)
-            new = {"loss": m["loss"], "acc": m["acc"] if classify else jnp.zeros((), f)}
-            return jax.tree.map(lambda a, b: a + b.astype(a.dtype), acc, new), None
-
-        init = {"loss": jnp.zeros((), f), "acc": jnp.zeros((), f)}
-        sums, _ = jax.lax.scan(body, init, (xc, yc, w))
-        return sums["loss"] / n, (sums["acc"] / n if classify else jnp.asarray(jnp.nan, f))
+        sums = metrics({"lin": lambda xb: linearised_apply(apply_fn, params_s, params, xb)})
+        acc = sums["lin_acc"] / n if classify else jnp.asarray(jnp.nan, _float())
+        return sums["lin_loss"] / n, acc
 
     return check
 
@@ -183,33 +167,38 @@ def make_solve_step(
     """Return ``step(state, (x, y)) -> (state, {"loss": ...})`` for :func:`iterlin.training.fit`.
 
     ``state`` comes from :func:`init_solve_state` (with the same ``optimizer``). One inner step of
-    ``optimizer`` on the current linear model (Eq. 3, via :func:`iterlin.training.make_step`), then
-    the convergence check on ``train_data = (x_train, y_train)`` (see the module docstring) when
+    ``optimizer`` on the current linear model (Eq. 3, :func:`iterlin.training.make_linearised_update`),
+    then the convergence check on ``train_data = (x_train, y_train)`` (see the module docstring) when
     k % check_every == 0 or k = K, and, if it passes, re-linearisation: θ_s ← θ_{t+1} (after
     ``refresh(θ_{t+1}, x)`` when given), the optimizer state re-initialised, ``n_relin`` + 1, k ← 0.
-    A diverged (frozen) run never re-linearises. Not meant for ``fit(..., sweep=True)`` (under vmap
-    ``lax.cond`` evaluates the check every step).
+    The whole proposal (θ_{t+1}, θ_s, inner optimizer state, :class:`SolveState` in
+    ``state.policy``) is committed once through :func:`iterlin.training.commit_step`: a diverging
+    loss or θ_{t+1} freezes all of it, so a diverged run never re-linearises or logs. Not meant for
+    ``fit(..., sweep=True)`` (under vmap ``lax.cond`` evaluates the check every step).
     """
     loss = get_loss(loss)
-    check_every = check_int(check_every, "check_every")
+    check_every = check_int(check_every, "check_every", maximum=MAX_STEPS, why="step counters are int32")
     plateau_tol = check_nonnegative(plateau_tol, "plateau_tol")
     target_acc = _check_target_acc(target_acc)
     x_train, y_train = (jnp.asarray(a) for a in train_data)
     check = make_train_check(apply_fn, loss, x_train, y_train, check_batch_size)
     classify = jnp.issubdtype(y_train.dtype, jnp.integer)
-    base = make_step(apply_fn, optimizer, loss)  # K = ∞ below: the relin decision is ours
+    update = make_linearised_update(apply_fn, optimizer, loss)
     f = _float()
 
     def step(state: TrainState, batch):
-        inner_opt, solve = state.opt_state
-        new, metrics = base(state._replace(opt_state=inner_opt, K=jnp.zeros_like(state.K)), batch)
+        x, y = batch
+        solve = state.policy
+        # The proposal: one inner step (Eq. 3) on the current linearisation ...
+        value, params, inner_opt = update(state.params, state.params_s, state.opt_state, x, y)
+        # ... the criterion at θ_{t+1} ...
         k = solve.inner_steps + 1
         at_K = (state.K > 0) & (k >= state.K)
         do_check = ((k % check_every) == 0) | at_K
         nan = jnp.asarray(jnp.nan, f)
         lin_loss, lin_acc = jax.lax.cond(
             do_check,
-            lambda: tuple(v.astype(f) for v in check(new.params_s, new.params)),
+            lambda: tuple(v.astype(f) for v in check(state.params_s, params)),
             lambda: (nan, nan),
         )
         if classify and target_acc is not None:
@@ -218,17 +207,15 @@ def make_solve_step(
             hit_target = jnp.asarray(False)
         plateau = do_check & (solve.prev_loss - lin_loss < plateau_tol * solve.prev_loss)
         plateau = plateau if plateau_tol > 0 else jnp.asarray(False)
-        relin = (hit_target | plateau | at_K) & ~new.diverged
+        relin = hit_target | plateau | at_K
         reason = jnp.where(hit_target, 1, jnp.where(plateau, 2, 3)).astype(jnp.int32)
-
-        params = new.params
+        # ... the re-linearisation it asks for (θ_s ← θ_{t+1}, fresh inner state) ...
         if refresh is not None:
-            params = tree_where(relin, refresh(params, batch[0]), params)
-        params_s = tree_where(relin, params, new.params_s)
-        inner_opt = tree_where(relin, optimizer.init(params), new.opt_state)
-
-        frozen = new.diverged
-        j = jnp.where(relin, new.n_relin, solve.relin_step.shape[0])  # out of range → dropped
+            params = jax.lax.cond(relin, lambda p: refresh(p, x), lambda p: p, params)
+        params_s = tree_where(relin, params, state.params_s)
+        inner_opt = tree_where(relin, optimizer.init(params), inner_opt)
+        # ... and the new criterion state, with the log entry of this re-linearisation.
+        j = jnp.where(relin, state.n_relin, solve.relin_step.shape[0])  # out of range → dropped
         log = lambda buf, v: buf.at[j].set(jnp.asarray(v, buf.dtype), mode="drop")  # noqa: E731
         checked = jnp.where(do_check, lin_loss, solve.prev_loss)
         solve_new = SolveState(
@@ -236,21 +223,15 @@ def make_solve_step(
             prev_loss=jnp.where(relin, jnp.inf, checked).astype(f),
             check_loss=jnp.where(do_check, lin_loss, solve.check_loss),
             check_acc=jnp.where(do_check, lin_acc, solve.check_acc),
-            relin_step=log(solve.relin_step, new.step),
+            relin_step=log(solve.relin_step, state.step + 1),
             relin_inner_steps=log(solve.relin_inner_steps, k),
             relin_acc=log(solve.relin_acc, lin_acc),
             relin_loss=log(solve.relin_loss, lin_loss),
             relin_reason=log(solve.relin_reason, reason),
         )
-        solve_new = tree_where(frozen, solve, solve_new)
-        out = new._replace(
-            params=params,
-            params_s=params_s,
-            opt_state=(inner_opt, solve_new),
-            n_relin=new.n_relin + relin.astype(new.n_relin.dtype),
-            K=state.K,
-        )
-        return out, metrics
+        # One commit: a diverging loss or θ_{t+1} (commit_step) freezes all of it (θ, θ_s, inner state, criterion).
+        new = commit_step(state, value, params, params_s, inner_opt, relin, solve_new)
+        return new, {"loss": value}
 
     return step
 
@@ -261,7 +242,7 @@ def relin_log(state: TrainState) -> dict:
     Keys ``relin_step``, ``relin_inner_steps``, ``relin_acc``, ``relin_loss`` and ``relin_reason``
     (strings from :data:`RELIN_REASONS`: ``"target"``, ``"plateau"`` or ``"K"``).
     """
-    solve = state.opt_state[1]
+    solve = state.policy
     n = min(int(state.n_relin), int(solve.relin_step.shape[0]))
     out = {
         "relin_step": np.asarray(solve.relin_step)[:n],
@@ -334,10 +315,10 @@ def train_adam_solved(
       ``relin_loss``, ``relin_reason``.
     """
     lr = check_positive(lr, "lr")
-    steps = check_int(steps, "steps")
+    steps = check_steps(steps)
     K_value = check_K(K)
     target_acc = _check_target_acc(target_acc)
-    check_every = check_int(check_every, "check_every")
+    check_every = check_int(check_every, "check_every", maximum=MAX_STEPS, why="step counters are int32")
     plateau_tol = check_nonnegative(plateau_tol, "plateau_tol")
     loss = get_loss(loss)
     if not isinstance(data, (tuple, list)) or len(data) != 2:
@@ -372,7 +353,7 @@ def train_adam_solved(
     )
 
     def callback(t, st):
-        out = {"inner_steps": np.asarray(st.opt_state[1].inner_steps)}
+        out = {"inner_steps": np.asarray(st.policy.inner_steps)}
         if user_callback is not None:
             out.update(user_callback(t, st) or {})
         return out

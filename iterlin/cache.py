@@ -1,29 +1,44 @@
 """Result cache: compute once, replot for free, never reuse a stale result.
 
-``cached(name, compute, config, data_fingerprint=...)`` returns the results of ``compute`` for this
-experiment, configuration, iterlin code and data, computing them only when no valid cached copy
-exists. The cache key is
+``cached(name, compute, config, data_fingerprint=..., code=...)`` returns the results of
+``compute`` for this experiment, configuration, iterlin code and data, computing them only when no
+valid cached copy exists. The cache key is
 
-    sha256( name, canonical JSON of config, hash of every iterlin/*.py file, data fingerprint )
+    sha256( name, canonical JSON of config, code fingerprint, data fingerprint )
 
-so changing any knob, any line of the library or any byte of the data gives a new key (and the
-old entry is simply never read again); rerunning a notebook to replot reads the stored arrays.
+where the code fingerprint is given by the caller: for an experiment,
+``iterlin.fingerprint.code_fingerprint("iterlin.experiments.fig3", ("compute", "load"))``, a hash
+of the code its computation can reach (and only that: a plot, a claim's wording or another figure
+does not invalidate it); by default :func:`code_fingerprint`, a hash of every ``.py`` file of the
+package, subpackages included. So changing any knob, any line of the code that computes the
+results or any byte of the data gives a new key (and the old entry is simply never read again);
+rerunning a notebook to replot reads the stored arrays.
 
 Files, in the cache directory (:func:`default_cache_dir`: ``$ITERLIN_CACHE``, else
 ``<repo>/.cache/results`` beside the ``iterlin`` package, else ``~/.cache/iterlin/results``):
 
 * ``<name>-<key[:20]>.npz``: the results, flattened to ``"a/b"`` keys (nested dicts are allowed),
-  plus ``__key__`` (the full key) and ``__config__`` (canonical JSON); written atomically with
-  :func:`iterlin.checkpoint.atomic_write_bytes` and read with ``allow_pickle=False``.
-* ``<name>-<key[:20]>.json``: a human-readable sidecar (name, key, config, code and data hashes).
+  plus ``__key__`` (the full key), ``__config__`` (canonical JSON) and ``__digest__`` (the
+  :func:`results_digest` of the results, key and config); written atomically with
+  :func:`iterlin.checkpoint.atomic_write_bytes` (mode as any new file: the umask is respected) and
+  read with ``allow_pickle=False``.
+* ``<name>-<key[:20]>.json``: a human-readable sidecar (name, key, config, code and data hashes,
+  the results' digest).
 * ``checkpoints/<name>-<key[:20]>/``: a folder for the training checkpoints of a computation in
   progress (passed to ``compute``); an interrupted notebook resumes from it when rerun, and it is
   deleted once the results are stored.
 
-A truncated or corrupt results file, or one whose stored key does not match, is reported with a
-:class:`CacheWarning` naming the file, deleted, and recomputed: it never crashes the caller and is
-never used. A corrupt training checkpoint (``CheckpointError`` from ``compute``) is likewise
-reported, deleted, and the computation restarted once from scratch.
+A truncated or corrupt results file, one whose stored key does not match, or one whose arrays do
+not match their stored digest (altered after they were written: other arrays under the same keys)
+is reported with a :class:`CacheWarning` naming the file, deleted, and recomputed: it never crashes
+the caller and is never used. (The digest detects accidental or careless changes; anyone who can
+write the cache can also write a matching digest.) A corrupt training checkpoint
+(``CheckpointError`` from ``compute``) is likewise reported, deleted, and the computation restarted
+once from scratch.
+
+A cache directory that cannot be written (read-only, full) never loses a computation: a file that
+cannot be deleted is said so in the warning; checkpoints then go to a temporary folder, and results
+that cannot be stored are returned uncached, each with a :class:`CacheWarning` saying so.
 
 Results are a dict of NumPy arrays and scalars (numbers, bools, strings) and nested dicts of these;
 object arrays are refused (they would need pickle). Loaded values come back as NumPy arrays
@@ -39,6 +54,7 @@ import math
 import os
 import shutil
 import sys
+import tempfile
 import warnings
 import zipfile
 import zlib
@@ -58,6 +74,7 @@ __all__ = [
     "code_fingerprint",
     "default_cache_dir",
     "load_results",
+    "results_digest",
     "save_results",
     "flatten",
     "unflatten",
@@ -66,7 +83,7 @@ __all__ = [
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 _SEP = "/"
-_RESERVED = ("__key__", "__config__")
+_RESERVED = ("__key__", "__config__", "__digest__")
 
 
 class CacheWarning(UserWarning):
@@ -123,22 +140,37 @@ def canonical_json(config: Mapping) -> str:
 
 
 def code_fingerprint(package_dir: str | os.PathLike | None = None) -> str:
-    """sha256 of every ``*.py`` file of the iterlin package (file name and bytes, sorted by name)."""
+    """sha256 of every ``*.py`` file of the iterlin package, subpackages included (recursively).
+
+    Each file contributes its path relative to ``package_dir`` (POSIX form) and its bytes, sorted
+    by path; ``__pycache__`` and hidden folders are skipped. The coarse default key for callers
+    that give no per-experiment fingerprint (see :func:`iterlin.fingerprint.code_fingerprint`).
+    """
     root = Path(package_dir) if package_dir is not None else PACKAGE_DIR
+    files = []
+    for path in root.rglob("*.py"):
+        rel = path.relative_to(root)
+        if path.is_file() and not any(p == "__pycache__" or p.startswith(".") for p in rel.parts[:-1]):
+            files.append((rel.as_posix(), path))
     h = hashlib.sha256()
-    for path in sorted(root.glob("*.py")):
+    for rel, path in sorted(files):
         data = path.read_bytes()
-        h.update(f"{path.name}:{len(data)};".encode())
+        h.update(f"{rel}:{len(data)};".encode())
         h.update(data)
     return h.hexdigest()
 
 
 def cache_key(name: str, config: Mapping, *, data_fingerprint: str, code: str | None = None) -> str:
-    """The sha256 (hex) of (name, canonical config, code fingerprint, data fingerprint)."""
+    """The sha256 (hex) of (name, canonical config, code fingerprint, data fingerprint).
+
+    ``code``: the code fingerprint (a string); None: :func:`code_fingerprint` of the package.
+    """
     if not isinstance(name, str) or not name or not all(c.isalnum() or c in "_-." for c in name):
         raise ValueError(f"name={name!r} is not allowed: name must be a non-empty string of letters, digits, _ - .")
     if not isinstance(data_fingerprint, str):
         raise TypeError(f"data_fingerprint={data_fingerprint!r} is not allowed: it must be a string (a hash)")
+    if code is not None and not isinstance(code, str):
+        raise TypeError(f"code={code!r} is not allowed: it must be a string (a hash) or None")
     code = code_fingerprint() if code is None else code
     h = hashlib.sha256()
     for part in (name, canonical_json(config), code, data_fingerprint):
@@ -216,11 +248,32 @@ def unflatten(flat: Mapping[str, Any]) -> dict:
     return out
 
 
-def save_results(path: str | os.PathLike, results: Mapping, *, key: str, config: Mapping) -> None:
-    """Atomically write ``results`` (flattened) with its key and config to an ``.npz``."""
+def results_digest(flat: Mapping[str, Any]) -> str:
+    """sha256 (hex) of flattened arrays: for each key, sorted, its name, dtype, shape and C-order bytes.
+
+    ``flat`` as :func:`flatten` gives it (the reserved ``__key__`` and ``__config__`` included when
+    present; ``__digest__`` itself never).
+    """
+    h = hashlib.sha256()
+    for k in sorted(flat):
+        if k == "__digest__":
+            continue
+        a = np.ascontiguousarray(np.asarray(flat[k]))
+        h.update(f"{len(k)}:{k};{a.dtype.str};{a.shape};{a.nbytes};".encode())
+        h.update(a.reshape(-1).view(np.uint8).tobytes())
+    return h.hexdigest()
+
+
+def save_results(path: str | os.PathLike, results: Mapping, *, key: str, config: Mapping) -> str:
+    """Atomically write ``results`` (flattened) with its key, config and digest to an ``.npz``.
+
+    Returns the digest (:func:`results_digest` of everything stored but the digest).
+    """
     arrays = flatten(results)
     arrays["__key__"] = np.asarray(key)
     arrays["__config__"] = np.asarray(canonical_json(config))
+    digest = results_digest(arrays)
+    arrays["__digest__"] = np.asarray(digest)
 
     def write(f):
         buf = io.BytesIO()
@@ -228,23 +281,35 @@ def save_results(path: str | os.PathLike, results: Mapping, *, key: str, config:
         f.write(buf.getvalue())
 
     atomic_write_bytes(path, write)
+    return digest
 
 
 def load_results(path: str | os.PathLike, *, key: str | None = None) -> dict:
     """Read an ``.npz`` written by :func:`save_results`; ``CheckpointError`` if unusable.
 
-    Every array is read in full (so a truncated member is detected here, not later), and the
-    stored key must equal ``key`` when given.
+    Every array is read in full (so a truncated member is detected here, not later), the stored
+    digest must match the arrays (:func:`results_digest`), and the stored key must equal ``key``
+    when given.
     """
     try:
         with np.load(path, allow_pickle=False) as z:
             flat = {k: z[k] for k in z.files}
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, zlib.error) as e:
         raise CheckpointError(f"cache file {path} is unreadable or truncated ({type(e).__name__}: {e})") from e
-    stored = flat.pop("__key__", None)
-    flat.pop("__config__", None)
-    if stored is None:
+    if "__key__" not in flat:
         raise CheckpointError(f"cache file {path} has no stored key: not written by iterlin.cache")
+    digest = flat.pop("__digest__", None)
+    if digest is None:
+        raise CheckpointError(f"cache file {path} has no stored digest of its results: written by an older "
+                              "iterlin, or altered")
+    actual = results_digest(flat)
+    if str(digest) != actual:
+        raise CheckpointError(
+            f"cache file {path} does not match its stored digest (stored {str(digest)[:16]}..., its arrays give "
+            f"{actual[:16]}...): the results were altered after they were written"
+        )
+    stored = flat.pop("__key__")
+    flat.pop("__config__", None)
     if key is not None and str(stored) != key:
         raise CheckpointError(f"cache file {path} holds key {str(stored)[:20]}..., expected {key[:20]}...")
     return unflatten(flat)
@@ -255,14 +320,42 @@ def _roundtrip(results: Mapping) -> dict:
     return unflatten({k: np.asarray(v) for k, v in flatten(results).items()})
 
 
-def _remove(path: Path) -> None:
+def _remove(path: Path) -> OSError | None:
+    """Delete a file or folder if it exists; the error if that failed (read-only cache), else None."""
     try:
         if path.is_dir():
             shutil.rmtree(path)
-        elif path.exists():
+        elif path.exists() or path.is_symlink():
             path.unlink()
-    except OSError:
-        pass
+    except OSError as e:
+        return e
+    return None
+
+
+def _deleted(path: Path, err: OSError | None) -> str:
+    """What happened to ``path``, for a warning: deleted, or why it could not be."""
+    if err is None:
+        return f"deleted {path}"
+    return f"could not delete {path} ({type(err).__name__}: {err}; is the cache directory read-only?)"
+
+
+def _temporary_checkpoints(ckpt: Path) -> Path:
+    return Path(tempfile.mkdtemp(prefix=f"iterlin-{ckpt.name}-"))
+
+
+def _checkpoint_dir(ckpt: Path) -> Path:
+    """``ckpt``, created if needed and checked to be writable; else a temporary folder (with a warning)."""
+    try:
+        ckpt.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=ckpt, prefix=".write-test-")  # unique: concurrent runs share ckpt
+        os.close(fd)
+        os.unlink(probe)
+        return ckpt
+    except OSError as e:
+        tmp = _temporary_checkpoints(ckpt)
+        _warn(f"cannot write checkpoints to {ckpt} ({type(e).__name__}: {e}); using the temporary folder {tmp} "
+              "instead (an interrupted run will not resume from it)")
+        return tmp
 
 
 def _warn(message: str) -> None:
@@ -275,6 +368,7 @@ def cached(
     config: Mapping,
     *,
     data_fingerprint: str,
+    code: str | None = None,
     cache_dir: str | os.PathLike | None = None,
     verbose: bool = True,
 ) -> dict:
@@ -288,52 +382,77 @@ def cached(
         the call and removed after the results are stored.
       config: the resolved config (JSON-able); part of the key, and stored beside the results.
       data_fingerprint: a hash of the data the computation reads (``Dataset.fingerprint``).
+      code: a hash of the code that computes the results, e.g.
+        ``iterlin.fingerprint.code_fingerprint("iterlin.experiments.fig3", ("compute", "load"))``;
+        default (None): :func:`code_fingerprint`, every ``.py`` file of the package. Recorded in
+        the sidecar.
       cache_dir: default :func:`default_cache_dir`.
       verbose: print one line saying whether the results were loaded or computed (stdout).
 
     Returns:
       The results as NumPy arrays (the same structure whether computed now or loaded).
     """
-    key = cache_key(name, config, data_fingerprint=data_fingerprint)
+    code = code_fingerprint() if code is None else code
+    key = cache_key(name, config, data_fingerprint=data_fingerprint, code=code)
     paths = cache_paths(name, key, cache_dir)
     path = paths["results"]
     if path.exists():
         try:
             results = load_results(path, key=key)
         except CheckpointError as e:
-            _warn(f"{e}; deleting {path} and recomputing")
-            _remove(path)
+            err = _remove(path)
             _remove(paths["sidecar"])
+            if err is None:
+                _warn(f"{e}; {_deleted(path, err)} and recomputing")
+            else:
+                _warn(f"{e}; {_deleted(path, err)}; recomputing without it (the new results replace it only if "
+                      "the cache directory is writable, else they are returned uncached)")
         else:
             if verbose:
                 print(f"{name}: loaded cached results {path.name}")
             return results
 
-    ckpt = paths["checkpoints"]
-    ckpt.mkdir(parents=True, exist_ok=True)
+    ckpt = _checkpoint_dir(paths["checkpoints"])
     try:
         results = compute(ckpt)
     except CheckpointError as e:
-        _warn(f"{e}; deleting the checkpoints in {ckpt} and recomputing from scratch")
-        _remove(ckpt)
-        ckpt.mkdir(parents=True, exist_ok=True)
+        err = _remove(ckpt)
+        if err is None:
+            _warn(f"{e}; deleted the checkpoints in {ckpt} and recomputing from scratch")
+            ckpt = _checkpoint_dir(ckpt)
+        else:  # the corrupt checkpoints stay there: restart elsewhere rather than meet them again
+            tmp = _temporary_checkpoints(ckpt)
+            _warn(f"{e}; could not delete the checkpoints in {ckpt} ({type(err).__name__}: {err}); recomputing "
+                  f"from scratch with checkpoints in the temporary folder {tmp}")
+            ckpt = tmp
         results = compute(ckpt)
     if not isinstance(results, Mapping):
         raise TypeError(f"compute returned {type(results).__name__}: it must return a dict of arrays")
     results = _roundtrip(results)
-    save_results(path, results, key=key, config=config)
-    sidecar = {
-        "name": name,
-        "key": key,
-        "config": _jsonable(config),
-        "code_fingerprint": code_fingerprint(),
-        "data_fingerprint": data_fingerprint,
-        "results": path.name,
-    }
-    text = json.dumps(sidecar, indent=1, sort_keys=True, allow_nan=True).encode()
-    atomic_write_bytes(paths["sidecar"], lambda f: f.write(text))
+    try:
+        digest = save_results(path, results, key=key, config=config)
+    except OSError as e:
+        _warn(f"could not store the results in {path} ({type(e).__name__}: {e}); returning them uncached")
+        stored = False
+    else:
+        stored = True
+        sidecar = {
+            "name": name,
+            "key": key,
+            "config": _jsonable(config),
+            "code_fingerprint": code,
+            "data_fingerprint": data_fingerprint,
+            "results": path.name,
+            "results_digest": digest,
+        }
+        text = json.dumps(sidecar, indent=1, sort_keys=True, allow_nan=True).encode()
+        try:
+            atomic_write_bytes(paths["sidecar"], lambda f: f.write(text))
+        except OSError as e:
+            _warn(f"could not write the sidecar {paths['sidecar']} ({type(e).__name__}: {e}); the results are "
+                  "cached without it")
     _remove(ckpt)
     if verbose:
-        print(f"{name}: computed and cached {path.name}")
+        print(f"{name}: computed " + (f"and cached {path.name}" if stored else "(not cached)"))
     sys.stdout.flush()
     return results

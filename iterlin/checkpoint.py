@@ -19,19 +19,46 @@ from typing import Any
 import jax
 import numpy as np
 
-__all__ = ["CheckpointError", "save_checkpoint", "load_checkpoint", "atomic_write_bytes"]
+__all__ = ["CheckpointError", "save_checkpoint", "load_checkpoint", "atomic_write_bytes", "new_file_mode"]
 
 
 class CheckpointError(RuntimeError):
     """A checkpoint or cache file is unreadable, truncated or does not match what was expected."""
 
 
+def _umask() -> int:
+    """The process's umask, read without changing it where the OS allows (Linux: /proc)."""
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)  # elsewhere: set and restore (the only portable way to read it)
+    os.umask(mask)
+    return mask
+
+
+def new_file_mode() -> int:
+    """The mode ``open(path, "w")`` would give a new file: ``0o666 & ~umask`` (0o644 under umask 022)."""
+    return 0o666 & ~_umask()
+
+
 def atomic_write_bytes(path: str | os.PathLike, write) -> None:
-    """Call ``write(fileobj)`` on a temporary file beside ``path``, fsync, then rename into place."""
+    """Call ``write(fileobj)`` on a temporary file beside ``path``, fsync, then rename into place.
+
+    The file gets the mode a plainly created file would (:func:`new_file_mode`, the umask
+    respected), not the 0o600 of the temporary file, so a cache shared by a group stays readable.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
     try:
+        if hasattr(os, "fchmod"):
+            os.fchmod(fd, new_file_mode())
+        else:  # pragma: no cover (Windows)
+            os.chmod(tmp, new_file_mode())
         with os.fdopen(fd, "wb") as f:
             write(f)
             f.flush()

@@ -8,7 +8,8 @@ space of J and act on each NTK eigen-direction independently:
 
     θ − θ_s = −Jᵀ Σ_i φ(σ_i) u_i u_iᵀ r₀,      f_lin − Y = Σ_i (1 − σ_i φ(σ_i)) u_i u_iᵀ r₀,
 
-with the spectral filter φ (:func:`spectral_update` applies any filter):
+with the spectral filter φ (:func:`spectral_update` applies any filter, with the spectral solve of
+:mod:`iterlin.jacobian` that the Gauss–Newton step uses too):
 
 * K steps of GD with step η (:func:`k_step_gd`):    φ(σ) = (1 − (1 − ησ)^K)/σ     (→ Kη as σ → 0)
 * gradient flow for time t (Eq. 18):                φ(σ) = (1 − e^{−ησt})/σ        (→ ηt)
@@ -32,12 +33,13 @@ from __future__ import annotations
 import math
 from typing import Any, Callable
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
-from .gauss_newton import _maybe_jit, flat_jacobian
+from .jacobian import eigh_psd, jacobian_matrix, maybe_jit, spectral_apply, spectral_filter
+from .losses import mse_targets
+from .precision import matmul
 from .validate import check_K, check_nonnegative, check_positive, check_xy
 
 __all__ = [
@@ -168,35 +170,21 @@ def equivalent_damping(K, lr, sigma=None, weights=None) -> float:
 # ------------------------------------------------------------------------------------------
 
 
-def _mse_targets(out, y):
-    if jnp.issubdtype(y.dtype, jnp.integer):
-        return jax.nn.one_hot(y, out.shape[-1], dtype=out.dtype)
-    return y.reshape(out.shape).astype(out.dtype)
-
-
 def _problem(apply_fn, params_s, x, y):
     """J (N·O × P), r₀ = f(θ_s) − Y (N·O,), θ_s raveled, unravel, and Θ = JJᵀ = U diag(σ) Uᵀ."""
     check_xy(x, y)
     x, y = jnp.asarray(x), jnp.asarray(y)
     flat, unravel = ravel_pytree(params_s)
-    J, r0, sigma, U, keep = _maybe_jit(_ntk_problem, apply_fn)(apply_fn, params_s, x, y)
-    return J, r0, flat, unravel, sigma, U, keep
+    J, r0, sigma, U = maybe_jit(_ntk_problem, apply_fn)(apply_fn, params_s, x, y)
+    return J, r0, flat, unravel, sigma, U
 
 
 def _ntk_problem(apply_fn, params_s, x, y):
     out = apply_fn(params_s, x).reshape(x.shape[0], -1)
-    r0 = (out - _mse_targets(out, y)).reshape(-1)
-    J = flat_jacobian(apply_fn, params_s, x)
-    sigma, U, keep = _eigh_psd(J @ J.T)
-    return J, r0, sigma, U, keep
-
-
-def _eigh_psd(theta):
-    """Θ = U diag(σ) Uᵀ (σ ascending, clipped at 0) and the mask σ > N·O·ε·max σ."""
-    sigma, U = jnp.linalg.eigh(0.5 * (theta + theta.T))
-    sigma = jnp.maximum(sigma, 0.0)
-    keep = sigma > theta.shape[0] * jnp.finfo(theta.dtype).eps * sigma[-1]
-    return sigma, U, keep
+    r0 = (out - mse_targets(out, y)).reshape(-1)
+    J = jacobian_matrix(apply_fn, params_s, x)
+    sigma, U, _ = eigh_psd(matmul(J, J.T))
+    return J, r0, sigma, U
 
 
 def residual_spectrum(apply_fn: Callable, params_s: Any, x, y):
@@ -205,8 +193,8 @@ def residual_spectrum(apply_fn: Callable, params_s: Any, x, y):
     The training residual of the linear model after a spectral update with filter φ is
     Σ_i (1 − σ_i φ(σ_i)) c_i u_i; ``equivalent_damping(K, lr, sigma, weights=c**2)`` uses them.
     """
-    _, r0, _, _, sigma, U, _ = _problem(apply_fn, params_s, x, y)
-    return sigma, U.T @ r0
+    _, r0, _, _, sigma, U = _problem(apply_fn, params_s, x, y)
+    return sigma, matmul(U.T, r0)
 
 
 def spectral_update(apply_fn: Callable, params_s: Any, x, y, phi: Callable):
@@ -215,9 +203,8 @@ def spectral_update(apply_fn: Callable, params_s: Any, x, y, phi: Callable):
     Directions with σ below N·O·ε·max σ (numerically null directions of Θ, where Jᵀu ≈ 0) are
     dropped. Returns parameters with the structure of ``params_s``.
     """
-    J, r0, flat, unravel, sigma, U, keep = _problem(apply_fn, params_s, x, y)
-    filt = jnp.where(keep, phi(jnp.where(keep, sigma, 1.0)), 0.0)
-    delta = -(J.T @ (U @ (filt * (U.T @ r0))))
+    J, r0, flat, unravel, sigma, U = _problem(apply_fn, params_s, x, y)
+    delta = spectral_apply(J, U, spectral_filter(sigma, phi), r0)
     return unravel(flat + delta.astype(flat.dtype))
 
 
@@ -247,11 +234,11 @@ def gradient_flow_outputs(theta_kernel, f0, y, t, lr):
     if not bool(jnp.all(t >= 0)):
         raise ValueError(f"t={t!r} is not allowed: t must be >= 0.")
     f2 = f0.reshape(f0.shape[0], -1)
-    target = _mse_targets(f2, y).reshape(-1)
-    sigma, U, _ = _eigh_psd(theta)
-    c = U.T @ (f2.reshape(-1) - target)
+    target = mse_targets(f2, y).reshape(-1)
+    sigma, U, _ = eigh_psd(theta)
+    c = matmul(U.T, f2.reshape(-1) - target)
     decay = jnp.exp(-lr * sigma * t[..., None])  # t.shape + (N·O,)
-    ft = target + (decay * c) @ U.T
+    ft = target + matmul(decay * c, U.T)
     return ft.reshape(t.shape + f0.shape)
 
 

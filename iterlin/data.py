@@ -29,6 +29,7 @@ What is verified, per source (nothing is ever trusted blindly):
 * **Archive** (given, cached or downloaded): its md5 must equal the official one before anything
   is read from it. Members must be regular files directly under ``cifar-10-batches-py/`` (no
   absolute paths, no ``..``, no links or devices, at most 64 MiB each); anything else is an error.
+  Batch files read from a directory are capped at 64 MiB likewise, checked before they are read.
   A given archive (``root=``/``ITERLIN_CIFAR10``) is read in memory, never extracted; the cached
   one is extracted into a temporary directory that is renamed into place only when complete.
 * **Extracted directory**: each batch file whose size equals its official size must have its
@@ -77,6 +78,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from iterlin.checkpoint import new_file_mode
 from iterlin.validate import check_int
 
 __all__ = [
@@ -321,6 +323,8 @@ def download_archive(
     fd, tmp_name = tempfile.mkstemp(dir=dest_dir, prefix=f".{filename}.", suffix=".part")
     tmp = Path(tmp_name)
     try:
+        if hasattr(os, "fchmod"):  # the mode of a plainly created file (umask), not mkstemp's 0o600
+            os.fchmod(fd, new_file_mode())
         h, size = hashlib.md5(), 0
         with os.fdopen(fd, "wb") as out:
             try:
@@ -532,6 +536,33 @@ def find_cifar10(
 # --------------------------------------------------------------------------------------------
 
 
+def _read_batch_file(path: Path) -> bytes:
+    """The bytes of an extracted batch file, at most ``_MAX_MEMBER_BYTES`` (as archive members).
+
+    The size is checked before anything is read, and the read itself stops one byte past the
+    limit, so a file that grows meanwhile is refused too, never read whole.
+    """
+    limit = _MAX_MEMBER_BYTES  # read at call time (tests lower it)
+
+    def too_big(size: str) -> DataError:
+        return DataError(
+            f"{path}: batch file is {size} bytes, over the {limit} byte limit (an official CIFAR-10 batch "
+            "file is about 31 MB); it was not read"
+        )
+
+    try:
+        size = path.stat().st_size
+        if size > limit:
+            raise too_big(str(size))
+        with open(path, "rb") as f:
+            raw = f.read(limit + 1)
+    except OSError as e:
+        raise DataError(f"{path}: cannot read the batch file ({type(e).__name__}: {e})") from e
+    if len(raw) > limit:
+        raise too_big("more than " + str(limit))
+    return raw
+
+
 def _parse_batch(
     name: str, raw: bytes, where: str, files: Mapping[str, FileRecord]
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -629,7 +660,7 @@ def read_cifar10(
         if missing:
             raise DataError(f"{src}: missing batch file(s) {', '.join(missing)}")
         for name in _BATCH_FILES:
-            parsed[name] = _parse_batch(name, (src / name).read_bytes(), str(src), files)
+            parsed[name] = _parse_batch(name, _read_batch_file(src / name), str(src), files)
     else:
         raise DatasetNotFoundError(f"source={str(source)!r}: no such file or directory")
 

@@ -25,8 +25,9 @@ Three solvers give the same δ (``solver=``):
   (JᵀHJ + λI)⁻¹Jᵀ = Jᵀ(HΘ + λI)⁻¹ with the empirical NTK Θ = JJᵀ (N·O × N·O, Eq. 2),
   δ = −Jᵀa. J is materialised from per-example Jacobians (so ``apply_fn`` must treat examples
   independently, as any model in inference mode does), Θ = JJᵀ is eigendecomposed,
-  Θ = U diag(σ) Uᵀ, and for MSE a = U diag(1/(σ + λ)) Uᵀg. For CE (HΘ is not symmetric) the
-  same δ is computed in the symmetric coordinates of the row space of J:
+  Θ = U diag(σ) Uᵀ, and for MSE a = U diag(1/(σ + λ)) Uᵀg: the spectral solve of
+  :func:`iterlin.jacobian.spectral_solve` with the filter φ(σ) = 1/(σ + λ). For CE (HΘ is not
+  symmetric) the same δ is computed in the symmetric coordinates of the row space of J:
   a = U Σ^{-1/2} (C + λI)⁺ Σ^{1/2} Uᵀg with C = Σ^{1/2} UᵀHU Σ^{1/2}. Inverses are
   pseudo-inverses (eigenvalues of σ + λ below N·O·ε·(max σ + λ) are dropped), so λ = 0 gives the
   minimum-norm Gauss–Newton step, which in the over-parameterised case N·O < P is Eq. 19:
@@ -52,51 +53,83 @@ at most :data:`KERNEL_MAX_JACOBIAN` (2²⁷) entries; otherwise CG in the smalle
 (the mean of ‖∂f_{n,o}/∂θ‖², computed from per-example Jacobians for the CG solvers), which makes
 λ comparable across architectures and widths.
 
-:func:`make_gauss_newton_step` and :func:`gauss_newton_train` run damped Gauss–Newton through the
-one training loop :func:`iterlin.training.fit` (Fig. 9).
+Two spectral filters (``filter=``), one implementation of the step (``_gn_step``):
+
+* ``"damped"`` (default): the hyperparameter h is the damping λ ≥ 0 and the step is Eq. 6 above.
+* ``"flow"``: h is a time τ ≥ 0 (``math.inf`` allowed), MSE and the kernel solver only: the
+  linearisation at θ is trained by gradient flow for time τ on ½‖f_lin − Y‖² (summed), in closed
+  form, δ = −Jᵀ U diag(φ(σ)) Uᵀ(f − Y) with φ(σ) = (1 − e^{−στ})/σ (Eq. 18;
+  :func:`iterlin.closed_form.gradient_flow_params` with η = 1). τ = ∞ gives φ = 1/σ, the
+  minimum-norm Gauss–Newton step (Eq. 5, 19). K gradient-descent steps of size η on one
+  linearisation approach it with τ = Kη (the small-step limit); its cost, one Jacobian and one
+  eigendecomposition per step, does not grow with τ.
+
+In both the update is scaled by the step size α (``step_size``), and the MSE kernel path and the
+flow filter share one spectral solve (:func:`iterlin.jacobian.spectral_solve`).
+
+Training. :func:`make_gauss_newton_step` returns a pure step for :func:`iterlin.training.fit` that
+reads h from ``TrainState.policy`` (a scalar array, made by :func:`init_gauss_newton_state`), so h
+is traced: runs with different λ (or τ) are vmapped together in one compilation
+(``fit(..., sweep=True)``). :func:`gauss_newton_train` does all of this for one value of
+``damping`` or for a sequence of them (a sweep over stacked parameters), Fig. 1 and Fig. 9.
+:func:`gauss_newton_step` is the eager one-step API; all of them run the same ``_gn_step``.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from jax.flatten_util import ravel_pytree
 from jax.scipy.sparse.linalg import cg
 
-from .losses import Loss, get_loss
-from .training import TrainState, commit_step, fit, init_state
-
+from .jacobian import (  # noqa: F401 (flat_jacobian re-exported)
+    eigh_psd,
+    flat_jacobian,
+    jacobian_matrix,
+    maybe_jit,
+    ntk_mean_diag,
+    spectral_filter,
+    spectral_solve,
+)
+from .losses import Loss, get_loss, mse_targets
+from .precision import matmul
+from .training import TrainState, _check_train_args, commit_step, fit, init_state
+from .tree import tree_size
 from .validate import check_choice, check_int, check_nonnegative, check_positive, check_xy
 
 __all__ = [
     "SOLVERS",
     "DAMPING_MODES",
+    "FILTERS",
     "KERNEL_MAX_OUTPUTS",
     "KERNEL_MAX_JACOBIAN",
     "flat_jacobian",
     "select_solver",
     "gauss_newton_step",
+    "init_gauss_newton_state",
     "make_gauss_newton_step",
     "gauss_newton_train",
 ]
 
 SOLVERS = ("auto", "kernel", "kernel_cg", "primal_cg")
 DAMPING_MODES = ("absolute", "relative")
+FILTERS = ("damped", "flow")
 _GN_LOSSES = ("mse", "ce")
 
 #: ``solver="auto"`` uses the dense kernel solver up to this many outputs N·O ...
 KERNEL_MAX_OUTPUTS = 4096
 #: ... and up to this many Jacobian entries N·O·P (2²⁷: 0.5 GiB in float32, 1 GiB in float64).
 KERNEL_MAX_JACOBIAN = 2**27
-#: Per-example Jacobians are computed in chunks of at most this many entries (chunk·O·P).
-_CHUNK_ENTRIES = 2**25
 
 
 # ------------------------------------------------------------------------------------------
-# Validation
+# Validation (all in Python, before any compute)
 # ------------------------------------------------------------------------------------------
 
 
@@ -105,9 +138,10 @@ def _loss_name(loss: str | Loss) -> str:
     return check_choice(name, "loss", _GN_LOSSES)
 
 
-def _check_args(damping, loss, solver, damping_mode, step_size, cg_tol, cg_maxiter):
-    damping = check_nonnegative(damping, "damping")
+def _check_static(loss, filter, solver, damping_mode, step_size, cg_tol, cg_maxiter) -> dict:
+    """The static configuration of a step, validated; ``solver`` resolved to "kernel" for the flow."""
     loss = _loss_name(loss)
+    filter = check_choice(filter, "filter", FILTERS)
     solver = check_choice(solver, "solver", SOLVERS)
     damping_mode = check_choice(damping_mode, "damping_mode", DAMPING_MODES)
     step_size = check_positive(step_size, "step_size")
@@ -121,11 +155,74 @@ def _check_args(damping, loss, solver, damping_mode, step_size, cg_tol, cg_maxit
             "symmetric for cross-entropy, so CG does not apply to it; use solver='primal_cg' (the same "
             "cost per iteration) or solver='kernel' (dense)."
         )
-    return damping, loss, solver, damping_mode, step_size, cg_tol, cg_maxiter
+    if filter == "flow":
+        if loss != "mse":
+            raise ValueError(
+                f"loss={loss!r} is not allowed with filter='flow': the flow filter is the closed-form gradient "
+                "flow of the linearised MSE problem (Eq. 18); use loss='mse', or filter='damped'."
+            )
+        if solver not in ("auto", "kernel"):
+            raise ValueError(
+                f"solver={solver!r} is not allowed with filter='flow': the flow filter needs the NTK's "
+                "eigendecomposition; use solver='kernel' (or 'auto')."
+            )
+        if damping_mode != "absolute":
+            raise ValueError(
+                f"damping_mode={damping_mode!r} is not allowed with filter='flow': the flow time τ is "
+                "absolute; use damping_mode='absolute'."
+            )
+        solver = "kernel"
+    return dict(loss=loss, filter=filter, solver=solver, damping_mode=damping_mode, step_size=step_size,
+                cg_tol=cg_tol, cg_maxiter=cg_maxiter)
+
+
+def _check_hyper(value, filter: str, name: str = "damping") -> float:
+    """The per-run hyperparameter h: λ ≥ 0 finite (``"damped"``), or τ ≥ 0 or ``math.inf`` (``"flow"``)."""
+    if filter == "damped":
+        return check_nonnegative(value, name)
+    try:
+        return check_nonnegative(value, name)
+    except ValueError:
+        v = None
+        if not isinstance(value, (str, bytes, bool, np.bool_)) and np.ndim(value) == 0:
+            try:
+                v = float(value)
+            except (TypeError, ValueError):
+                v = None
+        if v == math.inf:
+            return math.inf
+        raise ValueError(
+            f"{name}={value!r} is not allowed: with filter='flow' {name} is the flow time τ and must be a "
+            "number >= 0 or math.inf."
+        ) from None
+
+
+def _is_sequence(value) -> bool:
+    return not isinstance(value, (str, bytes, Mapping)) and hasattr(value, "__len__") and np.ndim(value) == 1
+
+
+def _check_labels(loss: str, y) -> None:
+    if loss == "ce" and not jnp.issubdtype(jnp.asarray(y).dtype, jnp.integer):
+        raise ValueError(f"y has dtype {jnp.asarray(y).dtype}: loss='ce' needs integer class labels of shape (N,).")
+
+
+def _check_not_singular(loss: str, n: int, n_out: int, p_size: int) -> None:
+    """λ = 0 with primal CG: JᵀHJ (P × P) must not be singular by its rank bound."""
+    rank_bound = n * n_out if loss == "mse" else n * (n_out - 1)
+    if rank_bound < p_size:
+        raise ValueError(
+            f"damping=0.0 is not allowed with solver='primal_cg' here: JᵀHJ (P={p_size}) has rank at "
+            f"most {rank_bound} < P, so it is singular; use damping > 0, or solver='kernel' / "
+            "'kernel_cg' for the minimum-norm Gauss–Newton step (Eq. 5, 19)."
+        )
+
+
+def _float():
+    return jnp.result_type(float)
 
 
 # ------------------------------------------------------------------------------------------
-# Pieces: flat parameters, per-example Jacobians, loss derivatives
+# Pieces: flat parameters and loss derivatives
 # ------------------------------------------------------------------------------------------
 
 
@@ -140,74 +237,10 @@ def _flat_fn(apply_fn, params, x):
     return f, flat, unravel
 
 
-def _map_examples(fn, x, entries_per_example):
-    """``vmap(fn)(x)``, in sequential chunks of examples when the per-example Jacobians are large."""
-    chunk = max(1, min(x.shape[0], _CHUNK_ENTRIES // max(1, entries_per_example)))
-    if chunk == x.shape[0]:
-        return jax.vmap(fn)(x)
-    return jax.lax.map(fn, x, batch_size=chunk)
-
-
-def _per_example_jacobians(apply_fn, unravel, flat, x, n_out):
-    """(N, O, P) per-example Jacobians ∂f_n/∂θ, computed in chunks of examples."""
-
-    def one(xi):
-        return jax.jacrev(lambda p: apply_fn(unravel(p), xi[None]).reshape(-1))(flat)
-
-    return _map_examples(one, x, n_out * flat.size)
-
-
-def flat_jacobian(apply_fn: Callable, params: Any, x) -> jax.Array:
-    """The Jacobian J = ∂f(θ, X)/∂θ as an (N·O × P) matrix, example-major (row n·O + o).
-
-    θ is raveled with :func:`jax.flatten_util.ravel_pytree` (column order = its order). Built from
-    per-example Jacobians (reverse mode, O vector–Jacobian products per example, in chunks), so
-    ``apply_fn`` must treat examples independently. The empirical NTK (Eq. 2) is ``J @ J.T``.
-    """
-    x = jnp.asarray(x)
-    return _maybe_jit(_flat_jacobian, apply_fn)(apply_fn, params, x)
-
-
-def _flat_jacobian(apply_fn, params, x):
-    f, flat, unravel = _flat_fn(apply_fn, params, x)
-    n_out = jax.eval_shape(f, flat).shape[1]
-    jac = _per_example_jacobians(apply_fn, unravel, flat, x, n_out)
-    return jac.reshape(-1, flat.size)
-
-
-_JITTED: dict = {}
-
-
-def _maybe_jit(fn, apply_fn, **static):
-    """``fn`` compiled with ``apply_fn`` (argument 0) and the named arguments static; ``fn`` itself
-    when ``apply_fn`` is unhashable (then it is traced op by op, or inside the caller's jit)."""
-    try:
-        hash(apply_fn)
-    except TypeError:
-        return fn
-    if fn not in _JITTED:
-        _JITTED[fn] = jax.jit(fn, static_argnums=(0,), static_argnames=tuple(static))
-    return _JITTED[fn]
-
-
-def _ntk_mean_diag(apply_fn, unravel, flat, x, n_out):
-    """tr(Θ)/(N·O) = mean over (n, o) of ‖∂f_{n,o}/∂θ‖², without storing J."""
-
-    def one(xi):
-        jac = jax.jacrev(lambda p: apply_fn(unravel(p), xi[None]).reshape(-1))(flat)
-        return jnp.sum(jac**2)
-
-    return jnp.sum(_map_examples(one, x, n_out * flat.size)) / (x.shape[0] * n_out)
-
-
 def _grad_and_hess(loss: str, out, y):
     """g = ∂L/∂f (N, O) and v ↦ Hv on (N, O) (None for H = I) for the summed loss."""
     if loss == "mse":
-        if jnp.issubdtype(y.dtype, jnp.integer):
-            target = jax.nn.one_hot(y, out.shape[-1], dtype=out.dtype)
-        else:
-            target = y.reshape(out.shape).astype(out.dtype)
-        return out - target, None
+        return out - mse_targets(out, y), None
     p = jax.nn.softmax(out, axis=-1)
     g = p - jax.nn.one_hot(y, out.shape[-1], dtype=out.dtype)
 
@@ -217,132 +250,75 @@ def _grad_and_hess(loss: str, out, y):
     return g, hess
 
 
-def _rcond(n: int, dtype) -> float:
-    return n * float(jnp.finfo(dtype).eps)
-
-
-# ------------------------------------------------------------------------------------------
-# Solvers: each returns a = (HΘ + λI)⁻¹g (kernel) or δ (primal)
-# ------------------------------------------------------------------------------------------
-
-
-def _kernel_dense(J, g, hess, lam, n, n_out):
-    """δ = −Jᵀa by eigendecomposition of Θ = JJᵀ (pseudo-inverse semantics for λ = 0)."""
-    theta = J @ J.T
-    theta = 0.5 * (theta + theta.T)
-    sigma, U = jnp.linalg.eigh(theta)
-    sigma = jnp.maximum(sigma, 0.0)
-    rcond = _rcond(theta.shape[0], theta.dtype)
-    gv = g.reshape(-1)
-    if hess is None:
-        denom = sigma + lam
-        filt = jnp.where(denom > rcond * (sigma[-1] + lam), 1.0 / jnp.where(denom > 0, denom, 1.0), 0.0)
-        a = U @ (filt * (U.T @ gv))
-    else:
-        keep = sigma > rcond * sigma[-1]
-        s = jnp.where(keep, jnp.sqrt(sigma), 0.0)
-        s_inv = jnp.where(keep, 1.0 / jnp.sqrt(jnp.where(keep, sigma, 1.0)), 0.0)
-        HU = jax.vmap(lambda u: hess(u.reshape(n, n_out)).reshape(-1), in_axes=1, out_axes=1)(U)
-        C = s[:, None] * (U.T @ HU) * s[None, :]
-        C = 0.5 * (C + C.T)
-        w, Q = jnp.linalg.eigh(C)
-        w = jnp.maximum(w, 0.0)
-        denom = w + lam
-        filt = jnp.where(denom > rcond * (w[-1] + lam), 1.0 / jnp.where(denom > 0, denom, 1.0), 0.0)
-        c = Q @ (filt * (Q.T @ (s * (U.T @ gv))))
-        a = U @ (s_inv * c)
-    return -(J.T @ a)
-
-
 def _cg_defaults(dtype, cg_tol):
     if cg_tol is not None:
         return cg_tol
     return 1e-10 if jnp.finfo(dtype).bits >= 64 else 1e-6
 
 
-def gauss_newton_step(
-    apply_fn: Callable,
-    params: Any,
-    x,
-    y,
-    *,
-    damping: float,
-    loss: str | Loss = "mse",
-    damping_mode: str = "absolute",
-    solver: str = "auto",
-    step_size: float = 1.0,
-    cg_tol: float | None = None,
-    cg_maxiter: int | None = None,
-):
-    """One damped (generalised) Gauss–Newton step, θ ← θ − α(JᵀHJ + λI)⁻¹Jᵀg (Eq. 5–6).
+def _damped_filter(lam):
+    """φ(σ) = 1/(σ + λ): damped Gauss–Newton (Eq. 6); λ = 0 is Eq. 5 (on the kept directions)."""
+    return lambda sigma: 1.0 / (sigma + lam)
 
-    Args:
-      apply_fn: ``apply_fn(params, x) -> (N, O)`` outputs ((N,) is read as O = 1).
-      params: θ, any pytree of floating arrays.
-      x: inputs (N, ...). y: targets, (N, O) (or (N,) for O = 1) floats for ``"mse"``,
-        integer labels (N,) for ``"ce"`` (one-hot targets for ``"mse"`` too).
-      damping: λ ≥ 0 (finite). With ``damping_mode="relative"`` the damping used is
-        λ_abs = damping · tr(Θ)/(N·O), the mean diagonal of the empirical NTK.
-      loss: ``"mse"`` (½‖f − Y‖² summed over examples: Eq. 6 literally) or ``"ce"`` (summed
-        softmax cross-entropy, generalised Gauss–Newton with H = diag(p) − ppᵀ per example).
-      solver: ``"auto"``, ``"kernel"``, ``"kernel_cg"`` (MSE only) or ``"primal_cg"`` (see the
-        module docstring for the maths and the automatic rule).
-      step_size: α > 0 (1 is the full step).
-      cg_tol: relative residual tolerance of CG (default 1e-10 in float64, 1e-6 in float32).
-      cg_maxiter: CG iteration cap (default: JAX's, 10 × the system size).
 
-    Returns:
-      The new parameters, same structure and dtypes as ``params``. For MSE with α = 1 they are
-      argmin_θ ½‖f_lin(θ, X) − Y‖² + (λ/2)‖θ − θ_s‖² (the ridge solution of the linearisation).
+def _flow_filter(tau):
+    """φ(σ) = (1 − e^{−στ})/σ for σ > 0: gradient flow for time τ (Eq. 18); τ = ∞ gives 1/σ."""
+    return lambda sigma: -jnp.expm1(-sigma * tau) / sigma
 
-    All arguments are validated in Python before any compute; the step itself is compiled once per
-    (``apply_fn``, shapes, loss, solver, damping mode) with λ and α traced, so sweeping λ does not
-    re-compile. It can also be called inside a traced function (e.g. a jitted training step).
+
+def _kernel_ce(J, g, hess, lam, n, n_out):
+    """δ = −Jᵀa for the generalised Gauss–Newton step (CE) in the symmetric coordinates of Θ's range.
+
+    Θ = JJᵀ = U diag(σ) Uᵀ, C = Σ^{1/2} UᵀHU Σ^{1/2} = Q diag(w) Qᵀ,
+    a = U Σ^{-1/2} (C + λI)⁺ Σ^{1/2} Uᵀg.
     """
-    damping, loss, solver, damping_mode, step_size, cg_tol, cg_maxiter = _check_args(
-        damping, loss, solver, damping_mode, step_size, cg_tol, cg_maxiter
-    )
-    check_xy(x, y)
-    x = jnp.asarray(x)
-    y = jnp.asarray(y)
-    if loss == "ce" and not jnp.issubdtype(y.dtype, jnp.integer):
-        raise ValueError(f"y has dtype {y.dtype}: loss='ce' needs integer class labels of shape (N,).")
-
-    static = dict(loss=loss, solver=solver, damping_mode=damping_mode, cg_tol=cg_tol, cg_maxiter=cg_maxiter,
-                  zero_damping=damping == 0.0)
-    return _maybe_jit(_gn_step, apply_fn, **static)(apply_fn, params, x, y, damping, step_size, **static)
+    sigma, U, keep = eigh_psd(matmul(J, J.T))
+    s = jnp.where(keep, jnp.sqrt(sigma), 0.0)
+    s_inv = jnp.where(keep, 1.0 / jnp.sqrt(jnp.where(keep, sigma, 1.0)), 0.0)
+    HU = jax.vmap(lambda u: hess(u.reshape(n, n_out)).reshape(-1), in_axes=1, out_axes=1)(U)
+    C = s[:, None] * matmul(U.T, HU) * s[None, :]
+    w, Q, _ = eigh_psd(C)
+    filt = spectral_filter(w, _damped_filter(lam), shift=lam)
+    c = matmul(Q, filt * matmul(Q.T, s * matmul(U.T, g.reshape(-1))))
+    return -matmul(J.T, matmul(U, s_inv * c))
 
 
-def _gn_step(apply_fn, params, x, y, damping, step_size, *, loss, solver, damping_mode, cg_tol, cg_maxiter,
-             zero_damping):
-    """The step itself (arguments already validated); λ and α are traced, the rest is static."""
+# ------------------------------------------------------------------------------------------
+# The step: ONE implementation of the maths (pure, traceable in h and α)
+# ------------------------------------------------------------------------------------------
+
+
+def _gn_step(apply_fn, params, x, y, h, step_size, *, loss, filter, solver, damping_mode, cg_tol, cg_maxiter,
+             zero_damping=False):
+    """θ − α·(the filtered Gauss–Newton update) and f(θ, X) as (N, O); arguments already validated.
+
+    h (λ or τ) and α are traced (scalars, may be vmapped); the rest is static. ``zero_damping``
+    (static, known only to eager callers) turns on the singular-system check of primal CG.
+    """
     f, flat, unravel = _flat_fn(apply_fn, params, x)
     out, jvp_fn = jax.linearize(f, flat)
     n, n_out = out.shape
     p_size = flat.size
     solver = select_solver(n * n_out, p_size, loss) if solver == "auto" else solver
     if solver == "primal_cg" and zero_damping:
-        rank_bound = n * n_out if loss == "mse" else n * (n_out - 1)
-        if rank_bound < p_size:
-            raise ValueError(
-                f"damping=0.0 is not allowed with solver='primal_cg' here: JᵀHJ (P={p_size}) has rank at "
-                f"most {rank_bound} < P, so it is singular; use damping > 0, or solver='kernel' / "
-                "'kernel_cg' for the minimum-norm Gauss–Newton step (Eq. 5, 19)."
-            )
-    vjp_fn = jax.linear_transpose(jvp_fn, flat)
+        _check_not_singular(loss, n, n_out, p_size)
     g, hess = _grad_and_hess(loss, out, y)
     dtype = out.dtype
-    damping = jnp.asarray(damping, dtype)
+    h = jnp.asarray(h, dtype)
 
     if solver == "kernel":
-        J = _per_example_jacobians(apply_fn, unravel, flat, x, n_out).reshape(n * n_out, p_size)
-        lam = damping if damping_mode == "absolute" else damping * jnp.sum(J**2) / (n * n_out)
-        delta = _kernel_dense(J, g, hess, lam, n, n_out)
-    else:
-        if damping_mode == "absolute":
-            lam = damping
+        J = jacobian_matrix(apply_fn, params, x)
+        if filter == "flow":
+            delta = spectral_solve(J, g.reshape(-1), _flow_filter(h))
         else:
-            lam = damping * _ntk_mean_diag(apply_fn, unravel, flat, x, n_out)
+            lam = h if damping_mode == "absolute" else h * jnp.sum(J**2) / (n * n_out)
+            if hess is None:
+                delta = spectral_solve(J, g.reshape(-1), _damped_filter(lam), shift=lam)
+            else:
+                delta = _kernel_ce(J, g, hess, lam, n, n_out)
+    else:
+        vjp_fn = jax.linear_transpose(jvp_fn, flat)
+        lam = h if damping_mode == "absolute" else h * ntk_mean_diag(apply_fn, params, x)
         tol = _cg_defaults(dtype, cg_tol)
         if solver == "kernel_cg":
 
@@ -363,7 +339,8 @@ def _gn_step(apply_fn, params, x, y, damping, step_size, *, loss, solver, dampin
             (rhs,) = vjp_fn(-g)
             delta, _ = cg(matvec, rhs, tol=tol, atol=0.0, maxiter=cg_maxiter)
 
-    return unravel(flat + jnp.asarray(step_size, flat.dtype) * delta.astype(flat.dtype))
+    new = unravel(flat + jnp.asarray(step_size, flat.dtype) * delta.astype(flat.dtype))
+    return new, out
 
 
 def select_solver(n_outputs: int, n_params: int, loss: str = "mse") -> str:
@@ -376,15 +353,106 @@ def select_solver(n_outputs: int, n_params: int, loss: str = "mse") -> str:
 
 
 # ------------------------------------------------------------------------------------------
-# Gauss–Newton training through the one training loop (Fig. 9)
+# Eager one-step API
 # ------------------------------------------------------------------------------------------
+
+
+def gauss_newton_step(
+    apply_fn: Callable,
+    params: Any,
+    x,
+    y,
+    *,
+    damping: float,
+    loss: str | Loss = "mse",
+    damping_mode: str = "absolute",
+    solver: str = "auto",
+    step_size: float = 1.0,
+    cg_tol: float | None = None,
+    cg_maxiter: int | None = None,
+    filter: str = "damped",
+):
+    """One damped (generalised) Gauss–Newton step, θ ← θ − α(JᵀHJ + λI)⁻¹Jᵀg (Eq. 5–6).
+
+    Args:
+      apply_fn: ``apply_fn(params, x) -> (N, O)`` outputs ((N,) is read as O = 1).
+      params: θ, any pytree of floating arrays.
+      x: inputs (N, ...). y: targets, (N, O) (or (N,) for O = 1) floats for ``"mse"``,
+        integer labels (N,) for ``"ce"`` (one-hot targets for ``"mse"`` too).
+      damping: λ ≥ 0 (finite). With ``damping_mode="relative"`` the damping used is
+        λ_abs = damping · tr(Θ)/(N·O), the mean diagonal of the empirical NTK. With
+        ``filter="flow"``: the flow time τ ≥ 0 (``math.inf`` allowed).
+      loss: ``"mse"`` (½‖f − Y‖² summed over examples: Eq. 6 literally) or ``"ce"`` (summed
+        softmax cross-entropy, generalised Gauss–Newton with H = diag(p) − ppᵀ per example).
+      solver: ``"auto"``, ``"kernel"``, ``"kernel_cg"`` (MSE only) or ``"primal_cg"`` (see the
+        module docstring for the maths and the automatic rule).
+      step_size: α > 0 (1 is the full step).
+      cg_tol: relative residual tolerance of CG (default 1e-10 in float64, 1e-6 in float32).
+      cg_maxiter: CG iteration cap (default: JAX's, 10 × the system size).
+      filter: ``"damped"`` (Eq. 6) or ``"flow"`` (gradient flow for time τ = ``damping`` on the
+        linearisation, Eq. 18; MSE and the kernel solver only).
+
+    Returns:
+      The new parameters, same structure and dtypes as ``params``. For MSE with α = 1 they are
+      argmin_θ ½‖f_lin(θ, X) − Y‖² + (λ/2)‖θ − θ_s‖² (the ridge solution of the linearisation).
+
+    All arguments are validated in Python before any compute; the step itself is compiled once per
+    (``apply_fn``, shapes, loss, filter, solver, damping mode) with λ and α traced, so sweeping λ
+    does not re-compile. It can also be called inside a traced function (e.g. a jitted training step).
+    """
+    kw = _check_static(loss, filter, solver, damping_mode, step_size, cg_tol, cg_maxiter)
+    h = _check_hyper(damping, kw["filter"], "damping")
+    check_xy(x, y)
+    x = jnp.asarray(x)
+    y = jnp.asarray(y)
+    _check_labels(kw["loss"], y)
+    step_size = kw.pop("step_size")
+    static = dict(kw, zero_damping=(kw["filter"] == "damped" and h == 0.0))
+    new, _ = maybe_jit(_gn_step, apply_fn, **static)(apply_fn, params, x, y, h, step_size, **static)
+    return new
+
+
+# ------------------------------------------------------------------------------------------
+# Gauss–Newton training through the one training loop (Figs. 1 and 9)
+# ------------------------------------------------------------------------------------------
+
+
+def init_gauss_newton_state(params: Any, damping, *, filter: str = "damped", stacked: bool = False) -> TrainState:
+    """A fresh Gauss–Newton run at θ_0 = ``params`` with its hyperparameter in ``TrainState.policy``.
+
+    ``damping``: λ ≥ 0, finite (``filter="damped"``), or the flow time τ ≥ 0 or ``math.inf``
+    (``filter="flow"``); validated here, eagerly. Returns
+    ``init_state(params, optax.identity(), 1, policy=jnp.asarray(h))`` (h a float scalar).
+    With ``stacked=True``, ``params`` is stacked on a leading axis of R runs and ``damping`` is a
+    sequence of R values: a stacked state (policy of shape (R,)) for ``fit(..., sweep=True)``.
+    """
+    filter = check_choice(filter, "filter", FILTERS)
+    if not isinstance(stacked, (bool, np.bool_)):
+        raise ValueError(f"stacked={stacked!r} is not allowed: stacked must be a bool.")
+    if not stacked:
+        h = _check_hyper(damping, filter, "damping")
+        return init_state(params, optax.identity(), 1, policy=jnp.asarray(h, _float()))
+    if not _is_sequence(damping) or len(damping) == 0:
+        raise ValueError(
+            f"damping={damping!r} is not allowed: with stacked=True damping must be a non-empty sequence "
+            "of values, one per stacked run."
+        )
+    hs = [_check_hyper(v, filter, f"damping[{i}]") for i, v in enumerate(damping)]
+    leaves = jax.tree.leaves(params)
+    if not leaves or any(np.shape(leaf)[:1] != (len(hs),) for leaf in leaves):
+        raise ValueError(
+            f"params must be stacked on a leading run axis of size len(damping)={len(hs)}; got leading shapes "
+            f"{sorted({np.shape(leaf)[:1] for leaf in leaves})}"
+        )
+    policy = jnp.asarray(hs, _float())
+    return jax.vmap(lambda p, h: init_state(p, optax.identity(), 1, policy=h))(params, policy)
 
 
 def make_gauss_newton_step(
     apply_fn: Callable,
     *,
-    damping: float,
     loss: str | Loss = "mse",
+    filter: str = "damped",
     step_size: float = 1.0,
     solver: str = "auto",
     damping_mode: str = "absolute",
@@ -393,20 +461,32 @@ def make_gauss_newton_step(
 ) -> Callable:
     """Return ``step(state, (x, y)) -> (state, {"loss": L(f(θ_t, x), y)})`` for :func:`fit`.
 
-    Each step is one damped Gauss–Newton step (:func:`gauss_newton_step`) on the batch, i.e. a
-    re-linearisation: ``params_s`` becomes the new θ and ``n_relin`` grows by one. The reported
-    loss is the per-example mean (as in :func:`iterlin.training.make_step`) at θ_t, where the
-    network and its linearisation coincide. Divergence (a non-finite loss or
-    update) freezes the run through :func:`iterlin.training.commit_step`, as for every step. The optimizer state is carried unchanged.
+    The per-run hyperparameter h is ``state.policy`` (a scalar array, from
+    :func:`init_gauss_newton_state`): λ for ``filter="damped"``, θ ← θ − α(JᵀHJ + λI)⁻¹Jᵀg
+    (Eq. 6; λ = 0: Eq. 5, minimum-norm), or τ for ``filter="flow"`` (MSE, kernel solver),
+    θ ← θ − α Jᵀ U diag((1 − e^{−στ})/σ) Uᵀ(f − Y) (Eq. 18; τ = ∞ the Gauss–Newton step). h is
+    traced, so runs with different h vmap together in one compilation (``fit(..., sweep=True)``).
+    Every step re-linearises: ``params_s`` becomes the new θ and ``n_relin`` grows by one. The
+    reported loss is the per-example mean (as in :func:`iterlin.training.make_step`) at θ_t, where
+    the network and its linearisation coincide. The proposal is committed through
+    :func:`iterlin.training.commit_step` (divergence freezes the run; the optimizer state and the
+    policy are carried unchanged). All arguments are static and validated here; h is validated by
+    :func:`init_gauss_newton_state` (the traced step cannot refuse λ = 0 for a singular primal-CG
+    system: :func:`gauss_newton_train` and :func:`gauss_newton_step` do).
     """
-    kw = dict(zip(("damping", "loss", "solver", "damping_mode", "step_size", "cg_tol", "cg_maxiter"),
-                  _check_args(damping, loss, solver, damping_mode, step_size, cg_tol, cg_maxiter)))
+    kw = _check_static(loss, filter, solver, damping_mode, step_size, cg_tol, cg_maxiter)
+    step_size = kw.pop("step_size")
     loss_obj = get_loss(kw["loss"])
 
     def step(state: TrainState, batch):
         x, y = batch
-        value = jnp.mean(loss_obj.per_example(apply_fn(state.params, x), y))
-        params = gauss_newton_step(apply_fn, state.params, x, y, **kw)
+        if not hasattr(state.policy, "shape") or state.policy.shape != ():  # static: raised while tracing
+            raise ValueError(
+                f"state.policy={state.policy!r} is not allowed: make_gauss_newton_step reads the damping (or flow "
+                "time) of the run from state.policy, a scalar array; make the state with init_gauss_newton_state."
+            )
+        params, out = _gn_step(apply_fn, state.params, x, y, state.policy, step_size, **kw)
+        value = jnp.mean(loss_obj.per_example(out, y))
         new = commit_step(state, value, params, params, state.opt_state, jnp.asarray(True))
         return new, {"loss": value}
 
@@ -418,8 +498,9 @@ def gauss_newton_train(
     params: Any,
     data: tuple,
     *,
-    damping: float,
+    damping,
     steps: int,
+    filter: str = "damped",
     step_size: float = 1.0,
     loss: str | Loss = "mse",
     solver: str = "auto",
@@ -430,23 +511,49 @@ def gauss_newton_train(
     key=None,
     **fit_kwargs,
 ) -> tuple[Any, dict]:
-    """Train by damped Gauss–Newton (fixed λ and step size α) for ``steps`` steps (Fig. 9).
+    """Train by damped Gauss–Newton (or the flow filter) with fixed h and step size α (Figs. 1, 9).
 
-    Full batch by default (``batch_size`` gives stochastic Gauss–Newton). Runs through
-    :func:`iterlin.training.fit` with state ``init_state(params, optax.identity(), K=1)``, so
-    evaluation, callbacks, checkpoints and divergence freezing behave as in
-    :func:`iterlin.training.train`; ``n_relin`` counts the Gauss–Newton steps. The history's
-    ``loss`` for ``"mse"`` is the per-example mean ½‖f − y‖² (plus ``rmse``), although the step
-    itself uses the summed loss of Eq. 6. ``**fit_kwargs`` as for :func:`iterlin.training.train`.
+    ``damping``: one value (λ, or τ for ``filter="flow"``): one run from ``params``; or a sequence
+    of R values: R runs in one compiled program, ``params`` stacked on a leading axis of R (see
+    :func:`iterlin.tree.tree_stack`), run i with ``damping[i]``, through ``fit(..., sweep=True)``
+    (all runs see the same batches; run i equals the run alone). Full batch by default
+    (``batch_size`` gives stochastic Gauss–Newton). Runs through :func:`iterlin.training.fit`
+    with :func:`init_gauss_newton_state`'s state, so evaluation, callbacks, checkpoints (the static
+    options are added to ``config`` under ``"gauss_newton"``) and divergence freezing behave as in
+    :func:`iterlin.training.train`; ``n_relin`` counts the Gauss–Newton steps. The history's ``loss``
+    for ``"mse"`` is the per-example mean ½‖f − y‖² (plus ``rmse``), although the step itself uses
+    the summed loss of Eq. 6. Other arguments as :func:`make_gauss_newton_step`; ``**fit_kwargs``
+    as for :func:`iterlin.training.train`. Everything is validated before any compute.
 
-    Returns ``(params, history)``.
+    Returns ``(params, history)`` (stacked params and (R, E) history arrays for a sequence).
     """
     step_fn = make_gauss_newton_step(
-        apply_fn, damping=damping, loss=loss, step_size=step_size, solver=solver,
-        damping_mode=damping_mode, cg_tol=cg_tol, cg_maxiter=cg_maxiter,
+        apply_fn, loss=loss, filter=filter, step_size=step_size, solver=solver, damping_mode=damping_mode,
+        cg_tol=cg_tol, cg_maxiter=cg_maxiter,
     )
-    state = init_state(params, optax.identity(), 1)
-    state, history = fit(step_fn, state, apply_fn, data, steps=steps, loss=loss, batch_size=batch_size,
-                         key=key, **fit_kwargs)
+    kw = _check_static(loss, filter, solver, damping_mode, step_size, cg_tol, cg_maxiter)
+    if "sweep" in fit_kwargs:
+        raise ValueError(
+            f"sweep={fit_kwargs['sweep']!r} is not allowed: gauss_newton_train sweeps exactly when damping is a "
+            "sequence (one value per stacked run)."
+        )
+    sweep = _is_sequence(damping)
+    state = init_gauss_newton_state(params, damping, filter=filter, stacked=sweep)
+    _check_train_args(data, steps, loss, batch_size, fit_kwargs.get("eval_data"))
+    x, y = (jnp.asarray(a) for a in data)
+    _check_labels(kw["loss"], y)
+    hs = np.atleast_1d(np.asarray(state.policy))
+    if kw["filter"] == "damped" and np.any(hs == 0) and kw["solver"] in ("auto", "primal_cg"):
+        one = jax.tree.map(lambda a: jax.ShapeDtypeStruct(np.shape(a)[1:], a.dtype), params) if sweep else params
+        n = x.shape[0] if batch_size is None else int(batch_size)
+        out = jax.eval_shape(lambda p: apply_fn(p, x[:1]), one)
+        n_out = int(np.prod(out.shape[1:], dtype=np.int64)) if len(out.shape) > 1 else 1
+        p_size = tree_size(one)
+        if kw["solver"] == "primal_cg" or select_solver(n * n_out, p_size, kw["loss"]) == "primal_cg":
+            _check_not_singular(kw["loss"], n, n_out, p_size)
+    config = dict(fit_kwargs.pop("config", None) or {})
+    config["gauss_newton"] = {k: kw[k] for k in ("filter", "step_size", "loss", "solver", "damping_mode", "cg_tol",
+                                                 "cg_maxiter")}
+    state, history = fit(step_fn, state, apply_fn, data, steps=steps, loss=kw["loss"], batch_size=batch_size,
+                         key=key, sweep=sweep, config=config, **fit_kwargs)
     return state.params, history
-

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 
 from .validate import check_choice
 
-__all__ = ["Loss", "get_loss", "LOSSES"]
+__all__ = ["Loss", "get_loss", "LOSSES", "mse_targets"]
 
 
 class Loss(NamedTuple):
@@ -26,8 +26,12 @@ class Loss(NamedTuple):
     metrics: Callable
 
 
-def _targets_like(out, y):
-    """Integer labels become one-hot targets when regressing onto class outputs with MSE."""
+def mse_targets(out, y):
+    """The MSE targets Y for outputs ``out`` (N, O): y itself, reshaped to (N, O) and cast to
+    ``out``'s dtype, or one-hot rows for integer class labels y (N,) (regressing onto class outputs).
+
+    The one definition used by the losses here, Gauss–Newton (g = f − Y) and the closed forms.
+    """
     if jnp.issubdtype(y.dtype, jnp.integer):
         return jax.nn.one_hot(y, out.shape[-1], dtype=out.dtype)
     return y.reshape(out.shape).astype(out.dtype)
@@ -39,7 +43,7 @@ def _ce_per_example(out, y):
 
 
 def _mse_per_example(out, y):
-    return 0.5 * jnp.sum((out - _targets_like(out, y)) ** 2, axis=-1)
+    return 0.5 * jnp.sum((out - mse_targets(out, y)) ** 2, axis=-1)
 
 
 def _metrics(per_example):
@@ -54,7 +58,7 @@ def _metrics(per_example):
         if jnp.issubdtype(y.dtype, jnp.integer):
             sums["acc"] = jnp.sum(w * (jnp.argmax(out, -1) == y))
         else:
-            err = jnp.mean((out - _targets_like(out, y)) ** 2, axis=-1)
+            err = jnp.mean((out - mse_targets(out, y)) ** 2, axis=-1)
             sums["sq_err"] = jnp.sum(w * err)
         return sums
 

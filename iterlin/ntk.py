@@ -43,7 +43,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .tree import tree_index
+from .jacobian import AUTO_CHUNK_NUMBERS, auto_chunk, contract, example_jacobians, n_outputs  # noqa: F401
+from .tree import tree_index, tree_size
 from .validate import check_choice, check_int, check_K
 
 __all__ = [
@@ -58,11 +59,9 @@ __all__ = [
 
 NTK_MODES = ("jacobian", "ntvp")
 
-#: With ``chunk_size=None`` the chunk is chosen so that one chunk's Jacobian holds at most this
-#: many numbers (2**26: 256 MiB in float32).
-AUTO_CHUNK_NUMBERS = 2**26
-
-_HIGHEST = jax.lax.Precision.HIGHEST  # no TF32 / bf16 passes on GPU: kernels are compared to 1e-6
+# With ``chunk_size=None`` the chunk is chosen so that one chunk's Jacobian holds at most
+# AUTO_CHUNK_NUMBERS numbers (2**26: 256 MiB in float32; :mod:`iterlin.jacobian`). Contractions use
+# the one precision policy of :mod:`iterlin.precision` (HIGHEST: no TF32 / bf16 passes on GPU).
 
 
 # ----------------------------------------------------------------------------------------------
@@ -93,10 +92,6 @@ def _check_pair(x1, x2):
     return x1, x2
 
 
-def _n_params(params) -> int:
-    return int(sum(np.size(leaf) for leaf in jax.tree.leaves(params)))
-
-
 _N_OUTPUTS_CACHE: dict = {}
 
 
@@ -112,8 +107,7 @@ def _n_outputs(apply_fn, params, x) -> int:
         return _N_OUTPUTS_CACHE[key]
     except (KeyError, TypeError):  # TypeError: an unhashable apply_fn
         pass
-    out = jax.eval_shape(lambda p, xi: apply_fn(p, xi), params, x[:1])
-    n_out = int(np.prod(out.shape[1:], dtype=np.int64)) if len(out.shape) > 1 else 1
+    n_out = n_outputs(apply_fn, params, x)
     try:
         if len(_N_OUTPUTS_CACHE) > 256:
             _N_OUTPUTS_CACHE.clear()
@@ -126,7 +120,7 @@ def _n_outputs(apply_fn, params, x) -> int:
 def _chunk(chunk_size, n: int, n_out: int, n_params: int) -> int:
     """The number of examples per chunk (``None``: the largest with chunk·O·P ≤ AUTO_CHUNK_NUMBERS)."""
     if chunk_size is None:
-        return int(max(1, min(n, AUTO_CHUNK_NUMBERS // max(1, n_out * n_params))))
+        return auto_chunk(n, n_out, n_params)
     return min(check_int(chunk_size, "chunk_size", minimum=1), n)
 
 
@@ -155,14 +149,12 @@ def _single(apply_fn):
 
 def _jacobian(apply_fn, params, xs):
     """Per-example Jacobians of a chunk: a pytree with leaves (c·O, leaf.size), row n·O + o."""
-    jac = jax.vmap(jax.jacrev(_single(apply_fn)), in_axes=(None, 0))(params, xs)  # leaves (c, O, *leaf)
-    return jax.tree.map(lambda j: j.reshape(j.shape[0] * j.shape[1], -1), jac)
+    return example_jacobians(apply_fn, params, xs)
 
 
 def _contract(ja, jb):
     """Σ over parameter leaves of J_a J_bᵀ → (c_a·O, c_b·O)."""
-    parts = [jnp.einsum("ap,bp->ab", a, b, precision=_HIGHEST) for a, b in zip(jax.tree.leaves(ja), jax.tree.leaves(jb))]
-    return sum(parts[1:], parts[0])
+    return contract(ja, jb)
 
 
 def _ntvp_block(apply_fn, params, xa, xb):
@@ -245,7 +237,7 @@ def empirical_ntk_fn(apply_fn: Callable, *, chunk_size: int | None = None, mode:
         sym = x2 is None
         n1 = x1.shape[0]
         n2 = n1 if sym else x2.shape[0]
-        c = _chunk(chunk_size, max(n1, n2), n_out, _n_params(params))
+        c = _chunk(chunk_size, max(n1, n2), n_out, tree_size(params))
         xs1 = _blocks(x1, c)
         xs2 = xs1 if sym else _blocks(x2, c)
         nb1, nb2 = xs1.shape[0], xs2.shape[0]
@@ -323,7 +315,7 @@ def empirical_ntk(
     sym = x2 is None
     x2 = x1 if sym else x2
     n1, n2 = x1.shape[0], x2.shape[0]
-    c = _chunk(chunk_size, max(n1, n2), n_out, _n_params(params))
+    c = _chunk(chunk_size, max(n1, n2), n_out, tree_size(params))
     nb1, nb2 = -(-n1 // c), -(-n2 // c)
     m = c * n_out
     k = None  # assembled on the host, block by block

@@ -33,6 +33,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .jacobian import eigh_psd
+from .precision import matmul
 from .tree import tree_index
 from .validate import check_int, check_positive, check_xy
 
@@ -82,14 +84,12 @@ def _ridge_scores(z, y1h, z_eval, lambdas):
     D × D, otherwise) serves the whole grid: (G + nλI)⁻¹ = U diag(1/(s + nλ)) Uᵀ.
     """
     n, d = z.shape
-    hi = jax.lax.Precision.HIGHEST
-    mm = lambda a, b: jnp.matmul(a, b, precision=hi)  # noqa: E731
+    mm = matmul  # full-precision products (iterlin.precision.KERNEL_PRECISION)
     z_mean, y_mean = z.mean(0), y1h.mean(0)
     zc, yc = z - z_mean, y1h - y_mean
     ze = z_eval - z_mean
     dual = d > n
-    s, u = jnp.linalg.eigh(mm(zc, zc.T) if dual else mm(zc.T, zc))
-    s = jnp.maximum(s, 0.0)  # PSD: rounding can make tiny eigenvalues negative
+    s, u, _ = eigh_psd(mm(zc, zc.T) if dual else mm(zc.T, zc))  # PSD: s clipped at 0
     if dual:  # W = Z_cᵀ U diag(1/(s + nλ)) Uᵀ Y_c, so z_e W = (z_e Z_cᵀ U) diag(·) (Uᵀ Y_c)
         left, right = mm(mm(ze, zc.T), u), mm(u.T, yc)
     else:  # W = U diag(1/(s + nλ)) Uᵀ Z_cᵀ Y_c

@@ -20,9 +20,13 @@ Design:
   and a resumed run sees exactly the batches it would have seen.
 * Between evaluation points the steps run in one ``lax.fori_loop`` with traced bounds (one
   compilation for every chunk length); on CPU, one jitted step per dispatch (see ``_run``).
-* A non-finite loss freezes that run (its parameters stay at the last finite state) and records the
-  step: divergence is a result, not a crash; in a sweep the other runs continue.
-* With ``checkpoint=path`` the whole state (θ, θ_s, optimizer state, step, history, key) is saved
+* A non-finite loss or update, or a loss beyond √(largest finite value) of its dtype, freezes that
+  run (its whole state stays at the one before that step) and records the step (:func:`commit_step`,
+  the one guard every step function commits through): divergence is a result, not a crash; in a
+  sweep the other runs continue.
+* Per-algorithm state (a Gauss–Newton run's damping, an Adam-solved run's criterion) rides in
+  ``TrainState.policy``, beside the optimizer state, never inside it.
+* With ``checkpoint=path`` the whole state (θ, θ_s, optimizer state, policy, step, history, key) is saved
   atomically at evaluation points, and a rerun with the same arguments resumes from it.
 """
 
@@ -44,22 +48,45 @@ from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from .linearise import linearised_apply
 from .losses import Loss, get_loss
 from .tree import tree_all_finite, tree_where
-from .validate import check_int, check_K, check_xy
+from .validate import MAX_STEPS, check_int, check_K, check_steps, check_xy
 
-__all__ = ["TrainState", "init_state", "commit_step", "make_step", "make_batch_fn", "make_eval_fn", "fit", "train", "train_sweep"]
+__all__ = [
+    "TrainState",
+    "init_state",
+    "commit_step",
+    "divergence_bound",
+    "make_linearised_update",
+    "make_step",
+    "make_batch_fn",
+    "make_chunked_metrics",
+    "make_eval_fn",
+    "fit",
+    "train",
+    "train_sweep",
+]
 
 
 class TrainState(NamedTuple):
-    """Everything a run needs to continue (one run; a sweep stacks runs on a leading axis)."""
+    """Everything a run needs to continue (one run; a sweep stacks runs on a leading axis).
+
+    ``policy`` is the per-algorithm state that is neither θ nor the optimizer's: ``()`` for
+    iterative linearisation (:func:`make_step`); the per-run hyperparameter h (a scalar array: the
+    damping λ or the flow time τ) for the Gauss–Newton/spectral step
+    (:func:`iterlin.gauss_newton.make_gauss_newton_step`), so that runs with different h are one
+    vmapped program; the convergence criterion's :class:`iterlin.adam_solve.SolveState` for the
+    Adam-solved linearisations. It is frozen with the rest of the run on divergence
+    (:func:`commit_step`) and saved in checkpoints with the rest of the state.
+    """
 
     params: Any  # θ_t
     params_s: Any  # θ_s, the current linearisation point
-    opt_state: Any
+    opt_state: Any  # the optimizer's state (optax)
     step: jax.Array  # int32 (): steps completed
     n_relin: jax.Array  # int32 (): re-linearisations so far (T/K)
     K: jax.Array  # int32 (): re-linearisation period; 0 encodes K = ∞
-    diverged: jax.Array  # bool (): a non-finite loss was met; the run is frozen
+    diverged: jax.Array  # bool (): a non-finite or overflowing loss or update was met (commit_step); frozen
     diverged_step: jax.Array  # int32 (): the step at which it diverged, −1 if it has not
+    policy: Any = ()  # per-algorithm state (see above); () for plain iterative linearisation
 
 
 def _K_code(K) -> int:
@@ -67,8 +94,8 @@ def _K_code(K) -> int:
     return 0 if math.isinf(K) else int(K)
 
 
-def init_state(params, optimizer: optax.GradientTransformation, K) -> TrainState:
-    """A fresh run linearised at ``params`` (θ_s = θ_0)."""
+def init_state(params, optimizer: optax.GradientTransformation, K, policy=()) -> TrainState:
+    """A fresh run linearised at ``params`` (θ_s = θ_0), with ``optimizer.init(params)`` and ``policy``."""
     i32 = lambda v: jnp.asarray(v, jnp.int32)  # noqa: E731
     return TrainState(
         params=params,
@@ -79,17 +106,43 @@ def init_state(params, optimizer: optax.GradientTransformation, K) -> TrainState
         K=i32(_K_code(K)),
         diverged=jnp.asarray(False),
         diverged_step=i32(-1),
+        policy=policy,
     )
 
 
-def commit_step(state: TrainState, value, params, params_s, opt_state, relin) -> TrainState:
-    """Advance ``state`` by one step, guarding against divergence (shared by every step function).
+def divergence_bound(dtype) -> float:
+    """The largest loss magnitude a run may reach without counting as diverged: √(finfo(dtype).max).
 
-    Divergence is a non-finite loss at θ_t (``value``) or an update that overflowed (θ_{t+1} not
-    finite). Either way the run keeps θ_t, its last finite iterate, is marked ``diverged`` with
-    ``diverged_step = t``, and stays frozen from then on (in a sweep, only that run).
+    See :func:`commit_step`. A NaN compares False with it, so NaN and ±∞ count as diverged too.
     """
-    ok = jnp.isfinite(value) & tree_all_finite(params) & ~state.diverged
+    return float(jnp.finfo(dtype).max) ** 0.5
+
+
+def commit_step(state: TrainState, value, params, params_s, opt_state, relin, policy=None) -> TrainState:
+    """Advance ``state`` by one step: THE divergence guard, through which every step function commits.
+
+    ``value`` is the loss at θ_t; ``params``, ``params_s``, ``opt_state``, ``policy`` the proposed
+    θ_{t+1}, θ_s, optimizer state and policy (``None``: keep ``state.policy``); ``relin`` (bool
+    scalar) whether this step re-linearises (``n_relin`` + 1).
+
+    Divergence is any of:
+
+    * a loss at θ_t that is not finite, or whose magnitude exceeds :func:`divergence_bound` of
+      its dtype, √(largest finite value): √(1.8·10³⁰⁸) ≈ 1.3·10¹⁵⁴ in float64, √(3.4·10³⁸) ≈
+      1.8·10¹⁹ in float32. Beyond it the square of the loss no longer fits the dtype: products of
+      two numbers of that size (of residuals and Jacobians in gradients, Jᵀr and Gauss–Newton
+      systems) overflow, so the run has left the range where its numbers mean anything, even
+      while they are still finite (Fig. 9's float64 runs whose RMSE grows to 10¹²⁸ and beyond
+      before ever reaching ∞: a squared-error loss of 10²⁵⁶);
+    * an update that overflowed (θ_{t+1} not finite).
+
+    Either way the run keeps its state from before this step (θ_t, θ_s, the optimizer state and the
+    policy), is marked ``diverged`` with ``diverged_step = t``, and stays frozen from then on (in a
+    sweep, only that run). ``step`` counts on.
+    """
+    policy = state.policy if policy is None else policy
+    value = jnp.asarray(value)
+    ok = (jnp.abs(value) <= divergence_bound(value.dtype)) & tree_all_finite(params) & ~state.diverged
     return TrainState(
         params=tree_where(ok, params, state.params),
         params_s=tree_where(ok, params_s, state.params_s),
@@ -99,7 +152,30 @@ def commit_step(state: TrainState, value, params, params_s, opt_state, relin) ->
         K=state.K,
         diverged=~ok,
         diverged_step=jnp.where(~ok & ~state.diverged, state.step, state.diverged_step),
+        policy=tree_where(ok, policy, state.policy),
     )
+
+
+def make_linearised_update(apply_fn: Callable, optimizer: optax.GradientTransformation, loss: str | Loss) -> Callable:
+    """Return ``update(params, params_s, opt_state, x, y) -> (value, params, opt_state)`` (Eq. 3).
+
+    One step of ``optimizer`` on the mean loss of the linear model at θ_s,
+    value = (1/B) Σ_n ℓ(f_lin_s(θ_t, x_n), y_n), θ_{t+1} = θ_t + optimizer update of ∇_θ value.
+    A proposal only: the caller decides about re-linearisation and commits with :func:`commit_step`.
+    Shared by :func:`make_step` and :func:`iterlin.adam_solve.make_solve_step`.
+    """
+    loss = get_loss(loss)
+
+    def loss_fn(params, params_s, x, y):
+        out = linearised_apply(apply_fn, params_s, params, x)
+        return jnp.mean(loss.per_example(out, y))
+
+    def update(params, params_s, opt_state, x, y):
+        value, grads = jax.value_and_grad(loss_fn)(params, params_s, x, y)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        return value, optax.apply_updates(params, updates), opt_state
+
+    return update
 
 
 def make_step(
@@ -117,17 +193,11 @@ def make_step(
     ``reset_optimizer`` re-initialises the optimizer state at each re-linearisation, so each
     linearisation is solved as a fresh convex problem (Fig 8); by default the state carries over.
     """
-    loss = get_loss(loss)
-
-    def loss_fn(params, params_s, x, y):
-        out = linearised_apply(apply_fn, params_s, params, x)
-        return jnp.mean(loss.per_example(out, y))
+    update = make_linearised_update(apply_fn, optimizer, loss)
 
     def step(state: TrainState, batch):
         x, y = batch
-        value, grads = jax.value_and_grad(loss_fn)(state.params, state.params_s, x, y)
-        updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
-        params = optax.apply_updates(state.params, updates)
+        value, params, opt_state = update(state.params, state.params_s, state.opt_state, x, y)
         t = state.step + 1
         relin = (state.K > 0) & (t % jnp.maximum(state.K, 1) == 0)
         if refresh is not None:  # a cond: the extra forward runs only when re-linearising (unless vmapped)
@@ -169,49 +239,74 @@ def make_batch_fn(x, y, batch_size: int | None, key, augment: bool = False) -> C
 
 
 def _chunked(x, y, batch_size):
-    """Pad (x, y) to a multiple of batch_size and reshape to (chunks, batch_size, ...), with weights."""
+    """Pad (x, y) to a multiple of batch_size and reshape to (chunks, batch_size, ...), with weights.
+
+    No copy of the data is made when the chunks tile it exactly.
+    """
     n = x.shape[0]
     bs = min(batch_size, n)
     nc = -(-n // bs)
     pad = nc * bs - n
-    w = jnp.concatenate([jnp.ones(n), jnp.zeros(pad)])
-    xp = jnp.concatenate([x, jnp.zeros((pad,) + x.shape[1:], x.dtype)])
-    yp = jnp.concatenate([y, jnp.zeros((pad,) + y.shape[1:], y.dtype)])
-    return xp.reshape((nc, bs) + x.shape[1:]), yp.reshape((nc, bs) + y.shape[1:]), w.reshape(nc, bs)
+    w = jnp.concatenate([jnp.ones(n), jnp.zeros(pad)]).reshape(nc, bs)
+    if pad:
+        x = jnp.concatenate([x, jnp.zeros((pad,) + x.shape[1:], x.dtype)])
+        y = jnp.concatenate([y, jnp.zeros((pad,) + y.shape[1:], y.dtype)])
+    return x.reshape((nc, bs) + x.shape[1:]), y.reshape((nc, bs) + y.shape[1:]), w
+
+
+def make_chunked_metrics(loss: str | Loss, x, y, batch_size: int = 1000) -> Callable:
+    """Return ``metrics(models) -> {"<model>_<metric>": sum over (x, y)}``: THE evaluation loop.
+
+    ``models`` maps a name to ``fn(x_chunk) -> outputs`` (e.g. the network f(θ_t, ·) and the linear
+    model f_lin_s(θ_t, ·)); every model is evaluated on the same chunks of ``batch_size`` examples
+    (the last zero-padded and masked out) in one ``lax.scan``, so memory is O(batch_size). The
+    metrics are ``loss.metrics``' sums: ``loss`` and ``acc`` (integer labels) or ``loss`` and
+    ``sq_err`` (real targets). ``metrics.size`` is the number of examples N (divide to get means).
+    Used by :func:`make_eval_fn` (``fit``'s evaluation) and the Adam-solved loop's criterion.
+    """
+    loss = get_loss(loss)
+    x, y = jnp.asarray(x), jnp.asarray(y)
+    check_xy(x, y)
+    batch_size = check_int(batch_size, "eval_batch_size")
+    xc, yc, wc = _chunked(x, y, batch_size)
+    names = ("loss", "acc") if jnp.issubdtype(y.dtype, jnp.integer) else ("loss", "sq_err")
+
+    def metrics(models: dict) -> dict:
+        def body(acc, inp):
+            xb, yb, wb = inp
+            new = {f"{m}_{k}": v for m, fn in models.items() for k, v in loss.metrics(fn(xb), yb, wb).items()}
+            return jax.tree.map(lambda a, b: a + b.astype(a.dtype), acc, new), None
+
+        init = {f"{m}_{k}": jnp.zeros((), jnp.result_type(float)) for m in models for k in names}
+        sums, _ = jax.lax.scan(body, init, (xc, yc, wc))
+        return sums
+
+    metrics.size = int(x.shape[0])
+    return metrics
 
 
 def make_eval_fn(apply_fn: Callable, loss: str | Loss, splits: dict, batch_size: int = 1000) -> Callable:
     """Return ``eval_fn(state) -> {"{net,lin}_{split}_{metric}": sum}`` over whole splits.
 
-    ``splits`` maps a name ("train", "test") to ``(x, y)``. Each split is evaluated in chunks of
-    ``batch_size`` (padding masked out) for the network f(θ_t) and for the current linear model
+    ``splits`` maps a name ("train", "test") to ``(x, y)``. Each split is evaluated by
+    :func:`make_chunked_metrics` for the network f(θ_t) and for the current linear model
     f_lin_s(θ_t). Values are sums; :func:`_means` turns them into means/accuracies/RMSEs.
     """
-    loss = get_loss(loss)
-    chunks = {name: _chunked(jnp.asarray(x), jnp.asarray(y), batch_size) for name, (x, y) in splits.items()}
+    per_split = {name: make_chunked_metrics(loss, x, y, batch_size) for name, (x, y) in splits.items()}
 
     def eval_fn(state: TrainState):
+        models = {
+            "net": lambda xb: apply_fn(state.params, xb),
+            "lin": lambda xb: linearised_apply(apply_fn, state.params_s, state.params, xb),
+        }
         out = {}
-        for name, (xc, yc, wc) in chunks.items():
-
-            def body(acc, inp):
-                x, y, w = inp
-                net = loss.metrics(apply_fn(state.params, x), y, w)
-                lin = loss.metrics(linearised_apply(apply_fn, state.params_s, state.params, x), y, w)
-                new = {f"net_{name}_{k}": v for k, v in net.items()}
-                new.update({f"lin_{name}_{k}": v for k, v in lin.items()})
-                return jax.tree.map(jnp.add, acc, new), None
-
-            init = {
-                f"{m}_{name}_{k}": jnp.zeros((), jnp.result_type(float))
-                for m in ("net", "lin")
-                for k in (("loss", "acc") if jnp.issubdtype(yc.dtype, jnp.integer) else ("loss", "sq_err"))
-            }
-            sums, _ = jax.lax.scan(body, init, (xc, yc, wc))
-            out.update(sums)
+        for name, metrics in per_split.items():
+            for key, v in metrics(models).items():
+                model, metric = key.split("_", 1)
+                out[f"{model}_{name}_{metric}"] = v
         return out
 
-    eval_fn.sizes = {name: int(x.shape[0]) for name, (x, _) in splits.items()}
+    eval_fn.sizes = {name: m.size for name, m in per_split.items()}
     return eval_fn
 
 
@@ -228,11 +323,27 @@ def _means(sums: dict, sizes: dict) -> dict:
     return out
 
 
+#: The most evaluation points a run may have: each is a pass over the evaluation data and a row
+#: of the history, and a checkpoint stores the whole history again at each of them.
+MAX_EVAL_POINTS = 100_001
+
+
 def _eval_steps(steps: int, eval_every: int | None, eval_steps: Sequence[int] | None) -> list[int]:
     if eval_steps is not None:
         pts = sorted({check_int(s, "eval_steps[i]", minimum=0, maximum=steps) for s in eval_steps} | {0, steps})
+        if len(pts) > MAX_EVAL_POINTS:
+            raise ValueError(
+                f"eval_steps of {len(pts)} distinct steps (0 and steps included) is not allowed: at most "
+                f"{MAX_EVAL_POINTS} evaluation points are allowed."
+            )
     else:
-        every = check_int(eval_every, "eval_every") if eval_every is not None else max(1, steps // 20)
+        every = max(1, steps // 20) if eval_every is None else check_int(eval_every, "eval_every", maximum=MAX_STEPS)
+        n = -(-steps // every) + 1  # the points 0, every, 2·every, … below steps, and steps
+        if n > MAX_EVAL_POINTS:
+            raise ValueError(
+                f"eval_every={eval_every!r} is not allowed: with steps={steps} it gives {n} evaluation points; "
+                f"at most {MAX_EVAL_POINTS} are allowed (eval_every >= {-(-steps // (MAX_EVAL_POINTS - 1))})."
+            )
         pts = sorted(set(range(0, steps, every)) | {steps})
     return pts
 
@@ -286,12 +397,45 @@ def _check_train_args(data, steps, loss, batch_size, eval_data) -> None:
 
 def _validate_common(x, y, steps, batch_size, eval_data):
     check_xy(x, y)
-    steps = check_int(steps, "steps")
+    steps = check_steps(steps)
     if batch_size is not None:
         batch_size = check_int(batch_size, "batch_size", minimum=1, maximum=x.shape[0])
     if eval_data is not None:
         check_xy(*eval_data, xname="eval_data x", yname="eval_data y")
     return steps, batch_size
+
+
+def _check_progress(checkpoint, history, done, state, points) -> None:
+    """A resumed checkpoint's progress must agree with its contents, else :class:`CheckpointError`.
+
+    ``done`` (evaluation points recorded) must be in 1 … len(points); every history entry must
+    have exactly ``done`` rows; the recorded steps must be ``points[:done]``; and the state's step
+    counter (of every run) must be ``points[done - 1]``, the last point recorded. So an edited or
+    mixed-up counter is refused instead of returning a truncated history as final.
+    """
+
+    def refuse(detail: str):
+        raise CheckpointError(
+            f"checkpoint {checkpoint} is inconsistent: {detail}. Delete it to start this run afresh."
+        )
+
+    n = len(points)
+    if isinstance(done, bool) or not isinstance(done, int) or not 1 <= done <= n:
+        refuse(f"its progress counter done={done!r} must be an integer in 1..{n} (the evaluation points)")
+    if not isinstance(history, dict) or not history:
+        refuse(f"its history is {type(history).__name__}, not a dict of per-point lists")
+    rows = {k: len(v) if isinstance(v, list) else None for k, v in history.items()}
+    wrong = {k: r for k, r in rows.items() if r != done}
+    if wrong:
+        shown = ", ".join(f"{k}: {'not a list' if r is None else r}" for k, r in sorted(wrong.items())[:4])
+        refuse(f"done={done} evaluation points, but the history has other row counts ({shown})")
+    if history.get("step") != list(points[:done]):
+        refuse(f"done={done}: the recorded steps {str(history.get('step'))[:80]} are not the evaluation points "
+               f"{str(list(points[:done]))[:80]}")
+    steps = sorted({int(v) for v in np.ravel(np.asarray(state.step))})
+    if steps != [points[done - 1]]:
+        refuse(f"done={done} means the state is at step {points[done - 1]}, but its step counter is "
+               f"{steps[0] if len(steps) == 1 else steps}")
 
 
 def _run(
@@ -327,7 +471,8 @@ def _run(
                 f"checkpoint {checkpoint} was written by a different run configuration ({diff}); "
                 "use another checkpoint path or delete it."
             )
-        history, done = saved["history"], saved["done"]
+        history, done = saved.get("history"), saved.get("done")
+        _check_progress(checkpoint, history, done, state, points)
 
     vstep = jax.vmap(step_fn, in_axes=(0, None)) if sweep else step_fn
     veval = jax.jit(jax.vmap(eval_fn) if sweep else eval_fn)
@@ -352,7 +497,8 @@ def _run(
     if progress:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=points[-1], initial=points[done] if done < len(points) else points[-1], unit="step")
+        # ``done`` points are recorded, the last at step points[done - 1]: the state's step.
+        bar = tqdm(total=points[-1], initial=points[done - 1] if done > 0 else 0, unit="step")
 
     def record(state, t):
         vals = _means(jax.device_get(veval(state)), eval_fn.sizes)

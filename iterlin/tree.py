@@ -56,8 +56,8 @@ def tree_all_finite(a):
 
 
 def tree_size(a) -> int:
-    """Total number of scalars P in a pytree."""
-    return int(sum(np.size(x) for x in jax.tree.leaves(a)))
+    """Total number of scalars P in a pytree (from the leaves' shapes: arrays, tracers, ShapeDtypeStructs)."""
+    return int(sum(int(np.prod(np.shape(x), dtype=np.int64)) for x in jax.tree.leaves(a)))
 
 
 def tree_stack(trees):

@@ -13,13 +13,28 @@ from collections.abc import Iterable
 from typing import Any
 
 __all__ = [
+    "MAX_STEPS",
+    "MAX_SEED",
     "check_K",
+    "check_seed",
+    "check_steps",
     "check_positive",
     "check_nonnegative",
     "check_int",
     "check_choice",
     "check_xy",
 ]
+
+
+#: The most optimisation steps a run may take: step counters (``TrainState.step``, the period K,
+#: the loop index t and t + 1) are int32 on the device, and the largest value they take is
+#: ``steps`` itself, so ``steps <= 2**31 - 1``.
+MAX_STEPS = 2**31 - 1
+
+#: The largest seed: ``jax.random.PRNGKey(seed)`` with 32-bit keys (JAX's default) keeps only the
+#: low 32 bits of the seed, so seeds 0 … 2**32 − 1 are exactly the ones that give distinct keys
+#: (seed 2**32 would repeat seed 0's keys).
+MAX_SEED = 2**32 - 1
 
 
 def _fail(name: str, value: Any, allowed: str) -> ValueError:
@@ -37,7 +52,10 @@ def _as_real(name: str, value: Any, allowed: str) -> float:
         except (TypeError, ValueError):
             pass
         raise _fail(name, value, allowed)
-    return float(value)
+    try:
+        return float(value)
+    except OverflowError:  # an int beyond the float range, e.g. 10**400: infinite for every check here
+        return math.inf if value > 0 else -math.inf
 
 
 def check_K(K: Any, name: str = "K") -> int | float:
@@ -45,7 +63,9 @@ def check_K(K: Any, name: str = "K") -> int | float:
 
     Allowed: an integer ≥ 1, an integral float ≥ 1 (papermill passes ``-p K 5e6`` as ``5000000.0``),
     or ``math.inf`` (never re-linearise: training the fixed linearisation). Returns an ``int`` or
-    ``math.inf``. Rejected: 0, negatives, 2.5, "abc", nan, bools.
+    ``math.inf``; a period above :data:`MAX_STEPS` (the most steps a run may take, so it can never
+    re-linearise) is returned as ``math.inf``, so every finite period fits the int32 counter.
+    Rejected: 0, negatives, 2.5, "abc", nan, bools.
     """
     allowed = "an integer >= 1 (an integral float such as 5e6 is accepted) or math.inf"
     value = _as_real(name, K, allowed)
@@ -57,8 +77,8 @@ def check_K(K: Any, name: str = "K") -> int | float:
         raise _fail(name, K, allowed)
     if value < 1 or value != int(value):
         raise _fail(name, K, allowed)
-    if value >= 2**31 - 1:
-        return math.inf  # beyond any trainable number of steps: identical to never re-linearising
+    if value > MAX_STEPS:
+        return math.inf  # beyond any trainable number of steps (MAX_STEPS): identical to never re-linearising
     return int(value)
 
 
@@ -80,13 +100,39 @@ def check_nonnegative(value: Any, name: str) -> float:
     return v
 
 
-def check_int(value: Any, name: str, minimum: int = 1, maximum: int | None = None) -> int:
-    """An integer in [minimum, maximum] (integral floats such as 1e4 are accepted)."""
+def check_int(value: Any, name: str, minimum: int = 1, maximum: int | None = None, why: str = "") -> int:
+    """An integer in [minimum, maximum] (integral floats such as 1e4 are accepted).
+
+    ``why``: the reason for the bounds, appended to the message in parentheses.
+    """
     allowed = f"an integer >= {minimum}" + (f" and <= {maximum}" if maximum is not None else "")
+    if why:
+        allowed += f" ({why})"
     v = _as_real(name, value, allowed)
     if not math.isfinite(v) or v != int(v) or v < minimum or (maximum is not None and v > maximum):
         raise _fail(name, value, allowed)
+    if isinstance(value, numbers.Integral):  # exact: float(2**53 + 1) would round
+        v = int(value)
+        if v < minimum or (maximum is not None and v > maximum):
+            raise _fail(name, value, allowed)
     return int(v)
+
+
+def check_steps(value: Any, name: str = "steps") -> int:
+    """A number of optimisation steps: an integer in [1, :data:`MAX_STEPS`]."""
+    return check_int(value, name, minimum=1, maximum=MAX_STEPS, why="step counters are int32")
+
+
+def check_seed(value: Any, name: str = "seed", count: int = 1) -> int:
+    """A seed for ``jax.random.PRNGKey``: an integer in [0, :data:`MAX_SEED`].
+
+    ``count`` seeds ``value, …, value + count − 1`` are used (Figs. 1, 9): the last must be in range too.
+    """
+    top = MAX_SEED - (count - 1)
+    why = "jax.random.PRNGKey distinguishes exactly the seeds 0 .. 2**32 - 1"
+    if count > 1:
+        why += f"; seeds {name} .. {name} + {count - 1} are used"
+    return check_int(value, name, minimum=0, maximum=top, why=why)
 
 
 def check_choice(value: Any, name: str, choices: Iterable[Any]) -> Any:

@@ -35,7 +35,7 @@
 # trained to convergence would take hours.
 #
 # **How each $K$ is trained, and what "trained to convergence" means**
-# (`iterlin.second_order_experiments.fig1_plan`), with $\eta$ = `lr` / N the step for the summed loss:
+# (`iterlin.experiments.fig1.plan`), with $\eta$ = `lr` / N the step for the summed loss:
 #
 # * small $K$ (here $K \in \{1, 3\}$): literal full-batch gradient descent on the linearisations,
 #   `steps` = $T$ steps at `lr` (one `train_sweep`). Converged: train RMSE $\approx 0$ at $T$.
@@ -58,7 +58,7 @@
 # convergence when $K\eta\,\sigma_{\min} \gg 1$ (its slowest direction is fitted): the claims use
 # $K\eta\,\sigma_{\min}(\theta_0) \ge 10$.
 #
-# **What each scale runs** (`iterlin.config.SCALES["fig1"]`). `smoke` (default; a 2-core CPU, about
+# **What each scale runs** (`SCALES` in `iterlin/experiments/fig1.py`). `smoke` (default; a 2-core CPU, about
 # a minute): one seed, $K$ from 1 to $10^9$ and $\infty$, $T = 10^4$ at `lr` 0.02, at least 500
 # linearisations per closed-form run, 500 Gauss–Newton steps. `gpu` and `paper`: 10 and 30 seeds,
 # $T = 2 \cdot 10^4$, at least 1000 linearisations, 2000 Gauss–Newton steps (no GPU needed: the
@@ -66,8 +66,8 @@
 
 # %% tags=["parameters"]
 scale = "smoke"  # "smoke" (CPU, ~1 min), "gpu" (more seeds), "paper" (more seeds still)
-K = None  # the K grid (a list; 1 is always included; inf = never re-linearise)
-lr = None  # GD learning rate for the mean loss (η = lr / n_train for the summed loss)
+K = None  # the K grid (a list; 1 is always included; inf: never re-linearise)
+lr = None  # GD learning rate for the mean loss (η is lr / n_train for the summed loss)
 steps = None  # T: literal GD steps; closed-form runs train at least as long
 seed = None  # first seed; the runs use seed, ..., seed + n_seeds - 1
 n_seeds = None  # seeds per K
@@ -79,13 +79,14 @@ n_test = None  # test points (1000)
 import matplotlib.pyplot as plt
 import numpy as np
 
-from iterlin.claims import fmt_K
-from iterlin.config import describe, resolve
-from iterlin.experiments import claims, run
+from iterlin.config import describe
+from iterlin.experiments import claims, resolve_notebook, run
+from iterlin.experiments.fig1 import bridge_curves, diverged_K, seed_rmse, summary
+from iterlin.plotting import band, k1_and_largest, legend, panels, plot_runs, rug, seed_points, set_K_axis
 
-# Every parameter is checked here, before anything is computed (None: the scale's default).
-config = resolve("fig1", scale, K=K, lr=lr, steps=steps, seed=seed, n_seeds=n_seeds, damping=damping,
-                 n_train=n_train, n_test=n_test)
+# Every parameter is checked here, before anything is computed (None: the scale's default);
+# a name the notebook does not take (papermill -p step 50) fails here, naming it.
+config = resolve_notebook("fig1", globals())
 print(describe(config))
 
 # %%
@@ -101,36 +102,27 @@ results = run(config)  # computed once, then read from the cache (.cache/results
 # diverged run.
 
 # %%
-Ks, method = results["K"], results["method"]
+Ks, method, gn = results["K"], results["method"], results["gn"]
+s = summary(results)  # sigma_min, solved_from = 10/(η σ_min), net_mean per K, gn_mean
+rmse = seed_rmse(results)  # (K, seeds): the network; for K = ∞ the converged linear model
 finite = np.isfinite(Ks)
-x_inf = Ks[finite].max() * 30
-xs = np.where(finite, Ks, x_inf)
-net, lin = results["net_test_rmse"], results["lin_test_rmse"]
-gn, b = results["gn"], results["bridge"]
-eta = float(b["eta"])
-sig = b["sigma"]
-sigma_min = sig[sig > sig.max() * len(sig) * np.finfo(float).eps].min()
 
-fig, ax = plt.subplots(figsize=(8, 4.5))
-for i, x in enumerate(xs):
-    y = lin[i] if method[i] == "kernel" else net[i]
-    ax.scatter(np.full(len(y), x), y, s=10, color="grey", alpha=0.6)
-    ax.plot(x, np.nanmean(y), "s" if method[i] == "kernel" else "o", ms=8, color="C0",
-            mfc="C0" if method[i] == "gd" else "white")
-    if results["diverged"][i].any():
-        ax.plot(x, np.nanmean(y), "x", ms=14, color="red")
-ax.plot(xs[finite], np.nanmean(net[finite], axis=1), "-", color="C0", lw=1)
-ax.axhline(np.nanmean(gn["net_test_rmse"][0]), ls="--", color="C3", label="Gauss–Newton (λ = 0)")
-ax.plot(gn["equiv_K"][1], np.nanmean(gn["net_test_rmse"][1]), "*", ms=14, color="C2",
+fig, ax = panels(panel_size=(8, 4.5))
+xs = set_K_axis(ax, Ks)  # K = ∞ at the right edge
+seed_points(ax, xs, rmse, size=10, alpha=0.6)
+band(ax, xs[finite], rmse[finite], axis=1, color="C0", lw=1)
+for how, marker, face in (("gd", "o", "C0"), ("flow", "o", "white"), ("kernel", "s", "white")):
+    ax.plot(xs[method == how], s["net_mean"][method == how], marker, ms=8, color="C0", mfc=face)
+bad = diverged_K(results)
+ax.plot(xs[bad], s["net_mean"][bad], "x", ms=14, color="red", linestyle="none")
+ax.axhline(s["gn_mean"][0], ls="--", color="C3", label="Gauss–Newton (λ = 0)")
+ax.plot(gn["equiv_K"][1], s["gn_mean"][1], "*", ms=14, color="C2",
         label=f"damped GN, λ = {gn['damping'][1]:g} (at K = 1/(λη))")
-ax.axhline(np.nanmean(net[np.flatnonzero(Ks == 1)[0]]), ls=":", color="C1", label="gradient descent (K = 1)")
-ax.axvspan(10 / (eta * sigma_min), x_inf / 3, color="C3", alpha=0.08, label="each linearisation solved")
-ax.set(xscale="log", yscale="log", xlabel="K (GD steps per linearisation)", ylabel="final test RMSE",
+ax.axhline(s["net_mean"][k1_and_largest(Ks)[0]], ls=":", color="C1", label="gradient descent (K = 1)")
+ax.axvspan(s["solved_from"], xs.max(), color="C3", alpha=0.08, label="each linearisation solved")
+ax.set(yscale="log", ylabel="final test RMSE",
        title=f"Quintic, MLP 5×50: test RMSE against K ({config['scale']} scale)")
-ticks = [k for k in Ks if np.isfinite(k) and np.log10(k) == int(np.log10(k))]
-ax.set_xticks([*ticks, x_inf], [fmt_K(k) for k in ticks] + ["∞"])
-ax.minorticks_off()
-ax.legend(fontsize=8, loc="upper left")
+legend(ax, loc="upper left")
 plt.show()
 
 # %% [markdown]
@@ -154,26 +146,27 @@ plt.show()
 # direction, including the tiny-eigenvalue ones that need large parameter moves: the Gauss–Newton end.
 
 # %%
-grid = b["sigma_grid"]
-fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4))
-for m, k in enumerate(b["K"]):
-    c = f"C{m}"
-    left.plot(grid, b["gd_filter"][m], color=c, lw=2, alpha=0.5, label=f"K = {fmt_K(k)} GD steps")
-    left.plot(grid, b["gn_filter"][m], color=c, ls="-", lw=1, label=f"λ = 1/(Kη) = {b['damping'][m]:.3g}")
-    left.plot(grid, b["gn_filter_fit"][m], color=c, ls=":", lw=1.5)
-    right.plot(grid, grid * b["gd_filter"][m], color=c, lw=2, alpha=0.5, label=f"K = {fmt_K(k)}")
-    right.plot(grid, grid * b["gn_filter"][m], color=c, lw=1)
-    right.plot(grid, grid * b["gn_filter_fit"][m], color=c, ls=":", lw=1.5,
-               label=f"best λ = {b['damping_fit'][m]:.3g}")
-left.plot(grid, 1 / grid, "k--", lw=1, label="1/σ (Gauss–Newton)")
-for ax in (left, right):
-    ax.plot(sig, np.full_like(sig, ax.get_ylim()[0] if ax is right else 1e-3), "|", color="k", ms=12)
+b, c = results["bridge"], bridge_curves(results)
+grid = c["sigma_grid"]
+fig, (left, right) = panels(2)
+lines = plot_runs(left, grid, c["gd_filter"], b["K"], scale=1, marker=None, lw=2, alpha=0.5,
+                  label="K = {K} GD steps")
+plot_runs(left, grid, c["gn_filter"], b["K"], scale=1, marker=None, lw=1, color=lines,
+          label="λ = 1/(Kη) = {lam:.3g}", label_args={"lam": b["damping"]})
+plot_runs(left, grid, c["gn_filter_fit"], b["K"], scale=1, marker=None, linestyle=":", lw=1.5, color=lines, label=None)
+left.plot(grid, c["gn0_filter"], "k--", lw=1, label="1/σ (Gauss–Newton)")
+plot_runs(right, grid, c["gd_fraction"], b["K"], scale=1, marker=None, lw=2, alpha=0.5, color=lines)
+plot_runs(right, grid, c["gn_fraction"], b["K"], scale=1, marker=None, lw=1, color=lines, label=None)
+plot_runs(right, grid, c["gn_fraction_fit"], b["K"], scale=1, marker=None, linestyle=":", lw=1.5, color=lines,
+          label="best λ = {lam:.3g}", label_args={"lam": b["damping_fit"]})
+rug(left, b["sigma"], y=1e-3)  # ticks: the NTK's eigenvalues
+rug(right, b["sigma"])
 left.set(xscale="log", yscale="log", xlabel="NTK eigenvalue σ", ylabel="filter φ(σ)", ylim=(1e-3, None),
          title="spectral filters: K GD steps vs damped GN")
 right.set(xscale="log", xlabel="NTK eigenvalue σ", ylabel="σ φ(σ): fraction of the residual removed",
           title="the same as residual fractions")
-left.legend(fontsize=7)
-right.legend(fontsize=7)
+legend(left, fontsize=7)
+legend(right, fontsize=7)
 plt.show()
 
 # %% [markdown]

@@ -32,7 +32,7 @@
 # runs use `lr / factor`, `K × factor` (for $K > 1$: $K = 1$, plain SGD, stays 1) and
 # `steps × factor`, and the right panel plots the mini-batch runs against `step / factor`.
 #
-# **What each scale runs** (`iterlin.config.SCALES["fig2"]`).
+# **What each scale runs** (`SCALES` in `iterlin/experiments/fig2.py`).
 #
 # * `smoke` (default; a 2-core CPU, a few minutes: see `notebooks/README.md`): 128 real CIFAR-10
 #   training images and 150 test images; full batch: 8 steps at learning rate 0.05 for
@@ -53,25 +53,24 @@
 
 # %% tags=["parameters"]
 scale = "smoke"  # "smoke" (CPU, minutes), "gpu" (one H100, ~10 min), "paper" (the paper's settings)
-K = None  # full-batch periods: a list, or one K meaning the sweep [1, K] (K = 1 is always kept); inf: never
+K = None  # full-batch periods: a list, or one K meaning the sweep [1, K] (K 1 is always kept); inf: never
 lr = None  # full-batch learning rate (the mini-batch runs use lr / factor)
 steps = None  # full-batch steps (the mini-batch runs make steps * factor)
 seed = None  # initialisation and batch order
 n_train = None  # training images ("all": every installed image)
 n_test = None  # test images
-batch_size = None  # mini-batch size of the centre panel (<= n_train)
+batch_size = None  # mini-batch size of the centre panel (at most n_train)
 
 # %%
 import matplotlib.pyplot as plt
-import numpy as np
 
-from iterlin.claims import fmt_K
-from iterlin.config import describe, resolve
-from iterlin.experiments import claims, run
+from iterlin.config import describe
+from iterlin.experiments import claims, resolve_notebook, run
+from iterlin.plotting import legend, panels, plot_runs
 
-# Every parameter is checked here, before anything is computed (None: the scale's default).
-config = resolve("fig2", scale, K=K, lr=lr, steps=steps, seed=seed, n_train=n_train, n_test=n_test,
-                 batch_size=batch_size)
+# Every parameter is checked here, before anything is computed (None: the scale's default);
+# a name the notebook does not take (papermill -p step 50) fails here, naming it.
+config = resolve_notebook("fig2", globals())
 print(describe(config))
 
 # %%
@@ -84,26 +83,22 @@ results = run(config)  # computed once, then read from the cache (.cache/results
 
 # %%
 f = config["factor"]
-fig, axes = plt.subplots(1, 3, figsize=(15, 4), sharey=True)
-panels = [
-    (axes[0], results["full"], 1, "-", "full batch"),
-    (axes[1], results["mini"], 1, "-", f"mini-batch ({config['batch_size']})"),
-    (axes[2], results["full"], 1, "-", "full batch"),
-    (axes[2], results["mini"], f, ":", "mini-batch"),
+full, mini = results["full"], results["mini"]
+fig, axes = panels(3, panel_size=(5, 4), sharey=True, suptitle=f"CNN on CIFAR-10 ({config['scale']} scale)")
+series = [
+    (axes[0], full, "full batch", {}),
+    (axes[1], mini, f"mini-batch ({config['batch_size']})", {}),
+    (axes[2], full, "full batch", {}),
+    (axes[2], mini, "mini-batch", dict(step_scale=1 / f, linestyle=":")),  # against step / factor
 ]
-for ax, h, div, ls, name in panels:
-    for i, k in enumerate(h["K"]):
-        color = f"C{i}"
-        ax.plot(h["step"] / div, 100 * h["net_test_acc"][i], ls=ls, marker="o", color=color,
-                label=f"{name}, K = {fmt_K(k)}")
-        if h["diverged"][i]:
-            ax.plot(h["diverged_step"][i] / div, 100 * h["net_test_acc"][i][-1], "x", ms=12, color=color)
+for ax, h, name, style in series:
+    plot_runs(ax, h["step"], h["net_test_acc"], h["K"], diverged=h["diverged"], diverged_step=h["diverged_step"],
+              label=name + ", K = {K}", diverged_label=None, **style)
 axes[0].set(title=f"full batch, lr {config['lr']:g}", xlabel="step", ylabel="test accuracy (%)")
-axes[1].set(title=f"mini-batch, lr {config['lr'] / f:g}, K × {f}", xlabel="step")
+axes[1].set(title=f"mini-batch, lr {mini['lr'][0]:g}, K × {f}", xlabel="step")
 axes[2].set(title=f"comparison (mini-batch steps ÷ {f})", xlabel="full-batch step")
 for ax in axes:
-    ax.legend(fontsize=8)
-fig.suptitle(f"CNN on CIFAR-10 ({config['scale']} scale)")
+    legend(ax)
 plt.show()
 
 # %% [markdown]

@@ -31,7 +31,7 @@
 # learning in 8–12 feature updates to achieve comparable generalisation to hundreds of thousands
 # of feature updates when $K = 1$".
 #
-# **What each scale runs** (`iterlin.config.SCALES["fig3"]`).
+# **What each scale runs** (`SCALES` in `iterlin/experiments/fig3.py`).
 #
 # * `smoke` (default; a 2-core CPU, a few minutes: see `notebooks/README.md`): 256 real CIFAR-10
 #   training images and 200 test images, 24 steps of SGD with batches of 32 and learning rate
@@ -53,25 +53,24 @@
 
 # %% tags=["parameters"]
 scale = "smoke"  # "smoke" (CPU, minutes), "gpu" (one H100, ~10 min), "paper" (the paper's settings)
-K = None  # the large period compared with K = 1 (K = 1 always runs too); e.g. 5e6, or inf (never)
+K = None  # the large period compared with plain SGD (K 1 always runs too); e.g. 5e6, or inf (never)
 lr = None  # SGD learning rate
 steps = None  # number of SGD steps T
 seed = None  # initialisation and batch order
 n_train = None  # training images ("all": every installed image)
 n_test = None  # test images
-batch_size = None  # mini-batch size (<= n_train)
+batch_size = None  # mini-batch size (at most n_train)
 
 # %%
 import matplotlib.pyplot as plt
-import numpy as np
 
-from iterlin.claims import fmt_K
-from iterlin.config import describe, resolve
-from iterlin.experiments import claims, run
+from iterlin.config import describe
+from iterlin.experiments import claims, resolve_notebook, run
+from iterlin.plotting import legend, panels, plot_runs
 
-# Every parameter is checked here, before anything is computed (None: the scale's default).
-config = resolve("fig3", scale, K=K, lr=lr, steps=steps, seed=seed, n_train=n_train, n_test=n_test,
-                 batch_size=batch_size)
+# Every parameter is checked here, before anything is computed (None: the scale's default);
+# a name the notebook does not take (papermill -p step 50) fails here, naming it.
+config = resolve_notebook("fig3", globals())
 print(describe(config))
 
 # %%
@@ -85,18 +84,13 @@ results = run(config)  # computed once, then read from the cache (.cache/results
 
 # %%
 h = results["runs"]
-fig, ax = plt.subplots(figsize=(6.4, 4))
-for i, k in enumerate(h["K"]):
-    (line,) = ax.plot(h["step"], 100 * h["net_test_acc"][i], marker="o", label=f"K = {fmt_K(k)}: network")
-    if k > 1:
-        ax.plot(h["step"], 100 * h["lin_test_acc"][i], ls="--", color=line.get_color(),
-                label=f"K = {fmt_K(k)}: linearised model")
-    if h["diverged"][i]:
-        ax.plot(h["diverged_step"][i], 100 * h["net_test_acc"][i][-1], "x", ms=12, color=line.get_color(),
-                label=f"K = {fmt_K(k)} diverged")
-ax.set(xlabel="step", ylabel="test accuracy (%)",
-       title=f"CNN, SGD + augmentation ({config['scale']} scale)")
-ax.legend()
+fig, ax = panels(panel_size=(6.4, 4))
+lines = plot_runs(ax, h["step"], h["net_test_acc"], h["K"], diverged=h["diverged"], diverged_step=h["diverged_step"],
+                  label="K = {K}: network", diverged_label="K = {K} diverged")
+plot_runs(ax, h["step"], h["lin_test_acc"], h["K"], linestyle="--", marker=None, color=lines, select=h["K"] > 1,
+          label="K = {K}: linearised model")
+ax.set(xlabel="step", ylabel="test accuracy (%)", title=f"CNN, SGD + augmentation ({config['scale']} scale)")
+legend(ax)
 plt.show()
 
 # %% [markdown]

@@ -38,10 +38,10 @@
 # normalises each chunk of up to 1000 images by its own statistics). `bn_mode="frozen"` is our
 # alternative: the statistics are constants frozen at $\theta_s$ and re-estimated from the current
 # batch at each re-linearisation (`iterlin.models.make_model(..., bn_mode="frozen")`, whose
-# `refresh` is passed to the training loop). Divergence (a NaN loss) is a result: a diverged run is
+# `refresh` is passed to the training loop). Divergence (a NaN or exploding loss) is a result: a diverged run is
 # frozen at its last finite state, marked with a cross, and counted in the claims.
 #
-# **What each scale runs** (`iterlin.config.SCALES["fig4"]`).
+# **What each scale runs** (`SCALES` in `iterlin/experiments/fig4.py`).
 #
 # * `smoke` (default; a 2-core CPU, about a minute of wall time and a minute and a half of CPU,
 #   two thirds of it JAX start-up, ResNet-18 initialisation and compiling the four runs: see
@@ -65,28 +65,28 @@
 
 # %% tags=["parameters"]
 scale = "smoke"  # "smoke" (CPU, ~1 min), "gpu" (one H100, ~10 min), "paper" (the paper's settings)
-K = None  # no-BatchNorm panel: the large period compared with K = 1 (K = 1 always runs); e.g. 1e6, or inf
+K = None  # no-BatchNorm panel: the large period compared with plain SGD (K 1 always runs); e.g. 1e6, or inf
 lr = None  # no-BatchNorm panel: SGD learning rate
-K_bn = None  # BatchNorm panel: the large period (K = 1 always runs); e.g. 1e5
+K_bn = None  # BatchNorm panel: the large period (K 1 always runs); e.g. 1e5
 lr_bn = None  # BatchNorm panel: SGD learning rate
 bn_mode = None  # "batch" (statistics of each batch, linearised) or "frozen" (frozen at θ_s, refreshed)
 steps = None  # number of SGD steps T (both panels)
 seed = None  # initialisation and batch order
 n_train = None  # training images ("all": every installed image)
 n_test = None  # test images
-batch_size = None  # mini-batch size (<= n_train)
+batch_size = None  # mini-batch size (at most n_train)
 
 # %%
 import matplotlib.pyplot as plt
-import numpy as np
 
-from iterlin.claims import fmt_K
-from iterlin.config import describe, resolve
-from iterlin.experiments import claims, run
+from iterlin.config import describe
+from iterlin.experiments import claims, resolve_notebook, run
+from iterlin.experiments.fig4 import divergence_report
+from iterlin.plotting import legend, panels, plot_runs
 
-# Every parameter is checked here, before anything is computed (None: the scale's default).
-config = resolve("fig4", scale, K=K, lr=lr, K_bn=K_bn, lr_bn=lr_bn, bn_mode=bn_mode, steps=steps, seed=seed,
-                 n_train=n_train, n_test=n_test, batch_size=batch_size)
+# Every parameter is checked here, before anything is computed (None: the scale's default);
+# a name the notebook does not take (papermill -p step 50) fails here, naming it.
+config = resolve_notebook("fig4", globals())
 print(describe(config))
 
 # %%
@@ -99,35 +99,26 @@ results = run(config)  # computed once, then read from the cache (.cache/results
 # curve stays at its last finite state).
 
 # %%
-panels = (("no_bn", "no BatchNorm, no augmentation"),
-          ("bn", f"BatchNorm ({config['bn_mode']} statistics) + augmentation"))
-fig, axes = plt.subplots(1, 2, figsize=(12, 4), sharey=True, layout="constrained")
-for ax, (key, title) in zip(axes, panels):
+titles = {"no_bn": "no BatchNorm, no augmentation",
+          "bn": f"BatchNorm ({config['bn_mode']} statistics) + augmentation"}
+fig, axes = panels(2, sharey=True, suptitle=f"ResNet-18 on CIFAR-10 ({config['scale']} scale)")
+for ax, (key, title) in zip(axes, titles.items()):
     h = results[key]
-    for i, k in enumerate(h["K"]):
-        (line,) = ax.plot(h["step"], 100 * h["net_test_acc"][i], marker="o",
-                          label=f"K = {fmt_K(k)}, lr = {h['lr'][i]:g}: network")
-        if k > 1:
-            ax.plot(h["step"], 100 * h["lin_test_acc"][i], ls="--", color=line.get_color(),
-                    label=f"K = {fmt_K(k)}: linearised model")
-        if h["diverged"][i]:
-            ax.plot(h["diverged_step"][i], 100 * h["net_test_acc"][i][-1], "x", ms=12, color=line.get_color(),
-                    label=f"K = {fmt_K(k)} diverged at step {h['diverged_step'][i]}")
+    lines = plot_runs(ax, h["step"], h["net_test_acc"], h["K"], diverged=h["diverged"],
+                      diverged_step=h["diverged_step"], label="K = {K}, lr = {lr:g}: network",
+                      label_args={"lr": h["lr"]})
+    plot_runs(ax, h["step"], h["lin_test_acc"], h["K"], linestyle="--", marker=None, color=lines,
+              select=h["K"] > 1, label="K = {K}: linearised model")
     ax.set(xlabel="step", title=title)
-    ax.legend(fontsize=8)
+    legend(ax)
 axes[0].set_ylabel("test accuracy (%)")
-fig.suptitle(f"ResNet-18 on CIFAR-10 ({config['scale']} scale)")
 plt.show()
 
 # %% [markdown]
 # Divergence per run (the paper: BatchNorm runs "are far more likely to diverge").
 
 # %%
-for key, title in panels:
-    h = results[key]
-    for i, k in enumerate(h["K"]):
-        state = f"diverged at step {h['diverged_step'][i]}" if h["diverged"][i] else "finite throughout"
-        print(f"ResNet-18, {title}: K = {fmt_K(k)}: {state}; final test accuracy {100 * h['net_test_acc'][i][-1]:.1f} %")
+print(divergence_report(results, titles))
 
 # %% [markdown]
 # ## Claims

@@ -34,7 +34,7 @@
 # that `lr_inf == lr` makes identical is run once. "Gain" in the claims is the early-stopped test
 # accuracy at the largest training set minus that at the smallest.
 #
-# **What each scale runs** (`iterlin.config.SCALES["fig5"]`).
+# **What each scale runs** (`SCALES` in `iterlin/experiments/fig5.py`).
 #
 # * `smoke` (default; a 2-core CPU, a few minutes: see `notebooks/README.md`): 16, 32 and 64 real
 #   CIFAR-10 training images, 100 test images, 10 full-batch steps at learning rate 0.1 for
@@ -54,26 +54,27 @@
 
 # %% tags=["parameters"]
 scale = "smoke"  # "smoke" (CPU, minutes), "gpu" (one H100, ~10 min), "paper" (the paper's settings)
-K = None  # periods trained at lr: a list, or one K meaning [1, K] (K = 1 is always kept)
+K = None  # periods trained at lr: a list, or one K meaning [1, K] (K 1 is always kept)
 lr = None  # learning rate of the runs of K
-lr_inf = None  # learning rate of K = inf and of its K = 1 control
+lr_inf = None  # learning rate of the K inf run and of its plain-SGD control
 steps = None  # steps per run
 seed = None  # initialisation and batch order
 n_train = None  # training-set sizes: a list, or one size n meaning [n/4, n/2, n]
 n_test = None  # test images
-batch_size = None  # mini-batch size (<= the smallest n_train); None: full batch
+batch_size = None  # mini-batch size (at most the smallest n_train); None: full batch
 
 # %%
 import matplotlib.pyplot as plt
 import numpy as np
 
-from iterlin.claims import fmt_K
-from iterlin.config import describe, resolve
-from iterlin.experiments import claims, run
+from iterlin.config import describe
+from iterlin.experiments import claims, resolve_notebook, run
+from iterlin.experiments.fig5 import off_lr
+from iterlin.plotting import legend, panels, plot_runs, set_log_ticks
 
-# Every parameter is checked here, before anything is computed (None: the scale's default).
-config = resolve("fig5", scale, K=K, lr=lr, lr_inf=lr_inf, steps=steps, seed=seed, n_train=n_train,
-                 n_test=n_test, batch_size=batch_size)
+# Every parameter is checked here, before anything is computed (None: the scale's default);
+# a name the notebook does not take (papermill -p step 50) fails here, naming it.
+config = resolve_notebook("fig5", globals())
 print(describe(config))
 
 # %%
@@ -87,20 +88,16 @@ results = run(config)  # computed once, then read from the cache (.cache/results
 
 # %%
 n = results["n_train"]
-fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4))
-for i, (k, eta) in enumerate(zip(results["K"], results["lr"])):
-    label = f"K = {fmt_K(k)}, lr {eta:g}"
-    style = dict(marker="o", color=f"C{i}", ls="--" if eta != config["lr"] else "-")
-    left.plot(n, 100 * results["best_test_acc"][:, i], label=label, **style)
-    right.plot(n, 100 * results["final_train_acc"][:, i], label=label, **style)
-    bad = results["diverged"][:, i]
-    left.plot(n[bad], 100 * results["best_test_acc"][bad, i], "x", ms=12, color=f"C{i}")
+style = dict(label="K = {K}, lr {lr:g}", label_args={"lr": results["lr"]},
+             linestyle=np.where(off_lr(results), "--", "-"))  # dashed: the runs at lr_inf != lr
+fig, (left, right) = panels(2, suptitle=f"Data scaling of the CNN on CIFAR-10 ({config['scale']} scale)")
+plot_runs(left, n, results["best_test_acc"].T, results["K"], diverged=results["diverged"].T, diverged_label=None,
+          **style)
+plot_runs(right, n, results["final_train_acc"].T, results["K"], **style)
 for ax, what in ((left, "early-stopped test accuracy (%)"), (right, "final train accuracy (%)")):
-    ax.set(xscale="log", xlabel="training images", ylabel=what)
-    ax.set_xticks(n, [str(int(v)) for v in n])
-    ax.minorticks_off()
-    ax.legend(fontsize=8)
-fig.suptitle(f"Data scaling of the CNN on CIFAR-10 ({config['scale']} scale)")
+    set_log_ticks(ax, n)
+    ax.set(xlabel="training images", ylabel=what)
+    legend(ax)
 plt.show()
 
 # %% [markdown]

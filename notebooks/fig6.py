@@ -38,7 +38,7 @@
 # no inner optimisation to tune. Fitted on the first `n_probe` training images (default: all of
 # them), scored on the test images.
 #
-# **What each scale runs** (`iterlin.config.SCALES["fig6"]`).
+# **What each scale runs** (`SCALES` in `iterlin/experiments/fig6.py`).
 #
 # * `smoke` (default; a 2-core CPU, about a minute: see `notebooks/README.md`): 256 real CIFAR-10
 #   training images and 200 test images, 24 SGD steps with batches of 32 at learning rate 0.05
@@ -61,27 +61,26 @@
 
 # %% tags=["parameters"]
 scale = "smoke"  # "smoke" (CPU, ~1 min), "gpu" (one H100, ~10 min), "paper" (the paper's settings)
-K = None  # the large period compared with K = 1 (K = 1 always runs too); e.g. 5e6, or inf (never)
+K = None  # the large period compared with plain SGD (K 1 always runs too); e.g. 5e6, or inf (never)
 lr = None  # SGD learning rate
 steps = None  # number of SGD steps T
 seed = None  # initialisation, batch order and the probes' held-out split
 n_train = None  # training images ("all": every installed image)
 n_test = None  # test images (the probes are scored on them)
-batch_size = None  # mini-batch size (<= n_train)
+batch_size = None  # mini-batch size (at most n_train)
 n_probe = None  # training images the probes are fitted on (the first ones; "all": every one)
 
 # %%
 import matplotlib.pyplot as plt
-import numpy as np
 
-from iterlin.claims import fmt_K
-from iterlin.config import describe, resolve
-from iterlin.experiments import claims, run
-from iterlin.feature_experiments import probe_summary
+from iterlin.config import describe
+from iterlin.experiments import claims, resolve_notebook, run
+from iterlin.experiments.fig6 import probe_table
+from iterlin.plotting import legend, panels, plot_runs
 
-# Every parameter is checked here, before anything is computed (None: the scale's default).
-config = resolve("fig6", scale, K=K, lr=lr, steps=steps, seed=seed, n_train=n_train, n_test=n_test,
-                 batch_size=batch_size, n_probe=n_probe)
+# Every parameter is checked here, before anything is computed (None: the scale's default);
+# a name the notebook does not take (papermill -p step 50) fails here, naming it.
+config = resolve_notebook("fig6", globals())
 print(describe(config))
 
 # %%
@@ -94,18 +93,15 @@ results = run(config)  # computed once, then read from the cache (.cache/results
 
 # %%
 h = results["runs"]
-fig, axes = plt.subplots(1, 2, figsize=(12, 4), sharey=True, layout="constrained")
+fig, axes = panels(2, sharey=True,
+                   suptitle=f"CNN on CIFAR-10, {int(results['n_probe'])} probe images, {int(results['n_test'])} test "
+                            f"images ({config['scale']} scale)")
 for ax, layer, title in zip(axes, ("layer1", "layer2"), ("first-layer features", "second-layer features")):
-    for i, k in enumerate(h["K"]):
-        acc = 100 * h[f"probe_{layer}_test_acc"][i]
-        (line,) = ax.plot(h["step"], acc, marker="o", label=f"K = {fmt_K(k)}")
-        if h["diverged"][i]:
-            ax.plot(h["diverged_step"][i], acc[-1], "x", ms=12, color=line.get_color(), label=f"K = {fmt_K(k)} diverged")
+    plot_runs(ax, h["step"], h[f"probe_{layer}_test_acc"], h["K"], diverged=h["diverged"],
+              diverged_step=h["diverged_step"], diverged_label="K = {K} diverged")
     ax.set(xlabel="step", title=f"linear probe on {title}")
-    ax.legend()
+    legend(ax)
 axes[0].set_ylabel("probe test accuracy (%)")
-fig.suptitle(f"CNN on CIFAR-10, {int(results['n_probe'])} probe images, {int(results['n_test'])} test images "
-             f"({config['scale']} scale)")
 plt.show()
 
 # %% [markdown]
@@ -113,11 +109,7 @@ plt.show()
 # points after step 0 (a lower average for the same end point means slower improvement).
 
 # %%
-for layer in ("layer1", "layer2"):
-    s = probe_summary(h, layer)
-    for i, k in enumerate(h["K"]):
-        print(f"{layer}  K = {fmt_K(k):>4}: initial {100 * s['initial'][i]:5.1f} %, final {100 * s['final'][i]:5.1f} %, "
-              f"mean over training {100 * s['mean'][i]:5.1f} %")
+print(probe_table(results))
 
 # %% [markdown]
 # ## Claims

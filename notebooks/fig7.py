@@ -33,7 +33,7 @@
 # (the paper: about 10 %), and the cosine between the two changes there (whether they also point
 # the same way, i.e. "look like" each other).
 #
-# **What each scale runs** (`iterlin.config.SCALES["fig7"]`).
+# **What each scale runs** (`SCALES` in `iterlin/experiments/fig7.py`).
 #
 # * `smoke` (default; a 2-core CPU, about a minute: see `notebooks/README.md`): 256 real CIFAR-10
 #   training images and 200 test images, 24 SGD steps with batches of 32 at learning rate 0.05, no
@@ -56,26 +56,27 @@
 
 # %% tags=["parameters"]
 scale = "smoke"  # "smoke" (CPU, ~1 min), "gpu" (one H100, ~10 min), "paper" (the paper's settings)
-K = None  # the large period compared with K = 1 (K = 1 always runs too); e.g. 5e6, or inf (never)
+K = None  # the large period compared with plain SGD (K 1 always runs too); e.g. 5e6, or inf (never)
 lr = None  # SGD learning rate
 steps = None  # number of SGD steps T
 seed = None  # initialisation and batch order
 n_train = None  # training images ("all": every installed image)
 n_test = None  # test images
-batch_size = None  # mini-batch size (<= n_train)
+batch_size = None  # mini-batch size (at most n_train)
 
 # %%
 import matplotlib.pyplot as plt
 import numpy as np
 
-from iterlin.claims import fmt_K
-from iterlin.config import describe, resolve
-from iterlin.experiments import claims, run
-from iterlin.probes import filters_to_image
+from iterlin.claims import pct
+from iterlin.config import describe
+from iterlin.experiments import claims, resolve_notebook, run
+from iterlin.experiments.fig7 import match_marks, match_report
+from iterlin.plotting import filter_grid, k1_and_largest, legend, panels, plot_runs
 
-# Every parameter is checked here, before anything is computed (None: the scale's default).
-config = resolve("fig7", scale, K=K, lr=lr, steps=steps, seed=seed, n_train=n_train, n_test=n_test,
-                 batch_size=batch_size)
+# Every parameter is checked here, before anything is computed (None: the scale's default);
+# a name the notebook does not take (papermill -p step 50) fails here, naming it.
+config = resolve_notebook("fig7", globals())
 print(describe(config))
 
 # %%
@@ -89,28 +90,11 @@ results = run(config)  # computed once, then read from the cache (.cache/results
 # changes are visible.
 
 # %%
-h, m = results["runs"], results["match"]
-delta = np.asarray(h["filters_delta"])  # (runs, columns, 5, 5, 3, 50)
-runs = [int(np.flatnonzero(h["K"] == 1)[0]), int(np.flatnonzero(h["K"] == h["K"].max())[0])]
-largest = float(np.abs(delta[:, :, :, :, :, :3]).max())
-n_col = delta.shape[1]
-scales = ((0.5, "the paper's range ±0.5"), (max(largest, 1e-12), f"range ±{largest:.3g} (this run's largest change)"))
-for vrange, what in scales:
-    fig, axes = plt.subplots(6, n_col, figsize=(0.8 * n_col + 1.5, 5.4), squeeze=False)
-    for f in range(3):
-        for r, i in enumerate(runs):
-            row = 2 * f + r
-            for e in range(n_col):
-                ax = axes[row, e]
-                ax.imshow(filters_to_image(delta[i, e, :, :, :, f], vrange=vrange), interpolation="nearest")
-                ax.set_xticks([])
-                ax.set_yticks([])
-                if row == 5:
-                    ax.set_xlabel(f"{h['step'][e]}", fontsize=7)
-            axes[row, 0].set_ylabel(f"filter {f + 1}\nK = {fmt_K(h['K'][i])}", fontsize=7, rotation=0, ha="right",
-                                    va="center")
-    fig.suptitle(f"first-layer filter change from initialisation, {what}; columns: step ({config['scale']} scale)",
-                 fontsize=9)
+h = results["runs"]
+runs = k1_and_largest(h["K"])  # for each filter: the K = 1 row, then the large-K row
+for vrange, what in ((0.5, "the paper's range ±0.5"), ("max", "range ±{vrange:.3g} (this run's largest change)")):
+    filter_grid(h["filters_delta"], h["step"], h["K"], runs=runs, vrange=vrange,
+                title=f"first-layer filter change from initialisation, {what}; columns: step ({config['scale']} scale)")
     plt.show()
 
 # %% [markdown]
@@ -118,19 +102,17 @@ for vrange, what in scales:
 # line is the large-$K$ run's final size; the dot marks where $K = 1$ first reaches it.
 
 # %%
-fig, ax = plt.subplots(figsize=(6.4, 4))
-for i in runs:
-    ax.plot(h["step"], m["norm"][i], marker="o", label=f"K = {fmt_K(h['K'][i])}")
-ax.axhline(m["norm"][runs[1]][-1], ls=":", color="gray")
-if np.isfinite(m["fraction"]):
-    ax.plot(float(m["fraction"]) * h["step"][-1], m["norm"][runs[1]][-1], "o", color="k", ms=8,
-            label=f"K = 1 reaches it at {100 * float(m['fraction']):.0f} % of training")
+m = match_marks(results)
+fig, ax = panels(panel_size=(6.4, 4))
+plot_runs(ax, h["step"], results["match"]["norm"], h["K"], select=runs, scale=1)
+ax.axhline(m["target"], ls=":", color="gray")
+if np.isfinite(m["step"]):
+    ax.plot(m["step"], m["target"], "o", color="k", ms=8,
+            label=f"K = 1 reaches it at {pct(m['fraction'], 0)} of training")
 ax.set(xlabel="step", ylabel="‖W_t − W_0‖ (all first-layer filters)", title="size of the filter change")
-ax.legend()
+legend(ax)
+print(match_report(results))
 plt.show()
-reached = (f"at {100 * float(m['fraction']):.0f} % of training (cosine there: {float(m['cosine']):.2f})"
-           if np.isfinite(m["fraction"]) else "never in this run")
-print(f"final ratio (large K / K = 1): {float(m['ratio']):.2f}; K = 1 reaches the large-K final size {reached}")
 
 # %% [markdown]
 # ## Claims

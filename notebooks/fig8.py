@@ -38,7 +38,7 @@
 # $K$, the opposite of "fully solved". Whether $K$ was large enough is checked, not assumed: the
 # claims report the linear model's train accuracy just before each re-linearisation.
 #
-# **What each scale runs** (`iterlin.config.SCALES["fig8"]`).
+# **What each scale runs** (`SCALES` in `iterlin/experiments/fig8.py`).
 #
 # * `smoke` (default; a 2-core CPU, about a minute): 12 real CIFAR-10 training images and 60 test
 #   images, full batch, 30 steps; $K = 15$ (two linearisations), Adam learning rate 1e-3 (Adam's
@@ -60,25 +60,24 @@
 # %% tags=["parameters"]
 scale = "smoke"  # "smoke" (CPU, ~1 min), "gpu" (one H100, ~10 min), "paper" (the paper's settings)
 K = None  # the constant period of the Adam-solved run (the paper: 2e5)
-lr = None  # SGD learning rate of the K = 1 run
+lr = None  # SGD learning rate of the plain-SGD run (K 1)
 lr_adam = None  # Adam learning rate (the Adam-solved run and the Adam baseline)
 steps = None  # steps T of every run
 seed = None  # initialisation and batch order
 n_train = None  # training images ("all": every installed image)
 n_test = None  # test images
-batch_size = None  # mini-batch size (<= n_train); None: full batch
+batch_size = None  # mini-batch size (at most n_train); None: full batch
 
 # %%
 import matplotlib.pyplot as plt
-import numpy as np
 
-from iterlin.claims import fmt_K
-from iterlin.config import describe, resolve
-from iterlin.experiments import claims, run
+from iterlin.config import describe
+from iterlin.experiments import claims, resolve_notebook, run
+from iterlin.plotting import legend, mark_steps, panels, plot_runs
 
-# Every parameter is checked here, before anything is computed (None: the scale's default).
-config = resolve("fig8", scale, K=K, lr=lr, lr_adam=lr_adam, steps=steps, seed=seed, n_train=n_train,
-                 n_test=n_test, batch_size=batch_size)
+# Every parameter is checked here, before anything is computed (None: the scale's default);
+# a name the notebook does not take (papermill -p step 50) fails here, naming it.
+config = resolve_notebook("fig8", globals())
 print(describe(config))
 
 # %%
@@ -93,25 +92,22 @@ results = run(config)  # computed once, then read from the cache (.cache/results
 
 # %%
 s, g, a = results["solved"], results["sgd"], results["adam"]
-runs = ((s, f"K = {fmt_K(config['K'])}, each linearisation solved by Adam", "C3"),
-        (g, "K = 1, SGD", "C0"), (a, "K = 1, Adam", "C2"))
-fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4))
-for h, label, c in runs:
-    left.plot(h["step"], 100 * h["net_test_acc"], marker="o", color=c, label=label)
-    if bool(h["diverged"]):
-        left.plot(h["diverged_step"], 100 * h["net_test_acc"][-1], "x", ms=12, color=c)
-right.plot(s["step"], 100 * s["net_train_acc"], marker="o", color="C3", label="Adam-solved: network")
-right.plot(s["step"], 100 * s["lin_train_acc"], ls="--", marker=".", color="C3",
-           label="Adam-solved: linear model (= network right after re-linearising)")
-right.plot(s["relin_step"], 100 * s["relin_acc"], "v", ms=9, color="C3",
-           label="linear model just before re-linearising")
-for t in s["relin_step"]:
-    right.axvline(t, color="C3", ls=":", lw=0.8)
-right.plot(g["step"], 100 * g["net_train_acc"], marker="o", color="C0", label="K = 1 SGD: network")
+fig, (left, right) = panels(2)
+for h, k, label, color in ((s, config["K"], "K = {K}, each linearisation solved by Adam", "C3"),
+                           (g, 1, "K = {K}, SGD", "C0"), (a, 1, "K = {K}, Adam", "C2")):
+    plot_runs(left, h["step"], h["net_test_acc"], k, diverged=h["diverged"], diverged_step=h["diverged_step"],
+              color=color, label=label, diverged_label=None)
+plot_runs(right, s["step"], s["net_train_acc"], config["K"], color="C3", label="Adam-solved: network")
+plot_runs(right, s["step"], s["lin_train_acc"], config["K"], color="C3", linestyle="--", marker=".",
+          label="Adam-solved: linear model (= network right after re-linearising)")
+plot_runs(right, s["relin_step"], s["relin_acc"], config["K"], color="C3", linestyle="none", marker="v", ms=9,
+          label="linear model just before re-linearising")
+mark_steps(right, s["relin_step"], color="C3")
+plot_runs(right, g["step"], g["net_train_acc"], 1, color="C0", label="K = 1 SGD: network")
 left.set(xlabel="step", ylabel="test accuracy (%)", title=f"CNN on CIFAR-10 ({config['scale']} scale)")
 right.set(xlabel="step", ylabel="train accuracy (%)", title="training accuracy")
-left.legend(fontsize=8)
-right.legend(fontsize=8)
+legend(left)
+legend(right)
 plt.show()
 
 # %% [markdown]

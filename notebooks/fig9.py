@@ -34,7 +34,7 @@
 # smoother functions as damping increases". The paper gives no numbers and does not list its
 # $\lambda$ values.
 #
-# **What each scale runs** (`iterlin.config.SCALES["fig9"]`). The data and the network are the
+# **What each scale runs** (`SCALES` in `iterlin/experiments/fig9.py`). The data and the network are the
 # paper's at every scale (20 training and 1000 test points; the paper does not give the x-range:
 # we use $[-3.625, 3.625]$, the widest symmetric range on which the outputs stay in the paper's
 # $[-4, 4]$, see `iterlin.data.quintic`). The choices the paper leaves open are ours:
@@ -45,10 +45,11 @@
 # * `gpu`: $\lambda$ up to 100, 50 seeds, 2000 steps. `paper`: the same with 100 seeds. Neither needs a
 #   GPU (the network is tiny; the cost is λ × seeds × steps small eigendecompositions).
 #
-# Details (ours; see `iterlin.second_order_experiments`): PyTorch's default initialisation (weights
-# and biases uniform in $\pm 1/\sqrt{\text{fan-in}}$), which the paper used. Flax's default has zero
-# biases, which puts every ReLU kink of the initial network at $x = 0$: the initial NTK on the 20
-# points then has rank 4 and the first linearisation can only fit two straight pieces. The step is
+# Details (ours; see `iterlin.experiments.fig9`): PyTorch's default initialisation (weights and
+# biases uniform in $\pm 1/\sqrt{\text{fan-in}}$), this edition's choice (the paper does not say which
+# initialisation it used). Flax's default has zero biases, which puts every ReLU kink of the
+# initial network at $x = 0$: the initial NTK on the 20 points then has rank 4 and the first
+# linearisation can only fit two straight pieces. The step is
 # computed in kernel form ($\phi^\top(\phi\phi^\top + \lambda I)^{-1}$, a 20 × 20 eigendecomposition; the
 # same step as `iterlin.gauss_newton.gauss_newton_step`), all seeds and $\lambda$ in one compiled
 # program. **float64** (`x64=True`): in float32 most runs with $\lambda \le 10^{-2}$ stall at a train
@@ -57,7 +58,7 @@
 
 # %% tags=["parameters"]
 scale = "smoke"  # "smoke" (CPU, ~1 min), "gpu" (more λ, seeds, steps), "paper" (more seeds still)
-damping = None  # the λ grid (a list; one value λ runs that λ only), λ >= 0
+damping = None  # the λ grid (a list; one value λ runs that λ only), each λ at least 0
 steps = None  # Gauss-Newton steps per run
 step_size = None  # α of the step (1: the full step)
 seed = None  # first seed; the runs use seed, seed + 1, ..., seed + n_seeds - 1
@@ -68,14 +69,15 @@ x64 = None  # float64 (True) or float32 (False)
 
 # %%
 import matplotlib.pyplot as plt
-import numpy as np
 
-from iterlin.config import describe, resolve
-from iterlin.experiments import claims, run
+from iterlin.config import describe
+from iterlin.experiments import claims, resolve_notebook, run
+from iterlin.experiments.fig9 import function_panels
+from iterlin.plotting import band, legend, log_positions, panels, plot_functions, seed_points, set_log_ticks
 
-# Every parameter is checked here, before anything is computed (None: the scale's default).
-config = resolve("fig9", scale, damping=damping, steps=steps, step_size=step_size, seed=seed, n_seeds=n_seeds,
-                 n_train=n_train, n_test=n_test, x64=x64)
+# Every parameter is checked here, before anything is computed (None: the scale's default);
+# a name the notebook does not take (papermill -p step 50) fails here, naming it.
+config = resolve_notebook("fig9", globals())
 print(describe(config))
 
 # %%
@@ -88,25 +90,15 @@ results = run(config)  # computed once, then read from the cache (.cache/results
 # removed runs (plotted at the top if their RMSE is off the chart).
 
 # %%
-lams = results["damping"]
-pos = lams[lams > 0]
-zero_at = pos.min() / 10 if pos.size else 1.0
-xs = np.where(lams > 0, lams, zero_at)
-test, kept = results["test_rmse"], results["kept"]
-rng = np.random.default_rng(0)
-fig, ax = plt.subplots(figsize=(7, 4))
-for i, x in enumerate(xs):
-    jitter = x * 10 ** rng.uniform(-0.08, 0.08, size=test.shape[1])
-    ax.scatter(jitter[kept[i]], test[i][kept[i]], s=18, color="C0", alpha=0.7)
-    ax.scatter(jitter[~kept[i]], np.minimum(np.nan_to_num(test[i][~kept[i]], nan=1e3), 1e3), marker="x",
-               color="grey")
-means = [test[i][kept[i]].mean() if kept[i].any() else np.nan for i in range(len(lams))]
-ax.plot(xs, means, "k-o", label="mean over kept seeds")
-ax.set(xscale="log", yscale="log", xlabel="damping λ", ylabel="test RMSE",
+lams, test, kept = results["damping"], results["test_rmse"], results["kept"]
+xs = log_positions(lams)  # λ = 0 at the left edge
+fig, ax = panels(panel_size=(7, 4))
+seed_points(ax, xs, test, kept=kept, jitter=0.08, cap=1e3, color="C0", size=18)
+band(ax, xs, test, axis=1, where=kept, color="k", marker="o", label="mean over kept seeds")
+set_log_ticks(ax, xs, [f"{v:g}" for v in lams])
+ax.set(yscale="log", xlabel="damping λ", ylabel="test RMSE",
        title=f"Damped Gauss–Newton on the quintic ({config['scale']} scale, {test.shape[1]} seeds)")
-ax.set_xticks(xs, [f"{v:g}" for v in lams])
-ax.minorticks_off()
-ax.legend()
+legend(ax)
 plt.show()
 
 # %% [markdown]
@@ -114,16 +106,14 @@ plt.show()
 # the training points and the target.
 
 # %%
-pick = sorted({int(round(v)) for v in np.linspace(0, len(lams) - 1, min(4, len(lams)))})
-fig, axes = plt.subplots(1, len(pick), figsize=(3.6 * len(pick), 3.4), sharey=True, squeeze=False)
+pick = function_panels(results)  # 4 values of λ spread over the grid
+fig, axes = panels(len(pick), panel_size=(3.6, 3.4), sharey=True, squeeze=False)
 for ax, i in zip(axes[0], pick):
-    for f in results["functions"][i]:
-        ax.plot(results["x_test"], f, lw=1, alpha=0.7)
-    ax.plot(results["x_test"], results["y_test"], "k--", lw=1.5, label="target")
-    ax.plot(results["x_train"], results["y_train"], "ko", ms=3, label="train")
+    plot_functions(ax, results["x_test"], results["functions"][i], y_target=results["y_test"],
+                   x_train=results["x_train"], y_train=results["y_train"])
     ax.set(title=f"λ = {lams[i]:g}", xlabel="x", ylim=(-6, 4))
 axes[0][0].set_ylabel("f(x)")
-axes[0][0].legend(fontsize=8)
+legend(axes[0][0])
 plt.show()
 
 # %% [markdown]

@@ -45,7 +45,7 @@
 # linear model's parameters), so the network's kernel moves too; what stays fixed is the kernel the
 # training uses.
 #
-# **What each scale runs** (`iterlin.config.SCALES["ntk"]`).
+# **What each scale runs** (`SCALES` in `iterlin/experiments/ntk.py`).
 #
 # * `smoke` (default; a 2-core CPU, about a minute: see `notebooks/README.md`): 256 real CIFAR-10
 #   training images and 200 test images, 24 SGD steps with batches of 32 at learning rate 0.05 (the
@@ -64,27 +64,26 @@
 
 # %% tags=["parameters"]
 scale = "smoke"  # "smoke" (CPU, ~1 min), "gpu" (one H100, ~10 min), "paper" (our settings)
-K = None  # the large period compared with K = 1 (K = 1 always runs too); e.g. 5e6, or inf (never)
+K = None  # the large period compared with plain SGD (K 1 always runs too); e.g. 5e6, or inf (never)
 lr = None  # SGD learning rate
 steps = None  # number of SGD steps T
 seed = None  # initialisation and batch order
 n_train = None  # training images ("all": every installed image)
 n_test = None  # test images
-batch_size = None  # mini-batch size (<= n_train)
+batch_size = None  # mini-batch size (at most n_train)
 n_probe = None  # probe images for the kernel (the first training images); kernels are (10 n_probe)^2
 
 # %%
 import matplotlib.pyplot as plt
-import numpy as np
 
-from iterlin.claims import fmt_K
-from iterlin.config import describe, resolve
-from iterlin.experiments import claims, run
-from iterlin.feature_experiments import relin_kernel_changes
+from iterlin.config import describe
+from iterlin.experiments import claims, resolve_notebook, run
+from iterlin.experiments.ntk import relin_steps, relin_table
+from iterlin.plotting import k1_and_largest, legend, mark_steps, panels, plot_runs
 
-# Every parameter is checked here, before anything is computed (None: the scale's default).
-config = resolve("ntk", scale, K=K, lr=lr, steps=steps, seed=seed, n_train=n_train, n_test=n_test,
-                 batch_size=batch_size, n_probe=n_probe)
+# Every parameter is checked here, before anything is computed (None: the scale's default);
+# a name the notebook does not take (papermill -p step 50) fails here, naming it.
+config = resolve_notebook("ntk", globals())
 print(describe(config))
 
 # %%
@@ -99,24 +98,19 @@ results = run(config)  # computed once, then read from the cache (.cache/results
 
 # %%
 h = results["runs"]
-i1, j = int(np.flatnonzero(h["K"] == 1)[0]), int(np.flatnonzero(h["K"] == h["K"].max())[0])
-fig, (a, b, c) = plt.subplots(1, 3, figsize=(15, 4.2), layout="constrained")
-for i in (i1, j):
-    label = f"K = {fmt_K(h['K'][i])}"
-    (line,) = a.plot(h["step"], h["kernel_distance_init"][i], marker="o", label=label)
-    b.plot(h["step"][1:], h["kernel_velocity"][i][1:], marker="o", label=label)
-    c.plot(h["step"][1:], h["kernel_distance_relin"][i][1:], marker="o", label=label, color=line.get_color())
-    if h["diverged"][i]:
-        a.plot(h["diverged_step"][i], h["kernel_distance_init"][i][-1], "x", ms=12, color=line.get_color())
-if j != i1:
-    for t in relin_kernel_changes(h, j)["step"][relin_kernel_changes(h, j)["relinearised"]]:
-        c.axvline(t, color="gray", ls=":", lw=0.8)
+runs = k1_and_largest(h["K"])  # K = 1 and the large K
+fig, (a, b, c) = panels(3, panel_size=(5, 4.2), suptitle=f"empirical NTK of the CNN on {int(results['n_probe'])} "
+                                                         f"CIFAR-10 images ({config['scale']} scale)")
+plot_runs(a, h["step"], h["kernel_distance_init"], h["K"], select=runs, scale=1, diverged=h["diverged"],
+          diverged_step=h["diverged_step"], diverged_label=None)
+plot_runs(b, h["step"][1:], h["kernel_velocity"][:, 1:], h["K"], select=runs, scale=1)  # no velocity at step 0
+plot_runs(c, h["step"][1:], h["kernel_distance_relin"][:, 1:], h["K"], select=runs, scale=1)
+mark_steps(c, relin_steps(results))  # the large K's re-linearisations
 a.set(xlabel="step", ylabel="d(Θ_t, Θ_0)", title="network kernel: distance from initialisation")
 b.set(xlabel="step", ylabel="d(Θ_t, Θ_prev) per step", title="network kernel: velocity")
 c.set(xlabel="step", ylabel="d(Θ_s, Θ_s,prev)", title="linear model's kernel: change since previous point")
 for ax in (a, b, c):
-    ax.legend()
-fig.suptitle(f"empirical NTK of the CNN on {int(results['n_probe'])} CIFAR-10 images ({config['scale']} scale)")
+    legend(ax)
 plt.show()
 
 # %% [markdown]
@@ -124,11 +118,7 @@ plt.show()
 # the previous point's, and whether a re-linearisation happened in between.
 
 # %%
-c = relin_kernel_changes(h, j)
-print(f"K = {fmt_K(h['K'][j])}")
-print(f"{'step':>8}  {'re-linearisations so far':>24}  {'re-linearised since previous':>28}  {'d(Θ_s, Θ_s,prev)':>17}")
-for t, n, r, d in zip(c["step"], c["n_relin"], c["relinearised"], c["distance"]):
-    print(f"{t:>8}  {n:>24}  {'yes' if r else 'no':>28}  {d:>17.4f}")
+print(relin_table(results))
 
 # %% [markdown]
 # ## Claims

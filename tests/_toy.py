@@ -1,9 +1,13 @@
-"""Tiny models and data shared by the library tests (not the paper's models: those are in iterlin.models)."""
+"""Tiny models and data shared by the library tests (not the paper's models: those are in iterlin.models),
+and the fakes shared by the experiment-layer tests (sweep histories, a recording sweep, CIFAR-shaped data)."""
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import linen as nn
 
 
@@ -39,3 +43,76 @@ def init_params(seed, d=5, out=3, width=16):
 def _default_float(params):
     """Flax initialises float32 even under x64: cast to the default float (float64 when enabled)."""
     return jax.tree.map(lambda a: a.astype(jnp.result_type(float)), params)
+
+
+# ------------------------------------------------------------------------------------------------
+# Experiment-layer helpers (tests/experiments/, tests/test_claims.py): fake sweep histories, a
+# fake sweep that records its calls, tiny CIFAR-shaped datasets, a small stand-in for the CNN.
+# ------------------------------------------------------------------------------------------------
+
+def fake_history(K, lr, steps, acc_final, *, diverged=None, diverged_step=3, n_evals=2, train_acc=None):
+    """A sweep history (:func:`iterlin.experiments._common.sweep`'s layout) with made-up numbers.
+
+    R = len(K) runs, E = n_evals + 1 points; test accuracy rises linearly to ``acc_final[i]``;
+    ``train_acc`` (R,) final train accuracies (default min(2 · test, 1)); ``n_relin`` = steps // K.
+    """
+    R, E = len(K), n_evals + 1
+    acc = np.linspace(0.1, 1.0, E)[None, :] * np.asarray(acc_final, np.float64)[:, None]
+    if train_acc is None:
+        train = np.minimum(2 * acc, 1.0)
+    else:
+        train = np.linspace(0.1, 1.0, E)[None, :] * np.asarray(train_acc, np.float64)[:, None]
+    div = np.zeros(R, bool) if diverged is None else np.asarray(diverged, bool)
+    return {
+        "step": np.linspace(0, steps, E).astype(int),
+        "K": np.asarray([float(k) for k in K]),
+        "lr": np.asarray(list(lr) if isinstance(lr, (list, tuple)) else [lr] * R, np.float64),
+        "n_relin": np.stack([np.linspace(0, 0 if math.isinf(k) else steps // k, E).astype(int) for k in K]),
+        "net_test_acc": acc, "lin_test_acc": acc, "net_train_acc": train,
+        "diverged": div, "diverged_step": np.where(div, diverged_step, -1),
+    }
+
+
+class FakeSweep:
+    """Stands in for ``iterlin.experiments._common.sweep``: records each call, returns a fake history.
+
+    ``acc``: the final test accuracies returned (one per run), or a callable ``acc(call) -> list``
+    of the recorded call (a dict of the arguments, ``n`` the number of training images).
+    """
+
+    def __init__(self, acc=None, train_acc=None):
+        self.calls, self.acc, self.train_acc = [], acc, train_acc
+
+    def __call__(self, apply_fn, params, data, *, K, lr, steps, batch_size=None, eval_steps, **kw):
+        call = dict(K=list(K), lr=lr, steps=steps, batch_size=batch_size, n=data[0].shape[0],
+                    eval_steps=list(eval_steps), **kw)
+        self.calls.append(call)
+        acc = self.acc(call) if callable(self.acc) else (self.acc if self.acc is not None else [0.30] * len(K))
+        train = self.train_acc(call) if callable(self.train_acc) else self.train_acc
+        return fake_history(K, lr, steps, acc, train_acc=train, n_evals=len(eval_steps) - 1)
+
+
+def fake_cifar(n, n_test=8, seed=None):
+    """A CIFAR-shaped :class:`iterlin.data.Dataset` of random numbers (n train, n_test test images)."""
+    from iterlin.data import Dataset
+
+    rng = np.random.default_rng(n if seed is None else seed)
+    return Dataset(rng.normal(size=(n, 32, 32, 3)).astype(np.float32), rng.integers(0, 10, n).astype(np.int32),
+                   rng.normal(size=(n_test, 32, 32, 3)).astype(np.float32),
+                   rng.integers(0, 10, n_test).astype(np.int32))
+
+
+def flat_mlp(key):
+    """A small MLP on flattened 32×32×3 images with 10 logits: a fast stand-in for the CNN / ResNet
+    (same inputs and outputs), so that tests of an experiment's wiring compile in seconds."""
+    from iterlin.models import Model, make_model
+
+    mlp = make_model("mlp", key, input_shape=(32 * 32 * 3,), num_classes=10)
+    return Model(lambda p, x: mlp.apply_fn(p, x.reshape(x.shape[0], -1)), mlp.params, None)
+
+
+def null_model(*args, **kwargs):
+    """A model that is never trained (for tests where the sweep itself is faked): no compilation."""
+    from iterlin.models import Model
+
+    return Model(lambda p, x: x, {"w": np.zeros(1, np.float32)}, None)

@@ -11,8 +11,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import jax
 import pytest
+
+from iterlin import precision
 
 
 
@@ -37,12 +38,8 @@ CIFAR10_SUBSET = _find_cifar10_subset()
 @pytest.fixture
 def x64():
     """Enable ``jax_enable_x64`` for the duration of one test, then restore the previous value."""
-    previous = bool(jax.config.jax_enable_x64)
-    jax.config.update("jax_enable_x64", True)
-    try:
+    with precision.x64(True):
         yield
-    finally:
-        jax.config.update("jax_enable_x64", previous)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -12,6 +12,7 @@ import pytest
 
 from iterlin.adam_solve import (
     RELIN_REASONS,
+    SolveState,
     init_solve_state,
     make_solve_step,
     make_train_check,
@@ -99,10 +100,13 @@ def test_state_matches_reference_including_adam_state(mlp, hard, reference):
     ref_state, _ = reference
     adam = optax.adam(LR)
     state = init_solve_state(mlp.params, adam, K_HARD, log_size=16)
+    # the criterion rides in TrainState.policy; opt_state is the inner optimizer's own state
+    assert isinstance(state.policy, SolveState) and state.policy.relin_step.shape == (16,)
+    assert jax.tree.structure(state.opt_state) == jax.tree.structure(adam.init(mlp.params))
     step = make_solve_step(mlp.apply_fn, adam, "ce", hard, target_acc=None, check_every=3, plateau_tol=0.0)
     state, _ = fit(step, state, mlp.apply_fn, hard, steps=STEPS_HARD, batch_size=8, eval_every=5)
     assert tree_allclose(state.params_s, ref_state.params_s, rtol=1e-6, atol=1e-7)
-    assert tree_allclose(state.opt_state[0], ref_state.opt_state, rtol=1e-6, atol=1e-7)
+    assert tree_allclose(state.opt_state, ref_state.opt_state, rtol=1e-6, atol=1e-7)
     assert int(state.n_relin) == int(ref_state.n_relin) == STEPS_HARD // K_HARD
     assert int(state.K) == K_HARD and int(state.step) == STEPS_HARD
 
@@ -120,7 +124,7 @@ def easy_run(mlp, easy):
     snaps = {}
 
     def callback(t, state):
-        adam_state = state.opt_state[0][0]  # optax.adam = chain(scale_by_adam, scale): ScaleByAdamState
+        adam_state = state.opt_state[0]  # optax.adam = chain(scale_by_adam, scale): ScaleByAdamState
         snaps[t] = {
             "params": state.params,
             "params_s": state.params_s,

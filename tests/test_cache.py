@@ -90,6 +90,47 @@ def test_code_fingerprint_follows_every_py_file(tmp_path):
     assert code_fingerprint(tmp_path) != h
 
 
+def test_code_fingerprint_sees_subpackages(tmp_path):
+    (tmp_path / "a.py").write_text("x = 1\n")
+    (tmp_path / "experiments").mkdir()
+    (tmp_path / "experiments" / "fig3.py").write_text("K = 1\n")
+    (tmp_path / "__pycache__").mkdir()
+    (tmp_path / "__pycache__" / "stale.py").write_text("ignored")
+    h = code_fingerprint(tmp_path)
+    (tmp_path / "__pycache__" / "stale.py").write_text("still ignored")
+    assert code_fingerprint(tmp_path) == h
+    (tmp_path / "experiments" / "fig3.py").write_text("K = 2\n")
+    h2 = code_fingerprint(tmp_path)
+    assert h2 != h
+    # a module moved into a subpackage is a different file: a new key
+    (tmp_path / "experiments" / "fig3.py").rename(tmp_path / "fig3.py")
+    assert code_fingerprint(tmp_path) not in (h, h2)
+    (tmp_path / "experiments" / "deeper").mkdir()
+    (tmp_path / "experiments" / "deeper" / "x.py").write_text("")
+    assert code_fingerprint(tmp_path) not in (h, h2)
+
+
+def test_cached_uses_the_callers_code_fingerprint(tmp_path, monkeypatch):
+    f = Counter()
+    cached("figX", f, CONFIG, data_fingerprint="d", code="fig-code-1", cache_dir=tmp_path, verbose=False)
+    # the package-wide fingerprint plays no part once the caller gives one
+    monkeypatch.setattr(cache_mod, "code_fingerprint", lambda package_dir=None: "edited elsewhere")
+    cached("figX", f, CONFIG, data_fingerprint="d", code="fig-code-1", cache_dir=tmp_path, verbose=False)
+    assert f.calls == 1
+    key = cache_key("figX", CONFIG, data_fingerprint="d", code="fig-code-1")
+    side = json.loads(cache_paths("figX", key, tmp_path)["sidecar"].read_text())
+    assert side["code_fingerprint"] == "fig-code-1" and side["key"] == key
+    cached("figX", f, CONFIG, data_fingerprint="d", code="fig-code-2", cache_dir=tmp_path, verbose=False)
+    assert f.calls == 2
+    # with no code given, the default (package-wide) fingerprint is used and recorded
+    cached("figX", f, CONFIG, data_fingerprint="d", cache_dir=tmp_path, verbose=False)
+    assert f.calls == 3
+    key = cache_key("figX", CONFIG, data_fingerprint="d", code="edited elsewhere")
+    assert json.loads(cache_paths("figX", key, tmp_path)["sidecar"].read_text())["code_fingerprint"] == "edited elsewhere"
+    with pytest.raises(TypeError, match="code=3"):
+        cache_key("figX", CONFIG, data_fingerprint="d", code=3)
+
+
 def test_code_change_invalidates_cached_results(tmp_path, monkeypatch):
     f = Counter()
     cached("figX", f, CONFIG, data_fingerprint="d", cache_dir=tmp_path, verbose=False)
@@ -210,6 +251,152 @@ def test_results_refuse_objects_and_bad_keys(tmp_path):
         save_results(tmp_path / "r.npz", {"a/b": 1}, key="k", config={})
     with pytest.raises(TypeError, match="must return a dict"):
         cached("figX", lambda c: [1, 2], CONFIG, data_fingerprint="d", cache_dir=tmp_path, verbose=False)
+
+
+# ----------------------------------------------------------------------------------------------
+# A valid but altered results file (issue 10, item 6): the digest
+# ----------------------------------------------------------------------------------------------
+
+
+def _replace_arrays(path, change):
+    """Rewrite the .npz at ``path`` with ``change(flat) -> flat`` applied, every other member kept."""
+    with np.load(path, allow_pickle=False) as z:
+        flat = {k: z[k] for k in z.files}
+    np.savez_compressed(path, **change(flat))
+
+
+@pytest.mark.parametrize("alteration", ["other-values", "other-dtype", "dropped-key", "added-key", "digest-removed"])
+def test_altered_results_are_reported_and_recomputed(tmp_path, alteration):
+    f = Counter()
+    cached("figX", f, CONFIG, data_fingerprint="d", cache_dir=tmp_path, verbose=False)
+    path = cache_paths("figX", cache_key("figX", CONFIG, data_fingerprint="d"), tmp_path)["results"]
+    change = {
+        "other-values": lambda flat: {**flat, "acc": np.array([0.9, 0.9])},  # same key, shape and dtype
+        "other-dtype": lambda flat: {**flat, "acc": flat["acc"].astype(np.float32)},
+        "dropped-key": lambda flat: {k: v for k, v in flat.items() if k != "ok"},
+        "added-key": lambda flat: {**flat, "extra": np.ones(1)},
+        "digest-removed": lambda flat: {k: v for k, v in flat.items() if k != "__digest__"},
+    }[alteration]
+    _replace_arrays(path, change)
+    with pytest.warns(CacheWarning, match=path.name) as record:
+        r = cached("figX", f, CONFIG, data_fingerprint="d", cache_dir=tmp_path, verbose=False)
+    assert "digest" in str(record[0].message)
+    assert f.calls == 2 and np.array_equal(r["acc"], [0.1, 1.5])  # recomputed, not the altered values
+    assert np.array_equal(load_results(path)["acc"], [0.1, 1.5])
+
+
+def test_digest_is_stored_in_the_file_and_the_sidecar(tmp_path):
+    f = Counter()
+    cached("figX", f, CONFIG, data_fingerprint="d", cache_dir=tmp_path, verbose=False)
+    paths = cache_paths("figX", cache_key("figX", CONFIG, data_fingerprint="d"), tmp_path)
+    with np.load(paths["results"], allow_pickle=False) as z:
+        flat = {k: z[k] for k in z.files}
+    stored = str(flat.pop("__digest__"))
+    assert stored == cache_mod.results_digest(flat) == json.loads(paths["sidecar"].read_text())["results_digest"]
+    with pytest.raises(ValueError, match="__digest__"):  # reserved
+        save_results(tmp_path / "r.npz", {"__digest__": 1}, key="k", config={})
+
+
+# ----------------------------------------------------------------------------------------------
+# File modes and a cache directory that cannot be written (issue 10, smaller defects)
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o002, 0o664), (0o077, 0o600)])
+def test_cache_files_respect_the_umask(tmp_path, umask, mode):
+    old = os.umask(umask)
+    try:
+        cached("figX", Counter(), CONFIG, data_fingerprint="d", cache_dir=tmp_path, verbose=False)
+    finally:
+        os.umask(old)
+    paths = cache_paths("figX", cache_key("figX", CONFIG, data_fingerprint="d"), tmp_path)
+    for p in (paths["results"], paths["sidecar"]):
+        assert p.stat().st_mode & 0o777 == mode, (p.name, oct(p.stat().st_mode & 0o777))
+
+
+def test_undeletable_corrupt_file_is_reported_as_such(tmp_path, monkeypatch):
+    # Running as root, chmod cannot make the directory read-only: make the delete itself fail.
+    f = Counter()
+    cached("figX", f, CONFIG, data_fingerprint="d", cache_dir=tmp_path, verbose=False)
+    path = cache_paths("figX", cache_key("figX", CONFIG, data_fingerprint="d"), tmp_path)["results"]
+    path.write_bytes(b"junk")
+    real_unlink = type(path).unlink
+
+    def unlink(self, *args, **kwargs):
+        if self.suffix in (".npz", ".json"):
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_unlink(self, *args, **kwargs)
+
+    monkeypatch.setattr(type(path), "unlink", unlink)
+    with pytest.warns(CacheWarning) as record:
+        r = cached("figX", f, CONFIG, data_fingerprint="d", cache_dir=tmp_path, verbose=False)
+    msg = str(record[0].message)
+    assert f"could not delete {path}" in msg and "PermissionError" in msg and "deleting" not in msg, msg
+    assert "recomputing" in msg
+    assert f.calls == 2 and np.array_equal(r["acc"], [0.1, 1.5])
+
+
+def test_results_that_cannot_be_stored_are_returned_uncached(tmp_path, monkeypatch, capsys):
+    def read_only(path, write):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(cache_mod, "atomic_write_bytes", read_only)
+    f = Counter()
+    with pytest.warns(CacheWarning, match="could not store the results in .*figX-.*npz.*PermissionError.*uncached"):
+        r = cached("figX", f, CONFIG, data_fingerprint="d", cache_dir=tmp_path)
+    assert f.calls == 1 and np.array_equal(r["acc"], [0.1, 1.5])
+    assert "computed (not cached)" in capsys.readouterr().out
+    assert not list(tmp_path.glob("*.npz"))
+
+
+def test_checkpoints_go_to_a_temporary_folder_when_the_cache_cannot_hold_them(tmp_path):
+    (tmp_path / "checkpoints").write_bytes(b"a file where the checkpoint folder should be")
+    f = Counter()
+    with pytest.warns(CacheWarning, match="cannot write checkpoints to .*temporary folder"):
+        r = cached("figX", f, CONFIG, data_fingerprint="d", cache_dir=tmp_path, verbose=False)
+    assert f.calls == 1 and np.array_equal(r["acc"], [0.1, 1.5])
+    assert not f.dirs[0].is_relative_to(tmp_path) and not f.dirs[0].exists()  # used, then removed
+
+
+def test_undeletable_corrupt_checkpoints_are_not_met_again(tmp_path, monkeypatch):
+    calls = []
+
+    def compute(ckpt):
+        calls.append(ckpt)
+        if (ckpt / "run.npz").exists():
+            raise CheckpointError(f"checkpoint {ckpt / 'run.npz'} is unreadable or truncated")
+        if len(calls) == 1:
+            (ckpt / "run.npz").write_bytes(b"junk")
+            raise CheckpointError(f"checkpoint {ckpt / 'run.npz'} is unreadable or truncated")
+        return {"x": np.ones(1)}
+
+    def rmtree(path, *args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(cache_mod.shutil, "rmtree", rmtree)
+    with pytest.warns(CacheWarning, match="could not delete the checkpoints in .*temporary folder"):
+        r = cached("figX", compute, CONFIG, data_fingerprint="d", cache_dir=tmp_path, verbose=False)
+    assert len(calls) == 2 and calls[1] != calls[0] and r["x"][0] == 1.0
+    monkeypatch.undo()
+    cache_mod._remove(calls[1])
+
+
+@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0, reason="root ignores a read-only directory")
+def test_read_only_cache_directory(tmp_path):
+    f = Counter()
+    cached("figX", f, CONFIG, data_fingerprint="d", cache_dir=tmp_path, verbose=False)
+    path = cache_paths("figX", cache_key("figX", CONFIG, data_fingerprint="d"), tmp_path)["results"]
+    path.write_bytes(b"junk")
+    os.chmod(tmp_path, 0o555)
+    try:
+        with pytest.warns(CacheWarning) as record:
+            r = cached("figX", f, CONFIG, data_fingerprint="d", cache_dir=tmp_path, verbose=False)
+    finally:
+        os.chmod(tmp_path, 0o755)
+    messages = [str(w.message) for w in record]
+    assert any(f"could not delete {path}" in m for m in messages), messages
+    assert any("could not store the results" in m for m in messages), messages
+    assert f.calls == 2 and np.array_equal(r["acc"], [0.1, 1.5])
 
 
 def test_load_results_refuses_foreign_npz(tmp_path):

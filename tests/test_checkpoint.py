@@ -7,6 +7,7 @@ truncated, written by a different configuration, or by a run that already finish
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from typing import NamedTuple
@@ -259,3 +260,245 @@ def test_config_that_cannot_be_saved_is_refused_before_any_compute(tmp_path):
         _train(tmp_path / "run.npz", apply_fn=recorder, config={"schedule": object()})
     assert recorder.calls == 0
     assert not (tmp_path / "run.npz").exists()
+
+
+# ----------------------------------------------------------------------------------------------
+# The whole TrainState is saved: the policy (a Gauss–Newton run's damping, an Adam-solved run's
+# criterion) survives an interruption
+# ----------------------------------------------------------------------------------------------
+
+
+class _Interrupt(Exception):
+    pass
+
+
+def _interrupt_at(step):
+    def callback(t, state):
+        if t == step:  # before the checkpoint of this evaluation point is written
+            raise _Interrupt
+        return {}
+
+    return callback
+
+
+def _tanh_model(params, x):
+    return jnp.tanh(x @ params["w"]) @ params["v"]
+
+
+def _tanh_params(seed):
+    k1, k2 = jax.random.split(jax.random.PRNGKey(seed))
+    return {"w": 0.5 * jax.random.normal(k1, (3, 5)), "v": 0.5 * jax.random.normal(k2, (5, 1))}
+
+
+def test_interrupted_gauss_newton_sweep_resumes_with_its_damping(tmp_path):
+    from iterlin.gauss_newton import gauss_newton_train, init_gauss_newton_state
+
+    x, y = _problem()
+    params = tree_stack([_tanh_params(0), _tanh_params(1)])
+    kw = dict(steps=6, eval_every=2, step_size=0.7)
+    ref, ref_hist = gauss_newton_train(_tanh_model, params, (x, y), damping=[0.1, 3.0], **kw)
+    path = tmp_path / "gn.npz"
+    with pytest.raises(_Interrupt):
+        gauss_newton_train(_tanh_model, params, (x, y), damping=[0.1, 3.0], checkpoint=path,
+                           callback=_interrupt_at(4), **kw)
+    template = init_gauss_newton_state(params, [0.1, 3.0], stacked=True)
+    (state, _), meta = load_checkpoint(path, (template, ()))
+    assert meta["done"] == 2 and np.asarray(state.policy).tolist() == pytest.approx([0.1, 3.0])
+    got, hist = gauss_newton_train(_tanh_model, params, (x, y), damping=[0.1, 3.0], checkpoint=path, **kw)
+    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(ref)):
+        np.testing.assert_array_equal(a, b)
+    for k in ref_hist:
+        np.testing.assert_array_equal(hist[k], ref_hist[k], err_msg=k)
+    with pytest.raises(CheckpointError, match="different run configuration"):  # another damping
+        gauss_newton_train(_tanh_model, params, (x, y), damping=[0.1, 2.0], checkpoint=path, **kw)
+    with pytest.raises(CheckpointError, match="different run configuration"):  # another step size
+        gauss_newton_train(_tanh_model, params, (x, y), damping=[0.1, 3.0], checkpoint=path,
+                           **{**kw, "step_size": 0.5})
+
+
+def test_interrupted_adam_solved_run_resumes_with_its_criterion_state(tmp_path):
+    from iterlin.adam_solve import train_adam_solved
+
+    x, _ = _problem(n=16)
+    y = (x[:, 0] + 0.5 * x[:, 1] > 0).astype(jnp.int32)
+    params = {"w": 0.3 * jax.random.normal(jax.random.PRNGKey(2), (3, 2))}
+    apply_fn = lambda p, x: x @ p["w"]  # noqa: E731
+    kw = dict(lr=0.05, steps=12, K=4, target_acc=None, check_every=2, plateau_tol=0.0, batch_size=8, eval_every=3)
+    ref, ref_hist = train_adam_solved(apply_fn, params, (x, y), **kw)
+    path = tmp_path / "adam.npz"
+    with pytest.raises(_Interrupt):
+        train_adam_solved(apply_fn, params, (x, y), checkpoint=path, callback=_interrupt_at(9), **kw)
+    got, hist = train_adam_solved(apply_fn, params, (x, y), checkpoint=path, **kw)
+    np.testing.assert_array_equal(got["w"], ref["w"])
+    assert sorted(hist) == sorted(ref_hist)
+    for k in ref_hist:
+        np.testing.assert_array_equal(hist[k], ref_hist[k], err_msg=k)
+    assert list(hist["relin_step"]) == [4, 8, 12]  # the log lives in the policy and was resumed
+
+
+# ----------------------------------------------------------------------------------------------
+# The progress counter must agree with the checkpoint's contents (issue 10, item 7)
+# ----------------------------------------------------------------------------------------------
+
+
+def _edit_meta(path, edit):
+    """Rewrite checkpoint ``path`` with ``edit(meta)`` applied to its JSON (the leaves kept)."""
+    with np.load(path, allow_pickle=False) as z:
+        arrays = {k: z[k] for k in z.files}
+    meta = json.loads(str(arrays.pop("meta")))
+    edit(meta)
+    np.savez(path, **arrays, meta=np.asarray(json.dumps(meta)))
+
+
+def _killed(path, steps=6, at=4):
+    """A run of ``steps`` steps (points every 2) interrupted at step ``at``: its checkpoint at ``path``."""
+    with pytest.raises(_Interrupt):
+        _train(path, steps=steps, callback=_interrupt_at(at))
+    (_, _), meta = load_checkpoint(path, _template())
+    return meta
+
+
+def _template():
+    from iterlin.training import init_state
+
+    return (init_state(PARAMS, BASE["optimizer"], BASE["K"]), ())
+
+
+def _set(key, value):
+    def edit(meta):
+        meta[key] = value
+
+    return edit
+
+
+def _history_rows(n):
+    def edit(meta):
+        meta["history"] = {k: (v + v)[:n] for k, v in meta["history"].items()}
+        meta["history"]["step"] = [0, 2, 4, 6][:n]
+
+    return edit
+
+
+@pytest.mark.parametrize(
+    "edit, fragment",
+    [
+        (_set("done", 4), "done=4 evaluation points, but the history has other row counts"),  # "finished"
+        (_set("done", 1), "done=1 evaluation points"),
+        (_set("done", 0), "done=0 must be an integer in 1..4"),
+        (_set("done", 9), "done=9 must be an integer in 1..4"),
+        (_set("done", "2"), "done='2' must be"),
+        (_set("done", None), "done=None must be"),
+        (_history_rows(4), "done=2 evaluation points, but the history has other row counts"),
+        ([_history_rows(4), _set("done", 4)], "done=4 means the state is at step 6, but its step counter is 2"),
+        (lambda m: m["history"].update(step=[0, 3]), "the recorded steps [0, 3] are not the evaluation points [0, 2]"),
+        (_set("history", []), "its history is list"),
+    ],
+    ids=["finished", "fewer", "zero", "beyond", "str", "none", "rows", "step-counter", "steps", "history-type"],
+)
+def test_a_checkpoint_whose_progress_disagrees_with_its_contents_is_refused(tmp_path, edit, fragment):
+    path = tmp_path / "run.npz"
+    meta = _killed(path)
+    assert meta["done"] == 2 and meta["history"]["step"] == [0, 2]
+    for e in edit if isinstance(edit, list) else [edit]:
+        _edit_meta(path, e)
+    recorder = Recorder()
+    with pytest.raises(CheckpointError) as info:
+        _train(path, apply_fn=recorder, steps=6)
+    msg = str(info.value)
+    assert f"checkpoint {path} is inconsistent" in msg and fragment in msg and "Delete it" in msg, msg
+    assert recorder.calls == 0, "refused before any compute"
+
+
+def test_an_edited_counter_is_not_returned_as_a_truncated_final_history(tmp_path):
+    # The issue: done set to "finished" after a kill gave steps [0, 2] of 6 as the final result.
+    # Through the result cache, the refused checkpoint is deleted and the run restarted from scratch.
+    from iterlin.cache import CacheWarning, cached
+
+    ref_params, ref = _train(None, steps=6)
+    cache_dir = tmp_path / "cache"
+
+    def compute(ckpt):
+        params, history = _train(ckpt / "run.npz", steps=6)
+        return {"params": params["w"], "history": history}
+
+    first = []
+
+    def killed(ckpt):
+        first.append(ckpt)
+        _killed(ckpt / "run.npz")
+        _edit_meta(ckpt / "run.npz", _set("done", 4))
+        return compute(ckpt)
+
+    with pytest.warns(CacheWarning, match="inconsistent.*recomputing from scratch"):
+        out = cached("toy", lambda ckpt: killed(ckpt) if not first else compute(ckpt), {"run": 1},
+                     data_fingerprint="d", cache_dir=cache_dir, verbose=False)
+    assert out["history"]["step"].tolist() == [0, 2, 4, 6]
+    np.testing.assert_array_equal(out["params"], ref_params["w"])
+    for k in ref:
+        np.testing.assert_array_equal(out["history"][k], ref[k], err_msg=k)
+
+
+def test_a_consistent_checkpoint_still_resumes(tmp_path):
+    path = tmp_path / "run.npz"
+    _killed(path)
+    _, ref = _train(None, steps=6)
+    _, got = _train(path, steps=6)
+    for k in ref:
+        np.testing.assert_array_equal(got[k], ref[k], err_msg=k)
+
+
+# ----------------------------------------------------------------------------------------------
+# The progress bar of a resumed run (issue 10, smaller defects)
+# ----------------------------------------------------------------------------------------------
+
+
+class _Bar:
+    bars: list = []
+
+    def __init__(self, total, initial=0, **kwargs):
+        self.total, self.initial, self.n = total, initial, initial
+        _Bar.bars.append(self)
+
+    def update(self, k):
+        self.n += k
+
+    def close(self):
+        pass
+
+
+@pytest.mark.parametrize("at", [4, 6], ids=["after-2", "after-4"])
+def test_the_progress_bar_of_a_resumed_run_starts_where_it_stopped_and_ends_at_the_total(tmp_path, monkeypatch, at):
+    import tqdm.auto
+
+    path = tmp_path / "run.npz"
+    _killed(path, at=at)  # the checkpoint holds the points before ``at``
+    monkeypatch.setattr(tqdm.auto, "tqdm", _Bar)
+    _Bar.bars = []
+    _train(path, steps=6, progress=True)
+    (bar,) = _Bar.bars
+    assert (bar.initial, bar.n, bar.total) == (at - 2, 6, 6)
+    _Bar.bars = []
+    _train(path, steps=6, progress=True)  # a finished run: full bar, nothing to do
+    assert [(b.initial, b.n, b.total) for b in _Bar.bars] == [(6, 6, 6)]
+
+
+# ----------------------------------------------------------------------------------------------
+# File modes (issue 10, smaller defects): as a plainly created file, not mkstemp's 0600
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o027, 0o640), (0o077, 0o600)])
+def test_checkpoints_and_atomic_writes_respect_the_umask(tmp_path, umask, mode):
+    from iterlin.checkpoint import new_file_mode
+
+    old = os.umask(umask)
+    try:
+        assert new_file_mode() == mode
+        save_checkpoint(tmp_path / "c.npz", _tree(), {"done": 1})
+        atomic_write_bytes(tmp_path / "b.bin", lambda f: f.write(b"x"))
+        with open(tmp_path / "plain", "wb"):
+            pass
+    finally:
+        os.umask(old)
+    for name in ("c.npz", "b.bin", "plain"):
+        assert (tmp_path / name).stat().st_mode & 0o777 == mode, name

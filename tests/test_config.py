@@ -1,4 +1,11 @@
-"""Experiment configs: defaults per scale, overrides, and every bad parameter named up front."""
+"""iterlin.config: the pure ``resolve(name, scales, scale, overrides, *, expand)``, every knob's
+validator, and every bad parameter named up front.
+
+The tables here are small stand-ins shaped like the experiments' (a sweep like Fig. 3's, a size
+sweep like Fig. 5's, single values like Fig. 8's, a λ grid like Fig. 9's). That every real
+experiment's defaults validate at every scale is tested with the registry
+(tests/experiments/test_registry.py).
+"""
 
 from __future__ import annotations
 
@@ -7,54 +14,107 @@ import math
 
 import pytest
 
-from iterlin.config import SCALE_NAMES, SCALES, VALIDATORS, describe, resolve, revalidate
+from iterlin.config import MAX_RUNS, SCALE_NAMES, VALIDATORS, describe, halvings, resolve
+
+INF = math.inf
+
+#: Like Fig. 3: a K sweep, mini-batches, augmentation.
+SWEEP = {
+    "smoke": dict(K=[1, 3], lr=0.05, steps=24, batch_size=32, augment=True, n_train=256, n_test=200, seed=0,
+                  n_evals=6),
+    "gpu": dict(K=[1, 4000], lr=1e-2, steps=40_000, batch_size=256, augment=True, n_train=None, n_test=None,
+                seed=0, n_evals=40),
+    "paper": dict(K=[1, 5_000_000], lr=1e-4, steps=60_000_000, batch_size=256, augment=True, n_train=50_000,
+                  n_test=10_000, seed=0, n_evals=200),
+}
+#: Like Fig. 2: K = ∞ in the default sweep.
+WITH_INF = {s: {**v, "K": [1, 4, INF]} for s, v in SWEEP.items()}
+#: Like Fig. 5: a list of training-set sizes, a single size expanding to halvings.
+SIZES = {s: {**v, "n_train": [16, 32, 64] if s == "smoke" else [None], "batch_size": None} for s, v in SWEEP.items()}
+#: Like Fig. 8 and Fig. 9: one period, Adam's rate, a λ grid.
+SINGLE = {s: dict(K=15, lr_adam=1e-3, damping=[0.0, 1.0], steps=30, batch_size=None, n_train=12, x64=True)
+          for s in SCALE_NAMES}
 
 
-@pytest.mark.parametrize("experiment", sorted(SCALES))
+def r(overrides=None, scale="smoke", scales=SWEEP, name="fig3", **kw):
+    return resolve(name, scales, scale, overrides, **kw)
+
+
+@pytest.mark.parametrize("scales", [SWEEP, WITH_INF, SIZES, SINGLE])
 @pytest.mark.parametrize("scale", SCALE_NAMES)
-def test_every_default_validates_and_is_json(experiment, scale):
-    config = resolve(experiment, scale)
-    assert config["experiment"] == experiment and config["scale"] == scale
-    assert set(config) == set(SCALES[experiment][scale]) | {"experiment", "scale"}
-    assert all(k in VALIDATORS for k in SCALES[experiment][scale])
+def test_defaults_validate_and_are_json(scales, scale):
+    config = r(scales=scales, scale=scale, name="toy")
+    assert config["experiment"] == "toy" and config["scale"] == scale
+    assert set(config) == set(scales[scale]) | {"experiment", "scale"}
+    assert all(k in VALIDATORS for k in scales[scale])
     # JSON round trip (K = inf is written Infinity and read back as inf)
     assert json.loads(json.dumps(config)) == config
-
-
-@pytest.mark.parametrize("experiment", sorted(SCALES))
-def test_same_keys_at_every_scale(experiment):
-    keys = [set(SCALES[experiment][s]) for s in SCALE_NAMES]
-    assert keys[0] == keys[1] == keys[2]
+    # resolving a resolved config again changes nothing
+    assert r({k: v for k, v in config.items() if k not in ("experiment", "scale")}, scale=scale, scales=scales,
+             name="toy") == config
 
 
 def test_none_keeps_default_and_values_override():
-    base = resolve("fig3")
-    assert resolve("fig3", lr=None, steps=None, K=None) == base
-    c = resolve("fig3", lr=0.3, steps=7, seed=4)
+    base = r()
+    assert r(dict(lr=None, steps=None, K=None)) == base
+    c = r(dict(lr=0.3, steps=7, seed=4))
     assert (c["lr"], c["steps"], c["seed"]) == (0.3, 7, 4)
-    assert resolve("fig3", "paper")["K"] == [1, 5_000_000]
+    assert r(scale="paper")["K"] == [1, 5_000_000]
+    assert r()["K"] == [1, 3] and r(scale="gpu")["n_train"] is None
 
 
 def test_papermill_floats_are_accepted():
-    c = resolve("fig3", K=5e6, steps=1e3, n_train=512.0)
+    c = r(dict(K=5e6, steps=1e3, n_train=512.0))
     assert c["K"] == [1, 5_000_000] and isinstance(c["K"][1], int)
     assert c["steps"] == 1000 and isinstance(c["steps"], int)
     assert c["n_train"] == 512
 
 
 def test_K_scalar_becomes_sweep_with_reference_and_inf():
-    assert resolve("fig2", K=10)["K"] == [1, 10]
-    assert resolve("fig2", K=1)["K"] == [1]
-    assert resolve("fig2", K=math.inf)["K"] == [1, math.inf]
-    assert resolve("fig2", K="inf")["K"] == [1, math.inf]
-    assert resolve("fig2", K=[math.inf, 100, 10, 10])["K"] == [1, 10, 100, math.inf]
-    assert resolve("fig3", K=2**40)["K"] == [1, math.inf]  # beyond any step count
+    assert r(dict(K=10), scales=WITH_INF)["K"] == [1, 10]
+    assert r(dict(K=1), scales=WITH_INF)["K"] == [1]
+    assert r(dict(K=math.inf), scales=WITH_INF)["K"] == [1, math.inf]
+    assert r(dict(K="inf"), scales=WITH_INF)["K"] == [1, math.inf]
+    assert r(dict(K=[math.inf, 100, 10, 10]), scales=WITH_INF)["K"] == [1, 10, 100, math.inf]
+    assert r(dict(K=2**40))["K"] == [1, math.inf]  # beyond any step count
+    assert r(scales=WITH_INF)["K"] == [1, 4, math.inf]
 
 
-def test_fig5_single_size_expands_to_halvings():
-    assert resolve("fig5", n_train=400)["n_train"] == [100, 200, 400]
-    assert resolve("fig5", n_train=[300, 100])["n_train"] == [100, 300]
-    assert resolve("fig5", "gpu", n_train="all")["n_train"] == [None]
+def test_single_values_stay_single():
+    c = r(dict(K=5e6), scales=SINGLE)
+    assert c["K"] == 5_000_000
+    with pytest.raises(ValueError, match=r"K=\[1, 5\] is not allowed: K must be a single period here"):
+        r(dict(K=[1, 5]), scales=SINGLE)
+    with pytest.raises(ValueError, match=r"lr_adam=\[0.1\] is not allowed: lr_adam must be a single value"):
+        r(dict(lr_adam=[0.1]), scales=SINGLE)
+    with pytest.raises(ValueError, match=r"n_test=\[10, 20\] is not allowed: n_test must be a single value here"):
+        r(dict(n_test=[10, 20]))
+
+
+def test_list_valued_reals_and_counts():
+    assert r(dict(damping=0.5), scales=SINGLE)["damping"] == [0.5]
+    assert r(dict(damping=[1, 0, 1]), scales=SINGLE)["damping"] == [0.0, 1.0]
+    with pytest.raises(ValueError, match=r"damping\[1\]=-1.0 is not allowed"):
+        r(dict(damping=[0.1, -1.0]), scales=SINGLE)
+    with pytest.raises(ValueError, match=r"damping=\[\] is not allowed: damping must list at least one value"):
+        r(dict(damping=[]), scales=SINGLE)
+    with pytest.raises(ValueError, match="x64='yes' is not allowed"):
+        r(dict(x64="yes"), scales=SINGLE)
+    assert r(dict(n_train=[64, 16, 16]), scales=SIZES)["n_train"] == [16, 64]
+    assert r(dict(n_train=["all"]), scales=SIZES)["n_train"] == [None]
+    with pytest.raises(ValueError, match=r"n_train\[1\]=0 is not allowed"):
+        r(dict(n_train=[16, 0]), scales=SIZES)
+
+
+def test_expand_rule_for_a_single_value():
+    expand = {"n_train": halvings}
+    assert r(dict(n_train=400), scales=SIZES, expand=expand)["n_train"] == [100, 200, 400]
+    assert r(dict(n_train=[300, 100]), scales=SIZES, expand=expand)["n_train"] == [100, 300]
+    assert r(dict(n_train="all"), scale="gpu", scales=SIZES, expand=expand)["n_train"] == [None]
+    assert r(dict(n_train=400), scales=SIZES)["n_train"] == [400]  # no rule: [v]
+    assert r(scales=SIZES, expand=expand)["n_train"] == [16, 32, 64]  # a list default is kept
+    assert halvings(400) == [100, 200, 400] and halvings(2) == [1, 2] and halvings(None) == [None]
+    assert halvings(1000, count=2) == [500, 1000]
 
 
 @pytest.mark.parametrize(
@@ -82,50 +142,146 @@ def test_fig5_single_size_expands_to_halvings():
         (dict(batch_size=5000), "batch_size=5000"),
         (dict(n_test=-5), "n_test=-5"),
         (dict(augment="yes"), "augment='yes'"),
-        (dict(damping=0.1), "damping=0.1"),  # fig3 has no damping: unknown parameter, named
+        (dict(damping=0.1), "damping=0.1"),  # no damping in this experiment: unknown parameter, named
     ],
 )
 def test_bad_values_are_named(kwargs, names):
     with pytest.raises(ValueError) as e:
-        resolve("fig3", **kwargs)
+        r(kwargs)
     msg = str(e.value)
     assert names in msg, msg
     assert "not allowed" in msg
 
 
-def test_unknown_scale_and_experiment_are_named():
+def test_unknown_scale_and_parameter_are_named():
     with pytest.raises(ValueError, match=r"scale='foo' is not allowed.*'smoke', 'gpu', 'paper'"):
-        resolve("fig3", scale="foo")
-    with pytest.raises(ValueError, match=r"experiment='fig99' is not allowed"):
-        resolve("fig99")
+        r(scale="foo")
+    with pytest.raises(ValueError, match=r"damping=0.1 is not allowed: fig3 has no parameter 'damping'; "
+                                         r"its parameters are: K, augment, batch_size"):
+        r(dict(damping=0.1))
+
+
+def test_a_key_without_validator_is_a_programming_error():
+    with pytest.raises(KeyError, match="config key 'colour' of toy has no validator"):
+        resolve("toy", {s: {"colour": "red"} for s in SCALE_NAMES}, "smoke", {})
 
 
 def test_batch_size_larger_than_n_train_is_named():
     with pytest.raises(ValueError, match=r"batch_size=300 is not allowed.*n_train=200"):
-        resolve("fig3", n_train=200, batch_size=300)
+        r(dict(n_train=200, batch_size=300))
     with pytest.raises(ValueError, match=r"batch_size=50 is not allowed.*n_train=32"):
-        resolve("fig5", n_train=[32, 64], batch_size=50)
+        r(dict(n_train=[32, 64], batch_size=50), scales=SIZES)  # the smallest size counts
+    assert r(dict(n_train="all", batch_size=50_000))["batch_size"] == 50_000  # checked when the data is loaded
+    with pytest.raises(ValueError, match=r"batch_size=1000000 is not allowed: .*<= 50000"):
+        r(dict(n_train="all", batch_size=10**6))
 
 
 def test_resolve_returns_a_fresh_copy():
-    c = resolve("fig2")
+    c = r(scales=WITH_INF)
     c["K"].append(12345)
-    assert 12345 not in resolve("fig2")["K"]
+    assert 12345 not in r(scales=WITH_INF)["K"] and WITH_INF["smoke"]["K"] == [1, 4, INF]
 
 
 def test_describe():
     assert describe({"K": [1, math.inf], "lr": 0.001, "n": None}) == "K=[1, inf], lr=0.001, n=None"
 
 
-@pytest.mark.parametrize("experiment", sorted(SCALES))
-@pytest.mark.parametrize("scale", SCALE_NAMES)
-def test_revalidate_is_idempotent(experiment, scale):
-    c = resolve(experiment, scale)
-    assert revalidate(c) == c
-    with pytest.raises(ValueError, match="config=.*is not allowed"):
-        revalidate({"K": 1})
-
-
 def test_all_images():
-    assert resolve("fig3", n_train="all")["n_train"] is None
-    assert revalidate(resolve("fig5", n_train="all"))["n_train"] == [None]
+    assert r(dict(n_train="all"))["n_train"] is None
+    assert r(dict(n_train="all"), scales=SIZES, expand={"n_train": halvings})["n_train"] == [None]
+
+
+# ----------------------------------------------------------------------------------------------
+# Upper bounds of every count (issue 10, items 1-3): stated in the message, before any compute
+# ----------------------------------------------------------------------------------------------
+
+#: Like Figs. 1 and 9: seeds seed .. seed + n_seeds - 1, a λ grid; and Fig. 2's factor.
+SEEDS = {s: dict(damping=[0.0, 1.0], steps=200, seed=0, n_seeds=10, n_functions=10, n_train=20, n_test=1000,
+                 n_evals=10, n_relin=5, max_relin=10, gn_steps=20, factor=2, epochs=3, n_probe=8)
+         for s in SCALE_NAMES}
+
+#: (key, the largest allowed value, what the message says about the bound)
+BOUNDS = [
+    ("steps", 2**31 - 1, "step counters are int32"),
+    ("epochs", 2**31 - 1, "step counters are int32"),
+    ("gn_steps", 2**31 - 1, "step counters are int32"),
+    ("n_relin", 2**31 - 1, "step counters are int32"),
+    ("max_relin", 2**31 - 1, "step counters are int32"),
+    ("seed", 2**32 - 10, "jax.random.PRNGKey distinguishes exactly the seeds 0 .. 2**32 - 1"),
+    ("n_seeds", 5000, "10000"),  # 5000 seeds x 2 λ = MAX_RUNS: above it, the runs cross-check speaks
+    ("n_functions", 10_000, "at most 10000 runs"),
+    ("n_evals", 10_000, "each evaluation point"),
+    ("n_train", 50_000, "CIFAR-10 has 50000 training images"),
+    ("n_test", 10_000, "CIFAR-10 has 10000 test images"),
+    ("n_probe", 50_000, "CIFAR-10 has 50000 training images"),
+]
+
+
+@pytest.mark.parametrize("key, top, why", BOUNDS, ids=[b[0] for b in BOUNDS])
+def test_every_count_has_an_upper_bound_stated_in_the_message(key, top, why):
+    scales = SEEDS
+    if key in ("steps",):  # a step count x factor must fit too: check it without factor
+        scales = {s: {k: v for k, v in d.items() if k != "factor"} for s, d in SEEDS.items()}
+    assert r({key: top}, scales=scales, name="toy")[key] == top
+    for bad in (top + 1, 1e20, 3e9 if top < 3e9 else 1e10, 10**400):
+        if key == "seed" and bad == top + 1:
+            continue  # allowed alone; seed + n_seeds - 1 is the cross-check below
+        with pytest.raises(ValueError) as e:
+            r({key: bad}, scales=scales, name="toy")
+        msg = str(e.value)
+        assert msg.startswith(f"{key}=") and "is not allowed" in msg and why in msg, msg
+
+
+def test_papermills_huge_values_are_refused_naming_the_parameter():
+    # the issue: -p steps 1e20 / 3e9 trained until killed; -p seed 1e20 crashed with OverflowError later
+    for kwargs, fragment in [
+        (dict(steps=1e20), "steps=1e+20 is not allowed: steps must be an integer >= 1 and <= 2147483647"),
+        (dict(steps=3e9), "steps=3000000000.0 is not allowed"),
+        (dict(seed=1e20), "seed=1e+20 is not allowed: seed must be an integer >= 0 and <= 4294967295"),
+        (dict(n_evals=1e9), "n_evals=1000000000.0 is not allowed"),
+        (dict(n_train=1e9), "n_train=1000000000.0 is not allowed"),
+        (dict(n_test=60_000), "n_test=60000 is not allowed"),
+        (dict(batch_size=10**9), "batch_size=1000000000 is not allowed"),
+    ]:
+        with pytest.raises(ValueError) as e:
+            r(kwargs)
+        assert fragment in str(e.value), str(e.value)
+
+
+def test_K_beyond_every_step_count_is_never_relinearising():
+    # K is stored in an int32 counter too: a finite K is at most 2**31 - 1, larger means K = inf
+    assert r(dict(K=2**31 - 1))["K"] == [1, 2**31 - 1]
+    assert r(dict(K=2**31))["K"] == [1, INF]
+    assert r(dict(K=1e20))["K"] == [1, INF]
+    assert r(dict(K=10**400))["K"] == [1, INF]
+
+
+def test_seeds_are_exactly_the_ones_prngkey_distinguishes():
+    assert r(dict(seed=2**32 - 1))["seed"] == 2**32 - 1
+    for bad in (2**32, 2**32 + 5, 2**64):
+        with pytest.raises(ValueError, match=rf"seed={bad} is not allowed: seed must be an integer >= 0 and "
+                                             r"<= 4294967295 \(jax.random.PRNGKey"):
+            r(dict(seed=bad))
+    # with n_seeds, the largest seed used, seed + n_seeds - 1, must be in range too
+    assert r(dict(seed=2**32 - 10, n_seeds=10), scales=SEEDS, name="toy")["seed"] == 2**32 - 10
+    with pytest.raises(ValueError, match=r"seed=4294967287, n_seeds=10 is not allowed: .*"
+                                         r"seed \+ n_seeds - 1 = 4294967296 must be <= 4294967295"):
+        r(dict(seed=2**32 - 9, n_seeds=10), scales=SEEDS, name="toy")
+
+
+def test_mini_batch_steps_times_factor_fit_the_step_counter():
+    base = {k: v for k, v in SEEDS["smoke"].items() if k != "n_seeds"}
+    scales = {s: base for s in SCALE_NAMES}
+    assert r(dict(steps=2**30 - 1, factor=2), scales=scales, name="toy")["factor"] == 2
+    with pytest.raises(ValueError, match=r"steps=1073741824, factor=2 is not allowed: .* steps x factor = "
+                                         r"2147483648 steps, which must be <= 2147483647"):
+        r(dict(steps=2**30, factor=2), scales=scales, name="toy")
+
+
+def test_runs_of_a_sweep_are_capped():
+    assert r(dict(n_seeds=MAX_RUNS // 2), scales=SEEDS, name="toy")["n_seeds"] == MAX_RUNS // 2  # 2 λ values
+    with pytest.raises(ValueError, match=r"n_seeds=5001, len\(damping\)=2 is not allowed: .* = 10002 runs; "
+                                         r"the most allowed is MAX_RUNS=10000"):
+        r(dict(n_seeds=MAX_RUNS // 2 + 1), scales=SEEDS, name="toy")
+    with pytest.raises(ValueError, match=r"len\(K\)=10001 is not allowed"):
+        r(dict(K=list(range(1, 10_002))))

@@ -321,6 +321,48 @@ def test_missing_batch_file_named(tmp_path):
         read_cifar10(d)
 
 
+def test_oversized_batch_file_is_refused_before_it_is_read(tmp_path, monkeypatch):
+    # The issue: a 3 GiB data_batch_1 (a valid pickle plus padding) was read whole. Like archive
+    # members, batch files are capped (64 MiB; lowered here), checked before reading.
+    d = write_dir(tmp_path, make_batches(2))
+    size = (d / "test_batch").stat().st_size
+    monkeypatch.setattr(data, "_MAX_MEMBER_BYTES", size + 100)
+    assert read_cifar10(d).x_test.shape[0] == 2  # under the cap: read as before
+    padded = (d / "data_batch_1").read_bytes() + b"\0" * 200  # still a valid pickle (padding after STOP)
+    assert pickle.loads(padded)[b"labels"]
+    (d / "data_batch_1").write_bytes(padded)
+    reads = []
+    real_open = open
+
+    def spy_open(path, *args, **kwargs):
+        f = real_open(path, *args, **kwargs)
+        if str(path).endswith("data_batch_1"):
+            reads.append(path)
+        return f
+
+    monkeypatch.setattr("builtins.open", spy_open)
+    with pytest.raises(DataError, match=rf"data_batch_1: batch file is {len(padded)} bytes, over the "
+                                        rf"{size + 100} byte limit"):
+        read_cifar10(d)
+    assert reads == [], "refused by its size, before any read"
+
+
+def test_a_batch_file_that_grows_past_the_cap_while_read_is_refused(tmp_path, monkeypatch):
+    d = write_dir(tmp_path, make_batches(2))
+    limit = (d / "test_batch").stat().st_size + 10
+    monkeypatch.setattr(data, "_MAX_MEMBER_BYTES", limit)
+    real_stat = Path.stat
+
+    def small_stat(self, *args, **kwargs):  # the size seen before reading is under the cap ...
+        st = real_stat(self, *args, **kwargs)
+        return os.stat_result((*st[:6], min(st.st_size, 1), *st[7:])) if self.name == "data_batch_2" else st
+
+    (d / "data_batch_2").write_bytes((d / "data_batch_2").read_bytes() + b"\0" * 100)  # ... the bytes are not
+    monkeypatch.setattr(Path, "stat", small_stat)
+    with pytest.raises(DataError, match=rf"data_batch_2: batch file is more than {limit} bytes"):
+        read_cifar10(d)
+
+
 def test_official_size_file_must_have_official_md5(tmp_path):
     batches = make_batches(2)
     d = write_dir(tmp_path, batches)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from functools import partial
 
 import flax.linen as nn
@@ -13,15 +14,18 @@ import optax
 import pytest
 from jax.flatten_util import ravel_pytree
 
+from iterlin.closed_form import gradient_flow_limit, gradient_flow_params
 from iterlin.gauss_newton import (
     KERNEL_MAX_OUTPUTS,
     flat_jacobian,
     gauss_newton_step,
     gauss_newton_train,
+    init_gauss_newton_state,
     make_gauss_newton_step,
     select_solver,
 )
-from iterlin.training import train
+from iterlin.training import fit, train
+from iterlin.tree import tree_index, tree_stack
 
 
 class MLP(nn.Module):
@@ -237,11 +241,11 @@ def test_gauss_newton_train_equals_repeated_steps(x64):
 
 def test_gauss_newton_step_fn_contract_and_freezing(x64):
     apply_fn, params, x, y = _quintic_toy()
-    step = jax.jit(make_gauss_newton_step(apply_fn, damping=1.0))
-    from iterlin.training import init_state
-
-    state = init_state(params, optax.identity(), 1)
+    step = jax.jit(make_gauss_newton_step(apply_fn))
+    state = init_gauss_newton_state(params, 1.0)
+    assert float(state.policy) == 1.0 and state.policy.shape == ()
     state1, m = step(state, (x, y))
+    assert float(state1.policy) == 1.0
     assert int(state1.step) == 1 and int(state1.n_relin) == 1
     assert _flat(state1.params_s).tolist() == _flat(state1.params).tolist()
     np.testing.assert_allclose(float(m["loss"]), np.mean(0.5 * (np.asarray(apply_fn(params, x)) - np.asarray(y)) ** 2))
@@ -268,18 +272,31 @@ def test_gauss_newton_step_fn_contract_and_freezing(x64):
         (dict(damping=1.0, step_size=0.0), "step_size"),
         (dict(damping=1.0, cg_tol=-1e-3), "cg_tol"),
         (dict(damping=1.0, cg_maxiter=0), "cg_maxiter"),
+        (dict(damping=1.0, filter="newton"), "filter"),
         (dict(damping=1.0, loss="ce", solver="kernel_cg"), "kernel_cg"),
+        (dict(damping=1.0, filter="flow", loss="ce"), "filter='flow'"),
+        (dict(damping=1.0, filter="flow", solver="kernel_cg"), "filter='flow'"),
+        (dict(damping=1.0, filter="flow", solver="primal_cg"), "filter='flow'"),
+        (dict(damping=1.0, filter="flow", damping_mode="relative"), "filter='flow'"),
+        (dict(damping=-1.0, filter="flow"), "damping"),
+        (dict(damping=float("nan"), filter="flow"), "damping"),
+        (dict(damping=-math.inf, filter="flow"), "damping"),
+        (dict(damping="inf", filter="flow"), "damping"),
         (dict(damping=0.0, solver="primal_cg"), "damping=0.0"),
     ],
 )
 def test_bad_arguments_raise(kwargs, name):
     apply_fn, params, x, y, y_cls = _setup(dtype=jnp.float32)
     yy = y_cls if kwargs.get("loss") == "ce" else y
-    with pytest.raises(ValueError, match=name):
+    with pytest.raises(ValueError, match=re.escape(name)):
         gauss_newton_step(apply_fn, params, x, yy, **kwargs)
-    if name not in ("kernel_cg", "damping=0.0"):  # these depend on the problem, not only the arguments
+    static = {k: v for k, v in kwargs.items() if k != "damping"}
+    if name == "damping":  # the per-run value: refused by the state factory
         with pytest.raises(ValueError, match=name):
-            make_gauss_newton_step(apply_fn, **kwargs)
+            init_gauss_newton_state(params, kwargs["damping"], filter=kwargs.get("filter", "damped"))
+    elif name != "damping=0.0":  # that one depends on the problem, not only on the arguments
+        with pytest.raises(ValueError, match=re.escape(name)):
+            make_gauss_newton_step(apply_fn, **static)
 
 
 def test_bad_data_raise():
@@ -290,3 +307,133 @@ def test_bad_data_raise():
         gauss_newton_step(apply_fn, params, x, y, damping=1.0, loss="ce")
     with pytest.raises(ValueError, match="damping"):
         gauss_newton_train(apply_fn, params, (x, y), damping=-1.0, steps=2)
+
+
+# ----------------------------------------------------------------------------------------------
+# The hyperparameter in TrainState.policy: traced, swept, and the flow filter
+# ----------------------------------------------------------------------------------------------
+
+
+def _fit_gn(apply_fn, params, x, y, damping, steps, stacked, **static):
+    """``fit`` with make_gauss_newton_step and init_gauss_newton_state (sweep when stacked)."""
+    filt = static.get("filter", "damped")
+    state = init_gauss_newton_state(params, damping, filter=filt, stacked=stacked)
+    step = make_gauss_newton_step(apply_fn, **static)
+    return fit(step, state, apply_fn, (x, y), steps=steps, loss=static.get("loss", "mse"), eval_steps=[],
+               sweep=stacked)
+
+
+@pytest.mark.parametrize("loss, damping_mode", [("mse", "absolute"), ("mse", "relative"), ("ce", "absolute")])
+def test_traced_damping_in_a_sweep_equals_gauss_newton_step_per_value(x64, loss, damping_mode):
+    """λ read from state.policy, one compiled program for all λ: run i = gauss_newton_step with λ_i."""
+    apply_fn, p0, x, y_reg, y_cls = _setup(n=6, out=3 if loss == "ce" else 2, seed=6)
+    y = y_cls if loss == "ce" else y_reg
+    inits = [p0, _setup(n=6, out=3 if loss == "ce" else 2, seed=7)[1], p0]
+    lams = [0.0, 0.3, 5.0]
+    kw = dict(loss=loss, damping_mode=damping_mode, step_size=0.8)
+    state, hist = _fit_gn(apply_fn, tree_stack(inits), x, y, lams, 2, True, **kw)
+    assert state.policy.shape == (3,) and np.asarray(state.policy).tolist() == lams
+    assert hist["n_relin"][:, -1].tolist() == [2, 2, 2] and not hist["diverged"].any()
+    for i, (p, lam) in enumerate(zip(inits, lams)):
+        for _ in range(2):
+            p = gauss_newton_step(apply_fn, p, x, y, damping=lam, **kw)
+        np.testing.assert_allclose(_flat(tree_index(state.params, i)), _flat(p), rtol=1e-9, atol=1e-10,
+                                   err_msg=f"λ={lam}")
+        np.testing.assert_array_equal(_flat(tree_index(state.params_s, i)), _flat(tree_index(state.params, i)))
+
+
+def test_flow_filter_is_gradient_flow_on_the_linearisation(x64):
+    """filter="flow" with τ = closed_form.gradient_flow_params (η = 1, time τ); τ = ∞: gradient_flow_limit."""
+    apply_fn, params, x, y, _ = _setup(n=6, out=2, seed=8)
+    J, _, _ = _dense_jacobian(apply_fn, params, x)
+    sigma = np.linalg.eigvalsh(J @ J.T)
+    taus = [0.3 / sigma.max(), 3.0 / sigma.min(), math.inf]
+    state, _ = _fit_gn(apply_fn, tree_stack([params] * 3), x, y, taus, 1, True, filter="flow")
+    for i, tau in enumerate(taus):
+        want = gradient_flow_limit(apply_fn, params, x, y) if math.isinf(tau) else \
+            gradient_flow_params(apply_fn, params, x, y, tau, 1.0)
+        got = tree_index(state.params, i)
+        np.testing.assert_allclose(_flat(got), _flat(want), rtol=1e-9, atol=1e-10, err_msg=f"τ={tau}")
+        eager = gauss_newton_step(apply_fn, params, x, y, damping=tau, filter="flow")
+        np.testing.assert_allclose(_flat(eager), _flat(want), rtol=1e-9, atol=1e-10)
+    # τ = ∞ is the undamped (minimum-norm) Gauss–Newton step, Eq. 5 = Eq. 19
+    gn = gauss_newton_step(apply_fn, params, x, y, damping=0.0, solver="kernel")
+    np.testing.assert_allclose(_flat(tree_index(state.params, 2)), _flat(gn), rtol=1e-9, atol=1e-10)
+    # and α scales the flow step
+    half = gauss_newton_step(apply_fn, params, x, y, damping=taus[0], filter="flow", step_size=0.5)
+    full = _flat(tree_index(state.params, 0)) - _flat(params)
+    np.testing.assert_allclose(_flat(half) - _flat(params), 0.5 * full, rtol=1e-9, atol=1e-12)
+
+
+def test_gauss_newton_train_sweep_equals_runs_alone(x64):
+    apply_fn, params, x, y = _quintic_toy()
+    x_test = jnp.linspace(-1.9, 1.9, 7, dtype=x.dtype)[:, None]
+    kw = dict(steps=3, step_size=0.9, eval_every=1, eval_data=(x_test, x_test**2))
+    lams = [1e-3, 10.0]
+    swept, hist = gauss_newton_train(apply_fn, tree_stack([params] * 2), (x, y), damping=lams, **kw)
+    assert hist["net_train_rmse"].shape == (2, 4) and hist["step"].shape == (4,)
+    for i, lam in enumerate(lams):
+        alone, h = gauss_newton_train(apply_fn, params, (x, y), damping=lam, **kw)
+        np.testing.assert_allclose(_flat(tree_index(swept, i)), _flat(alone), rtol=1e-10, atol=1e-12)
+        for k in ("net_train_loss", "net_test_rmse", "lin_train_loss", "n_relin"):
+            np.testing.assert_allclose(hist[k][i], h[k], rtol=1e-10, atol=1e-12, err_msg=k)
+    # the same with the flow filter (τ per run; τ = ∞, undamped, is too ill-conditioned over 3 steps
+    # of this toy to compare batched and unbatched eigensolvers to 1e-10)
+    swept, _ = gauss_newton_train(apply_fn, tree_stack([params] * 2), (x, y), damping=[0.5, 5.0],
+                                  filter="flow", **kw)
+    alone, _ = gauss_newton_train(apply_fn, params, (x, y), damping=5.0, filter="flow", **kw)
+    np.testing.assert_allclose(_flat(tree_index(swept, 1)), _flat(alone), rtol=1e-10, atol=1e-12)
+
+
+class _Recorder:
+    def __init__(self, apply_fn):
+        self.apply_fn, self.calls = apply_fn, 0
+
+    def __call__(self, params, x):
+        self.calls += 1
+        return self.apply_fn(params, x)
+
+
+@pytest.mark.parametrize(
+    "kwargs, fragment",
+    [
+        (dict(damping=-1), "damping=-1 "),
+        (dict(damping=math.nan), "damping=nan"),
+        (dict(damping="0.1"), "damping='0.1'"),
+        (dict(damping=[0.1, -2.0]), "damping[1]=-2.0"),
+        (dict(damping=[0.1, math.inf]), "damping[1]=inf"),
+        (dict(damping=[0.1, -1.0], filter="flow"), "damping[1]=-1.0"),
+        (dict(damping=-0.5, filter="flow"), "damping=-0.5"),
+        (dict(damping=[]), "damping=[]"),
+        (dict(damping=[0.1, 0.2, 0.3]), "len(damping)=3"),
+        (dict(damping=0.1, filter="newton"), "filter='newton'"),
+        (dict(damping=0.1, sweep=True), "sweep=True"),
+        (dict(damping=0.0, solver="primal_cg"), "damping=0.0"),
+        (dict(damping=[0.1, 0.0], solver="primal_cg"), "damping=0.0"),
+    ],
+)
+def test_gauss_newton_train_refuses_bad_values_before_any_compute(kwargs, fragment):
+    apply_fn, params, x, y, _ = _setup(dtype=jnp.float32)  # P = 122 > N·O = 12: primal CG singular at λ = 0
+    recorder = _Recorder(apply_fn)
+    stacked = tree_stack([params] * 2) if isinstance(kwargs["damping"], list) else params
+    with pytest.raises(ValueError) as info:
+        gauss_newton_train(recorder, stacked, (x, y), steps=2, **kwargs)
+    assert fragment in str(info.value), str(info.value)
+    assert recorder.calls <= (1 if fragment == "damping=0.0" else 0)  # at most a shape-only trace
+
+
+def test_init_gauss_newton_state_values_and_stacking():
+    _, params, _, _, _ = _setup(dtype=jnp.float32)
+    st = init_gauss_newton_state(params, 0.25)
+    assert st.policy.shape == () and float(st.policy) == 0.25 and int(st.n_relin) == 0 and int(st.K) == 1
+    assert st.opt_state == optax.identity().init(params)
+    st = init_gauss_newton_state(params, math.inf, filter="flow")
+    assert float(st.policy) == math.inf
+    st = init_gauss_newton_state(tree_stack([params] * 2), (0.0, 2.0), stacked=True)
+    assert st.policy.shape == (2,) and st.step.shape == (2,)
+    with pytest.raises(ValueError, match="stacked"):
+        init_gauss_newton_state(params, [1.0], stacked="yes")
+    with pytest.raises(ValueError, match="sequence"):
+        init_gauss_newton_state(tree_stack([params] * 2), 1.0, stacked=True)
+    with pytest.raises(ValueError, match="leading run axis"):
+        init_gauss_newton_state(params, [1.0, 2.0], stacked=True)

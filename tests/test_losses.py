@@ -3,7 +3,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from iterlin.losses import get_loss
+from iterlin.losses import get_loss, mse_targets
 
 
 def test_cross_entropy_matches_log_softmax():
@@ -32,3 +32,11 @@ def test_metrics_are_weighted_sums():
 def test_unknown_loss_is_named():
     with pytest.raises(ValueError, match="loss='hinge'.*'ce', 'mse'"):
         get_loss("hinge")
+
+
+def test_mse_targets_are_one_hot_labels_or_reshaped_targets():
+    out = jnp.zeros((3, 4), jnp.float32)
+    np.testing.assert_array_equal(mse_targets(out, jnp.array([2, 0, 3])), np.eye(4)[[2, 0, 3]])
+    assert mse_targets(out, jnp.array([2, 0, 3])).dtype == jnp.float32
+    col = jnp.zeros((3, 1))
+    np.testing.assert_array_equal(mse_targets(col, jnp.array([1.5, 2.0, -1.0])), [[1.5], [2.0], [-1.0]])

@@ -11,8 +11,18 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from iterlin.models import CNN, MLP, ResNet18, Model, cnn_features, count_params, make_model
-from iterlin.tree import tree_allclose
+from iterlin.models import (
+    CNN,
+    MLP,
+    Model,
+    ResNet18,
+    cnn_features,
+    count_params,
+    make_model,
+    quintic_model,
+    torch_default_init,
+)
+from iterlin.tree import tree_allclose, tree_index, tree_size
 
 
 def _images(seed, n, dtype=np.float32, size=32):
@@ -305,7 +315,9 @@ def test_modules_usable_without_the_factory():
 
 
 def test_count_params():
-    assert count_params({"a": jnp.zeros((2, 3)), "b": [jnp.zeros(4), jnp.zeros(())]}) == 11
+    tree = {"a": jnp.zeros((2, 3)), "b": [jnp.zeros(4), jnp.zeros(())]}
+    assert count_params(tree) == 11 == tree_size(tree)  # one implementation
+    assert count_params(jax.eval_shape(lambda: tree)) == 11  # shapes only
     assert count_params({}) == 0
 
 
@@ -331,3 +343,73 @@ def test_invalid_arguments_raise_valueerror_naming_parameter(kwargs, words):
         make_model(name, jax.random.PRNGKey(0), **kwargs)
     for w in words:
         assert w in str(err.value), (w, str(err.value))
+
+
+# ----------------------------------------------------------------------------------------------
+# The quintic model: PyTorch's default nn.Linear initialisation (this edition's choice)
+# ----------------------------------------------------------------------------------------------
+
+
+def test_torch_default_init_draws_uniform_within_one_over_sqrt_fan_in():
+    mlp = make_model("mlp", jax.random.PRNGKey(0))
+    p = torch_default_init(jax.random.PRNGKey(1), mlp.params)
+    assert jax.tree.structure(p) == jax.tree.structure(mlp.params)
+    for name, layer in p.items():
+        bound = 1.0 / np.sqrt(layer["kernel"].shape[0])
+        for leaf, ref in ((layer["kernel"], mlp.params[name]["kernel"]), (layer["bias"], mlp.params[name]["bias"])):
+            assert leaf.shape == ref.shape and leaf.dtype == ref.dtype
+            assert np.all(np.abs(np.asarray(leaf)) <= bound)
+        if layer["kernel"].size >= 2500:  # 50 × 50: the draws fill the interval (uniform, not normal)
+            k = np.asarray(layer["kernel"])
+            assert k.max() > 0.95 * bound and k.min() < -0.95 * bound
+            assert abs(k.std() - bound / np.sqrt(3)) < 0.05 * bound
+    assert np.all(np.asarray(p["dense0"]["bias"]) != 0)  # biases are drawn too (Flax's are zero)
+    assert tree_allclose(p, torch_default_init(jax.random.PRNGKey(1), mlp.params), rtol=0, atol=0)
+    assert not tree_allclose(p, torch_default_init(jax.random.PRNGKey(2), mlp.params))
+
+
+def test_quintic_model_is_stacked_over_seeds(x64):
+    apply_fn, params = quintic_model([3, 0, 7], jnp.float64)
+    base = make_model("mlp", jax.random.PRNGKey(0), dtype=jnp.float64).params
+    assert all(leaf.shape[0] == 3 and leaf.dtype == jnp.float64 for leaf in jax.tree.leaves(params))
+    for i, seed in enumerate([3, 0, 7]):
+        assert tree_allclose(tree_index(params, i), torch_default_init(jax.random.PRNGKey(seed), base), rtol=0, atol=0)
+    x = jnp.linspace(-3.0, 3.0, 5, dtype=jnp.float64)[:, None]
+    assert apply_fn(tree_index(params, 0), x).shape == (5, 1)
+
+
+def test_quintic_model_ntk_has_full_rank_on_the_quintic_data(x64):
+    """Why this initialisation: the NTK on the 20 training points has rank 20 (Flax's default: 4)."""
+    from iterlin.closed_form import residual_spectrum
+    from iterlin.data import quintic
+
+    d = quintic(20, 10, dtype=np.float64)
+    apply_fn, params = quintic_model([0], jnp.float64)
+    sigma, _ = residual_spectrum(apply_fn, tree_index(params, 0), d.x_train, d.y_train)
+    assert int(np.sum(np.asarray(sigma) > 1e-10 * float(sigma[-1]))) == 20
+    flax = make_model("mlp", jax.random.PRNGKey(0), dtype=jnp.float64)
+    sigma, _ = residual_spectrum(flax.apply_fn, flax.params, d.x_train, d.y_train)
+    assert int(np.sum(np.asarray(sigma) > 1e-10 * float(sigma[-1]))) == 4
+
+
+@pytest.mark.parametrize(
+    "params, words",
+    [
+        ({}, ["params", "Dense"]),
+        ({"a": {"kernel": jnp.zeros((2, 3))}}, ["params", "Dense"]),
+        ([jnp.zeros(2)], ["params", "Dense"]),
+        ({"a": {"kernel": jnp.zeros((2, 3)), "bias": jnp.zeros(2)}}, ["params['a']", "(2, 3)", "(2,)"]),
+        ({"a": {"kernel": jnp.zeros((2, 2, 3)), "bias": jnp.zeros(3)}}, ["params['a']", "(2, 2, 3)"]),
+    ],
+)
+def test_torch_default_init_refuses_other_trees(params, words):
+    with pytest.raises(ValueError) as err:
+        torch_default_init(jax.random.PRNGKey(0), params)
+    for w in words:
+        assert w in str(err.value), (w, str(err.value))
+
+
+@pytest.mark.parametrize("seeds", [[], 3, "012", [1, -1], [0.5], [True]])
+def test_quintic_model_refuses_bad_seeds(seeds):
+    with pytest.raises(ValueError, match="seeds="):
+        quintic_model(seeds)

@@ -11,7 +11,7 @@ from jax.flatten_util import ravel_pytree
 
 import iterlin
 from iterlin.losses import get_loss
-from iterlin.training import init_state, make_batch_fn, make_step
+from iterlin.training import TrainState, commit_step, init_state, make_batch_fn, make_linearised_update, make_step
 from iterlin.tree import tree_allclose, tree_index, tree_stack
 
 from _toy import init_params, tiny_problem
@@ -164,3 +164,63 @@ def test_compiled_loop_equals_per_step_dispatch(x64):
     assert tree_allclose(loop, steps, rtol=1e-12, atol=1e-14)
     np.testing.assert_allclose(h_loop["lin_train_loss"], h_steps["lin_train_loss"], rtol=1e-12)
     np.testing.assert_array_equal(h_loop["n_relin"], [0, 1, 2, 3])
+
+
+# ----------------------------------------------------------------------------------------------
+# TrainState.policy and commit_step, the one divergence guard
+# ----------------------------------------------------------------------------------------------
+
+
+def _leaves_equal(a, b):
+    la, ta = jax.tree.flatten(a)
+    lb, tb = jax.tree.flatten(b)
+    return ta == tb and all(np.array_equal(np.asarray(u), np.asarray(v)) for u, v in zip(la, lb))
+
+
+def test_policy_defaults_to_empty_and_rides_beside_the_optimizer_state():
+    params = {"w": jnp.ones((2, 1))}
+    st = init_state(params, optax.sgd(0.1, momentum=0.9), 3)
+    assert TrainState._fields[-1] == "policy" and st.policy == ()
+    assert _leaves_equal(st.opt_state, optax.sgd(0.1, momentum=0.9).init(params))
+    policy = {"h": jnp.asarray(0.5), "log": jnp.zeros(3)}
+    st = init_state(params, optax.sgd(0.1), 3, policy=policy)
+    assert st.policy is policy
+
+
+def test_commit_step_accepts_a_finite_proposal_and_freezes_everything_on_divergence():
+    params = {"w": jnp.asarray([1.0, 2.0])}
+    opt = optax.sgd(0.1, momentum=0.9)
+    st = init_state(params, opt, 2, policy=jnp.asarray(0.5))
+    new_p = {"w": jnp.asarray([3.0, 4.0])}
+    new_opt = jax.tree.map(lambda a: a + 1.0, st.opt_state)
+    relin = jnp.asarray(True)
+
+    ok = commit_step(st, jnp.asarray(1.0), new_p, new_p, new_opt, relin, jnp.asarray(0.25))
+    assert _leaves_equal(ok.params, new_p) and _leaves_equal(ok.params_s, new_p)
+    assert _leaves_equal(ok.opt_state, new_opt) and float(ok.policy) == 0.25
+    assert int(ok.step) == 1 and int(ok.n_relin) == 1 and not bool(ok.diverged) and int(ok.diverged_step) == -1
+    assert float(commit_step(st, jnp.asarray(1.0), new_p, new_p, new_opt, relin).policy) == 0.5  # None: kept
+
+    inf_p = {"w": jnp.asarray([3.0, jnp.inf])}
+    for value, proposal in ((jnp.asarray(jnp.nan), new_p), (jnp.asarray(1.0), inf_p)):  # loss, or update
+        bad = commit_step(ok, value, proposal, proposal, new_opt, relin, jnp.asarray(9.0))
+        assert bool(bad.diverged) and int(bad.diverged_step) == 1 and int(bad.step) == 2
+        for field in ("params", "params_s", "opt_state", "policy", "n_relin", "K"):
+            assert _leaves_equal(getattr(bad, field), getattr(ok, field)), field
+        later = commit_step(bad, jnp.asarray(1.0), new_p, new_p, new_opt, relin, jnp.asarray(7.0))  # stays frozen
+        assert bool(later.diverged) and int(later.diverged_step) == 1 and int(later.step) == 3
+        for field in ("params", "params_s", "opt_state", "policy", "n_relin"):
+            assert _leaves_equal(getattr(later, field), getattr(ok, field)), field
+
+
+def test_make_step_is_the_linearised_update_then_one_commit(x64):
+    """make_step = make_linearised_update (Eq. 3) + the relin rule (Eq. 4), committed once."""
+    apply_fn, params, x, y = tiny_problem()
+    opt = optax.adam(1e-2)
+    st = init_state(params, opt, 1, policy=jnp.asarray(3.0))
+    new, m = jax.jit(make_step(apply_fn, opt, "ce"))(st, (x, y))
+    value, p, o = make_linearised_update(apply_fn, opt, "ce")(params, params, st.opt_state, x, y)
+    assert float(m["loss"]) == pytest.approx(float(value), rel=1e-12)
+    assert tree_allclose(new.params, p, rtol=1e-12, atol=1e-14) and tree_allclose(new.params_s, p, rtol=1e-12)
+    assert tree_allclose(new.opt_state, o, rtol=1e-12, atol=1e-14)
+    assert float(new.policy) == 3.0 and int(new.n_relin) == 1

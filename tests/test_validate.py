@@ -17,7 +17,7 @@ import pytest
 
 from iterlin.adam_solve import train_adam_solved
 from iterlin.gauss_newton import gauss_newton_train
-from iterlin.training import init_state, train, train_sweep
+from iterlin.training import fit, init_state, make_step, train, train_sweep
 from iterlin.tree import tree_stack
 from iterlin.validate import check_choice, check_int, check_K, check_nonnegative, check_positive, check_xy
 
@@ -177,6 +177,51 @@ def test_gauss_newton_rejects_bad_step_size_or_damping_before_any_compute(name, 
 def test_bad_steps_are_refused(steps):
     _refused(_train(steps=steps), ValueError, f"steps={steps!r}", "integer >= 1")
     _refused(_sweep(steps=steps), ValueError, f"steps={steps!r}")
+
+
+@pytest.mark.parametrize("steps", [2**31, 3e9, 1e20, 10**400], ids=["2**31", "3e9", "1e20", "10**400"])
+def test_steps_beyond_the_int32_step_counter_are_refused_by_every_entry_point(steps):
+    # issue 10 item 1: steps above int32 would overflow the device's step counters (or train until killed)
+    fragments = (f"steps={steps!r}", "<= 2147483647", "step counters are int32")
+    _refused(_train(steps=steps), ValueError, *fragments)
+    _refused(_sweep(steps=steps), ValueError, *fragments)
+    _refused(lambda f: train_adam_solved(f, PARAMS, (X, Y), lr=0.1, steps=steps, loss="mse"), ValueError, *fragments)
+    _refused(lambda f: gauss_newton_train(f, PARAMS, (X, Y), damping=1.0, steps=steps), ValueError, *fragments)
+    state = init_state(PARAMS, optax.sgd(0.1), 1)
+    _refused(lambda f: fit(make_step(f, optax.sgd(0.1), "mse"), state, f, (X, Y), steps=steps, loss="mse"),
+             ValueError, *fragments)
+
+
+def test_the_largest_step_count_is_accepted():
+    from iterlin.validate import MAX_STEPS, check_steps
+
+    assert check_steps(MAX_STEPS) == 2**31 - 1 and check_steps(2.0**31 - 1) == 2**31 - 1
+    assert check_K(2**31 - 1) == 2**31 - 1 and check_K(2**31) == math.inf  # a finite K fits int32 too
+
+
+def test_adam_solved_check_every_is_bounded_like_steps():
+    _refused(lambda f: train_adam_solved(f, PARAMS, (X, Y), lr=0.1, steps=4, check_every=2**31, loss="mse"),
+             ValueError, "check_every=2147483648", "<= 2147483647")
+
+
+def test_too_many_evaluation_points_are_refused_before_any_compute():
+    from iterlin.training import MAX_EVAL_POINTS
+
+    message = _refused(_train(steps=10**6, eval_every=1), ValueError, "eval_every=1", "1000001 evaluation points",
+                       f"at most {MAX_EVAL_POINTS}", "eval_every >= 10")
+    assert "steps=1000000" in message
+    _refused(_train(steps=10**6, eval_steps=range(0, 10**6, 5)), ValueError, "eval_steps of 200001 distinct steps")
+    _refused(_train(steps=4, eval_every=2**31), ValueError, "eval_every=2147483648")
+
+
+def test_check_int_names_an_int_beyond_the_float_range():
+    with pytest.raises(ValueError, match=re.escape("n=10000") + ".*is not allowed: n must be an integer >= 1"):
+        check_int(10**400, "n")
+    assert check_K(10**400) == math.inf
+    with pytest.raises(ValueError, match="lr=.* is not allowed: lr must be a finite number > 0"):
+        check_positive(10**400, "lr")
+    with pytest.raises(ValueError, match=re.escape(f"n={2**53 + 1} is not allowed")):  # exact, not rounded
+        check_int(2**53 + 1, "n", maximum=2**53)
 
 
 def test_check_int_accepts_integral_floats():

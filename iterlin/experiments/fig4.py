@@ -1,7 +1,6 @@
 """Fig. 4: ResNet-18 on CIFAR-10, without and with BatchNorm, K = 1 against a large K (Sec. 4.1).
 
-One experiment, registered with :func:`iterlin.experiments.experiment` (run it with
-``iterlin.experiments.run("fig4", scale=...)``), two panels as in the paper:
+Two panels as in the paper:
 
 * ``"no_bn"``: the CIFAR ResNet-18 without BatchNorm (``make_model("resnet18")``), no data
   augmentation; periods ``K`` at learning rate ``lr`` (the paper: K = 10⁶, lr 7·10⁻⁷);
@@ -19,30 +18,59 @@ evaluation normalises each evaluation chunk (up to 1000 images) by its own stati
 Every run starts from the same initialisation (per panel) and sees the same batches; the runs
 are trained one after the other (:func:`iterlin.training.train`), not vmapped together: on a CPU a
 vmapped pair of ResNet-18 steps costs more than two separate steps (measured: about 2× to 4×),
-and a run that diverges (NaN loss) stops early without holding the others. A diverged run is
+and a run that diverges (a NaN or huge loss) stops early without holding the others. A diverged run is
 frozen at its last finite parameters; its history is padded to every evaluation point with that
 frozen state's values (evaluating it again would give the same numbers) and ``diverged``,
 ``diverged_step`` record it. The paper reports that BatchNorm runs "are far more likely to diverge
 due to linearising the BatchNorm layer".
+
+Config keys: ``K``, ``lr`` (no-BN panel: periods, including 1, and learning rate); ``K_bn``,
+``lr_bn``, ``augment_bn`` (BN panel); ``bn_mode`` (``"batch"`` or ``"frozen"``); ``steps``,
+``batch_size``, ``n_train``, ``n_test``, ``seed``, ``n_evals`` (shared).
+
+Results: ``"no_bn"`` and ``"bn"``, each a sweep-like history (:func:`stack_histories`: ``step``
+(E,), ``n_relin`` and ``{net,lin}_{train,test}_{loss,acc}`` (R, E), ``diverged``,
+``diverged_step`` (R,)) with ``K`` (R,) float (∞ as ``inf``) and ``lr`` (R,); ``"n_test"``.
 """
 
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import Mapping, Sequence
 
-import jax
 import numpy as np
 import optax
 
-from .claims import Claim, fmt_K, num, pct, verdict
-from .data import Dataset
-from .experiments import claims_for, divergence_claim, eval_points, experiment, load_data
-from .models import make_model
-from .training import train
+from ..claims import Claim, divergence_claim, on_par_claim, verdict
+from ..data import Dataset
+from ..models import make_model
+from ..training import train
+from ._common import Experiment, checkpoint_path, eval_points, load_data, seed_keys
 
-__all__ = ["PANELS", "fig4", "fig4_claims", "stack_histories"]
+__all__ = [
+    "SCALES", "EXPERIMENT", "PANELS", "load", "compute", "claims", "stack_histories",
+    "divergence_report",
+]
+
+INF = math.inf
+
+SCALES = {
+    "smoke": dict(
+        K=[1, 2], lr=0.01, K_bn=[1, 2], lr_bn=0.01, augment_bn=True, bn_mode="batch", steps=4,
+        batch_size=4, n_train=16, n_test=16, seed=0, n_evals=4,
+    ),
+    # gpu: ESTIMATE (not measured): ~0.3 TFLOP per linearised step of 128 images, 4 runs x
+    # 4000 steps, plus 10 evaluations of network and linear model per run.
+    "gpu": dict(
+        K=[1, 400], lr=1e-3, K_bn=[1, 400], lr_bn=1e-2, augment_bn=True, bn_mode="batch", steps=4000,
+        batch_size=128, n_train=None, n_test=None, seed=0, n_evals=10,
+    ),
+    "paper": dict(  # lr 7e-7, K = 1e6 (no BN); lr 1e-5, K = 1e5 (BN + augmentation): the paper's.
+        # T, batch size and evaluation points ours (T = 10 K of the no-BN run).
+        K=[1, 1_000_000], lr=7e-7, K_bn=[1, 100_000], lr_bn=1e-5, augment_bn=True, bn_mode="batch",
+        steps=10_000_000, batch_size=256, n_train=50_000, n_test=10_000, seed=0, n_evals=100,
+    ),
+}
 
 #: The panels of Fig. 4: results key → (model name, config key of K, of lr, of augmentation or None).
 PANELS = {
@@ -79,24 +107,12 @@ def stack_histories(histories: Sequence[Mapping], steps: Sequence[int]) -> dict:
     return out
 
 
-def _ckpt(checkpoint_dir, name: str):
-    return None if checkpoint_dir is None else Path(checkpoint_dir) / f"{name}.npz"
+load = load_data
 
 
-@experiment("fig4")
-def fig4(config: Mapping, data: Dataset | None = None, *, checkpoint_dir=None, progress: bool = False) -> dict:
-    """Fig. 4: ResNet-18 without BatchNorm (left) and with BatchNorm + augmentation (right).
-
-    Config keys: ``K``, ``lr`` (no-BN panel: periods, including 1, and learning rate); ``K_bn``,
-    ``lr_bn``, ``augment_bn`` (BN panel); ``bn_mode`` (``"batch"`` or ``"frozen"``, see the module
-    docstring); ``steps``, ``batch_size``, ``n_train``, ``n_test``, ``seed``, ``n_evals`` (shared).
-
-    Results: ``"no_bn"`` and ``"bn"``, each a sweep-like history (:func:`stack_histories`: ``step``
-    (E,), ``n_relin`` and ``{net,lin}_{train,test}_{loss,acc}`` (R, E), ``diverged``,
-    ``diverged_step`` (R,)) with ``K`` (R,) float (∞ as ``inf``) and ``lr`` (R,); ``"n_test"``.
-    """
-    data = load_data(config) if data is None else data
-    init_key, data_key = jax.random.split(jax.random.PRNGKey(config["seed"]))
+def compute(config: Mapping, data: Dataset, *, checkpoint_dir=None, progress: bool = False) -> dict:
+    """Both panels, each run trained alone (see the module docstring)."""
+    init_key, data_key = seed_keys(config["seed"])
     steps = eval_points(config["steps"], config["n_evals"])
     out: dict = {"n_test": np.asarray(data.x_test.shape[0])}
     for panel, (name, k_key, lr_key, aug_key) in PANELS.items():
@@ -108,7 +124,7 @@ def fig4(config: Mapping, data: Dataset | None = None, *, checkpoint_dir=None, p
                 model.apply_fn, model.params, (data.x_train, data.y_train), K=k, steps=config["steps"],
                 optimizer=optax.sgd(config[lr_key]), loss="ce", batch_size=config["batch_size"], key=data_key,
                 refresh=model.refresh, eval_data=(data.x_test, data.y_test), eval_steps=steps, augment=augment,
-                checkpoint=_ckpt(checkpoint_dir, f"{panel}-run{i}"), progress=progress, config=dict(config),
+                checkpoint=checkpoint_path(checkpoint_dir, f"{panel}-run{i}"), progress=progress, config=dict(config),
             )
             histories.append(h)
         hist = stack_histories(histories, steps)
@@ -118,49 +134,14 @@ def fig4(config: Mapping, data: Dataset | None = None, *, checkpoint_dir=None, p
     return out
 
 
-#: |Δ| of final test accuracy below which large K counts as "≈ SGD" (the paper gives no number).
-ON_PAR = 0.02
-
-
-def _se_diff(p: float, n: int) -> float:
-    """Two standard errors of the difference of two accuracies near p, each on n images."""
-    p = min(max(float(p), 0.05), 0.95)
-    return 2.0 * math.sqrt(2.0 * p * (1.0 - p) / max(int(n), 1))
-
-
-def _par_claim(h: Mapping, label: str, paper: str, n_test: int) -> Claim:
-    K = np.asarray(h["K"])
-    acc = np.asarray(h["net_test_acc"], np.float64)[:, -1]
-    i1 = int(np.flatnonzero(K == 1)[0])
-    j = int(np.flatnonzero(K == K.max())[0])
-    if j == i1:
-        return Claim(f"{label}: large K ≈ SGD (K = 1)", paper, f"K=1 only: {pct(acc[i1])}", verdict(None),
-                     "needs a run with K > 1")
-    relin = int(np.asarray(h["n_relin"])[j, -1])
-    delta = acc[j] - acc[i1]
-    diverged = bool(np.asarray(h["diverged"])[[i1, j]].any())
-    noise = _se_diff(acc[i1], n_test)
-    measured = (f"K=1: {pct(acc[i1])}; K={fmt_K(K[j])} ({relin} re-linearisations): {pct(acc[j])} "
-                f"(Δ {num(100 * delta, 1)} pts)")
-    if diverged:
-        holds = "no"
-    else:
-        holds = verdict(abs(delta) < ON_PAR, applicable=noise < ON_PAR)
-    return Claim(
-        f"{label}: large K ≈ SGD (K = 1)", paper, measured, holds,
-        f"|Δ| < {num(100 * ON_PAR, 0)} pts at the last step, neither diverged; decided only when 2 s.e. of Δ "
-        f"({num(100 * noise, 1)} pts on {n_test} test images) < {num(100 * ON_PAR, 0)} pts",
-    )
-
-
-@claims_for("fig4")
-def fig4_claims(results: Mapping) -> list[Claim]:
-    """Fig. 4: large K ≈ SGD without and with BatchNorm; BatchNorm runs diverge more easily."""
+def claims(results: Mapping) -> list[Claim]:
+    """Large K ≈ SGD without and with BatchNorm; BatchNorm runs diverge more easily."""
     n_test = int(results["n_test"])
     nb, b = results["no_bn"], results["bn"]
     rows = [
-        _par_claim(nb, "no BatchNorm", "similar test accuracy (Fig. 4 left)", n_test),
-        _par_claim(b, "BatchNorm + augmentation", "similar test accuracy (Fig. 4 right)", n_test),
+        on_par_claim("no BatchNorm: large K ≈ SGD (K = 1)", "similar test accuracy (Fig. 4 left)", nb, n_test=n_test),
+        on_par_claim("BatchNorm + augmentation: large K ≈ SGD (K = 1)", "similar test accuracy (Fig. 4 right)", b,
+                     n_test=n_test),
     ]
     d_nb, d_b = np.asarray(nb["diverged"]), np.asarray(b["diverged"])
     any_div = bool(d_nb.any() or d_b.any())
@@ -172,3 +153,32 @@ def fig4_claims(results: Mapping) -> list[Claim]:
     ))
     rows.append(divergence_claim({"no BN": nb, "BN": b}))
     return rows
+
+
+EXPERIMENT = Experiment("fig4", SCALES, load, compute, claims, __name__)
+
+
+# ------------------------------------------------------------------------------------------------
+# What the notebook prints: pure functions of the results (nothing here is part of ``compute``).
+
+
+def divergence_report(results: Mapping, titles: Mapping[str, str]) -> str:
+    """One line per run of each panel (``titles``: panel key → its title, in the order printed).
+
+    ``"ResNet-18, <title>: K = <K>: diverged at step <t>"`` (or ``finite throughout``), with the
+    final network test accuracy in percent.
+    """
+    from ..claims import fmt_K
+
+    lines = []
+    for key, title in titles.items():
+        h = results[key]
+        acc = np.asarray(h["net_test_acc"], np.float64)
+        for i, k in enumerate(np.asarray(h["K"], np.float64)):
+            state = (f"diverged at step {int(h['diverged_step'][i])}" if bool(h["diverged"][i])
+                     else "finite throughout")
+            lines.append(f"ResNet-18, {title}: K = {fmt_K(k)}: {state}; "
+                         f"final test accuracy {100 * acc[i][-1]:.1f} %")
+    return "\n".join(lines)
+
+

@@ -1,0 +1,25 @@
+"""The paper's experiments: one module per notebook (``fig1`` … ``fig9``, ``ntk``).
+
+``notebooks/<name>.py`` → ``iterlin/experiments/<name>.py`` holds everything about that figure:
+its defaults at every scale (``SCALES``), its data (``load``), its computation (``compute``) and
+its claims (``claims``). :mod:`iterlin.experiments.registry` lists them and provides the calls a
+notebook makes; shared computing helpers are in :mod:`iterlin.experiments._common`.
+"""
+
+from ._common import Experiment
+from .registry import (
+    EXPERIMENTS,
+    claims,
+    data_fingerprint,
+    get,
+    names,
+    notebook_parameters,
+    resolve,
+    resolve_notebook,
+    revalidate,
+    run,
+    scales_table,
+)
+
+__all__ = ["Experiment", "EXPERIMENTS", "claims", "data_fingerprint", "get", "names", "notebook_parameters",
+           "resolve", "resolve_notebook", "revalidate", "run", "scales_table"]

@@ -1,0 +1,56 @@
+"""One numerical-precision policy for iterlin: kernel and Jacobian contractions, and float64.
+
+Contractions. Every product that builds or applies an empirical NTK or a Jacobian (Θ = JJᵀ,
+Σ_leaves J_a J_bᵀ, Jᵀa, U diag(φ) Uᵀr, the Gram matrices of the linear probes) is computed with
+:data:`KERNEL_PRECISION` = ``jax.lax.Precision.HIGHEST``: full float32 (or float64) arithmetic,
+never the reduced-precision passes (TF32, bf16) that XLA may use for default-precision matrix
+products on GPUs. Kernels are compared to 1e-6 and eigendecomposed, and their small eigenvalues
+decide the spectral filters (Eq. 5–6, 18–19), so they must not lose 13 bits of mantissa. On CPU the
+setting changes nothing. The network's own forward pass (``apply_fn``) keeps its default precision.
+:func:`matmul` and :func:`einsum` are ``jnp.matmul``/``jnp.einsum`` with that precision.
+
+float64. :func:`x64` is a context manager that sets ``jax_enable_x64`` inside a block and restores
+the previous value afterwards (the Gauss–Newton experiments run in float64, Sec. 4.3).
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = ["KERNEL_PRECISION", "matmul", "einsum", "x64"]
+
+#: The precision of every kernel / Jacobian contraction in iterlin (see the module docstring).
+KERNEL_PRECISION = jax.lax.Precision.HIGHEST
+
+
+def matmul(a, b):
+    """``a @ b`` at :data:`KERNEL_PRECISION` (shapes as ``jnp.matmul``)."""
+    return jnp.matmul(a, b, precision=KERNEL_PRECISION)
+
+
+def einsum(subscripts: str, *operands):
+    """``jnp.einsum(subscripts, *operands)`` at :data:`KERNEL_PRECISION`."""
+    return jnp.einsum(subscripts, *operands, precision=KERNEL_PRECISION)
+
+
+@contextlib.contextmanager
+def x64(enabled: bool):
+    """``jax_enable_x64`` set to ``enabled`` inside the block, the previous value restored after.
+
+    ``enabled``: a bool (NumPy bools and the integers 0 and 1 are accepted). The previous value is
+    restored also when the block raises. Arrays created inside keep their dtype afterwards.
+    """
+    if isinstance(enabled, (bool, np.bool_)) or (isinstance(enabled, (int, np.integer)) and enabled in (0, 1)):
+        enabled = bool(enabled)
+    else:
+        raise ValueError(f"enabled={enabled!r} is not allowed: enabled must be a bool (True: float64, False: float32).")
+    previous = bool(jax.config.jax_enable_x64)
+    jax.config.update("jax_enable_x64", enabled)
+    try:
+        yield
+    finally:
+        jax.config.update("jax_enable_x64", previous)

@@ -1,0 +1,167 @@
+"""iterlin.experiments._common: the sweep with per-run learning rates, the CNN sweep's arguments,
+evaluation points, early stopping and the small helpers every experiment module shares."""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from _toy import FakeSweep, fake_cifar, null_model, tiny_problem
+
+from iterlin.experiments import _common as C
+from iterlin.experiments import resolve
+from iterlin.training import train
+
+# ----------------------------------------------------------------------------------------------
+# sweep(): several (K, lr) in one program = separate runs
+# ----------------------------------------------------------------------------------------------
+
+
+def test_sweep_with_per_run_learning_rates_equals_separate_runs(x64):
+    apply_fn, params, x, y = tiny_problem()
+    key = jax.random.PRNGKey(3)
+    runs = [(3, 0.1), (math.inf, 0.5)]
+    h = C.sweep(apply_fn, params, (x, y), K=[k for k, _ in runs], lr=[lr for _, lr in runs], steps=9,
+                batch_size=8, key=key, eval_data=(x, y), eval_steps=[0, 3, 6, 9])
+    assert h["step"].tolist() == [0, 3, 6, 9]
+    assert h["K"].tolist() == [3.0, math.inf] and h["lr"].tolist() == [0.1, 0.5]
+    for i, (k, lr) in enumerate(runs):
+        _, ref = train(apply_fn, params, (x, y), K=k, steps=9, optimizer=optax.sgd(lr), batch_size=8, key=key,
+                       eval_data=(x, y), eval_steps=[0, 3, 6, 9])
+        for name in ("net_train_loss", "lin_test_loss", "net_test_acc", "n_relin"):
+            np.testing.assert_allclose(h[name][i], ref[name], rtol=1e-9, atol=1e-12, err_msg=name)
+
+
+def test_sweep_rejects_bad_arguments():
+    apply_fn, params, x, y = tiny_problem()
+    kw = dict(steps=2, eval_steps=[0, 2])
+    with pytest.raises(ValueError, match=r"K\[1\]=0 is not allowed"):
+        C.sweep(apply_fn, params, (x, y), K=[1, 0], lr=0.1, **kw)
+    with pytest.raises(ValueError, match=r"lr\[1\]=-1 is not allowed"):
+        C.sweep(apply_fn, params, (x, y), K=[1, 2], lr=[0.1, -1], **kw)
+    with pytest.raises(ValueError, match="lr must be one rate or 2 rates"):
+        C.sweep(apply_fn, params, (x, y), K=[1, 2], lr=[0.1, 0.2, 0.3], **kw)
+    for bad in ([], 3, "13"):
+        with pytest.raises(ValueError, match="K must be a non-empty sequence"):
+            C.sweep(apply_fn, params, (x, y), K=bad, lr=0.1, **kw)
+
+
+def test_sweep_callback_gets_apply_fn_and_the_stacked_initial_params():
+    """``callback(apply_fn, params0)``: θ_0 stacked over the runs, so trackers measure from it."""
+    apply_fn, params, x, y = tiny_problem()
+    seen = {}
+
+    def callback(f, params0):
+        seen["f"], seen["params0"] = f, params0
+
+        def track(step, state):
+            d = jax.tree.map(lambda a, b: jnp.sum((a - b) ** 2, axis=tuple(range(1, a.ndim))), state.params, params0)
+            return {"dist": np.sqrt(np.asarray(sum(jax.tree.leaves(d))))}
+
+        return track
+
+    h = C.sweep(apply_fn, params, (x, y), K=[1, 2, 4], lr=0.1, steps=4, eval_steps=[0, 2, 4], callback=callback)
+    assert seen["f"] is apply_fn
+    for a, b in zip(jax.tree.leaves(seen["params0"]), jax.tree.leaves(params)):
+        assert a.shape == (3, *b.shape) and np.array_equal(a[2], b)
+    assert h["dist"].shape == (3, 3)
+    assert np.all(h["dist"][:, 0] == 0) and np.all(h["dist"][:, 1:] > 0)
+
+
+# ----------------------------------------------------------------------------------------------
+# cnn_sweep(): the config's defaults and the keyword overrides reach the sweep
+# ----------------------------------------------------------------------------------------------
+
+
+def test_cnn_sweep_passes_config_and_overrides(monkeypatch):
+    fake = FakeSweep()
+    monkeypatch.setattr(C, "sweep", fake)
+    monkeypatch.setattr(C, "make_model", null_model)
+    config = resolve("fig3", K=4, lr=0.2, steps=6, batch_size=4, n_train=16, n_evals=3, augment=False, seed=2)
+    data = fake_cifar(16)
+    C.cnn_sweep(config, data)
+    C.cnn_sweep(config, data, K=[1, 8], lr=[0.1, 0.05], steps=12, batch_size=None, eval_steps=[0, 12])
+    first, second = fake.calls
+    assert first["K"] == [1, 4] and first["lr"] == 0.2 and first["steps"] == 6 and first["batch_size"] == 4
+    assert first["eval_steps"] == [0, 2, 4, 6] and first["augment"] is False and first["n"] == 16
+    assert np.array_equal(first["key"], C.seed_keys(2)[1])  # the batch key of the seed
+    assert first["eval_data"][0].shape == (8, 32, 32, 3) and first["config"] is config
+    assert second["K"] == [1, 8] and second["lr"] == [0.1, 0.05] and second["steps"] == 12
+    assert second["batch_size"] is None and second["eval_steps"] == [0, 12]
+
+
+# ----------------------------------------------------------------------------------------------
+# Small helpers
+# ----------------------------------------------------------------------------------------------
+
+
+def test_eval_points_and_early_stopping():
+    assert C.eval_points(10, 4) == [0, 2, 5, 8, 10]
+    assert C.eval_points(2, 5) == [0, 1, 2]
+    h = {"net_test_acc": np.array([[0.1, 0.5, 0.3], [0.2, np.nan, 0.4]])}
+    assert C.early_stopped(h).tolist() == [0.5, 0.4]
+    assert C.early_stopped({"x": np.array([[0.3, np.inf, 0.2]])}, "x").tolist() == [0.3]  # non-finite ignored
+
+
+def test_seed_keys_and_checkpoint_path(tmp_path):
+    init_key, data_key = C.seed_keys(5)
+    ref = jax.random.split(jax.random.PRNGKey(5))
+    assert np.array_equal(init_key, ref[0]) and np.array_equal(data_key, ref[1])
+    assert C.checkpoint_path(None, "runs") is None
+    assert C.checkpoint_path(tmp_path, "runs") == tmp_path / "runs.npz"
+
+
+def test_seed_keys_allow_exactly_the_seeds_prngkey_distinguishes():
+    # issue 10 item 3: seed 2**32 gave seed 0's keys (PRNGKey keeps the low 32 bits) under its own cache key
+    top = 2**32 - 1
+    keys = {s: np.asarray(C.seed_keys(s)[0]).tolist() for s in (0, 1, 2**31, top)}
+    assert len({tuple(v) for v in keys.values()}) == 4, "distinct allowed seeds give distinct keys"
+    for s in (0, 1, 2**31 - 1, 2**31, top):  # PRNGKey(s) = [0, s] on this whole range: one key per seed
+        assert np.asarray(jax.random.key_data(jax.random.PRNGKey(s))).tolist() == [0, s]
+    for bad in (2**32, 2**32 + 1, 1e20, -1):
+        with pytest.raises(ValueError, match=r"seed=.* is not allowed: seed must be an integer >= 0 and <= 4294967295"):
+            C.seed_keys(bad)
+    from iterlin.models import quintic_model  # Figs. 1 and 9: seeds seed .. seed + n_seeds - 1
+
+    with pytest.raises(ValueError, match=r"seeds=\[4294967295, 4294967296\] is not allowed: .*\[0, 4294967295\]"):
+        quintic_model([top, top + 1])
+    for name in ("fig3", "fig9"):
+        with pytest.raises(ValueError, match="seed=4294967296 is not allowed"):
+            resolve(name, seed=2**32)
+
+
+def test_index_of_K_and_rmse():
+    K = np.array([1.0, 8.0, math.inf, 8.0])
+    assert C.index_of_K(K, 1) == 0 and C.index_of_K(K, 8) == 1 and C.index_of_K(K, math.inf) == 2
+    assert C.index_of_K(K, K.max()) == 2
+    with pytest.raises(IndexError):
+        C.index_of_K(K, 3)
+    pred = np.zeros((2, 4, 1))
+    y = np.array([[1.0], [1.0], [-1.0], [-1.0]])
+    np.testing.assert_allclose(C.rmse(pred, y), [1.0, 1.0])
+    assert C.rmse(np.full((3, 1), np.inf), np.zeros((3, 1))) == np.inf  # no warning, no error
+
+
+def test_check_batch_and_load_with_probe(monkeypatch):
+    C.check_batch({"batch_size": None}, 3)
+    C.check_batch({"batch_size": 3}, 3)
+    C.check_batch({}, 3)
+    with pytest.raises(ValueError, match=r"batch_size=4 is not allowed.*n_train=3"):
+        C.check_batch({"batch_size": 4}, 3)
+    monkeypatch.setattr(C, "load_cifar10", lambda n, n_test: fake_cifar(n or 20, n_test or 4))
+    assert C.load_with_probe({"n_train": 10, "n_test": 4, "batch_size": None, "n_probe": 10}).x_train.shape[0] == 10
+    assert C.load_with_probe({"n_train": 10, "n_test": 4, "n_probe": None}).x_train.shape[0] == 10
+    with pytest.raises(ValueError, match=r"n_probe=11 is not allowed.*n_train=10"):
+        C.load_with_probe({"n_train": 10, "n_test": 4, "batch_size": None, "n_probe": 11})
+    with pytest.raises(ValueError, match=r"batch_size=11 is not allowed"):
+        C.load_data({"n_train": 10, "n_test": 4, "batch_size": 11})
+
+
+def test_load_quintic_dtype():
+    d = C.load_quintic({"n_train": 6, "n_test": 9, "x64": True})
+    assert d.x_train.shape == (6, 1) and d.x_test.shape == (9, 1) and d.x_train.dtype == np.float64
+    assert C.load_quintic({"n_train": 6, "n_test": 9, "x64": False}).y_test.dtype == np.float32

@@ -1,0 +1,77 @@
+"""Fig. 2 (iterlin.experiments.fig2): the mini-batch panel's runs, and the claims' verdicts."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from _toy import FakeSweep, fake_cifar, fake_history, null_model
+
+from iterlin.claims import NA
+from iterlin.experiments import _common, fig2, resolve
+
+
+@pytest.fixture
+def fake_sweep(monkeypatch):
+    """The CNN sweep with a recording fake in place of training (and a small model in place of the CNN)."""
+    fake = FakeSweep()
+    monkeypatch.setattr(_common, "sweep", fake)
+    monkeypatch.setattr(_common, "make_model", null_model)
+    return fake
+
+
+def test_minibatch_periods():
+    assert fig2.minibatch_periods([1, 4, math.inf], 3) == [1, 12, math.inf]
+    assert fig2.minibatch_periods([1, 5, 20], 10) == [1, 50, 200]
+    assert fig2.minibatch_periods([1], 7) == [1]
+
+
+def test_fig2_minibatch_runs_scale_lr_K_and_steps(fake_sweep):
+    """The mini-batch panel uses lr / factor, K × factor (K = 1 stays plain SGD) and steps × factor."""
+    config = resolve("fig2", K=[1, 4, math.inf], lr=0.2, steps=5, factor=3, batch_size=4, n_train=16, n_evals=5)
+    res = fig2.compute(config, fake_cifar(16))
+    full, mini = fake_sweep.calls
+    assert full["K"] == [1, 4, math.inf] and full["lr"] == 0.2 and full["steps"] == 5
+    assert full["batch_size"] is None and full["eval_steps"] == [0, 1, 2, 3, 4, 5]
+    assert mini["K"] == [1, 12, math.inf]  # K = 1 (plain SGD) stays 1
+    assert math.isclose(mini["lr"], 0.2 / 3)
+    assert mini["steps"] == 15
+    assert mini["batch_size"] == 4
+    assert mini["eval_steps"] == [0, 3, 6, 9, 12, 15]  # the same n_evals points over the longer run
+    assert set(res) == {"full", "mini", "n_test"} and int(res["n_test"]) == 8
+    res["n_test"] = np.asarray(100_000)  # enough test images to decide "on par"
+    rows = fig2.claims(res)
+    assert [r.holds for r in rows] == ["yes", "yes", "yes"]
+    assert "K=4 (1 re-linearisations)" in rows[0].measured and "K=12 (1 re-linearisations)" in rows[1].measured
+
+
+def _results(full_acc, mini_acc, n_test=100_000, full_div=None, mini_div=None):
+    return {
+        "full": fake_history([1, 5, math.inf], 0.1, 50, full_acc, diverged=full_div),
+        "mini": fake_history([1, 50, math.inf], 0.01, 500, mini_acc, diverged=mini_div),
+        "n_test": np.asarray(n_test),
+    }
+
+
+def test_claims_hold_when_on_par():
+    rows = fig2.claims(_results([0.40, 0.395, 0.30], [0.40, 0.41, 0.30]))
+    assert [r.holds for r in rows] == ["yes", "yes", "yes"]
+    assert rows[0].measured == "K=1: 40.0 %; K=5 (10 re-linearisations): 39.5 % (Δ -0.5 pts)"
+    assert rows[2].measured == "none diverged"
+
+
+def test_claims_fail_when_apart_or_diverged():
+    rows = fig2.claims(_results([0.40, 0.35, 0.30], [0.40, 0.43, 0.30]))
+    assert [r.holds for r in rows] == ["no", "no", "yes"]  # -5 and +3 points
+    rows = fig2.claims(_results([0.40, 0.40, 0.30], [0.40, 0.40, 0.30], mini_div=[False, True, False]))
+    assert [r.holds for r in rows] == ["yes", "no", "no"]
+    assert rows[2].measured == "diverged: mini-batch: K=50, lr=0.01 at step 3"
+
+
+def test_claims_na_when_the_test_set_is_too_small():
+    rows = fig2.claims(_results([0.40, 0.40, 0.30], [0.40, 0.30, 0.30], n_test=150))
+    assert [r.holds for r in rows] == [NA, NA, "yes"]  # 2 s.e. of Δ on 150 images ≈ 11 points
+    only_inf = {"full": fake_history([1, math.inf], 0.1, 50, [0.4, 0.3]),
+                "mini": fake_history([1, math.inf], 0.1, 50, [0.4, 0.3]), "n_test": np.asarray(100_000)}
+    assert [r.holds for r in fig2.claims(only_inf)] == [NA, NA, "yes"]  # no finite K > 1 to compare

@@ -1,0 +1,60 @@
+"""Fig. 3 (iterlin.experiments.fig3): one sweep of the config's K, and the claims' verdicts."""
+
+from __future__ import annotations
+
+import numpy as np
+from _toy import FakeSweep, fake_cifar, fake_history, null_model
+
+from iterlin.claims import NA, Claim
+from iterlin.experiments import _common, fig3, resolve
+
+BIG = 100_000  # test images: 2 s.e. of Δ ≈ 0.4 points, so "under 1 point" is decided
+
+
+def test_compute_runs_the_config(monkeypatch):
+    fake = FakeSweep()
+    monkeypatch.setattr(_common, "sweep", fake)
+    monkeypatch.setattr(_common, "make_model", null_model)
+    config = resolve("fig3", K=5, lr=0.1, steps=10, batch_size=4, n_train=16, n_evals=2)
+    res = fig3.compute(config, fake_cifar(16, n_test=12))
+    (call,) = fake.calls
+    assert call["K"] == [1, 5] and call["lr"] == 0.1 and call["steps"] == 10 and call["batch_size"] == 4
+    assert call["augment"] is True and call["eval_steps"] == [0, 5, 10]
+    assert set(res) == {"runs", "n_test"} and int(res["n_test"]) == 12
+
+
+def _rows(acc, scale="smoke", n_test=BIG, K=(1, 5), steps=50, diverged=None, lr=0.1):
+    h = fake_history(list(K), lr, steps, acc, diverged=diverged)
+    return fig3.claims({"runs": h, "n_test": np.asarray(n_test), "config": {"scale": scale}})
+
+
+def test_claims_rules():
+    rows = _rows([0.40, 0.395])
+    assert [r.holds for r in rows] == ["yes", NA, "yes", "yes"]
+    assert rows[0].measured == "K=1: 40.0 %; K=5 (10 re-linearisations): 39.5 % (Δ -0.5 pts)"
+    assert rows[2].measured == "10 re-linearisations (K=5)"
+    assert [r.holds for r in _rows([0.40, 0.37], scale="paper")] == ["no", "no", "no", "yes"]
+
+
+def test_claims_hold_at_paper_scale():
+    assert [r.holds for r in _rows([0.823, 0.814], scale="paper")] == ["yes", "yes", "yes", "yes"]
+    assert [r.holds for r in _rows([0.70, 0.70], scale="paper")] == ["yes", "no", "yes", "yes"]  # not 82.3 %
+
+
+def test_too_many_relinearisations_do_not_count():
+    rows = _rows([0.40, 0.40], K=(1, 2))  # 25 re-linearisations > 12
+    assert [r.holds for r in rows] == ["yes", NA, "no", "yes"]
+
+
+def test_small_test_set_is_na_and_so_is_the_row_depending_on_it():
+    rows = _rows([0.40, 0.30], n_test=200)
+    assert [r.holds for r in rows] == [NA, NA, NA, "yes"]
+    assert "on 200 test images" in rows[0].rule
+
+
+def test_divergence_is_reported_in_claims():
+    rows = _rows([0.40, 0.40], lr=[0.1, 0.2], diverged=[False, True], n_test=200)
+    assert rows[0].holds == "no"  # a diverged run does not match K = 1, whatever the noise
+    assert rows[2].holds == "no"
+    assert rows[-1] == Claim("every run stays finite (no NaN or exploding loss)", "no divergence reported",
+                             "diverged: K=5, lr=0.2 at step 3", "no", rows[-1].rule)

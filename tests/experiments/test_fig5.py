@@ -1,0 +1,138 @@
+"""Fig. 5 (iterlin.experiments.fig5): the (K, lr) runs, the n_train expansion, the assembled results
+and the claims' verdicts."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from _toy import FakeSweep, fake_cifar, fake_history, null_model
+
+from iterlin.claims import NA
+from iterlin.experiments import _common, fig5, resolve, revalidate
+from iterlin.experiments.fig5 import off_lr, runs
+
+SCALE = "every finite K scales with data like K = 1"
+INF_WORSE = "K = ∞ (no feature learning) scales worse"
+CONTROL = "the higher lr of K = ∞ does not explain the gap"
+CONVERGED = "runs are trained to convergence"
+DIVERGED = "every run stays finite (no NaN or exploding loss)"
+
+
+def test_single_size_expands_to_halvings():
+    assert resolve("fig5", n_train=400)["n_train"] == [100, 200, 400]
+    assert resolve("fig5", n_train=[300, 100])["n_train"] == [100, 300]
+    assert resolve("fig5", "gpu", n_train="all")["n_train"] == [None]
+    assert revalidate(resolve("fig5", n_train="all"))["n_train"] == [None]
+    assert revalidate(resolve("fig5", n_train=400)) == resolve("fig5", n_train=400)
+    with pytest.raises(ValueError, match=r"batch_size=50 is not allowed.*n_train=32"):
+        resolve("fig5", n_train=[32, 64], batch_size=50)
+
+
+def test_runs_dedupe():
+    config = resolve("fig5", K=[1, 4], lr=0.1, lr_inf=0.1, n_train=[8, 16], steps=4)
+    assert fig5.runs(config) == [(1.0, 0.1), (4.0, 0.1), (math.inf, 0.1)]
+    config = resolve("fig5", K=[1, 4], lr=0.1, lr_inf=0.5, n_train=[8, 16], steps=4)
+    assert fig5.runs(config) == [(1.0, 0.1), (4.0, 0.1), (math.inf, 0.5), (1.0, 0.5)]
+
+
+def test_load_checks_batch_size_against_the_smallest_size(monkeypatch):
+    monkeypatch.setattr(fig5, "load_cifar10", lambda n, n_test: fake_cifar(min(n, 10), n_test))
+    data = fig5.load({"n_train": [4, 16], "n_test": 3, "batch_size": None})
+    assert sorted(data) == ["10", "4"]  # keyed by the size actually loaded
+    with pytest.raises(ValueError, match=r"batch_size=5 is not allowed.*n_train=4"):
+        fig5.load({"n_train": [4, 16], "n_test": 3, "batch_size": 5})
+
+
+def test_compute_one_sweep_per_size_and_results(monkeypatch):
+    """Accuracy grows with n for finite K, not for K = ∞ (and the claims say so)."""
+    accs = {8: [0.2, 0.2, 0.2, 0.2], 16: [0.4, 0.39, 0.21, 0.4]}
+    fake = FakeSweep(acc=lambda call: accs[call["n"]])
+    monkeypatch.setattr(_common, "sweep", fake)
+    monkeypatch.setattr(_common, "make_model", null_model)
+    config = resolve("fig5", K=[1, 4], lr=0.1, lr_inf=0.5, n_train=[8, 16], steps=4, n_evals=2)
+    res = fig5.compute(config, {"16": fake_cifar(16), "8": fake_cifar(8)})
+    assert [c["n"] for c in fake.calls] == [8, 16]  # sizes in numeric order
+    assert all(c["K"] == [1.0, 4.0, math.inf, 1.0] and c["lr"] == [0.1, 0.1, 0.5, 0.5] for c in fake.calls)
+    assert res["n_train"].tolist() == [8, 16] and res["best_test_acc"].shape == (2, 4)
+    assert res["K"].tolist() == [1.0, 4.0, math.inf, 1.0] and res["lr"].tolist() == [0.1, 0.1, 0.5, 0.5]
+    assert np.allclose(res["best_test_acc"][:, 2], [0.2, 0.21])
+    assert np.allclose(res["final_train_acc"][1], [0.8, 0.78, 0.42, 0.8]) and res["diverged"].shape == (2, 4)
+    assert sorted(res["histories"]) == ["16", "8"]
+    res["config"] = config
+    rows = {r.claim: r for r in fig5.claims(res)}
+    assert rows[SCALE].holds == "yes"
+    assert rows[INF_WORSE].holds == "yes"
+    assert rows[CONTROL].holds == "yes"
+    assert rows[CONVERGED].holds == "no"  # train acc. 0.8 < 99 %
+
+
+# ----------------------------------------------------------------------------------------------
+# Claims on constructed results: runs K = 1, 4 at lr 0.1; K = ∞ and K = 1 at lr_inf 0.5
+# ----------------------------------------------------------------------------------------------
+
+K = [1.0, 4.0, math.inf, 1.0]
+LR = [0.1, 0.1, 0.5, 0.5]
+
+
+def _results(best, *, train=1.0, sizes=(100, 400), lr_inf=0.5, diverged=None, K=K, lr=LR):
+    best = np.asarray(best, np.float64)
+    S, R = best.shape
+    div = np.zeros((S, R), bool) if diverged is None else np.asarray(diverged, bool)
+    histories = {str(n): fake_history(K, lr, 10, best[s], diverged=div[s]) for s, n in enumerate(sizes)}
+    return {
+        "n_train": np.asarray(sizes), "K": np.asarray(K), "lr": np.asarray(lr, np.float64),
+        "best_test_acc": best, "final_train_acc": np.full((S, R), train), "diverged": div,
+        "histories": histories, "config": {"lr": 0.1, "lr_inf": lr_inf},
+    }
+
+
+def _holds(results):
+    return {r.claim: r.holds for r in fig5.claims(results)}
+
+
+def test_claims_all_hold():
+    res = _results([[0.30, 0.29, 0.30, 0.30], [0.50, 0.48, 0.35, 0.49]])
+    assert _holds(res) == {SCALE: "yes", INF_WORSE: "yes", CONTROL: "yes", CONVERGED: "yes", DIVERGED: "yes"}
+    rows = fig5.claims(res)
+    assert rows[0].measured == "gain n=100→400: K=1 20.0 pts; K=4 19.0 pts"
+
+
+def test_claims_fail():
+    # K = 4 gains 10 points less than K = 1; K = ∞ gains as much as K = 1 at its rate; the control
+    # K = 1 at lr_inf is 5 points off; one run at 90 % train accuracy; one run diverged.
+    res = _results([[0.30, 0.30, 0.30, 0.30], [0.50, 0.40, 0.60, 0.55]], train=0.9,
+                   diverged=[[False] * 4, [False, True, False, False]])
+    assert _holds(res) == {SCALE: "no", INF_WORSE: "no", CONTROL: "no", CONVERGED: "no", DIVERGED: "no"}
+    assert fig5.claims(res)[-1].measured == "diverged: n=400: K=4, lr=0.1 at step 3"
+
+
+def test_claims_not_applicable():
+    # One size only: no scaling rows.
+    rows = fig5.claims(_results([[0.30, 0.30, 0.30, 0.30]], sizes=(100,)))
+    assert [r.claim for r in rows][:1] == ["data scaling"] and rows[0].holds == NA
+    # lr_inf = lr: the K = ∞ run has no separate K = 1 control.
+    res = _results([[0.30, 0.30, 0.30], [0.50, 0.49, 0.35]], lr_inf=0.1, K=[1.0, 4.0, math.inf], lr=[0.1] * 3)
+    holds = _holds(res)
+    assert holds[CONTROL] == NA and holds[SCALE] == "yes" and holds[INF_WORSE] == "yes"
+    # No finite K > 1: nothing to compare with K = 1.
+    res = _results([[0.30, 0.30, 0.30], [0.50, 0.35, 0.50]], K=[1.0, math.inf, 1.0], lr=[0.1, 0.5, 0.5])
+    assert _holds(res)[SCALE] == NA
+
+
+# The notebook's summary functions (pure functions of the results; no training).
+
+
+def test_off_lr_marks_the_runs_at_lr_inf():
+    config = {"K": [1, 100], "lr": 1e-5, "lr_inf": 1e-3}
+    pairs = runs(config)
+    results = {"K": np.array([k for k, _ in pairs]), "lr": np.array([v for _, v in pairs]), "config": config}
+    np.testing.assert_array_equal(off_lr(results), [False, False, True, True])
+
+
+def test_off_lr_none_when_lr_inf_is_lr():
+    config = {"K": [1, 4], "lr": 0.1, "lr_inf": 0.1}
+    pairs = runs(config)
+    results = {"K": np.array([k for k, _ in pairs]), "lr": np.array([v for _, v in pairs]), "config": config}
+    assert not off_lr(results).any() and len(off_lr(results)) == 3

@@ -1,0 +1,232 @@
+"""iterlin.claims: rows, verdicts and formatting, the tables, and the rows shared by every experiment
+(test-set noise, on-par comparisons, divergence, a sweep without K > 1)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from iterlin.claims import (
+    COLUMNS,
+    HOLDS,
+    NA,
+    ON_PAR,
+    Claim,
+    beyond_noise,
+    claims_markdown,
+    claims_table,
+    collect_claims,
+    divergence_claim,
+    divergence_row,
+    fmt_K,
+    num,
+    on_par_claim,
+    only_k1_rows,
+    pct,
+    publish_claims,
+    two_se,
+    verdict,
+)
+
+from _toy import fake_history
+
+# ----------------------------------------------------------------------------------------------
+# Rows, verdicts, formatting
+# ----------------------------------------------------------------------------------------------
+
+
+def test_constants():
+    assert HOLDS == ("yes", "no", NA) and NA == "n/a at this scale"
+    assert COLUMNS == ("claim", "paper", "this run", "holds", "rule")
+    assert ON_PAR == 0.02
+
+
+def test_verdict_and_check():
+    assert (verdict(True), verdict(False), verdict(None), verdict(True, applicable=False)) == ("yes", "no", NA, NA)
+    assert verdict(np.bool_(True)) == "yes"
+    Claim("c", "p", "m", "yes").check()
+    with pytest.raises(ValueError, match="Claim.holds='maybe' is not allowed"):
+        Claim("c", "p", "m", "maybe").check()
+    with pytest.raises(TypeError, match="Claim.measured=0.5 is not allowed"):
+        Claim("c", "p", 0.5, "yes").check()
+    with pytest.raises(ValueError, match="no newlines"):
+        Claim("c\nd", "p", "m", "yes").check()
+
+
+def test_formatting():
+    assert pct(0.41234) == "41.2 %" and pct(-0.0001) == "0.0 %" and pct(float("nan")) == "nan"
+    assert pct(0.5, 0) == "50 %" and pct(math.inf) == "inf"
+    assert num(-0.001) == "0.00" and num(1.23456, 3) == "1.235" and num(-math.inf) == "-inf"
+    assert [fmt_K(k) for k in (1, 100, 9999, 10_000, 5e6, 200_000, math.inf)] == [
+        "1", "100", "9999", "1e4", "5e6", "2e5", "∞"]
+
+
+# ----------------------------------------------------------------------------------------------
+# Tables
+# ----------------------------------------------------------------------------------------------
+
+ROWS = [Claim("large K | on par", "82.3 %", "81.0 %", "yes", "|Δ| < 1"), Claim("b", "p", "m", NA)]
+
+
+def test_claims_table():
+    assert claims_table(ROWS) == (
+        "claim             paper   this run  holds              rule\n"
+        "----------------  ------  --------  -----------------  -------\n"
+        "large K | on par  82.3 %  81.0 %    yes                |Δ| < 1\n"
+        "b                 p       m         n/a at this scale"
+    )
+    assert claims_table([("c", "p", "m", "no")]).splitlines()[-1] == "c      p      m         no"  # tuples accepted
+    with pytest.raises(ValueError, match="holds"):
+        claims_table([Claim("c", "p", "m", "perhaps")])
+
+
+def test_claims_markdown():
+    assert claims_markdown(ROWS) == (
+        "| claim | paper | this run | holds | rule |\n"
+        "|---|---|---|---|---|\n"
+        "| large K \\| on par | 82.3 % | 81.0 % | yes | \\|Δ\\| < 1 |\n"
+        "| b | p | m | n/a at this scale |  |"
+    )
+
+
+def test_publish_and_collect(tmp_path):
+    text = publish_claims("fig3", ROWS, scale="smoke", directory=tmp_path)
+    assert text == "Claims of fig3 at scale 'smoke':\n" + claims_table(ROWS)
+    doc = json.loads((tmp_path / "fig3.json").read_text(encoding="utf-8"))
+    assert doc == {"name": "fig3", "scale": "smoke", "rows": [r._asdict() for r in ROWS]}
+    (tmp_path / "broken.json").write_text("{")
+    md = collect_claims(tmp_path)
+    assert md.index("## broken") < md.index("## fig3 (scale: smoke)")
+    assert "unreadable: JSONDecodeError" in md and claims_markdown(ROWS) in md
+    assert "no claims recorded yet" in collect_claims(tmp_path / "none")
+    with pytest.raises(ValueError, match="name="):
+        publish_claims("../x", ROWS, scale="smoke", directory=tmp_path)
+
+
+# ----------------------------------------------------------------------------------------------
+# Test-set noise
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("p", [0.05, 0.3, 0.5, 0.8, 0.95])
+@pytest.mark.parametrize("n", [1, 100, 10_000])
+def test_two_se_formula(p, n):
+    assert two_se(p, n) == pytest.approx(2 * math.sqrt(p * (1 - p) / n), rel=1e-12)
+    assert two_se(p, n, diff=True) == pytest.approx(2 * math.sqrt(2 * p * (1 - p) / n), rel=1e-12)
+    assert two_se(p, n, diff=True) == pytest.approx(math.sqrt(2) * two_se(p, n), rel=1e-12)
+
+
+def test_two_se_clips_p_and_n():
+    assert two_se(0.0, 100) == two_se(0.05, 100) > 0 and two_se(1.0, 100) == two_se(0.95, 100)
+    assert two_se(0.5, 0) == two_se(0.5, 1) == 1.0
+    assert two_se(0.5, 10_000) == pytest.approx(0.01)
+
+
+def test_beyond_noise():
+    # 2 s.e. of a difference near 0.5 on 10 000 images: 2·sqrt(2·0.25/10⁴) ≈ 1.41 points
+    assert beyond_noise(0.50, 0.52, 10_000) and beyond_noise(0.52, 0.50, 10_000)
+    assert not beyond_noise(0.50, 0.51, 10_000)
+    assert not beyond_noise(0.3, 0.7, 0) and not beyond_noise(0.5, 0.5, 10**9)
+    assert beyond_noise(0.0, 0.2, 100) and not beyond_noise(0.0, 0.05, 100)  # p clipped to 0.05
+
+
+# ----------------------------------------------------------------------------------------------
+# Divergence rows
+# ----------------------------------------------------------------------------------------------
+
+
+def test_divergence_row():
+    ok = divergence_row([])
+    assert ok.claim == "every run stays finite (no NaN or exploding loss)" and ok.paper == "no divergence reported"
+    assert (ok.measured, ok.holds) == ("none diverged", "yes")
+    bad = divergence_row(iter(["K=5 at step 12", "Adam at step 3"]))
+    assert (bad.measured, bad.holds) == ("diverged: K=5 at step 12; Adam at step 3", "no")
+
+
+def test_divergence_claim_names_runs():
+    h = fake_history([1, 5, math.inf], [0.1, 0.0005, 0.2], 50, [0.4] * 3, diverged=[False, True, True],
+                     diverged_step=7)
+    assert divergence_claim({"runs": h}).measured == "diverged: K=5, lr=0.0005 at step 7; K=∞, lr=0.2 at step 7"
+    ok = fake_history([1, 5], 0.1, 50, [0.4] * 2)
+    row = divergence_claim({"full": ok, "mini": h})  # several panels: each run named with its panel
+    assert row.measured == "diverged: mini: K=5, lr=0.0005 at step 7; mini: K=∞, lr=0.2 at step 7"
+    assert row.holds == "no"
+    assert divergence_claim({"full": ok, "mini": ok}) == divergence_row([])
+    no_lr = {k: v for k, v in h.items() if k != "lr"}
+    assert divergence_claim({"runs": no_lr}).measured == "diverged: K=5 at step 7; K=∞ at step 7"
+
+
+def test_divergence_claim_prints_small_learning_rates():
+    h = fake_history([1, 1000], [1e-5, 1e-5], 50, [0.4] * 2, diverged=[False, True])
+    assert "lr=1e-05" in divergence_claim({"runs": h}).measured
+
+
+# ----------------------------------------------------------------------------------------------
+# on_par_claim: K = 1 against the largest finite K > 1
+# ----------------------------------------------------------------------------------------------
+
+
+def _on_par(acc, *, n_test=100_000, K=(1, 5, 20, math.inf), diverged=None, **kw):
+    h = fake_history(list(K), 0.1, 100, acc, diverged=diverged)
+    return on_par_claim("c", "p", h, n_test=n_test, **kw)
+
+
+def test_on_par_yes_no():
+    row = _on_par([0.40, 0.10, 0.395, 0.20])  # compares K = 20 (the largest finite K), not K = 5 or ∞
+    assert row.holds == "yes" and (row.claim, row.paper) == ("c", "p")
+    assert row.measured == "K=1: 40.0 %; K=20 (5 re-linearisations): 39.5 % (Δ -0.5 pts)"
+    assert row.rule == ("|Δ| < 2 pts at the last step, neither diverged; decided only when 2 s.e. of Δ "
+                        "(0.4 pts on 100000 test images) < 2 pts")
+    assert _on_par([0.40, 0.40, 0.43, 0.40]).holds == "no"
+    assert _on_par([0.40, 0.40, 0.37, 0.40]).holds == "no"
+    assert _on_par([0.40, 0.40, 0.415, 0.40]).holds == "yes"
+    assert _on_par([0.40, 0.40, 0.415, 0.40], tol=0.01).holds == "no"
+
+
+def test_on_par_metric_and_last_point_only():
+    h = fake_history([1, 5], 0.1, 100, [0.4, 0.4])
+    h["net_test_acc"] = np.array([[0.1, 0.9, 0.40], [0.1, 0.1, 0.40]])  # only the last point counts
+    h["lin_test_acc"] = np.array([[0.1, 0.1, 0.40], [0.1, 0.1, 0.30]])
+    assert on_par_claim("c", "p", h, n_test=100_000).holds == "yes"
+    assert on_par_claim("c", "p", h, n_test=100_000, metric="lin_test_acc").holds == "no"
+
+
+def test_on_par_na_when_noise_reaches_the_tolerance():
+    # 2 s.e. of Δ near 0.4 on n images: 2·sqrt(0.48/n) < 0.02 needs n > 4800
+    assert _on_par([0.40, 0.4, 0.40, 0.4], n_test=4700).holds == NA
+    assert _on_par([0.40, 0.4, 0.40, 0.4], n_test=4900).holds == "yes"
+    assert _on_par([0.40, 0.4, 0.10, 0.4], n_test=200).holds == NA  # even a large gap is not judged
+    assert "on 200 test images" in _on_par([0.40, 0.4, 0.10, 0.4], n_test=200).rule
+
+
+def test_on_par_diverged_is_no_whatever_the_noise():
+    for div in ([True, False, False, False], [False, False, True, False]):
+        assert _on_par([0.40, 0.4, 0.40, 0.4], diverged=div).holds == "no"
+        assert _on_par([0.40, 0.4, 0.40, 0.4], diverged=div, n_test=10).holds == "no"
+    # a run that is not compared (K = 5, K = ∞) does not decide it
+    assert _on_par([0.40, 0.4, 0.40, 0.4], diverged=[False, True, False, True]).holds == "yes"
+
+
+def test_on_par_without_a_finite_large_K():
+    row = _on_par([0.40, 0.30], K=(1, math.inf))
+    assert row.holds == NA and row.measured == "K=1: 40.0 % (no finite K > 1 run)"
+    assert row.rule == "needs a run with finite K > 1"
+    assert _on_par([0.40], K=(1,)).holds == NA
+
+
+# ----------------------------------------------------------------------------------------------
+# only_k1_rows
+# ----------------------------------------------------------------------------------------------
+
+
+def test_only_k1_rows():
+    assert only_k1_rows("fig6", fake_history([1, 8], 0.1, 10, [0.3, 0.3])) is None
+    assert only_k1_rows("fig6", fake_history([1, math.inf], 0.1, 10, [0.3, 0.3])) is None
+    rows = only_k1_rows("fig7", fake_history([1], 0.1, 10, [0.3], diverged=[True]))
+    assert [r.holds for r in rows] == [NA, "no"]
+    assert rows[0] == Claim("fig7: large K against K = 1", "see the notebook", "only K = 1 was run", NA,
+                            "needs a run with K > 1")
+    assert rows[1].measured == "diverged: K=1, lr=0.1 at step 3"

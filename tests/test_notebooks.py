@@ -1,0 +1,64 @@
+"""The notebooks' parameters: what papermill sees, and what each experiment takes.
+
+Papermill infers a notebook's parameters from its cell tagged ``parameters`` and skips a line it
+cannot parse (e.g. one whose comment contains a second ``=``): such a parameter is missing from
+``papermill --help-notebook`` and ``-p NAME VALUE`` warns "unknown parameter" although the value is
+applied, which teaches users to ignore the warning that catches misspelt names. So papermill must
+list every assignment of every parameters cell, and each must be a parameter of its experiment.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+
+import papermill
+import pytest
+
+from iterlin.experiments import names, notebook_parameters
+
+NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+PAIRS = sorted(p.stem for p in NOTEBOOKS.glob("*.ipynb"))
+
+
+def _parameters_cell(stem: str) -> str:
+    nb = json.loads((NOTEBOOKS / f"{stem}.ipynb").read_text(encoding="utf-8"))
+    cells = [c for c in nb["cells"] if "parameters" in (c.get("metadata", {}).get("tags") or [])]
+    assert len(cells) == 1, f"{stem}.ipynb must have exactly one cell tagged 'parameters'"
+    src = cells[0]["source"]
+    return "".join(src) if isinstance(src, list) else src
+
+
+def _assigned(source: str) -> list[str]:
+    return [t.id for node in ast.parse(source).body if isinstance(node, ast.Assign) for t in node.targets
+            if isinstance(t, ast.Name)]
+
+
+def test_every_notebook_is_an_experiment():
+    assert PAIRS and set(PAIRS) == set(names())
+
+
+@pytest.mark.parametrize("stem", PAIRS)
+def test_papermill_lists_every_parameter(stem):
+    assigned = _assigned(_parameters_cell(stem))
+    listed = papermill.inspect_notebook(str(NOTEBOOKS / f"{stem}.ipynb"))
+    assert list(listed) == assigned, f"papermill --help-notebook {stem}.ipynb lists {list(listed)}"
+    for name, info in listed.items():
+        assert info["help"], f"{stem}: parameter {name} has no help text (its comment)"
+
+
+@pytest.mark.parametrize("stem", PAIRS)
+def test_parameters_cell_names_are_the_experiments(stem):
+    assigned = _assigned(_parameters_cell(stem))
+    assert "scale" in assigned
+    unknown = set(assigned) - set(notebook_parameters(stem))
+    assert not unknown, f"{stem}: parameters cell sets {sorted(unknown)}, which the experiment does not take"
+
+
+@pytest.mark.parametrize("stem", PAIRS)
+def test_py_and_ipynb_parameters_cells_agree(stem):
+    py = (NOTEBOOKS / f"{stem}.py").read_text(encoding="utf-8")
+    start = py.index('# %% tags=["parameters"]\n') + len('# %% tags=["parameters"]\n')
+    end = py.index("# %%", start)
+    assert _assigned(py[start:end]) == _assigned(_parameters_cell(stem))
