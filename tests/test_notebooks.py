@@ -62,3 +62,15 @@ def test_py_and_ipynb_parameters_cells_agree(stem):
     start = py.index('# %% tags=["parameters"]\n') + len('# %% tags=["parameters"]\n')
     end = py.index("# %%", start)
     assert _assigned(py[start:end]) == _assigned(_parameters_cell(stem))
+
+
+def test_papermill_refuses_a_misspelt_parameter_in_the_config_cell(tmp_path):
+    """``-p step 50`` (for steps) used to run the defaults with exit 0: papermill only logs it."""
+    with pytest.raises(papermill.PapermillExecutionError) as info:
+        papermill.execute_notebook(str(NOTEBOOKS / "fig3.ipynb"), str(tmp_path / "out.ipynb"),
+                                   parameters={"step": 50}, progress_bar=False, log_output=False,
+                                   kernel_name="python3")
+    assert "step=50 is not allowed: notebook fig3 has no parameter 'step'" in str(info.value)
+    out = json.loads((tmp_path / "out.ipynb").read_text(encoding="utf-8"))
+    failed = [c for c in out["cells"] if any(o.get("output_type") == "error" for o in c.get("outputs", []))]
+    assert len(failed) == 1 and "resolve_notebook" in "".join(failed[0]["source"])  # the config cell, nothing run
