@@ -51,9 +51,12 @@ test: test-unit test-notebooks
 
 # PYTEST_OPTS: extra pytest arguments (CI passes --ignore=tests/test_site.py, run in its own phase).
 PYTEST_OPTS ?=
+# Unit tests run in TEST_WORKERS processes (pytest-xdist; most of their time is XLA compiling,
+# one core each); TEST_WORKERS=0 runs them in this process.
+TEST_WORKERS ?= 2
 
 test-unit: env
-	$(PY) -m pytest -q $(PYTEST_OPTS) tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) $(PYTEST_OPTS) tests
 
 # Runs only when notebooks exist; exit code 5 (nothing collected) is not a failure.
 test-notebooks: env

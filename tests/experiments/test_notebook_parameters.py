@@ -137,3 +137,16 @@ def test_every_count_of_every_notebook_is_bounded_and_typed(name, key):
     for bad in ("abc", 2.5, True, -1):
         with pytest.raises(ValueError, match=f"^{key}=.* is not allowed: {key} must be"):
             resolve_notebook(name, _kernel_globals(scale="smoke", **{key: bad}))
+
+
+ALL = [(name, key) for name in NAMES for key in notebook_parameters(name)]
+
+
+@pytest.mark.parametrize("name, key", ALL, ids=[f"{n}-{k}" for n, k in ALL])
+def test_every_parameter_of_every_notebook_refuses_a_wrong_type_naming_itself(name, key):
+    for bad in ("abc", {"a": 1}, float("nan")):
+        if key == "scale" and isinstance(bad, float):
+            continue
+        with pytest.raises((ValueError, TypeError)) as info:
+            resolve_notebook(name, _kernel_globals(**{"scale": "smoke", key: bad}))
+        assert str(info.value).startswith(f"{key}="), str(info.value)
