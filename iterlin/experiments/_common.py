@@ -47,6 +47,7 @@ __all__ = [
     "checkpoint_path",
     "sweep",
     "cnn_sweep",
+    "FROM_CONFIG",
     "early_stopped",
     "index_of_K",
     "rmse",
@@ -203,6 +204,10 @@ def sweep(
     return history
 
 
+#: Default of :func:`cnn_sweep`'s ``batch_size``: the config's (``None`` there means full batch).
+FROM_CONFIG = object()
+
+
 def cnn_sweep(
     config: Mapping,
     data: Dataset,
@@ -210,7 +215,7 @@ def cnn_sweep(
     K: Sequence | None = None,
     lr: float | Sequence[float] | None = None,
     steps: int | None = None,
-    batch_size: int | None | str = "config",
+    batch_size: Any = FROM_CONFIG,
     callback: Callable | None = None,
     eval_steps: Sequence[int] | None = None,
     checkpoint=None,
@@ -220,7 +225,8 @@ def cnn_sweep(
 
     ``config`` gives ``seed`` (initialisation and batches), ``n_evals``, ``augment`` (default
     False) and the defaults of ``K`` (list), ``lr``, ``steps`` and ``batch_size``, which the keyword
-    arguments override (Fig. 2's mini-batch panel, Fig. 5's extra runs). ``eval_steps`` defaults to
+    arguments override (Fig. 2's mini-batch panel, Fig. 5's extra runs; ``batch_size=None`` is
+    full batch, the default :data:`FROM_CONFIG` the config's). ``eval_steps`` defaults to
     :func:`eval_points` of (steps, n_evals). ``callback(apply_fn, params0)`` as :func:`sweep`.
     """
     init_key, data_key = seed_keys(config["seed"])
@@ -229,7 +235,7 @@ def cnn_sweep(
     return sweep(
         model.apply_fn, model.params, (data.x_train, data.y_train),
         K=list(config["K"] if K is None else K), lr=config["lr"] if lr is None else lr, steps=steps,
-        batch_size=config["batch_size"] if batch_size == "config" else batch_size, key=data_key,
+        batch_size=config["batch_size"] if batch_size is FROM_CONFIG else batch_size, key=data_key,
         eval_data=(data.x_test, data.y_test),
         eval_steps=eval_points(steps, config["n_evals"]) if eval_steps is None else eval_steps,
         augment=bool(config.get("augment", False)), callback=callback, checkpoint=checkpoint,
