@@ -32,7 +32,7 @@ import ast
 import hashlib
 import inspect
 import math
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping
 
 from .. import config as _config
 from ..cache import cached
