@@ -73,7 +73,7 @@ from ..models import quintic_model
 from ..precision import x64
 from ..training import train_sweep
 from ..tree import tree_index
-from ._common import Experiment, checkpoint_path, eval_points, load_quintic, rmse
+from ._common import Experiment, checkpoint_path, eval_points, index_of_K, load_quintic, rmse
 
 __all__ = [
     "SCALES", "EXPERIMENT", "BRIDGE_K", "load", "compute", "claims", "plan", "converged", "summary",
@@ -306,7 +306,7 @@ def claims(results: Mapping) -> list[Claim]:
     fmt = lambda i: f"K={fmt_K(K[i])}: {num(net[i], 3)}"  # noqa: E731
     rows = []
 
-    i1 = int(np.flatnonzero(K == 1)[0])
+    i1 = index_of_K(K, 1)
     small = [i for i in range(len(K)) if 1 < K[i] <= 10]
     if small:
         worst = max(abs(net[i] - net[i1]) / net[i1] for i in small)

@@ -20,7 +20,7 @@ import numpy as np
 
 from ..claims import Claim, divergence_claim, fmt_K, on_par_claim, pct, verdict
 from ..data import Dataset
-from ._common import Experiment, checkpoint_path, cnn_sweep, load_data
+from ._common import Experiment, checkpoint_path, cnn_sweep, index_of_K, load_data
 
 __all__ = ["SCALES", "EXPERIMENT", "load", "compute", "claims"]
 
@@ -58,13 +58,13 @@ def claims(results: Mapping) -> list[Claim]:
     K, acc = np.asarray(h["K"]), np.asarray(h["net_test_acc"], np.float64)[:, -1]
     gap = on_par_claim("SGD + augmentation: large K ends under 1 point from K = 1", "82.3 % vs 81.4 % (Δ 0.9 pts)",
                        h, n_test=int(results["n_test"]), tol=0.01)
-    i1 = int(np.flatnonzero(K == 1)[0])
+    i1 = index_of_K(K, 1)
     top = Claim(
         "K = 1 reaches 82.3 % test accuracy", "82.3 %", pct(acc[i1]),
         verdict(abs(acc[i1] - 0.823) <= 0.02, applicable=config.get("scale") == "paper"),
         "|Δ| ≤ 2 points; judged only at scale 'paper' (fewer images and steps here)",
     )
-    j = int(np.flatnonzero(K == K.max())[0])
+    j = index_of_K(K, K.max())
     relin = int(np.asarray(h["n_relin"])[j, -1])
     few = Claim(
         "8-12 feature updates suffice to match K = 1", "8-12 re-linearisations",
