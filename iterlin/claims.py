@@ -11,9 +11,15 @@ Each notebook ends with one table built from :class:`Claim` rows::
 
 * ``measured`` and ``paper`` are strings, rounded by the caller (:func:`pct`, :func:`num`) so that
   the printed table is stable across reruns (nbval compares it).
-* ``holds`` is ``"yes"``, ``"no"`` or ``"n/a at this scale"`` (:func:`verdict`), decided by the
+* ``holds`` is ``"yes"``, ``"no"``, ``"undecided"`` or ``"n/a at this scale"``, decided by the
   ``rule`` written in the row: a claim about an absolute number of the paper (82.3 %) cannot hold at
   the smoke scale's few images and steps, and says so instead of "no".
+* Every comparison of two accuracies goes through ONE noise rule (:func:`difference`, then
+  :func:`on_par` or :func:`exceeds`): an interval of two standard errors around the difference Δ,
+  combining the seed-to-seed spread and the test set's noise (paired on the same test images when
+  the runs' predictions are known). "Better" holds when the interval excludes 0; "on par within t"
+  holds when the interval lies inside ±t, fails when it lies wholly outside, and is otherwise
+  ``"undecided"`` (an equivalence test: not seeing a difference is not evidence of none).
 * A diverged run (a NaN or exploding loss, see :func:`iterlin.training.commit_step`) is a result:
   say so (:func:`divergence_claim`) and let the rule decide (a diverged run does not match K = 1).
 
@@ -25,6 +31,7 @@ Markdown.
 
 from __future__ import annotations
 
+import html
 import json
 import math
 import os
@@ -40,7 +47,9 @@ __all__ = [
     "Claim",
     "HOLDS",
     "NA",
+    "UNDECIDED",
     "claims_table",
+    "ClaimsTable",
     "claims_markdown",
     "publish_claims",
     "collect_claims",
@@ -51,17 +60,27 @@ __all__ = [
     "fmt_K",
     "COLUMNS",
     "ON_PAR",
+    "Difference",
+    "difference",
+    "on_par",
+    "exceeds",
     "two_se",
     "beyond_noise",
     "divergence_row",
     "divergence_claim",
     "on_par_claim",
+    "on_par_rule",
+    "EXCEEDS_RULE",
+    "runs_of",
+    "sweep_difference",
     "only_k1_rows",
 ]
 
 NA = "n/a at this scale"
+#: The verdict of a comparison whose interval is too wide to decide it (see :func:`on_par`).
+UNDECIDED = "undecided"
 #: The allowed values of :attr:`Claim.holds`.
-HOLDS = ("yes", "no", NA)
+HOLDS = ("yes", "no", UNDECIDED, NA)
 #: The columns of a claims table, in order.
 COLUMNS = ("claim", "paper", "this run", "holds", "rule")
 
@@ -160,6 +179,38 @@ def claims_markdown(rows: Iterable[Claim]) -> str:
     return "\n".join(out)
 
 
+class ClaimsTable:
+    """A claims table that renders as an HTML table in a notebook and as fixed-width text elsewhere.
+
+    ``str(table)`` (and ``repr``) is the header line ``Claims of <name> at scale '<scale>':`` and
+    :func:`claims_table`; ``_repr_html_`` is the same rows as an HTML ``<table>`` (Jupyter and the
+    book show it; nbval compares the text). ``reference=True`` says it is a committed reference run's.
+    """
+
+    def __init__(self, name: str, scale: str, rows: Iterable[Claim], *, reference: bool = False):
+        self.name, self.scale, self.rows, self.reference = name, scale, _rows(rows), reference
+
+    def header(self) -> str:
+        what = f"the reference run of {self.name}" if self.reference else self.name
+        return f"Claims of {what} at scale {self.scale!r}:"
+
+    def __str__(self) -> str:
+        return self.header() + "\n" + claims_table(self.rows)
+
+    __repr__ = __str__
+
+    def _repr_html_(self) -> str:
+        esc = html.escape
+        head = "".join(f"<th style='text-align:left'>{esc(c)}</th>" for c in COLUMNS)
+        body = "".join(
+            "<tr>" + "".join(f"<td style='text-align:left'>{esc(c)}</td>"
+                             for c in (r.claim, r.paper, r.measured, r.holds, r.rule)) + "</tr>"
+            for r in self.rows
+        )
+        return (f"<p><strong>{esc(self.header())}</strong></p>"
+                f"<table class='iterlin-claims'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
+
+
 def default_claims_dir() -> Path:
     """``$ITERLIN_CLAIMS``, else ``<repo>/_build/claims``, else ``./_build/claims``."""
     env = os.environ.get("ITERLIN_CLAIMS")
@@ -169,12 +220,13 @@ def default_claims_dir() -> Path:
     return (root if root is not None else Path.cwd()) / "_build" / "claims"
 
 
-def publish_claims(name: str, rows: Iterable[Claim], *, scale: str, directory: str | os.PathLike | None = None) -> str:
+def publish_claims(name: str, rows: Iterable[Claim], *, scale: str,
+                   directory: str | os.PathLike | None = None) -> ClaimsTable:
     """Save the rows as JSON (atomically) to ``<directory>/<name>.json`` and return the table.
 
     The JSON is ``{"name", "scale", "rows": [{claim, paper, measured, holds, rule}, ...]}``.
-    The returned string is a header line ``Claims of <name> at scale '<scale>':`` then
-    :func:`claims_table`; print it in the notebook's final cell.
+    The returned :class:`ClaimsTable` is the notebook's final expression (HTML in the page; its
+    ``str`` is a header line ``Claims of <name> at scale '<scale>':`` then :func:`claims_table`).
     """
     rows = _rows(rows)
     if not isinstance(name, str) or not name or not all(c.isalnum() or c in "_-." for c in name):
@@ -183,7 +235,7 @@ def publish_claims(name: str, rows: Iterable[Claim], *, scale: str, directory: s
     doc = {"name": name, "scale": scale, "rows": [r._asdict() for r in rows]}
     data = json.dumps(doc, indent=1, ensure_ascii=False).encode()
     atomic_write_bytes(d / f"{name}.json", lambda f: f.write(data))
-    return f"Claims of {name} at scale {scale!r}:\n" + claims_table(rows)
+    return ClaimsTable(name, scale, rows)
 
 
 def collect_claims(directory: str | os.PathLike | None = None) -> str:
@@ -211,18 +263,122 @@ def collect_claims(directory: str | os.PathLike | None = None) -> str:
 # Rows shared by every experiment: noise, on-par comparisons, divergence
 # ------------------------------------------------------------------------------------------------
 
-#: |Δ| (fraction of test accuracy) below which two runs count as "on par" where the paper gives
+#: |Δ| (fraction of test accuracy) within which two runs count as "on par" where the paper gives
 #: no number (Figs. 2, 4, 5); Fig. 3 uses the paper's own "under 1 point".
 ON_PAR = 0.02
 
 
-def two_se(p: float, n: int, *, diff: bool = False) -> float:
-    """Two standard errors of an accuracy p measured on n test images (binomial), or, with
-    ``diff=True``, of the difference of two independent such accuracies near p.
+class Difference(NamedTuple):
+    """Δ = mean over seeds of (accuracy of B − accuracy of A), and its standard error.
 
-    2·sqrt(c·p(1 − p)/n), c = 2 for a difference, else 1; p is clipped to [0.05, 0.95] so that a
-    run at 0 % or 100 % does not claim zero noise.
+    ``se`` combines the seed-to-seed spread of the per-seed differences (var/S, when S ≥ 2) and the
+    test set's sampling noise (paired: the variance over test images of the per-image difference
+    in correctness, averaged over seeds, / n; unpaired: two independent binomials). ``lo``/``hi``:
+    Δ ∓ 2·se.
     """
+
+    delta: float
+    se: float
+    n_seeds: int
+    n_test: int
+    paired: bool
+
+    @property
+    def lo(self) -> float:
+        return self.delta - 2.0 * self.se
+
+    @property
+    def hi(self) -> float:
+        return self.delta + 2.0 * self.se
+
+    def describe(self) -> str:
+        """``Δ +0.4 pts, 2 s.e. interval [−1.2, +2.0] (3 seeds, 932 paired test images)``."""
+        kind = "paired" if self.paired else "unpaired"
+        seeds = f"{self.n_seeds} seed{'s' if self.n_seeds != 1 else ''}"
+        return (f"Δ {_signed(100 * self.delta)} pts, 2 s.e. interval [{_signed(100 * self.lo)}, "
+                f"{_signed(100 * self.hi)}] ({seeds}, {self.n_test} {kind} test images)")
+
+
+def _signed(x: float) -> str:
+    return ("+" if x > 0 and round(x, 1) != 0 else "") + num(x, 1)
+
+
+def difference(acc_a, acc_b, *, n_test: int, correct_a=None, correct_b=None) -> Difference:
+    """The shared noise model of a comparison of B against A (see :class:`Difference`).
+
+    Args:
+      acc_a, acc_b: (S,) accuracies of A and B, one per seed (seed s of A paired with seed s of B:
+        same initialisation and batches), or scalars for one seed.
+      n_test: test images each accuracy was measured on (n > 0).
+      correct_a, correct_b: optional (S, n_test) booleans, whether each run got each test image
+        right; given both, the test noise is that of a paired comparison on the same images,
+        Var_i[mean_s(c_b − c_a)]/n, which is far tighter than two independent binomials
+        (2·p(1 − p)/n, p clipped to [0.05, 0.95]) when the runs agree on most images.
+
+    The seed term is Var_s(Δ_s)/S (sample variance, S ≥ 2; with one seed it cannot be estimated and
+    is 0, which :meth:`Difference.describe` makes visible by the seed count).
+    """
+    a = np.atleast_1d(np.asarray(acc_a, np.float64))
+    b = np.atleast_1d(np.asarray(acc_b, np.float64))
+    if a.shape != b.shape or a.ndim != 1 or a.size == 0:
+        raise ValueError(f"acc_a and acc_b of shapes {a.shape} and {b.shape} are not allowed: one accuracy per seed each")
+    n = int(n_test)
+    if n <= 0:
+        raise ValueError(f"n_test={n_test!r} is not allowed: n_test must be a positive number of test images")
+    d = b - a
+    S = d.size
+    seed_var = float(np.var(d, ddof=1)) / S if S > 1 else 0.0
+    paired = correct_a is not None and correct_b is not None
+    if paired:
+        ca = np.asarray(correct_a, np.float64).reshape(S, -1)
+        cb = np.asarray(correct_b, np.float64).reshape(S, -1)
+        per_image = (cb - ca).mean(axis=0)
+        test_var = float(np.var(per_image, ddof=1)) / per_image.size if per_image.size > 1 else 0.0
+    else:
+        p = min(max(float(np.mean(np.concatenate([a, b]))), 0.05), 0.95)
+        test_var = 2.0 * p * (1.0 - p) / n
+    return Difference(float(d.mean()), math.sqrt(seed_var + test_var), S, n, paired)
+
+
+def on_par(diff: Difference, tol: float) -> str:
+    """"On par within ``tol``" (an equivalence test): ``"yes"`` when the whole interval
+    [lo, hi] lies inside (−tol, tol), ``"no"`` when it lies wholly outside (lo ≥ tol or hi ≤ −tol),
+    else :data:`UNDECIDED` (the interval is wider than the claim)."""
+    if not math.isfinite(diff.delta) or not math.isfinite(diff.se):
+        return "no"
+    if -tol < diff.lo and diff.hi < tol:
+        return "yes"
+    if diff.lo >= tol or diff.hi <= -tol:
+        return "no"
+    return UNDECIDED
+
+
+def exceeds(diff: Difference) -> str:
+    """"B is better than A": ``"yes"`` when the interval lies above 0, ``"no"`` when it lies below,
+    else :data:`UNDECIDED` (no difference beyond noise either way)."""
+    if not math.isfinite(diff.delta) or not math.isfinite(diff.se):
+        return "no"
+    if diff.lo > 0:
+        return "yes"
+    if diff.hi < 0:
+        return "no"
+    return UNDECIDED
+
+
+#: The rule column of every on-par row (:func:`on_par`).
+def on_par_rule(tol: float) -> str:
+    return (f"on par: the 2 s.e. interval of Δ (seeds and test images) inside ±{num(100 * tol, 0)} pts; "
+            f"'no' when wholly outside; else undecided")
+
+
+#: The rule column of every better/worse row (:func:`exceeds`).
+EXCEEDS_RULE = "better: the 2 s.e. interval of Δ (seeds and test images) excludes 0; undecided when it holds 0"
+
+
+def two_se(p: float, n: int, *, diff: bool = False) -> float:
+    """Two binomial standard errors of an accuracy p measured on n test images, or, with
+    ``diff=True``, of the difference of two independent such accuracies near p (p clipped to
+    [0.05, 0.95]); for a single accuracy's noise band. Comparisons use :func:`difference`."""
     p = min(max(float(p), 0.05), 0.95)
     c = 2.0 if diff else 1.0
     return 2.0 * math.sqrt(c * p * (1.0 - p) / max(int(n), 1))
@@ -259,34 +415,56 @@ def divergence_claim(histories: Mapping[str, Mapping]) -> Claim:
     return divergence_row(bad)
 
 
+def runs_of(h: Mapping, K: float, lr: float | None = None) -> np.ndarray:
+    """Indices of a sweep history's runs with period ``K`` (and learning rate ``lr``), one per seed,
+    in seed order."""
+    sel = np.asarray(h["K"], np.float64) == float(K)
+    if lr is not None and "lr" in h:
+        sel &= np.asarray(h["lr"], np.float64) == float(lr)
+    return np.flatnonzero(sel)
+
+
+def sweep_difference(h: Mapping, ia, ib, *, n_test: int, metric: str = "net_test_acc", point: int = -1) -> Difference:
+    """:func:`difference` of runs ``ib`` against runs ``ia`` (index arrays, paired by seed) of a
+    sweep history at evaluation ``point``; paired on the test images when the history records the
+    runs' final per-image correctness (``net_test_correct``/``lin_test_correct``) and ``point`` is
+    the last."""
+    ia, ib = np.atleast_1d(ia), np.atleast_1d(ib)
+    values = np.asarray(h[metric], np.float64)
+    acc = values[..., point]
+    correct = h.get(metric.replace("_acc", "_correct")) if metric.endswith("test_acc") else None
+    last = point in (-1, values.shape[-1] - 1)
+    pair = {}
+    if correct is not None and last:
+        correct = np.asarray(correct)
+        pair = {"correct_a": correct[ia], "correct_b": correct[ib]}
+    return difference(acc[ia], acc[ib], n_test=n_test, **pair)
+
+
 def on_par_claim(claim: str, paper: str, h: Mapping, *, n_test: int, tol: float = ON_PAR,
                  metric: str = "net_test_acc") -> Claim:
     """K = 1 against the largest finite K > 1 of a sweep history, at the last evaluation point.
 
-    Holds when |Δ| < ``tol`` and neither run diverged; decided only when two standard errors of
-    the difference on ``n_test`` test images (:func:`two_se`) are below ``tol``, so that a
-    verdict is never a coin toss of the test set. A diverged run is a "no".
+    The shared rule: :func:`sweep_difference` (over the history's seeds, paired on the test images
+    when the history records per-image correctness), then :func:`on_par` within ``tol``. A
+    diverged run is a "no".
     """
     K = np.asarray(h["K"], np.float64)
     acc = np.asarray(h[metric], np.float64)[:, -1]
-    i1 = int(np.flatnonzero(K == 1)[0])
-    large = np.flatnonzero((K > 1) & np.isfinite(K))
+    i1 = runs_of(h, 1)
+    large = np.unique(K[(K > 1) & np.isfinite(K)])
     if large.size == 0:
-        return Claim(claim, paper, f"K=1: {pct(acc[i1])} (no finite K > 1 run)", verdict(None),
+        return Claim(claim, paper, f"K=1: {pct(acc[i1].mean())} (no finite K > 1 run)", verdict(None),
                      "needs a run with finite K > 1")
-    j = int(large[-1])
-    relin = int(np.asarray(h["n_relin"])[j, -1])
-    delta = acc[j] - acc[i1]
-    diverged = bool(np.asarray(h["diverged"])[[i1, j]].any())
-    noise = two_se(acc[i1], n_test, diff=True)
-    measured = (f"K=1: {pct(acc[i1])}; K={fmt_K(K[j])} ({relin} re-linearisations): {pct(acc[j])} "
-                f"(Δ {num(100 * delta, 1)} pts)")
-    holds = "no" if diverged else verdict(abs(delta) < tol, applicable=noise < tol)
-    return Claim(
-        claim, paper, measured, holds,
-        f"|Δ| < {num(100 * tol, 0)} pts at the last step, neither diverged; decided only when 2 s.e. of Δ "
-        f"({num(100 * noise, 1)} pts on {n_test} test images) < {num(100 * tol, 0)} pts",
-    )
+    Kj = float(large[-1])
+    j = runs_of(h, Kj)
+    relin = int(np.asarray(h["n_relin"])[j[0], -1])
+    d = sweep_difference(h, i1, j, n_test=n_test, metric=metric)
+    diverged = bool(np.asarray(h["diverged"])[np.concatenate([i1, j])].any())
+    measured = (f"K=1: {pct(acc[i1].mean())}; K={fmt_K(Kj)} ({relin} re-linearisations): {pct(acc[j].mean())}; "
+                + d.describe())
+    holds = "no" if diverged else on_par(d, tol)
+    return Claim(claim, paper, measured, holds, on_par_rule(tol) + "; a diverged run is 'no'")
 
 
 def only_k1_rows(name: str, history: Mapping) -> list[Claim] | None:

@@ -1,7 +1,7 @@
 """Experiment configurations: validation of every knob, and ``resolve``.
 
 Each experiment module (``iterlin/experiments/<name>.py``) holds its own defaults, ``SCALES =
-{"smoke": {...}, "gpu": {...}, "paper": {...}}`` (the same keys at every scale); this module checks
+{"smoke": {...}, "cpu": {...}, "gpu": {...}, "paper": {...}}`` (the same keys at every scale); this module checks
 and normalises the values a user gives, before any data is read or anything is compiled::
 
     from iterlin.experiments import resolve               # looks up the experiment's SCALES
@@ -18,6 +18,10 @@ Scales
     times: ``notebooks/README.md``). Learning rates are larger than the paper's and K is scaled with
     the number of steps so that the number of re-linearisations T/K (the paper's feature-learning
     proxy, Definition 1) stays comparable. Every notebook says what it changes.
+``"cpu"``
+    Every installed image (4,660 train and 932 test with the shared subset), the paper's models, at
+    least two seeds, and as many steps as fit about 20–30 minutes of a 2-core CPU per notebook: the
+    scale of the book's committed reference runs (``results/<name>/``), well above chance.
 ``"gpu"``
     Every installed image and a step count estimated to fit about ten minutes of one H100.
 ``"paper"``
@@ -47,6 +51,8 @@ The same name means the same thing in every experiment (:data:`VALIDATORS` check
            every image installed; checked against what is installed when the data is loaded,
            with a message naming n_train.
 ``n_test`` test images, likewise, at most 10 000.
+``n_eval_train`` training images the training metrics are measured on (the first ones; ``"all"``
+           or None: every training image): evaluation stays a small share of a long run.
 ``batch_size`` mini-batch size, an integer in [1, n_train]; ``None`` means full batch.
 ``damping`` damping λ ≥ 0 of the Gauss–Newton step (Eq. 6).
 ========== ================================================================================
@@ -94,8 +100,8 @@ MAX_EVALS = 10_000
 #: (K, damping, n_train, ...), an upper bound on the runs trained (Figs. 1 and 9 vmap them together).
 MAX_RUNS = 10_000
 
-#: The three scales, in order of cost.
-SCALE_NAMES = ("smoke", "gpu", "paper")
+#: The four scales, in order of cost.
+SCALE_NAMES = ("smoke", "cpu", "gpu", "paper")
 
 # ------------------------------------------------------------------------------------------------
 # Validation of each knob
@@ -212,6 +218,7 @@ VALIDATORS: dict[str, Callable[[Any, str, Any], Any]] = {
     "batch_size": _count(1, True, MAX_TRAIN, "CIFAR-10 has 50000 training images"),
     "factor": _int(1, MAX_STEPS, "steps x factor steps are trained, and step counters are int32"),
     "n_evals": _int(1, MAX_EVALS, "each evaluation point is a pass over the data and a row of the history"),
+    "n_eval_train": _count(1, True, MAX_TRAIN, "CIFAR-10 has 50000 training images"),
     "augment": _bool,
     # Figs. 1, 8, 9
     "lr_adam": _scalar(check_positive),
@@ -262,8 +269,8 @@ def resolve(
 
     Args:
       name: the experiment's name (stored in the config).
-      scales: the experiment's defaults, ``{"smoke": {...}, "gpu": {...}, "paper": {...}}``.
-      scale: ``"smoke"`` (default), ``"gpu"`` or ``"paper"``.
+      scales: the experiment's defaults, ``{"smoke": {...}, "cpu": {...}, "gpu": {...}, "paper": {...}}``.
+      scale: ``"smoke"`` (default), ``"cpu"``, ``"gpu"`` or ``"paper"``.
       overrides: knob values; ``None`` keeps the scale's default (so a notebook can pass every
         parameter through unchanged). A name the experiment does not use is an error.
       expand: ``{key: rule}``: how a single value given for a list-valued key becomes a list

@@ -47,7 +47,7 @@ from .augment import flip_and_crop
 from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from .linearise import linearised_apply
 from .losses import Loss, get_loss
-from .tree import tree_all_finite, tree_where
+from .tree import tree_all_finite, tree_index, tree_stack, tree_where
 from .validate import MAX_STEPS, check_int, check_K, check_steps, check_xy
 
 __all__ = [
@@ -441,7 +441,8 @@ def _check_progress(checkpoint, history, done, state, points) -> None:
 def _run(
     step_fn,
     state,
-    batch_fn,
+    batch_of,
+    key,
     eval_fn,
     points,
     *,
@@ -452,8 +453,18 @@ def _run(
     progress,
     stop_when_diverged,
     compiled_loop=None,
+    per_run_batches=False,
+    vectorise=None,
 ):
-    """Run the compiled chunks between evaluation points; evaluate, checkpoint, report."""
+    """Run the compiled chunks between evaluation points; evaluate, checkpoint, report.
+
+    ``batch_of(key, t)`` is step t's batch drawn with ``key``; ``key`` is one key, or with
+    ``per_run_batches`` one key per run (leading run axis). A sweep's runs are ``vmap``-ed
+    (``vectorise``), or, on CPU by default, stepped one run after the other between evaluation
+    points: XLA:CPU turns a ``vmap`` over the parameters of a convolution into a grouped
+    convolution that runs 1.5-2x slower than the runs one by one (``benchmarks/bench_train.py``).
+    Either way the results are the same (tests compare them in float64).
+    """
     history: dict[str, list] = {}
     done = 0
     if checkpoint is not None and os.path.exists(checkpoint):
@@ -474,24 +485,65 @@ def _run(
         history, done = saved.get("history"), saved.get("done")
         _check_progress(checkpoint, history, done, state, points)
 
-    vstep = jax.vmap(step_fn, in_axes=(0, None)) if sweep else step_fn
-    veval = jax.jit(jax.vmap(eval_fn) if sweep else eval_fn)
+    on_cpu = jax.default_backend() == "cpu"
+    vectorise = (not on_cpu) if vectorise is None else bool(vectorise)
+    loop_runs = sweep and not vectorise
+    runs = np.shape(jax.tree.leaves(state)[0])[0] if sweep else 1
+
+    if sweep and vectorise:
+        vstep = jax.vmap(step_fn, in_axes=(0, 0 if per_run_batches else None))
+
+        def batch_fn(t):
+            return jax.vmap(batch_of, in_axes=(0, None))(key, t) if per_run_batches else batch_of(key, t)
+    else:
+        vstep = step_fn
+
+        def batch_fn(t, k=key):
+            return batch_of(k, t)
+
+    veval = jax.jit(jax.vmap(eval_fn) if sweep and vectorise else eval_fn)
 
     @jax.jit
     def run_loop(state, t0, t1):
         return jax.lax.fori_loop(t0, t1, lambda t, st: vstep(st, batch_fn(t))[0], state)
 
+    @jax.jit
+    def run_loop_one(state, t0, t1, k):
+        return jax.lax.fori_loop(t0, t1, lambda t, st: step_fn(st, batch_of(k, t))[0], state)
+
     one_step = jax.jit(lambda state, t: vstep(state, batch_fn(t))[0])
+    one_run_step = jax.jit(lambda state, t, k: step_fn(state, batch_of(k, t))[0])
+
+    def run_key(i):
+        return key[i] if per_run_batches else key
 
     def run_chunk(state, t0, t1):
         """Steps t0 … t1 − 1. On accelerators one compiled ``fori_loop``; on CPU one jitted step per
         dispatch (batch still drawn on device), because XLA:CPU runs convolutions inside while
         loops several times slower than outside them (jax-ml/jax#12868)."""
-        if compiled_loop if compiled_loop is not None else jax.default_backend() != "cpu":
+        use_loop = compiled_loop if compiled_loop is not None else not on_cpu
+        if loop_runs:
+            out = []
+            for i in range(runs):
+                st, k = tree_index(state, i), run_key(i)
+                if use_loop:
+                    st = run_loop_one(st, jnp.int32(t0), jnp.int32(t1), k)
+                else:
+                    for t in range(t0, t1):
+                        st = one_run_step(st, jnp.int32(t), k)
+                out.append(st)
+            return tree_stack(out)
+        if use_loop:
             return run_loop(state, jnp.int32(t0), jnp.int32(t1))
         for t in range(t0, t1):
             state = one_step(state, jnp.int32(t))
         return state
+
+    def evaluate(state):
+        if loop_runs:
+            per_run = [jax.device_get(veval(tree_index(state, i))) for i in range(runs)]
+            return {k: np.stack([np.asarray(v[k]) for v in per_run]) for k in per_run[0]}
+        return jax.device_get(veval(state))
 
     bar = None
     if progress:
@@ -501,7 +553,7 @@ def _run(
         bar = tqdm(total=points[-1], initial=points[done - 1] if done > 0 else 0, unit="step")
 
     def record(state, t):
-        vals = _means(jax.device_get(veval(state)), eval_fn.sizes)
+        vals = _means(evaluate(state), eval_fn.sizes)
         vals["step"] = t
         vals["n_relin"] = np.asarray(state.n_relin)
         if callback is not None:
@@ -547,6 +599,7 @@ def fit(
     eval_every: int | None = None,
     eval_steps: Sequence[int] | None = None,
     eval_batch_size: int = 1000,
+    eval_train_size: int | None = None,
     augment: bool = False,
     callback: Callable | None = None,
     checkpoint: str | os.PathLike | None = None,
@@ -554,6 +607,7 @@ def fit(
     sweep: bool = False,
     config: dict | None = None,
     compiled_loop: bool | None = None,
+    vectorise: bool | None = None,
 ) -> tuple[TrainState, dict]:
     """The one training loop: run ``step_fn(state, batch) -> (state, metrics)`` for ``steps`` steps.
 
@@ -562,9 +616,17 @@ def fit(
     current linear model are evaluated on the whole train (and test) split, ``callback`` is run, and
     with ``checkpoint`` set the state and history are saved atomically (a rerun resumes; a rerun with
     a different ``config`` or data is refused rather than silently mixed). With ``sweep=True`` the
-    state has a leading run axis and ``step_fn`` is vmapped over it (batches are shared).
+    state has a leading run axis and ``step_fn`` is vmapped over it: batches are shared, unless
+    ``key`` holds one key per run (raw keys of shape (R, 2), or typed keys of shape (R,)), when run i
+    draws its batches (and augmentation) from ``key[i]`` exactly as a lone run with that key would
+    (seeds trained side by side in one program). ``eval_train_size``: the training metrics are
+    measured on the first ``eval_train_size`` training images (default: all of them), so that
+    evaluation stays a small share of a long run.
     ``compiled_loop``: run the steps between evaluation points in one compiled ``fori_loop``
     (True) or one jitted step per dispatch (False); None picks the loop except on CPU.
+    ``vectorise``: a sweep's runs ``vmap``-ed together (True) or stepped one after the other
+    between evaluation points (False, the same results); None: vmap except on CPU, where a vmapped
+    convolution runs slower than its runs one by one.
     Returns the final state and the history (see :func:`train`).
     """
     x, y = (jnp.asarray(a) for a in _check_pair(data, "data"))
@@ -574,13 +636,29 @@ def fit(
     loss = get_loss(loss)
     points = _eval_steps(steps, eval_every, eval_steps)
     eval_batch_size = check_int(eval_batch_size, "eval_batch_size")
-    key = jax.random.PRNGKey(0) if key is None else key
-    splits = {"train": (x, y)}
+    key = jax.random.PRNGKey(0) if key is None else jnp.asarray(key)
+    key_data = jax.random.key_data(key) if jnp.issubdtype(key.dtype, jax.dtypes.prng_key) else key
+    per_run = key_data.ndim == 2
+    if per_run:
+        runs = np.shape(jax.tree.leaves(state)[0])[0] if sweep else None
+        if not sweep or key_data.shape[0] != runs:
+            raise ValueError(
+                f"key of shape {tuple(key_data.shape)} is not allowed: one key per run needs sweep=True and "
+                f"a leading axis equal to the number of runs ({runs}); else pass one key"
+            )
+    n_eval_train = x.shape[0]
+    if eval_train_size is not None:
+        n_eval_train = check_int(eval_train_size, "eval_train_size")
+        if n_eval_train > x.shape[0]:
+            raise ValueError(f"eval_train_size={n_eval_train} is not allowed: it must be <= the {x.shape[0]} "
+                             "training examples, or None for all of them")
+    splits = {"train": (x[:n_eval_train], y[:n_eval_train])}
     if eval_data is not None:
         splits["test"] = eval_data
-    batch_fn = make_batch_fn(x, y, batch_size, key, augment)
+    def batch_of(k, t):
+        return make_batch_fn(x, y, batch_size, k, augment)(t)
+
     eval_fn = make_eval_fn(apply_fn, loss, splits, eval_batch_size)
-    key_data = jax.random.key_data(key) if jnp.issubdtype(key.dtype, jax.dtypes.prng_key) else key
     meta = {
         "config": config or {},
         "steps": steps,
@@ -590,6 +668,7 @@ def fit(
         "loss": loss.name,
         "n_train": int(x.shape[0]),
         "key": np.asarray(key_data).ravel().tolist(),
+        "eval_train": int(n_eval_train),
         "K": np.asarray(state.K).tolist(),
     }
     if checkpoint is not None:  # identify the data and θ_0 too, so that a checkpoint is never mixed up
@@ -597,8 +676,9 @@ def fit(
         meta["init"] = _fingerprint(state)
         meta = _canonical(meta)
     return _run(
-        step_fn, state, batch_fn, eval_fn, points, sweep=sweep, checkpoint=checkpoint, meta=meta,
+        step_fn, state, batch_of, key, eval_fn, points, sweep=sweep, checkpoint=checkpoint, meta=meta,
         callback=callback, progress=progress, stop_when_diverged=True, compiled_loop=compiled_loop,
+        per_run_batches=per_run, vectorise=vectorise,
     )
 
 

@@ -69,7 +69,7 @@ def fake_history(K, lr, steps, acc_final, *, diverged=None, diverged_step=3, n_e
         "lr": np.asarray(list(lr) if isinstance(lr, (list, tuple)) else [lr] * R, np.float64),
         "n_relin": np.stack([np.linspace(0, 0 if math.isinf(k) else steps // k, E).astype(int) for k in K]),
         "net_test_acc": acc, "lin_test_acc": acc, "net_train_acc": train,
-        "diverged": div, "diverged_step": np.where(div, diverged_step, -1),
+        "diverged": div, "diverged_step": np.where(div, diverged_step, -1), "seed_index": np.zeros(R, int),
     }
 
 

@@ -154,7 +154,7 @@ def test_bad_values_are_named(kwargs, names):
 
 
 def test_unknown_scale_and_parameter_are_named():
-    with pytest.raises(ValueError, match=r"scale='foo' is not allowed.*'smoke', 'gpu', 'paper'"):
+    with pytest.raises(ValueError, match=r"scale='foo' is not allowed.*'smoke', 'cpu', 'gpu', 'paper'"):
         r(scale="foo")
     with pytest.raises(ValueError, match=r"damping=0.1 is not allowed: fig3 has no parameter 'damping'; "
                                          r"its parameters are: K, augment, batch_size"):

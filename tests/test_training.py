@@ -224,3 +224,62 @@ def test_make_step_is_the_linearised_update_then_one_commit(x64):
     assert tree_allclose(new.params, p, rtol=1e-12, atol=1e-14) and tree_allclose(new.params_s, p, rtol=1e-12)
     assert tree_allclose(new.opt_state, o, rtol=1e-12, atol=1e-14)
     assert float(new.policy) == 3.0 and int(new.n_relin) == 1
+
+
+@pytest.mark.parametrize("per_run_keys", [False, True])
+@pytest.mark.parametrize("compiled_loop", [False, True])
+def test_sweep_runs_stepped_one_by_one_equal_the_vmapped_sweep(x64, per_run_keys, compiled_loop):
+    """``vectorise=False`` (CPU's default: runs one after the other between evaluation points)
+    and ``vectorise=True`` (vmap) are two routes to the same results, with shared or per-run keys."""
+    from iterlin.training import fit, init_state, make_step
+    from iterlin.tree import tree_stack
+
+    apply_fn, params, x, y = tiny_problem()
+    opt = optax.sgd(0.2)
+    state = tree_stack([init_state(params, opt, k) for k in (1, 3, math.inf)])
+    key = jax.random.PRNGKey(5)
+    if per_run_keys:
+        key = jnp.stack([jax.random.PRNGKey(i) for i in range(3)])
+    out = {}
+    for vec in (False, True):
+        out[vec] = fit(make_step(apply_fn, opt, "ce"), state, apply_fn, (x, y), steps=7, batch_size=8, key=key,
+                       eval_data=(x, y), eval_steps=[0, 4, 7], sweep=True, augment=False,
+                       compiled_loop=compiled_loop, vectorise=vec)
+    for name in ("net_train_loss", "lin_test_acc", "n_relin"):
+        np.testing.assert_allclose(out[False][1][name], out[True][1][name], rtol=1e-10, atol=1e-12, err_msg=name)
+    np.testing.assert_allclose(out[False][0].params["Dense_0"]["kernel"], out[True][0].params["Dense_0"]["kernel"],
+                               rtol=1e-10, atol=1e-12)
+    if per_run_keys:  # each run drew its own batches: run i equals a lone run with key i
+        from iterlin.training import train
+
+        _, alone = train(apply_fn, params, (x, y), K=3, steps=7, optimizer=opt, batch_size=8, key=key[1],
+                         eval_data=(x, y), eval_steps=[0, 4, 7])
+        np.testing.assert_allclose(out[False][1]["net_train_loss"][1], alone["net_train_loss"], rtol=1e-10)
+
+
+def test_one_key_per_run_needs_a_sweep_of_that_many_runs():
+    from iterlin.training import fit, init_state, make_step
+    from iterlin.tree import tree_stack
+
+    apply_fn, params, x, y = tiny_problem()
+    opt = optax.sgd(0.2)
+    keys = jnp.stack([jax.random.PRNGKey(i) for i in range(3)])
+    with pytest.raises(ValueError, match=r"key of shape \(3, 2\) is not allowed"):
+        fit(make_step(apply_fn, opt, "ce"), init_state(params, opt, 1), apply_fn, (x, y), steps=2, key=keys)
+    state = tree_stack([init_state(params, opt, 1)] * 2)
+    with pytest.raises(ValueError, match=r"leading axis equal to the number of runs \(2\)"):
+        fit(make_step(apply_fn, opt, "ce"), state, apply_fn, (x, y), steps=2, key=keys, sweep=True)
+
+
+def test_training_metrics_on_a_subset_of_the_training_set(x64):
+    from iterlin.training import fit, init_state, make_step
+
+    apply_fn, params, x, y = tiny_problem()
+    opt = optax.sgd(0.2)
+    kw = dict(steps=4, batch_size=8, eval_steps=[0, 4], key=jax.random.PRNGKey(0))
+    _, sub = fit(make_step(apply_fn, opt, "ce"), init_state(params, opt, 2), apply_fn, (x, y), eval_train_size=10,
+                 eval_data=(x[:10], y[:10]), **kw)
+    np.testing.assert_allclose(sub["net_train_loss"], sub["net_test_loss"], rtol=1e-12)
+    np.testing.assert_allclose(sub["lin_train_acc"], sub["lin_test_acc"], rtol=1e-12)
+    with pytest.raises(ValueError, match="eval_train_size=25 is not allowed"):
+        fit(make_step(apply_fn, opt, "ce"), init_state(params, opt, 2), apply_fn, (x, y), eval_train_size=25, **kw)

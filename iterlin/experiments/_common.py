@@ -32,6 +32,7 @@ import optax
 
 from ..data import Dataset, load_cifar10, quintic
 from ..models import make_model
+from ..linearise import linearised_apply
 from ..training import fit, init_state, make_step
 from ..tree import tree_stack
 from ..validate import check_K, check_positive, check_seed
@@ -46,6 +47,8 @@ __all__ = [
     "seed_keys",
     "checkpoint_path",
     "sweep",
+    "final_correct",
+    "seeds",
     "cnn_sweep",
     "FROM_CONFIG",
     "early_stopped",
@@ -57,7 +60,7 @@ __all__ = [
 class Experiment(NamedTuple):
     """One notebook's experiment, defined in ``iterlin/experiments/<name>.py``.
 
-    name: the notebook's name (``"fig3"``). scales: ``{"smoke" | "gpu" | "paper": defaults}``.
+    name: the notebook's name (``"fig3"``). scales: ``{"smoke" | "cpu" | "gpu" | "paper": defaults}``.
     load: ``load(config) -> Dataset`` (or a dict of Datasets): the data the computation needs.
     compute: ``compute(config, data, *, checkpoint_dir=None, progress=False) -> results``, a dict
       of NumPy arrays (nested dicts allowed); ``checkpoint_dir`` is a folder unique to the cache key.
@@ -155,28 +158,36 @@ def sweep(
     key=None,
     eval_data: tuple | None = None,
     eval_steps: Sequence[int],
+    eval_train_size: int | None = None,
     augment: bool = False,
     callback: Callable | None = None,
     checkpoint: str | os.PathLike | None = None,
     progress: bool = False,
     config: Mapping | None = None,
 ) -> dict:
-    """R runs of iterative linearisation with SGD, one ``(K[i], lr[i])`` each, in ONE program.
+    """R runs of iterative linearisation with SGD, one ``(seed, K[i], lr[i])`` each, in ONE program.
 
     Like :func:`iterlin.training.train_sweep`, but the learning rate may differ per run: the
     optimizer is ``optax.inject_hyperparams(optax.sgd)``, whose learning rate lives in each run's
     optimizer state, so runs with different K and η are vmapped together (one compilation).
-    Every run starts from ``params`` (not stacked) and sees the same batches.
+
+    Seeds: ``params`` is one initialisation θ_0 and ``key`` one batch key, shared by every run; or
+    ``params`` and ``key`` are lists of S of each (one per seed), and the runs are every seed ×
+    every K, seed-major (R = S · len(K)): the runs of one seed share θ_0 and batches, so that they
+    differ only in K and η (paired comparisons), and seed s draws its batches from ``key[s]``.
 
     Args:
-      K: R periods (int ≥ 1, integral float, or ``math.inf``). lr: one rate or R rates (> 0).
-      steps, batch_size (None: full batch), key, eval_data, eval_steps, augment, checkpoint,
-        progress, config: as :func:`iterlin.training.fit`.
+      K: the periods (int ≥ 1, integral float, or ``math.inf``). lr: one rate or one per K (> 0).
+      steps, batch_size (None: full batch), eval_data, eval_steps, eval_train_size, augment,
+        checkpoint, progress, config: as :func:`iterlin.training.fit`.
       callback: ``callback(apply_fn, params0) -> fit callback``, given the stacked θ_0 (R, ...), so
         that trackers measured against θ_0 stay correct after a resume.
 
     Returns:
-      The history (module docstring) with ``K`` (R,) float64 and ``lr`` (R,) float64 added.
+      The history (module docstring) with ``K`` (R,) float64, ``lr`` (R,) float64 and
+      ``seed_index`` (R,) int added; with ``eval_data``, also ``net_test_correct`` and
+      ``lin_test_correct`` (R, n_test) bool: whether each run's final network and linear model
+      classify each test image correctly, for paired comparisons (:func:`iterlin.claims.difference`).
     """
     if isinstance(K, (str, bytes)) or not isinstance(K, Sequence) or len(K) == 0:
         raise ValueError(f"K={K!r} is not allowed: K must be a non-empty sequence of periods, one per run")
@@ -185,27 +196,62 @@ def sweep(
     if len(lrs) != len(Ks):
         raise ValueError(f"lr={lr!r} is not allowed: lr must be one rate or {len(Ks)} rates (one per K)")
     lrs = [check_positive(v, f"lr[{i}]") for i, v in enumerate(lrs)]
+    inits = list(params) if isinstance(params, list) else [params]
+    keys = list(key) if isinstance(key, list) else [key]
+    if len(inits) != len(keys):
+        raise ValueError(f"params and key are not allowed: {len(inits)} initialisations but {len(keys)} keys; "
+                         "pass one of each, or one of each per seed")
     optimizer = optax.inject_hyperparams(optax.sgd)(learning_rate=lrs[0])
     states = []
-    for k, eta in zip(Ks, lrs):
-        st = init_state(params, optimizer, k)
-        opt_state = optax.inject_hyperparams(optax.sgd)(learning_rate=eta).init(params)
-        states.append(st._replace(opt_state=opt_state))
+    for theta0 in inits:
+        for k, eta in zip(Ks, lrs):
+            st = init_state(theta0, optimizer, k)
+            opt_state = optax.inject_hyperparams(optax.sgd)(learning_rate=eta).init(theta0)
+            states.append(st._replace(opt_state=opt_state))
     state = tree_stack(states)
+    run_key = keys[0] if len(keys) == 1 else jax.numpy.stack([k for k in keys for _ in Ks])
     step_fn = make_step(apply_fn, optimizer, "ce")
-    _, history = fit(
-        step_fn, state, apply_fn, data, steps=steps, loss="ce", batch_size=batch_size, key=key,
-        eval_data=eval_data, eval_steps=eval_steps, augment=augment,
+    final, history = fit(
+        step_fn, state, apply_fn, data, steps=steps, loss="ce", batch_size=batch_size, key=run_key,
+        eval_data=eval_data, eval_steps=eval_steps, eval_train_size=eval_train_size, augment=augment,
         callback=None if callback is None else callback(apply_fn, state.params), checkpoint=checkpoint,
         progress=progress, sweep=True, config=dict(config or {}),
     )
-    history["K"] = np.asarray([float(k) for k in Ks], np.float64)
-    history["lr"] = np.asarray(lrs, np.float64)
+    S = len(inits)
+    history["K"] = np.tile(np.asarray([float(k) for k in Ks], np.float64), S)
+    history["lr"] = np.tile(np.asarray(lrs, np.float64), S)
+    history["seed_index"] = np.repeat(np.arange(S), len(Ks))
+    if eval_data is not None:
+        history.update(final_correct(apply_fn, final, *eval_data))
     return history
+
+
+def final_correct(apply_fn: Callable, state, x, y, batch_size: int = 1000) -> dict:
+    """``net_test_correct``, ``lin_test_correct``: (R, N) bool, whether f(θ_T) and f_lin_s(θ_T) of
+    each run of a stacked (sweep) state classify each of ``x`` as its label ``y`` (N,) (chunks of
+    ``batch_size``): the per-image record that paired comparisons need."""
+
+    @jax.jit
+    def correct(params, params_s, xb, yb):
+        def one(p, ps):
+            return (jax.numpy.argmax(apply_fn(p, xb), -1) == yb,
+                    jax.numpy.argmax(linearised_apply(apply_fn, ps, p, xb), -1) == yb)
+        return jax.vmap(one)(params, params_s)
+
+    x, y = jax.numpy.asarray(x), jax.numpy.asarray(y)
+    parts = [jax.device_get(correct(state.params, state.params_s, x[i:i + batch_size], y[i:i + batch_size]))
+             for i in range(0, x.shape[0], batch_size)]
+    return {"net_test_correct": np.concatenate([p[0] for p in parts], 1).astype(bool),
+            "lin_test_correct": np.concatenate([p[1] for p in parts], 1).astype(bool)}
 
 
 #: Default of :func:`cnn_sweep`'s ``batch_size``: the config's (``None`` there means full batch).
 FROM_CONFIG = object()
+
+
+def seeds(config: Mapping) -> list[int]:
+    """The seeds of a config: ``seed, seed + 1, …, seed + n_seeds − 1`` (``n_seeds`` default 1)."""
+    return [int(config["seed"]) + i for i in range(int(config.get("n_seeds", 1)))]
 
 
 def cnn_sweep(
@@ -221,26 +267,37 @@ def cnn_sweep(
     checkpoint=None,
     progress: bool = False,
 ) -> dict:
-    """The paper's CNN trained for every K in ONE program (:func:`sweep`); return the history.
+    """The paper's CNN trained for every seed × K in ONE program (:func:`sweep`); return the history.
 
-    ``config`` gives ``seed`` (initialisation and batches), ``n_evals``, ``augment`` (default
-    False) and the defaults of ``K`` (list), ``lr``, ``steps`` and ``batch_size``, which the keyword
-    arguments override (Fig. 2's mini-batch panel, Fig. 5's extra runs; ``batch_size=None`` is
-    full batch, the default :data:`FROM_CONFIG` the config's). ``eval_steps`` defaults to
-    :func:`eval_points` of (steps, n_evals). ``callback(apply_fn, params0)`` as :func:`sweep`.
+    ``config`` gives ``seed`` and ``n_seeds`` (default 1; :func:`seeds`: each seed its own
+    initialisation and batches, :func:`seed_keys`), ``n_evals``, ``n_eval_train`` (training
+    images the training metrics are measured on, default all), ``augment`` (default False) and the
+    defaults of ``K`` (list), ``lr``, ``steps`` and ``batch_size``, which the keyword arguments
+    override (Fig. 2's mini-batch panel, Fig. 5's extra runs; ``batch_size=None`` is full batch,
+    the default :data:`FROM_CONFIG` the config's). ``eval_steps`` defaults to :func:`eval_points`
+    of (steps, n_evals). ``callback(apply_fn, params0)`` as :func:`sweep`. The history's ``seed``
+    (R,) holds each run's seed.
     """
-    init_key, data_key = seed_keys(config["seed"])
-    model = make_model("cnn", init_key)
+    inits, keys = [], []
+    for s in seeds(config):
+        init_key, data_key = seed_keys(s)
+        model = make_model("cnn", init_key)
+        inits.append(model.params)
+        keys.append(data_key)
     steps = config["steps"] if steps is None else steps
-    return sweep(
-        model.apply_fn, model.params, (data.x_train, data.y_train),
+    n_eval_train = config.get("n_eval_train")
+    history = sweep(
+        model.apply_fn, inits if len(inits) > 1 else inits[0], (data.x_train, data.y_train),
         K=list(config["K"] if K is None else K), lr=config["lr"] if lr is None else lr, steps=steps,
-        batch_size=config["batch_size"] if batch_size is FROM_CONFIG else batch_size, key=data_key,
-        eval_data=(data.x_test, data.y_test),
+        batch_size=config["batch_size"] if batch_size is FROM_CONFIG else batch_size,
+        key=keys if len(keys) > 1 else keys[0], eval_data=(data.x_test, data.y_test),
         eval_steps=eval_points(steps, config["n_evals"]) if eval_steps is None else eval_steps,
+        eval_train_size=None if n_eval_train is None else min(n_eval_train, data.x_train.shape[0]),
         augment=bool(config.get("augment", False)), callback=callback, checkpoint=checkpoint,
         progress=progress, config=config,
     )
+    history["seed"] = np.asarray(seeds(config))[history["seed_index"]]
+    return history
 
 
 def index_of_K(K, value: float) -> int:

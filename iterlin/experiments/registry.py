@@ -32,11 +32,12 @@ import ast
 import hashlib
 import inspect
 import math
+import sys
 from typing import Any, Mapping
 
 from .. import config as _config
 from ..cache import cached
-from ..claims import publish_claims
+from ..claims import ClaimsTable, publish_claims
 from ..data import Dataset
 from ..fingerprint import code_fingerprint
 from ..validate import check_choice
@@ -187,15 +188,16 @@ def data_fingerprint(data: Any) -> str:
     return h.hexdigest()
 
 
-def run(experiment: str | Mapping, scale: str = "smoke", *, progress: bool = True, cache_dir=None,
+def run(experiment: str | Mapping, scale: str = "smoke", *, progress: bool | None = None, cache_dir=None,
         verbose: bool = True, **overrides: Any) -> dict:
     """Resolve, validate, load, compute (or load from the cache) and return an experiment's results.
 
     Args:
       experiment: an experiment's name (``"fig2"``, ``"fig3"``, ...), or a config from
         :func:`resolve` (then ``overrides`` must not be given; the config is validated again).
-      scale: ``"smoke"`` (default), ``"gpu"`` or ``"paper"`` (see :mod:`iterlin.config`).
-      progress: progress bars on stderr while training.
+      scale: ``"smoke"`` (default), ``"cpu"``, ``"gpu"`` or ``"paper"`` (see :mod:`iterlin.config`).
+      progress: progress bars on stderr while training; None (default): only when stderr is a
+        terminal, so that a notebook's page (papermill, the book) never shows one.
       cache_dir: default :func:`iterlin.cache.default_cache_dir`.
       verbose: print the resolved config and whether the results were computed or loaded.
       **overrides: the experiment's knobs; ``None`` means the scale's default.
@@ -214,6 +216,8 @@ def run(experiment: str | Mapping, scale: str = "smoke", *, progress: bool = Tru
         config = resolve(experiment, scale, **overrides)
     exp = get(config["experiment"])
     data = exp.load(config)
+    if progress is None:
+        progress = _stderr_is_terminal()
     if verbose:
         print(f"{exp.name} ({config['scale']}): "
               + _config.describe({k: v for k, v in config.items() if k not in ("experiment", "scale")}))
@@ -230,8 +234,16 @@ def run(experiment: str | Mapping, scale: str = "smoke", *, progress: bool = Tru
     return results
 
 
-def claims(results: Mapping, *, directory=None) -> str:
-    """The notebook's claims cell: build the rows, save them (JSON) and return the table.
+def _stderr_is_terminal() -> bool:
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def claims(results: Mapping, *, directory=None) -> ClaimsTable:
+    """The notebook's claims cell: build the rows, save them (JSON) and return the table (an HTML
+    table as a notebook's last expression, fixed-width text when printed).
 
     ``results`` as returned by :func:`run` (its ``config`` names the experiment and the scale).
     See :func:`iterlin.claims.publish_claims` for where the JSON goes.

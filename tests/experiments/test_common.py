@@ -165,3 +165,56 @@ def test_load_quintic_dtype():
     d = C.load_quintic({"n_train": 6, "n_test": 9, "x64": True})
     assert d.x_train.shape == (6, 1) and d.x_test.shape == (9, 1) and d.x_train.dtype == np.float64
     assert C.load_quintic({"n_train": 6, "n_test": 9, "x64": False}).y_test.dtype == np.float32
+
+
+# ----------------------------------------------------------------------------------------------
+# Seeds side by side: one program, each seed its own θ_0 and batches
+# ----------------------------------------------------------------------------------------------
+
+
+def test_sweep_over_seeds_equals_each_seed_alone(x64):
+    """Seed-major runs (seed × K): run (s, K) equals the sweep of seed s alone, key and θ_0 its own;
+    per-image correctness averages to the final accuracy."""
+    apply_fn, params0, x, y = tiny_problem(seed=0)
+    _, params1, _, _ = tiny_problem(seed=1)
+    keys = [jax.random.PRNGKey(3), jax.random.PRNGKey(4)]
+    kw = dict(K=[1, 4], lr=[0.1, 0.3], steps=9, batch_size=8, eval_data=(x, y), eval_steps=[0, 5, 9], augment=False)
+    both = C.sweep(apply_fn, [params0, params1], (x, y), key=keys, **kw)
+    assert both["K"].tolist() == [1, 4, 1, 4] and both["seed_index"].tolist() == [0, 0, 1, 1]
+    assert both["lr"].tolist() == [0.1, 0.3, 0.1, 0.3]
+    for s, (p, k) in enumerate(zip([params0, params1], keys)):
+        alone = C.sweep(apply_fn, p, (x, y), key=k, **kw)
+        for name in ("net_train_loss", "lin_test_acc", "n_relin", "net_test_correct"):
+            np.testing.assert_allclose(both[name][2 * s:2 * s + 2], alone[name], rtol=1e-9, atol=1e-12,
+                                       err_msg=name)
+    np.testing.assert_allclose(both["net_test_correct"].mean(1), both["net_test_acc"][:, -1], atol=1e-12)
+    np.testing.assert_allclose(both["lin_test_correct"].mean(1), both["lin_test_acc"][:, -1], atol=1e-12)
+    # the seeds differ (θ_0 and batches), so the comparison over seeds is not one run counted twice
+    assert not np.allclose(both["net_train_loss"][0], both["net_train_loss"][2])
+
+
+def test_sweep_refuses_a_mismatch_of_initialisations_and_keys():
+    apply_fn, params, x, y = tiny_problem()
+    with pytest.raises(ValueError, match="2 initialisations but 1 keys"):
+        C.sweep(apply_fn, [params, params], (x, y), K=[1], lr=0.1, steps=2, eval_steps=[0, 2],
+                key=[jax.random.PRNGKey(0)])
+
+
+def test_cnn_sweep_trains_every_seed_and_records_it(monkeypatch):
+    captured = {}
+
+    def fake_sweep(apply_fn, params, data, **kw):
+        captured.update(params=params, **kw)
+        n = len(params) * len(kw["K"])
+        return {"seed_index": np.repeat(np.arange(len(params)), len(kw["K"])), "K": np.tile(kw["K"], len(params)),
+                "n": n}
+
+    monkeypatch.setattr(C, "sweep", fake_sweep)
+    monkeypatch.setattr(C, "make_model", null_model)
+    data = fake_cifar(40)
+    config = dict(seed=7, n_seeds=3, K=[1, 5], lr=0.1, steps=6, batch_size=8, n_evals=3, n_eval_train=30)
+    h = C.cnn_sweep(config, data)
+    assert h["seed"].tolist() == [7, 7, 8, 8, 9, 9]
+    assert len(captured["params"]) == 3 and len(captured["key"]) == 3
+    assert captured["eval_train_size"] == 30
+    assert C.seeds(config) == [7, 8, 9] and C.seeds({"seed": 2}) == [2]

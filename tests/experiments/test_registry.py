@@ -84,7 +84,7 @@ def test_unknown_experiment_is_named():
 
 
 def test_unknown_scale_and_parameter_are_named():
-    with pytest.raises(ValueError, match=r"scale='foo' is not allowed.*'smoke', 'gpu', 'paper'"):
+    with pytest.raises(ValueError, match=r"scale='foo' is not allowed.*'smoke', 'cpu', 'gpu', 'paper'"):
         ex.resolve("fig3", "foo")
     with pytest.raises(ValueError, match=r"damping=0.1 is not allowed: fig3 has no parameter 'damping'"):
         ex.resolve("fig3", damping=0.1)
@@ -189,7 +189,7 @@ def test_scales_table_lists_every_experiment_and_scale():
         exp = ex.get(name)
         for key in exp.scales["smoke"]:
             assert f"| `{key}` |" in ex.scales_table(name)
-    assert table.count("| parameter | smoke | gpu | paper |") == len(MODULES)
+    assert table.count("| parameter | smoke | cpu | gpu | paper |") == len(MODULES)
     fig3 = ex.scales_table("fig3")
     assert fig3.startswith("### fig3") and "### fig2" not in fig3
     assert "| `K` | [1, 3] | [1, 4000] | [1, 5000000] |" in fig3
