@@ -4,6 +4,12 @@
 #   make book   execute the notebooks at default scale (papermill), then build the site into _build/html
 #               (needs npm, for the MathJax served with the site)
 #   make check-site  open every page of _build/html in headless Chromium (images, maths, local files)
+#   make results  recompute the committed reference runs results/<name>/ that the pages show first:
+#                 SCALE=cpu (default; this 2-core CPU, 15-30 minutes a notebook) or SCALE=gpu (on a GPU
+#                 machine); NAMES="fig3 fig2" for some notebooks only (default: every one);
+#                 RESULTS_OPTS=--skip-existing keeps those already at SCALE. Not part of `make book` or CI
+#   make claims-refresh  re-derive results/*/claims.json from the stored results with today's claims
+#                 code (no computation; NAMES as above)
 #   make bench  run the benchmarks (training step and throughput; Gauss–Newton and NTK)
 #   make clean  remove build outputs (keeps .venv; `make distclean` removes it too)
 
@@ -34,7 +40,8 @@ NBVAL_SANITIZE := notebooks/nbval_sanitize.cfg
 NBVAL_OPTS ?= $(if $(wildcard $(NBVAL_SANITIZE)),--nbval-sanitize-with $(NBVAL_SANITIZE))
 PAPERMILL_OPTS ?=
 
-.PHONY: help env test test-unit test-notebooks book notebooks pages mathjax check-site bench clean distclean
+.PHONY: help env test test-unit test-notebooks book notebooks pages mathjax check-site results claims-refresh bench \
+	clean distclean
 
 help:
 	@sed -n 's/^#   //p' Makefile
@@ -77,15 +84,21 @@ LIBRARY := $(shell find iterlin -name '*.py' -not -path '*/__pycache__/*')
 EXECUTED := $(patsubst notebooks/%.ipynb,$(EXECUTED_DIR)/%.ipynb,$(NOTEBOOKS))
 CLAIMS_DIR := $(EXECUTED_DIR)/claims
 
-$(EXECUTED_DIR)/%.ipynb: notebooks/%.ipynb $(LIBRARY) $(STAMP)
+# A notebook shows its reference run first (results/<name>/, or $ITERLIN_RESULTS/<name>/), so a
+# new reference run re-executes it too.
+RESULTS_DIR := $(or $(ITERLIN_RESULTS),results)
+.SECONDEXPANSION:
+$(EXECUTED_DIR)/%.ipynb: notebooks/%.ipynb $(LIBRARY) $(STAMP) $$(wildcard $(RESULTS_DIR)/$$*/*.json $(RESULTS_DIR)/$$*/*.npz)
 	@mkdir -p $(@D) $(CLAIMS_DIR)
 	ITERLIN_CLAIMS=$(abspath $(CLAIMS_DIR)) $(PY) -m papermill --no-progress-bar $(PAPERMILL_OPTS) $< $(@D)/.partial-$(@F)
 	@mv $(@D)/.partial-$(@F) $@
 
 notebooks: $(EXECUTED)
 
-# Pages generated from the executed notebooks (claims tables, runtimes) into book/executed/;
-# fails, naming it, if a notebook of _toc.yml was not executed or published no claims.
+# Pages generated from the executed notebooks and the committed reference runs (claims tables,
+# reference runs' provenance, runtimes) into book/executed/; fails, naming it, if a notebook of
+# _toc.yml was not executed, published no claims, has an unreadable reference run, or would show a
+# progress bar or a local path of this machine (e.g. a warning naming an installed file).
 pages: notebooks
 	$(PY) book/generate.py
 
@@ -119,6 +132,20 @@ book: env pages mathjax
 # or ITERLIN_CHROMIUM naming the browser.
 check-site: env
 	ITERLIN_REQUIRE_SITE=1 $(PY) -m pytest -q tests/test_site.py
+
+# Reference runs (python -m iterlin.experiments.reference; see its docstring): each notebook's
+# results.npz, claims.json and provenance.json (scale, device, seeds, commit, date, wall time), written
+# atomically; an interrupted run resumes from its checkpoints (.cache/reference/) when rerun. Hours of
+# computation in all, so neither `make book` nor CI runs them: the book shows what is committed.
+SCALE ?= cpu
+NAMES ?=
+RESULTS_OPTS ?=
+
+results: env
+	$(PY) -m iterlin.experiments.reference --scale $(SCALE) $(RESULTS_OPTS) $(NAMES)
+
+claims-refresh: env
+	$(PY) -m iterlin.experiments.reference --claims-only $(NAMES)
 
 bench: env
 	$(PY) benchmarks/bench_train.py

@@ -1,26 +1,38 @@
-"""The generated parts of the book: the claims page's tables and the measured runtimes.
+"""The generated parts of the book: the claims page's tables, the reference runs and the runtimes.
 
 Run by ``make pages`` (part of ``make book``) after the notebooks were executed into
 ``book/executed/`` by papermill, each publishing its claims table (``iterlin.claims.publish_claims``)
 to ``book/executed/claims/<name>.json`` (the Makefile sets ``ITERLIN_CLAIMS`` there, so these are
-exactly the claims of the executed copies, never those of another run). It writes
+exactly the claims of the executed copies, never those of another run). It also reads the committed
+reference runs, ``results/<name>/`` (:mod:`iterlin.experiments.reference`: ``claims.json`` and
+``provenance.json``; ``--results`` or ``$ITERLIN_RESULTS`` name another folder). It writes
 
-* ``book/executed/claims.md``: a summary and, per notebook in the order of ``_toc.yml``, its
-  claims as a Markdown table; included by ``book/claims.md``;
+* ``book/executed/claims.md``: first the verdicts of the reference runs (a tally per notebook, then
+  per notebook its reference run's provenance line and claims), then those of this build's runs
+  (the executed notebooks, at the scale they ran at), each notebook in the order of ``_toc.yml``;
+  included by ``book/claims.md``. Rows of kind ``"check"`` (consistency checks that hold by
+  construction) are listed in a separate table under :data:`iterlin.claims.CHECKS_HEADING` and
+  never counted with the claims' verdicts;
+* ``book/executed/references.md``: per notebook, its reference run's provenance (scale, device,
+  seeds, date, commit, wall time, whether the library has changed since); included by
+  ``book/reproducibility.md``;
 * ``book/executed/runtimes.md``: per notebook, the scale, the parameters given to papermill,
   the wall time papermill measured, and whether the results were computed or read from the result
   cache; included by ``book/reproducibility.md``;
 * ``book/executed/scales.md``: every experiment's defaults at every scale
   (:func:`iterlin.experiments.scales_table`); included by ``book/reproducibility.md``.
 
-Both live in the git-ignored ``book/executed/`` and are rewritten on every build, so nothing
+They live in the git-ignored ``book/executed/`` and are rewritten on every build, so nothing
 generated is committed. Everything is read from local files: no network, no notebook execution.
 
-Every notebook listed in ``_toc.yml`` must have been executed and must have published its claims:
-otherwise this exits non-zero naming what is missing, rather than building a claims page that
-silently lacks a notebook.
+Every notebook listed in ``_toc.yml`` must have been executed and must have published its claims,
+and its page must show no progress bar and no local path (a warning naming a file of the build
+machine, e.g. tqdm's ``TqdmWarning``): otherwise this exits non-zero naming what is wrong, rather
+than building a claims page that silently lacks a notebook or pages that show the build machine.
+A notebook without a reference run is listed as such (``make results NAMES=<name>`` computes one);
+a reference run that cannot be read is an error.
 
-Usage: ``python book/generate.py [--root .]``.
+Usage: ``python book/generate.py [--root .] [--results results]``.
 """
 
 from __future__ import annotations
@@ -29,13 +41,15 @@ import argparse
 import json
 import math
 import os
+import re
 import sys
 from pathlib import Path
 
 import yaml
 
-from iterlin.claims import COLUMNS, HOLDS
-from iterlin.experiments import scales_table
+from iterlin.checkpoint import CheckpointError
+from iterlin.claims import CHECKS_HEADING, COLUMNS, HOLDS, KINDS
+from iterlin.experiments import reference, scales_table
 
 EXECUTED = "book/executed"
 #: What ``iterlin.cache.cached`` prints (stdout) when it computes or loads an experiment's results.
@@ -44,6 +58,11 @@ COMPUTED, LOADED = "computed and cached", "loaded cached results"
 # maths, `{` a role, `|` a new cell): each is written with a backslash, which CommonMark allows
 # before any ASCII punctuation.
 _ESCAPE = set("\\`*_[]{}<>$|~#!")
+#: A progress bar on stderr (tqdm's "42%|" or "[00:01<00:02"): a page must not show one.
+_PROGRESS = re.compile(r"\d+%\||\[\d+:\d\d<")
+#: What no output of a page may contain: tqdm's warning, an installed package's path (the local
+#: paths of the build machine are added by :func:`leaks`).
+_LEAKS = ((re.compile(r"TqdmWarning"), "tqdm's warning"), (re.compile(r"site-packages"), "a path of an installed package"))
 
 
 class GenerateError(RuntimeError):
@@ -74,8 +93,30 @@ def toc_notebooks(toc_path: Path) -> list[str]:
     return names
 
 
+def check_rows(rows, where: str) -> list[dict]:
+    """Claims rows (dicts) checked and normalised: ``claim``, ``paper``, ``measured``, ``holds``
+    strings, ``holds`` in :data:`iterlin.claims.HOLDS`, ``rule`` (default ``""``), ``kind`` in
+    :data:`iterlin.claims.KINDS` (default ``"claim"``); GenerateError naming ``where`` and the row."""
+    if not isinstance(rows, list):
+        raise GenerateError(f"{where}: its rows are not a list")
+    out = []
+    for i, row in enumerate(rows):
+        if not isinstance(row, dict) or not all(isinstance(row.get(k), str) for k in ("claim", "paper", "measured", "holds")):
+            raise GenerateError(f"{where}: row {i} is not a claim (claim, paper, measured, holds strings)")
+        if row["holds"] not in HOLDS:
+            raise GenerateError(f"{where}: row {i} has holds={row['holds']!r}, expected one of {HOLDS}")
+        kind, rule = row.get("kind", "claim"), row.get("rule", "")
+        if kind not in KINDS:
+            raise GenerateError(f"{where}: row {i} has kind={kind!r}, expected one of {KINDS}")
+        if not isinstance(rule, str):
+            raise GenerateError(f"{where}: row {i} has rule={rule!r}, expected a string")
+        out.append({**row, "rule": rule, "kind": kind})
+    return out
+
+
 def read_claims(path: Path, name: str) -> dict:
-    """A claims JSON written by ``publish_claims``: ``{"name", "scale", "rows": [...]}``, checked."""
+    """A claims JSON written by ``publish_claims``: ``{"name", "scale", "rows": [...]}``, checked
+    (:func:`check_rows`)."""
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
@@ -84,12 +125,34 @@ def read_claims(path: Path, name: str) -> dict:
         raise GenerateError(f"{path}: not a claims file of iterlin.claims.publish_claims")
     if doc.get("name") != name:
         raise GenerateError(f"{path}: holds the claims of {doc.get('name')!r}, expected {name!r}")
-    for i, row in enumerate(doc["rows"]):
-        if not isinstance(row, dict) or not all(isinstance(row.get(k), str) for k in ("claim", "paper", "measured", "holds")):
-            raise GenerateError(f"{path}: row {i} is not a claim (claim, paper, measured, holds strings)")
-        if row["holds"] not in HOLDS:
-            raise GenerateError(f"{path}: row {i} has holds={row['holds']!r}, expected one of {HOLDS}")
-    return doc
+    return {**doc, "rows": check_rows(doc["rows"], str(path))}
+
+
+def read_reference(name: str, results: Path) -> dict | None:
+    """The reference run of ``name`` in ``results/<name>/`` (:func:`iterlin.experiments.reference.load`):
+    ``{"scale", "seeds", "provenance", "caption", "rows"}``, or None when there is none;
+    GenerateError when it cannot be read or is another notebook's."""
+    where = results / name
+    try:
+        ref = reference.load(name, base=results)
+        if ref is None:
+            return None
+        changed = ref.changed_since  # the code that computes the figure differs from the run's
+        caption = reference.provenance_line(ref.provenance, changed=changed)
+    except (OSError, ValueError, KeyError, TypeError, CheckpointError) as e:
+        raise GenerateError(f"{where}: unreadable reference run ({type(e).__name__}: {e}); recompute it with "
+                            f"`make results NAMES={name}`") from e
+    prov = ref.provenance
+    if prov.get("name", name) != name:
+        raise GenerateError(f"{where}/provenance.json: is the reference run of {prov.get('name')!r}, expected {name!r}")
+    rows = check_rows([r._asdict() for r in ref.rows], f"{where}/claims.json")
+    return {"scale": str(prov["scale"]), "seeds": list(prov.get("seeds") or []), "provenance": prov,
+            "caption": caption, "changed": changed, "rows": rows}
+
+
+def split(rows: list[dict]) -> tuple[list[dict], list[dict]]:
+    """(claims, consistency checks) of checked rows, each in its original order."""
+    return [r for r in rows if r["kind"] == "claim"], [r for r in rows if r["kind"] == "check"]
 
 
 def claims_table(rows: list[dict]) -> str:
@@ -99,6 +162,34 @@ def claims_table(rows: list[dict]) -> str:
         cells = [r["claim"], r["paper"], r["measured"], r["holds"], r.get("rule", "")]
         out.append("| " + " | ".join(escape(c) for c in cells) + " |")
     return "\n".join(out)
+
+
+def claims_tables(rows: list[dict], empty: str) -> str:
+    """The claims as a Markdown table, then the consistency checks in their own table under
+    :data:`iterlin.claims.CHECKS_HEADING`; ``empty`` when there is neither."""
+    claims, checks = split(rows)
+    parts = [claims_table(claims)] if claims else []
+    if checks:
+        parts += [f"*{escape(CHECKS_HEADING)}*", claims_table(checks)]
+    return "\n\n".join(parts) if parts else empty
+
+
+def tally(rows: list[dict]) -> list[int]:
+    """[number of claims, then how many of them have each verdict of HOLDS]: consistency checks
+    are not counted."""
+    claims, _ = split(rows)
+    return [len(claims)] + [sum(r["holds"] == h for r in claims) for h in HOLDS]
+
+
+def checks_cell(rows: list[dict]) -> str:
+    """The consistency checks in words: ``"none"``, ``"2, all hold"`` or ``"3: 2 yes, 1 no"``."""
+    _, checks = split(rows)
+    if not checks:
+        return "none"
+    counts = [(h, sum(r["holds"] == h for r in checks)) for h in HOLDS]
+    if counts[0][1] == len(checks):
+        return f"{len(checks)}, all hold"
+    return f"{len(checks)}: " + ", ".join(f"{c} {h}" for h, c in counts if c)
 
 
 def _title(nb: dict, name: str) -> str:
@@ -150,25 +241,94 @@ def _seconds(nb: dict) -> str:
     return f"{d:.0f}"
 
 
-def load(root: Path) -> list[dict]:
-    """Per toc notebook: name, title, executed notebook and claims; GenerateError if any is missing."""
+def leaks(nb: dict, local: tuple[str, ...] = ()) -> list[str]:
+    """What the notebook's outputs show that a page must not: a progress bar on stderr, tqdm's
+    warning, an installed package's path, or one of the ``local`` paths (the build machine's
+    checkout, environment, home). One description per combination of these that some outputs show,
+    naming the cells, the number of outputs and the first such line; ``[]`` when there is none.
+
+    Only text outputs are read (never images, whose base64 may hold any string).
+    """
+    local_rx = [re.compile(re.escape(p)) for p in sorted(local, key=len, reverse=True) if len(p) > 1]
+    found: dict[str, dict] = {}
+    for i, cell in enumerate(nb.get("cells", [])):
+        for out in cell.get("outputs", []) or []:
+            texts = [out.get("text"), out.get("traceback")]
+            texts += [v for k, v in (out.get("data") or {}).items() if k.startswith("text/")]
+            text = "\n".join("".join(t) if isinstance(t, list) else str(t) for t in texts if t is not None)
+            hits = [(rx, what) for rx, what in _LEAKS if rx.search(text)]
+            path = next((rx for rx in local_rx if rx.search(text)), None)
+            if path is not None:
+                hits.append((path, "a local path of the build machine"))
+            if out.get("name") == "stderr" and _PROGRESS.search(text):
+                hits.append((_PROGRESS, "a progress bar"))
+            if not hits:
+                continue
+            # outputs that show the same things are reported together
+            entry = found.setdefault(" and ".join(what for _, what in hits), {"cells": [], "n": 0, "example": ""})
+            entry["n"] += 1
+            if i not in entry["cells"]:
+                entry["cells"].append(i)
+            if not entry["example"]:
+                rx = hits[0][0]
+                entry["example"] = next((ln for ln in text.splitlines() if rx.search(ln)), text).strip()[:120]
+    return [f"{what} in cell{'s' if len(e['cells']) > 1 else ''} {', '.join(map(str, e['cells']))} "
+            f"({e['n']} output{'s' if e['n'] > 1 else ''}; e.g. {e['example']!r})" for what, e in found.items()]
+
+
+def local_paths(root: Path) -> tuple[str, ...]:
+    """The build machine's paths a page must not show: the checkout, the Python environment, the home."""
+    paths = {str(root), sys.prefix}
+    home = os.path.expanduser("~")
+    if home not in ("~", "/"):
+        paths.add(home)
+    return tuple(sorted(p for p in paths if len(p) > 1))
+
+
+def results_folder(root: Path, results: Path | None = None) -> Path:
+    """The reference runs' folder: ``results``, else ``$ITERLIN_RESULTS``, else ``<root>/results``."""
+    if results is not None:
+        return Path(results)
+    env = os.environ.get("ITERLIN_RESULTS")
+    return Path(env).expanduser() if env else root / "results"
+
+
+def load(root: Path, results: Path | None = None) -> list[dict]:
+    """Per toc notebook: name, title, executed notebook, its claims and its reference run (None
+    when it has none); GenerateError listing every notebook that is missing, malformed or whose
+    page would show a progress bar or a local path (:func:`leaks`)."""
     executed = root / EXECUTED
+    results = results_folder(root, results)
     names = toc_notebooks(root / "_toc.yml")
+    local = local_paths(root)
     problems, items = [], []
     for name in names:
         nb_path, claims_path = executed / f"{name}.ipynb", executed / "claims" / f"{name}.json"
+        try:
+            ref = read_reference(name, results)
+        except GenerateError as e:
+            problems.append(str(e))
+            ref = None
         if not nb_path.is_file():
             problems.append(f"{nb_path} is missing: run `make notebooks` (notebooks/{name}.ipynb executed by papermill)")
             continue
         if not claims_path.is_file():
             problems.append(
                 f"{claims_path} is missing: notebooks/{name}.ipynb ran but published no claims under the name "
-                f"{name!r} (its last cell must call iterlin.claims.publish_claims({name!r}, rows, scale=scale))"
+                f"{name!r} (its last expression must be iterlin.experiments.claims(results), which publishes them)"
             )
             continue
         try:
             nb = json.loads(nb_path.read_text(encoding="utf-8"))
-            items.append({"name": name, "nb": nb, "title": _title(nb, name), "claims": read_claims(claims_path, name)})
+            shown = leaks(nb, local)
+            if shown:
+                problems.append(
+                    f"{nb_path}: its page would show what it must not: " + "; ".join(shown) + ". Progress bars: "
+                    "iterlin.experiments.run(progress=None) draws none outside a terminal; a warning naming a "
+                    "local file: remove its cause (or filter it where it is raised)"
+                )
+            items.append({"name": name, "nb": nb, "title": _title(nb, name), "claims": read_claims(claims_path, name),
+                          "reference": ref})
         except GenerateError as e:
             problems.append(str(e))
         except (OSError, ValueError) as e:
@@ -178,35 +338,109 @@ def load(root: Path) -> list[dict]:
     return items
 
 
-def claims_page(items: list[dict]) -> str:
-    """Markdown: a summary table, then one section per notebook with its claims table."""
-    lines = [
-        "| notebook | scale | claims | holds | does not hold | n/a at this scale |",
-        "|---|---|---|---|---|---|",
-    ]
-    totals = [0, 0, 0, 0]
-    for it in items:
-        rows = it["claims"]["rows"]
-        counts = [len(rows)] + [sum(r["holds"] == h for r in rows) for h in HOLDS]
+def _link(name: str) -> str:
+    return f"{{doc}}`{name} <executed/{name}>`"
+
+
+_TALLY_HEAD = "claims | " + " | ".join(HOLDS) + " | consistency checks (not counted) |"
+
+
+def _tally_rows(entries: list[tuple[str, str, list[dict] | None]]) -> list[str]:
+    """Summary rows ``| notebook | scale | claims | yes | no | undecided | n/a | checks |`` and the
+    total over the notebooks that have rows (``None``: no run, listed as such)."""
+    lines = [f"| notebook | scale | {_TALLY_HEAD}", "|---|---|---|" + "---|" * len(HOLDS) + "---|"]
+    totals = [0] * (1 + len(HOLDS))
+    for name, scale, rows in entries:
+        if rows is None:
+            lines.append(f"| {_link(name)} | {escape(scale)} |" + " |" * (len(HOLDS) + 2))
+            continue
+        counts = tally(rows)
         totals = [a + b for a, b in zip(totals, counts)]
-        lines.append(
-            f"| {{doc}}`{it['name']} <executed/{it['name']}>` | {escape(it['claims']['scale'])} | "
-            + " | ".join(str(c) for c in counts)
-            + " |"
-        )
-    lines.append("| **all** | | " + " | ".join(f"**{c}**" for c in totals) + " |")
-    out = ["\n".join(lines), ""]
+        lines.append(f"| {_link(name)} | {escape(scale)} | " + " | ".join(map(str, counts))
+                     + f" | {escape(checks_cell(rows))} |")
+    lines.append("| **all** | | " + " | ".join(f"**{c}**" for c in totals) + " | |")
+    return lines
+
+
+def claims_page(items: list[dict]) -> str:
+    """Markdown: the reference runs' tally, this build's runs' tally, then per notebook its
+    reference run (provenance line and claims) and this build's run (claims)."""
+    refs = [it for it in items if it["reference"] is not None]
+    out = [
+        "## Summary",
+        "",
+        f"**Reference runs** ({len(refs)} of {len(items)} notebooks; committed in `results/<name>/`, "
+        "computed by `make results`): the largest runs made for this edition, at the scale each names.",
+        "",
+        "\n".join(_tally_rows([(it["name"], it["reference"]["scale"], it["reference"]["rows"]) if it["reference"]
+                               else (it["name"], "no reference run yet", None) for it in items])),
+        "",
+        "**This build's runs** (the notebooks executed for these pages, at the scale they ran at; at "
+        "`smoke` a check that the pipeline works, not evidence):",
+        "",
+        "\n".join(_tally_rows([(it["name"], it["claims"]["scale"], it["claims"]["rows"]) for it in items])),
+        "",
+        f"Each tally counts the paper's claims by verdict ({', '.join(HOLDS)}); consistency checks hold by "
+        "construction, are listed apart and are not counted with them.",
+        "",
+    ]
     for it in items:
-        c = it["claims"]
+        ref, c = it["reference"], it["claims"]
+        out += [f"## {escape(it['title'])}", ""]
+        if ref is None:
+            out += [f"**Reference run.** None yet: `make results NAMES={it['name']}` computes one.", ""]
+        else:
+            caption = ref["caption"].removeprefix("Reference run: ")
+            out += [f"**Reference run** (`results/{it['name']}/`): {escape(caption)}", "",
+                    claims_tables(ref["rows"], "*(this reference run has an empty claims table)*"), ""]
         out += [
-            f"## {escape(it['title'])}",
+            f"**This build's run** ({{doc}}`executed/{it['name']}`), executed at scale `{c['scale']}`.",
             "",
-            f"From {{doc}}`executed/{it['name']}`, executed at scale `{c['scale']}`.",
-            "",
-            claims_table(c["rows"]) if c["rows"] else "*(this notebook published an empty claims table)*",
+            claims_tables(c["rows"], "*(this notebook published an empty claims table)*"),
             "",
         ]
     return "\n".join(out)
+
+
+def _seeds(seeds: list) -> str:
+    if not seeds:
+        return "none"
+    if len(seeds) > 1 and seeds == list(range(seeds[0], seeds[0] + len(seeds))):
+        return f"{seeds[0]}–{seeds[-1]} ({len(seeds)})"
+    return ", ".join(map(str, seeds))
+
+
+def references_page(items: list[dict]) -> str:
+    """Markdown table of the reference runs' provenance, one row per notebook."""
+    lines = [
+        "| notebook | scale | device | seeds | date (UTC) | iterlin commit | JAX | wall time (s) | library changed since |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    total = 0.0
+    for it in items:
+        ref = it["reference"]
+        if ref is None:
+            lines.append(f"| {_link(it['name'])} | no reference run yet | | | | | | | |")
+            continue
+        p = ref["provenance"]
+        wall = p.get("wall_seconds")
+        ok = isinstance(wall, (int, float)) and math.isfinite(wall)
+        total += float(wall) if ok else 0.0
+        commit = str(p.get("iterlin_commit", "?"))
+        short = commit[:10] + ("+dirty" if commit.endswith("+dirty") else "")
+        resumed = " (resumed)" if p.get("resumed") else ""
+        cells = [ref["scale"], str(p.get("device", "?")), _seeds(ref["seeds"]), str(p.get("date", "?")),
+                 short, str(p.get("jax_version", "?")), (f"{wall:.0f}" if ok else "not recorded") + resumed,
+                 "yes" if ref["changed"] else "no"]
+        lines.append(f"| {_link(it['name'])} | " + " | ".join(escape(c) for c in cells) + " |")
+    lines.append(f"| **all** | | | | | | | **{total:.0f}** | |")
+    return "\n".join(lines) + (
+        "\n\nWall time of the computation as `python -m iterlin.experiments.reference` measured it (data "
+        "loading and plotting excluded; JAX compilation included); *resumed* marks a run that continued "
+        "from the checkpoints of an interrupted one, whose wall time covers only its last part. "
+        "*Library changed since*: the code that computes the figure differs from the code that ran it "
+        "(`code_fingerprint` in `provenance.json`), so rerunning it could give other numbers.\n"
+    )
 
 
 def runtimes_page(items: list[dict]) -> str:
@@ -236,20 +470,25 @@ def runtimes_page(items: list[dict]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--root", type=Path, default=Path(__file__).resolve().parents[1], help="the repository root")
+    parser.add_argument("--results", type=Path, default=None,
+                        help="the reference runs (default: $ITERLIN_RESULTS, else <root>/results)")
     args = parser.parse_args(argv)
     root = args.root.resolve()
     try:
-        items = load(root)
+        items = load(root, args.results)
     except GenerateError as e:
         print(f"book/generate.py: {e}", file=sys.stderr)
         return 1
     executed = root / EXECUTED
-    pages = (("claims.md", claims_page(items)), ("runtimes.md", runtimes_page(items)), ("scales.md", scales_table()))
+    pages = (("claims.md", claims_page(items)), ("references.md", references_page(items)),
+             ("runtimes.md", runtimes_page(items)), ("scales.md", scales_table()))
     for name, text in pages:
         tmp = executed / f".{name}.partial"
         tmp.write_text(text, encoding="utf-8")
         os.replace(tmp, executed / name)
-    print(f"book/generate.py: wrote {EXECUTED}/claims.md, runtimes.md and scales.md for {len(items)} notebooks")
+    n_ref = sum(it["reference"] is not None for it in items)
+    print(f"book/generate.py: wrote {EXECUTED}/claims.md, references.md, runtimes.md and scales.md for "
+          f"{len(items)} notebooks ({n_ref} with a reference run)")
     return 0
 
 

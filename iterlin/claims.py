@@ -59,6 +59,8 @@ __all__ = [
     "num",
     "fmt_K",
     "COLUMNS",
+    "KINDS",
+    "CHECKS_HEADING",
     "ON_PAR",
     "Difference",
     "difference",
@@ -81,6 +83,10 @@ NA = "n/a at this scale"
 UNDECIDED = "undecided"
 #: The allowed values of :attr:`Claim.holds`.
 HOLDS = ("yes", "no", UNDECIDED, NA)
+#: The kinds of row: the paper's claims, and consistency checks (hold by construction, not evidence).
+KINDS = ("claim", "check")
+#: The heading of a table's consistency checks.
+CHECKS_HEADING = "Consistency checks (hold by construction; not evidence for the paper's claims):"
 #: The columns of a claims table, in order.
 COLUMNS = ("claim", "paper", "this run", "holds", "rule")
 
@@ -91,6 +97,9 @@ class Claim(NamedTuple):
     claim: what the paper claims, in words. paper: the paper's number or statement.
     measured: what this run measured (pre-rounded). holds: one of :data:`HOLDS`.
     rule: how ``holds`` was decided (e.g. ``"|Δ| < 1 point"``), or why it is n/a.
+    kind: ``"claim"`` (evidence about the paper's claim) or ``"check"``: a consistency check that
+      holds by construction (two routes to one computation), listed apart and not counted as
+      evidence.
     """
 
     claim: str
@@ -98,8 +107,11 @@ class Claim(NamedTuple):
     measured: str
     holds: str
     rule: str = ""
+    kind: str = "claim"
 
     def check(self) -> "Claim":
+        if self.kind not in KINDS:
+            raise ValueError(f"Claim.kind={self.kind!r} is not allowed: kind must be one of {KINDS}")
         for field in self._fields:
             v = getattr(self, field)
             if not isinstance(v, str):
@@ -155,13 +167,11 @@ def _rows(rows: Iterable[Claim]) -> list[Claim]:
     return out
 
 
-def claims_table(rows: Iterable[Claim]) -> str:
-    """A fixed-width plain-text table (columns claim, paper, this run, holds, rule).
+def _split(rows: list[Claim]) -> tuple[list[Claim], list[Claim]]:
+    return [r for r in rows if r.kind == "claim"], [r for r in rows if r.kind == "check"]
 
-    Column widths are the longest entry of each column; fields are left-aligned and separated by
-    two spaces; a dashed line follows the header. Deterministic for given rows.
-    """
-    rows = _rows(rows)
+
+def _fixed_width(rows: list[Claim]) -> str:
     cells = [list(COLUMNS)] + [[r.claim, r.paper, r.measured, r.holds, r.rule] for r in rows]
     widths = [max(len(c[i]) for c in cells) for i in range(len(COLUMNS))]
     lines = ["  ".join(c[i].ljust(widths[i]) for i in range(len(widths))).rstrip() for c in cells]
@@ -169,14 +179,36 @@ def claims_table(rows: Iterable[Claim]) -> str:
     return "\n".join(lines)
 
 
-def claims_markdown(rows: Iterable[Claim]) -> str:
-    """The same rows as a Markdown table (``|`` inside a cell escaped as ``\\|``)."""
-    rows = _rows(rows)
+def claims_table(rows: Iterable[Claim]) -> str:
+    """A fixed-width plain-text table (columns claim, paper, this run, holds, rule).
+
+    Column widths are the longest entry of each column; fields are left-aligned and separated by
+    two spaces; a dashed line follows the header. Consistency checks (``kind="check"``) follow in a
+    second table under :data:`CHECKS_HEADING`. Deterministic for given rows.
+    """
+    claims, checks = _split(_rows(rows))
+    out = _fixed_width(claims)
+    if checks:
+        out += "\n\n" + CHECKS_HEADING + "\n" + _fixed_width(checks)
+    return out
+
+
+def _markdown(rows: list[Claim]) -> str:
     out = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     for r in rows:
         cells = [c.replace("|", "\\|") for c in (r.claim, r.paper, r.measured, r.holds, r.rule)]
         out.append("| " + " | ".join(cells) + " |")
     return "\n".join(out)
+
+
+def claims_markdown(rows: Iterable[Claim]) -> str:
+    """The same rows as a Markdown table (``|`` inside a cell escaped as ``\\|``); consistency checks
+    in a second table under :data:`CHECKS_HEADING`."""
+    claims, checks = _split(_rows(rows))
+    out = _markdown(claims)
+    if checks:
+        out += "\n\n" + CHECKS_HEADING + "\n\n" + _markdown(checks)
+    return out
 
 
 class ClaimsTable:
@@ -201,14 +233,21 @@ class ClaimsTable:
 
     def _repr_html_(self) -> str:
         esc = html.escape
-        head = "".join(f"<th style='text-align:left'>{esc(c)}</th>" for c in COLUMNS)
-        body = "".join(
-            "<tr>" + "".join(f"<td style='text-align:left'>{esc(c)}</td>"
-                             for c in (r.claim, r.paper, r.measured, r.holds, r.rule)) + "</tr>"
-            for r in self.rows
-        )
-        return (f"<p><strong>{esc(self.header())}</strong></p>"
-                f"<table class='iterlin-claims'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
+
+        def table(rows):
+            head = "".join(f"<th style='text-align:left'>{esc(c)}</th>" for c in COLUMNS)
+            body = "".join(
+                "<tr>" + "".join(f"<td style='text-align:left'>{esc(c)}</td>"
+                                 for c in (r.claim, r.paper, r.measured, r.holds, r.rule)) + "</tr>"
+                for r in rows
+            )
+            return f"<table class='iterlin-claims'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+        claims, checks = _split(self.rows)
+        out = f"<p><strong>{esc(self.header())}</strong></p>" + table(claims)
+        if checks:
+            out += f"<p><em>{esc(CHECKS_HEADING)}</em></p>" + table(checks)
+        return out
 
 
 def default_claims_dir() -> Path:
@@ -303,7 +342,7 @@ def _signed(x: float) -> str:
     return ("+" if x > 0 and round(x, 1) != 0 else "") + num(x, 1)
 
 
-def difference(acc_a, acc_b, *, n_test: int, correct_a=None, correct_b=None) -> Difference:
+def difference(acc_a, acc_b, *, n_test: int, correct_a=None, correct_b=None, test_var: float | None = None) -> Difference:
     """The shared noise model of a comparison of B against A (see :class:`Difference`).
 
     Args:
@@ -314,6 +353,9 @@ def difference(acc_a, acc_b, *, n_test: int, correct_a=None, correct_b=None) -> 
         right; given both, the test noise is that of a paired comparison on the same images,
         Var_i[mean_s(c_b − c_a)]/n, which is far tighter than two independent binomials
         (2·p(1 − p)/n, p clipped to [0.05, 0.95]) when the runs agree on most images.
+
+      test_var: the test-set variance of Δ when the caller knows it better (e.g. a difference of
+        two gains, four accuracies: Fig. 5); replaces both formulas above.
 
     The seed term is Var_s(Δ_s)/S (sample variance, S ≥ 2; with one seed it cannot be estimated and
     is 0, which :meth:`Difference.describe` makes visible by the seed count).
@@ -328,8 +370,10 @@ def difference(acc_a, acc_b, *, n_test: int, correct_a=None, correct_b=None) -> 
     d = b - a
     S = d.size
     seed_var = float(np.var(d, ddof=1)) / S if S > 1 else 0.0
-    paired = correct_a is not None and correct_b is not None
-    if paired:
+    paired = correct_a is not None and correct_b is not None and test_var is None
+    if test_var is not None:
+        test_var = float(test_var)
+    elif paired:
         ca = np.asarray(correct_a, np.float64).reshape(S, -1)
         cb = np.asarray(correct_b, np.float64).reshape(S, -1)
         per_image = (cb - ca).mean(axis=0)

@@ -40,6 +40,8 @@ __all__ = [
     "mean_se",
     "run_colors",
     "plot_runs",
+    "seed_groups",
+    "plot_sweep",
     "band",
     "seed_points",
     "log_positions",
@@ -334,6 +336,65 @@ def plot_runs(
 
 # ------------------------------------------------------------------------------------------------
 # seeds
+
+
+def seed_groups(h: Mapping[str, Any]) -> list[np.ndarray]:
+    """A sweep history's runs grouped over seeds: one index array per (K, lr), in the order of the
+    first seed's runs, each holding that setting's run of every seed (``seed_index`` order). A
+    history without ``seed_index`` is one seed: every run its own group."""
+    K = np.asarray(h["K"], np.float64)
+    lr = np.asarray(h["lr"], np.float64) if "lr" in h else np.zeros_like(K)
+    seed = np.asarray(h["seed_index"]) if "seed_index" in h else np.zeros(K.shape, int)
+    first = np.flatnonzero(seed == seed.min()) if seed.size else np.arange(0)
+    return [np.flatnonzero((K == K[i]) & (lr == lr[i])) for i in first]
+
+
+def plot_sweep(
+    ax: Axes,
+    h: Mapping[str, Any],
+    metric: str = "net_test_acc",
+    *,
+    label: Any = "K = {K}",
+    diverged_label: Any = "K = {K} diverged",
+    select: Any = None,
+    color: Any = None,
+    alpha: float = 0.2,
+    **kwargs,
+) -> list:
+    """A sweep history's ``metric`` against ``step``: one line per (K, lr), the mean over seeds,
+    with a band of ± one standard error (:func:`mean_se`) when there are ≥ 2 seeds.
+
+    ``h`` as :func:`iterlin.experiments._common.sweep` returns it (``K``, ``lr``, ``seed_index``,
+    ``step``, ``diverged``, ``diverged_step``). A setting is marked diverged (a cross, see
+    :func:`plot_runs`) when any of its seeds diverged, at the earliest such step. ``select``:
+    which groups (:func:`seed_groups`) to draw, a boolean mask or indices over the groups; ``label``
+    templates may use ``{K}`` and ``{lr}``. Other keywords (``scale``, ``step_scale``,
+    ``linestyle``, ``marker``, ``lw``, ...) go to :func:`plot_runs`.
+
+    Returns one Line2D per group (None for groups not drawn), as :func:`plot_runs`.
+    """
+    groups = seed_groups(h)
+    v = _real_array(h[metric], metric)
+    mean_and_se = [mean_se(v[g], axis=0) for g in groups]
+    means = np.stack([m for m, _ in mean_and_se])
+    ses = np.stack([e for _, e in mean_and_se])
+    K = np.asarray(h["K"], np.float64)[[g[0] for g in groups]]
+    lr = np.asarray(h["lr"], np.float64)[[g[0] for g in groups]] if "lr" in h else np.zeros(len(groups))
+    div = np.asarray(h["diverged"], bool)
+    at = np.asarray(h["diverged_step"], np.float64)
+    gdiv = np.asarray([div[g].any() for g in groups])
+    gat = np.asarray([at[g][div[g]].min() if div[g].any() else -1.0 for g in groups])
+    if callable(select):
+        select = np.asarray([bool(select(k)) for k in K], bool)
+    lines = plot_runs(ax, h["step"], means, K, diverged=gdiv, diverged_step=gat, label=label,
+                      diverged_label=diverged_label, label_args={"lr": lr}, select=select, color=color, **kwargs)
+    scale = float(kwargs.get("scale", 100.0))
+    x = _as_1d(h["step"], "step") * float(kwargs.get("step_scale", 1.0))
+    for i, g in enumerate(groups):
+        if lines[i] is not None and len(g) >= 2:
+            ax.fill_between(x, scale * (means[i] - ses[i]), scale * (means[i] + ses[i]), color=lines[i].get_color(),
+                            alpha=alpha, linewidth=0)
+    return lines
 
 
 def band(

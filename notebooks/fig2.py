@@ -40,73 +40,101 @@
 #   for $K \in \{1, 8, \infty\}$. The paper's learning rates would show nothing in so few steps.
 #   So few images and steps leave every run near chance level: this scale checks that the pipeline
 #   works; it does not reproduce the figure.
+# * `cpu` (the committed reference run, shown first below; about 25 minutes of a 2-core CPU): a
+#   full-batch step is a pass over the training set, so this scale uses 1,024 of the installed
+#   training images (all 4,660 would allow only a handful of steps) and 500 test images; 2 seeds;
+#   full batch: 30 steps at 0.1 for $K \in \{1, 10, \infty\}$; mini-batch: `factor` 4, batches
+#   of 128, 120 steps at 0.025 for $K \in \{1, 40, \infty\}$.
 # * `gpu` (one H100, about ten minutes by a FLOP estimate, not measured): every installed image,
-#   $K \in \{1, 5, 20, 50, \infty\}$, 100 full-batch steps at 0.05 and, with `factor` 10, 1000
-#   mini-batch steps of 256 at 0.005.
+#   3 seeds, $K \in \{1, 5, 20, 50, \infty\}$, 100 full-batch steps at 0.05 and, with `factor`
+#   10, 1000 mini-batch steps of 256 at 0.005.
 # * `paper`: learning rates 1e-3 / 1e-4, batches of 256, `factor` 10 (the paper's); the paper's
 #   $K$ values and step counts are not in its text: we use $K \in \{1, 10^2, 10^3, 10^4, \infty\}$
 #   and $10^5$ full-batch steps.
 #
 # Shared details: CNN of Appendix C (2×2 max-pooling after each convolution), Flax default
-# initialisation, softmax cross-entropy on the linearised logits, plain SGD; every run starts from
-# the same initialisation and sees the same batches.
+# initialisation, softmax cross-entropy on the linearised logits, plain SGD; the runs of one seed
+# start from the same initialisation and see the same batches.
 
 # %% tags=["parameters"]
-scale = "smoke"  # "smoke" (CPU, minutes), "gpu" (one H100, ~10 min), "paper" (the paper's settings)
+scale = "smoke"  # "smoke" (CPU, minutes), "cpu" (CPU, ~25 min), "gpu" (one H100, ~10 min), "paper" (the paper's settings)
 K = None  # full-batch periods: a list, or one K meaning the sweep [1, K] (K 1 is always kept); inf: never
 lr = None  # full-batch learning rate (the mini-batch runs use lr / factor)
 steps = None  # full-batch steps (the mini-batch runs make steps * factor)
-seed = None  # initialisation and batch order
+seed = None  # first seed (initialisation and batch order)
+n_seeds = None  # seeds seed, seed + 1, ...: each its own initialisation and batches
 n_train = None  # training images ("all": every installed image)
 n_test = None  # test images
 batch_size = None  # mini-batch size of the centre panel (at most n_train)
+n_eval_train = None  # training images the training metrics are measured on ("all": every one)
 
 # %%
 import matplotlib.pyplot as plt
 
 from iterlin.config import describe
-from iterlin.experiments import claims, resolve_notebook, run
-from iterlin.plotting import legend, panels, plot_runs
+from iterlin.experiments import claims, reference, resolve_notebook, run
+from iterlin.plotting import legend, panels, plot_sweep
 
 # Every parameter is checked here, before anything is computed (None: the scale's default);
 # a name the notebook does not take (papermill -p step 50) fails here, naming it.
 config = resolve_notebook("fig2", globals())
 print(describe(config))
 
+
+def plot(results):
+    """Network test accuracy over training, one line per $K$ (the mini-batch $K > 1$ are `factor`
+    times the full-batch ones), the mean over seeds ± one standard error; a cross marks a run that
+    diverged (its curve stays at its last finite state)."""
+    c = results["config"]
+    f = c["factor"]
+    full, mini = results["full"], results["mini"]
+    fig, axes = panels(3, panel_size=(5, 4), sharey=True, suptitle=f"CNN on CIFAR-10 ({c['scale']} scale)")
+    series = [
+        (axes[0], full, "full batch", {}),
+        (axes[1], mini, f"mini-batch ({c['batch_size']})", {}),
+        (axes[2], full, "full batch", {}),
+        (axes[2], mini, "mini-batch", dict(step_scale=1 / f, linestyle=":")),  # against step / factor
+    ]
+    for ax, h, name, style in series:
+        plot_sweep(ax, h, "net_test_acc", label=name + ", K = {K}", diverged_label=None, **style)
+    axes[0].set(title=f"full batch, lr {c['lr']:g}", xlabel="step", ylabel="test accuracy (%)")
+    axes[1].set(title=f"mini-batch, lr {c['lr'] / f:g}, K × {f}", xlabel="step")
+    axes[2].set(title=f"comparison (mini-batch steps ÷ {f})", xlabel="full-batch step")
+    for ax in axes:
+        legend(ax)
+    plt.show()
+
+
+# %% [markdown]
+# ## The reference run
+#
+# The committed run at the largest scale this project could afford (`results/fig2/`, regenerated
+# by `make results SCALE=cpu`), plotted by the same code as this build's run below, with its
+# provenance and its claims.
+
+# %%
+ref = reference.load("fig2")
+if ref is None:
+    print("No reference run is committed yet: make results SCALE=cpu")
+else:
+    plot(ref.results)
+    print(ref.caption())
+    display(ref.claims())
+
+# %% [markdown]
+# ## This build's run
+#
+# The run this build executed, at the scale of the parameters cell (`smoke` in CI: a check that
+# the pipeline works, not a reproduction), then its claims: the paper's claim, the paper's
+# number, what this run measured and whether it holds at this scale, by the rule in the last
+# column. "Large K" is the largest finite $K$ of the sweep; the paper gives no number for "on
+# par", so the rule is an equivalence test within 2 points, through the shared noise rule
+# (`iterlin.claims.difference`: seeds and the test images, paired).
+
 # %%
 # NBVAL_IGNORE_OUTPUT
 results = run(config)  # computed once, then read from the cache (.cache/results)
 
-# %% [markdown]
-# Network test accuracy over training, one line per $K$ (the mini-batch $K > 1$ are `factor` times
-# the full-batch ones). A cross marks a run that diverged (its curve stays at its last finite state).
-
 # %%
-f = config["factor"]
-full, mini = results["full"], results["mini"]
-fig, axes = panels(3, panel_size=(5, 4), sharey=True, suptitle=f"CNN on CIFAR-10 ({config['scale']} scale)")
-series = [
-    (axes[0], full, "full batch", {}),
-    (axes[1], mini, f"mini-batch ({config['batch_size']})", {}),
-    (axes[2], full, "full batch", {}),
-    (axes[2], mini, "mini-batch", dict(step_scale=1 / f, linestyle=":")),  # against step / factor
-]
-for ax, h, name, style in series:
-    plot_runs(ax, h["step"], h["net_test_acc"], h["K"], diverged=h["diverged"], diverged_step=h["diverged_step"],
-              label=name + ", K = {K}", diverged_label=None, **style)
-axes[0].set(title=f"full batch, lr {config['lr']:g}", xlabel="step", ylabel="test accuracy (%)")
-axes[1].set(title=f"mini-batch, lr {mini['lr'][0]:g}, K × {f}", xlabel="step")
-axes[2].set(title=f"comparison (mini-batch steps ÷ {f})", xlabel="full-batch step")
-for ax in axes:
-    legend(ax)
-plt.show()
-
-# %% [markdown]
-# ## Claims
-#
-# The paper's claim, the paper's number, what this run measured and whether it holds at this
-# scale, by the rule in the last column. "Large K" is the largest finite $K$ of the sweep; the
-# paper gives no number for "on par", so the rule is a 2-point tolerance.
-
-# %%
-print(claims(results))
+plot(results)
+claims(results)

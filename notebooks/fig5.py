@@ -41,70 +41,98 @@
 #   $K \in \{1, 4, \infty\}$ (one rate for all, so no separate control), evaluated at steps 0, 5
 #   and 10. Far from convergence and from the paper's sizes: this scale checks that the pipeline
 #   works; it does not reproduce the figure.
-# * `gpu` (one H100, about ten minutes by a FLOP estimate, not measured): 1 250 to 40 000 images,
-#   batches of 256, 4000 steps, $K \in \{1, 100, 1000\}$ at 0.01, $K = \infty$ and the control at 0.05.
+# * `cpu` (the committed reference run, shown first below; about 25 minutes of a 2-core CPU): 100,
+#   200 and 400 training images, small enough for SGD to fit them as the paper's runs did, 500 test
+#   images, 2 seeds, 300 steps of 50 at learning rate 0.05 for $K \in \{1, 30, \infty\}$ (one rate,
+#   so no separate control).
+# * `gpu` (one H100, about ten minutes by a FLOP estimate, not measured): six sizes derived from the
+#   installed copy (every training image and its halvings down to 1/32, printed), 3 seeds, batches
+#   of 256, 4000 steps, $K \in \{1, 100, 1000\}$ at 0.01, $K = \infty$ and the control at 0.05.
 # * `paper`: learning rates 1e-5 and 1e-3 (the paper's); the $K$ values, sizes and step count are
 #   not in the paper's text: we use $K \in \{1, 10^3, 10^5\}$, 1 000 to 50 000 images and
 #   $2 \cdot 10^6$ steps of 256.
 #
 # Shared details: CNN of Appendix C, Flax default initialisation, softmax cross-entropy on the
-# linearised logits, plain SGD; every run starts from the same initialisation and sees the same
-# batches; the early-stopped accuracy is the maximum over the evaluation points (`n_evals + 1` of
-# them), selected on the test set as "optimal early stopping" implies.
+# linearised logits, plain SGD; the runs of one seed start from the same initialisation and see
+# the same batches; the early-stopped accuracy is the maximum over the evaluation points
+# (`n_evals + 1` of them), selected on the test set as "optimal early stopping" implies, of the
+# model each run trains: the network for finite $K$, the linear model for $K = \infty$ (the fixed
+# empirical NTK: its network is never the model being trained).
 
 # %% tags=["parameters"]
-scale = "smoke"  # "smoke" (CPU, minutes), "gpu" (one H100, ~10 min), "paper" (the paper's settings)
+scale = "smoke"  # "smoke" (CPU, minutes), "cpu" (CPU, ~25 min), "gpu" (one H100, ~10 min), "paper" (the paper's settings)
 K = None  # periods trained at lr: a list, or one K meaning [1, K] (K 1 is always kept)
 lr = None  # learning rate of the runs of K
 lr_inf = None  # learning rate of the K inf run and of its plain-SGD control
 steps = None  # steps per run
-seed = None  # initialisation and batch order
-n_train = None  # training-set sizes: a list, or one size n meaning [n/4, n/2, n]
+seed = None  # first seed (initialisation and batch order)
+n_seeds = None  # seeds seed, seed + 1, ...: each its own initialisation and batches
+n_train = None  # training-set sizes: a list, or one size n meaning [n/4, n/2, n]; "all": derived from the installed copy
 n_test = None  # test images
 batch_size = None  # mini-batch size (at most the smallest n_train); None: full batch
+n_eval_train = None  # training images the training metrics are measured on ("all": every one)
 
 # %%
 import matplotlib.pyplot as plt
-import numpy as np
 
 from iterlin.config import describe
-from iterlin.experiments import claims, resolve_notebook, run
-from iterlin.experiments.fig5 import off_lr
-from iterlin.plotting import legend, panels, plot_runs, set_log_ticks
+from iterlin.experiments import claims, reference, resolve_notebook, run
+from iterlin.experiments.fig5 import by_size
+from iterlin.plotting import legend, panels, plot_sweep, set_log_ticks
 
 # Every parameter is checked here, before anything is computed (None: the scale's default);
 # a name the notebook does not take (papermill -p step 50) fails here, naming it.
 config = resolve_notebook("fig5", globals())
 print(describe(config))
 
+
+def plot(results):
+    """Left: early-stopped test accuracy against the number of training images (log scale), one
+    line per (K, lr), the mean over seeds ± one standard error (K = ∞: its linear model). Right:
+    the final training accuracy of the same runs, to see how close to convergence they are. A
+    cross marks a run that diverged (at the first size where it did)."""
+    n = results["n_train"]
+    fig, (left, right) = panels(2, suptitle=f"Data scaling of the CNN on CIFAR-10 ({results['config']['scale']} scale)")
+    for ax, metric, what in ((left, "best_test_acc", "early-stopped test accuracy (%)"),
+                             (right, "final_train_acc", "final train accuracy (%)")):
+        plot_sweep(ax, by_size(results, metric), metric, label="K = {K}, lr {lr:g}",
+                   diverged_label=None if ax is left else "K = {K} diverged")
+        set_log_ticks(ax, n)
+        ax.set(xlabel="training images", ylabel=what)
+        legend(ax)
+    plt.show()
+
+
+# %% [markdown]
+# ## The reference run
+#
+# The committed run at the largest scale this project could afford (`results/fig5/`, regenerated
+# by `make results SCALE=cpu`), plotted by the same code as this build's run below, with its
+# provenance and its claims.
+
+# %%
+ref = reference.load("fig5")
+if ref is None:
+    print("No reference run is committed yet: make results SCALE=cpu")
+else:
+    plot(ref.results)
+    print(ref.caption())
+    display(ref.claims())
+
+# %% [markdown]
+# ## This build's run
+#
+# The run this build executed, at the scale of the parameters cell (`smoke` in CI: a check that
+# the pipeline works, not a reproduction), then its claims: the paper's claim, the paper's
+# statement, what this run measured and whether it holds at this scale, by the rule in the last
+# column (the paper gives no numbers for this figure). Every comparison goes through the shared
+# noise rule (`iterlin.claims.difference`); the scaling rows are judged only when every run fitted
+# its training set, as the paper's runs did.
+
 # %%
 # NBVAL_IGNORE_OUTPUT
 results = run(config)  # computed once, then read from the cache (.cache/results)
 
-# %% [markdown]
-# Left: early-stopped test accuracy against the number of training images (log scale), one line
-# per run. Right: the final training accuracy of the same runs, to see how close to convergence
-# they are. A cross marks a run that diverged at that size.
-
 # %%
-n = results["n_train"]
-style = dict(label="K = {K}, lr {lr:g}", label_args={"lr": results["lr"]},
-             linestyle=np.where(off_lr(results), "--", "-"))  # dashed: the runs at lr_inf != lr
-fig, (left, right) = panels(2, suptitle=f"Data scaling of the CNN on CIFAR-10 ({config['scale']} scale)")
-plot_runs(left, n, results["best_test_acc"].T, results["K"], diverged=results["diverged"].T, diverged_label=None,
-          **style)
-plot_runs(right, n, results["final_train_acc"].T, results["K"], **style)
-for ax, what in ((left, "early-stopped test accuracy (%)"), (right, "final train accuracy (%)")):
-    set_log_ticks(ax, n)
-    ax.set(xlabel="training images", ylabel=what)
-    legend(ax)
-plt.show()
-
-# %% [markdown]
-# ## Claims
-#
-# The paper's claim, the paper's statement, what this run measured and whether it holds at this
-# scale, by the rule in the last column (the paper gives no numbers for this figure).
-
-# %%
-print(claims(results))
+plot(results)
+claims(results)

@@ -9,6 +9,7 @@ import re
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
@@ -116,6 +117,54 @@ def test_browser_check_cannot_be_skipped_in_ci():
     assert 'os.environ.get("ITERLIN_REQUIRE_SITE"' in site_test and "pytest.fail(" in site_test
 
 
+def _make_dry_run(*args: str) -> str:
+    """The commands `make -n` would run (nothing is executed)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("SCALE", "NAMES", "RESULTS_OPTS", "MAKEFLAGS")}
+    return subprocess.run(["make", "-n", "--no-print-directory", *args], cwd=ROOT, env=env, capture_output=True,
+                          text=True, check=True).stdout
+
+
+def test_make_results_runs_the_reference_module_with_scale_and_names():
+    default = _make_dry_run("results")
+    assert re.search(r"-m iterlin\.experiments\.reference --scale cpu\s*$", default, flags=re.M), default
+    some = _make_dry_run("results", "SCALE=gpu", "NAMES=fig3 fig2", "RESULTS_OPTS=--skip-existing")
+    assert re.search(r"-m iterlin\.experiments\.reference --scale gpu --skip-existing fig3 fig2$", some, flags=re.M), some
+    refresh = _make_dry_run("claims-refresh", "NAMES=fig4")
+    assert re.search(r"-m iterlin\.experiments\.reference --claims-only fig4$", refresh, flags=re.M), refresh
+    # documented in the help header (`make help` prints the lines that start with "#   ")
+    header = "\n".join(re.findall(r"^#   (.*)$", (ROOT / "Makefile").read_text(), flags=re.M))
+    for text in ("make results", "SCALE=cpu", "SCALE=gpu", 'NAMES="fig3 fig2"', "make claims-refresh", "CI"):
+        assert text in header, text
+
+
+def test_reference_runs_are_not_part_of_the_build_or_ci():
+    makefile = (ROOT / "Makefile").read_text()
+    for target in ("book", "pages", "notebooks", "test"):
+        rule = re.search(rf"^{target}:(.*)$", makefile, flags=re.M)
+        assert rule and "results" not in rule.group(1).split(), target
+    assert "iterlin.experiments.reference" not in _make_dry_run("-B", "pages")
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "make results" not in ci and "iterlin.experiments.reference" not in ci
+
+
+def test_reference_runs_are_committed_not_ignored():
+    try:
+        done = subprocess.run(["git", "check-ignore", "results/fig3/results.npz", "results/fig3/provenance.json"],
+                              cwd=ROOT, capture_output=True)
+    except OSError:
+        pytest.skip("git is not installed")
+    if done.returncode == 128:
+        pytest.skip("not a git checkout")
+    assert done.returncode == 1, "results/<name>/ is git-ignored: the reference runs must be committed"
+
+
+def test_papermill_call_draws_no_progress_bar():
+    makefile = (ROOT / "Makefile").read_text()
+    call = re.search(r"^\t.*-m papermill (.*)$", makefile, flags=re.M)
+    assert call and "--no-progress-bar" in call.group(1) and "--log-output" not in call.group(1)
+    assert re.search(r"^PAPERMILL_OPTS \?=\s*$", makefile, flags=re.M)
+
+
 # ------------------------------------------------------------------------------------------------
 # The notebooks in the book
 # ------------------------------------------------------------------------------------------------
@@ -158,7 +207,9 @@ def test_chapters_follow_the_papers_sections(toc):
 def test_generated_pages_are_included_from_the_ignored_build_folder():
     # book/generate.py writes them into book/executed/ (git-ignored) at build time
     assert "```{include} executed/claims.md" in (ROOT / "book" / "claims.md").read_text()
-    assert "```{include} executed/runtimes.md" in (ROOT / "book" / "reproducibility.md").read_text()
+    reproducibility = (ROOT / "book" / "reproducibility.md").read_text()
+    for page in ("runtimes", "references", "scales"):
+        assert f"```{{include}} executed/{page}.md" in reproducibility, page
     ignored = (ROOT / ".gitignore").read_text().split()
     assert "/book/executed/" in ignored
 
@@ -228,7 +279,8 @@ def generate():
     return _load(ROOT / "book" / "generate.py", "book_generate")
 
 
-def _fake_book(root: Path, names, *, claims=True, duration=12.3, output="fig3: computed and cached fig3-ab.npz\n"):
+def _fake_book(root: Path, names, *, claims=True, duration=12.3, output="fig3: computed and cached fig3-ab.npz\n",
+               rows=None):
     (root / "book" / "executed" / "claims").mkdir(parents=True)
     toc = {"format": "jb-book", "root": "book/intro",
            "parts": [{"caption": "x", "chapters": [{"file": "book/a", "sections": [{"file": f"book/executed/{n}"} for n in names]}]}]}
@@ -239,13 +291,50 @@ def _fake_book(root: Path, names, *, claims=True, duration=12.3, output="fig3: c
               "metadata": {"papermill": {"duration": duration, "parameters": {"K": 5e6}}}}
         (root / "book" / "executed" / f"{n}.ipynb").write_text(json.dumps(nb))
         if claims:
-            doc = {"name": n, "scale": "smoke", "rows": [
+            doc = {"name": n, "scale": "smoke", "rows": rows if rows is not None else [
                 {"claim": "large K | on par", "paper": "82.3 % vs 81.4 %", "measured": "$5 *x*", "holds": "yes", "rule": "|Δ| < 1"},
                 {"claim": "c2", "paper": "p", "measured": "m", "holds": "n/a at this scale", "rule": ""}]}
             (root / "book" / "executed" / "claims" / f"{n}.json").write_text(json.dumps(doc))
 
 
-def test_generate_writes_claims_and_runtimes(tmp_path, generate):
+#: Rows of every verdict and kind, as iterlin.claims.Claim writes them.
+MIXED_ROWS = [
+    {"claim": "K = 1 ≈ large K", "paper": "82.3 % vs 81.4 %", "measured": "Δ +0.4 pts", "holds": "yes", "rule": "r1", "kind": "claim"},
+    {"claim": "better", "paper": "p", "measured": "m", "holds": "undecided", "rule": "r2", "kind": "claim"},
+    {"claim": "worse", "paper": "p", "measured": "m", "holds": "no", "rule": "r3", "kind": "claim"},
+    {"claim": "abs", "paper": "p", "measured": "m", "holds": "undecided", "rule": "r4", "kind": "claim"},
+    {"claim": "two routes agree", "paper": "(none)", "measured": "1e-7", "holds": "yes", "rule": "r5", "kind": "check"},
+    {"claim": "two other routes", "paper": "(none)", "measured": "2", "holds": "no", "rule": "r6", "kind": "check"},
+]
+
+
+def _fake_reference(results: Path, name: str, rows, *, current_code: bool, seeds=(0, 1)):
+    """results/<name>/ as iterlin.experiments.reference.write leaves it; its code fingerprint is
+    today's (current_code) or another one (the library has changed since)."""
+    from iterlin.cache import save_results
+    from iterlin.experiments import registry
+    from iterlin.fingerprint import code_fingerprint
+
+    d = results / name
+    d.mkdir(parents=True)
+    config = {"experiment": name, "scale": "cpu", "seed": seeds[0], "n_seeds": len(seeds)}
+    save_results(d / "results.npz", {"runs": {"acc": np.arange(4.0)}}, key=f"reference:{name}:cpu", config=config)
+    (d / "claims.json").write_text(json.dumps({"name": name, "scale": "cpu", "rows": rows}))
+    code = code_fingerprint(registry.get(name).module, ("load", "compute")) if current_code else "0" * 64
+    prov = {"name": name, "scale": "cpu", "device": "cpu: 2 cores (x86_64)", "seeds": list(seeds),
+            "iterlin_commit": "0123456789abcdef0123456789abcdef01234567+dirty", "jax_version": "0.4.0", "python": "3.11.0",
+            "date": "2026-01-02T03:04:05Z", "wall_seconds": 1234.5, "resumed": False, "config": config,
+            "data_fingerprint": "d" * 64, "code_fingerprint": code}
+    (d / "provenance.json").write_text(json.dumps(prov))
+    return prov
+
+
+@pytest.fixture
+def no_results_env(monkeypatch):
+    monkeypatch.delenv("ITERLIN_RESULTS", raising=False)
+
+
+def test_generate_writes_claims_and_runtimes(tmp_path, generate, no_results_env):
     _fake_book(tmp_path, ["fig2", "ntk"])
     assert generate.main(["--root", str(tmp_path)]) == 0
     claims = (tmp_path / "book" / "executed" / "claims.md").read_text()
@@ -253,28 +342,97 @@ def test_generate_writes_claims_and_runtimes(tmp_path, generate):
     assert claims.index("## Figure fig2: a title") < claims.index("## Figure ntk: a title")
     assert "{doc}`executed/fig2`" in claims and "{doc}`ntk <executed/ntk>`" in claims
     assert "| large K \\| on par | 82.3 % vs 81.4 % | \\$5 \\*x\\* | yes | \\|Δ\\| \\< 1 |" in claims
-    assert "| **all** | | **4** | **2** | **0** | **2** |" in claims
+    # claims, yes, no, undecided, n/a; no consistency checks
+    assert "| {doc}`fig2 <executed/fig2>` | smoke | 2 | 1 | 0 | 0 | 1 | none |" in claims
+    assert "| **all** | | **4** | **2** | **0** | **0** | **2** | |" in claims
+    # no reference run committed: said so, in the tally and in each notebook's section
+    assert "| {doc}`fig2 <executed/fig2>` | no reference run yet |" in claims
+    assert "None yet: `make results NAMES=ntk` computes one." in claims
+    references = (tmp_path / "book" / "executed" / "references.md").read_text()
+    assert "| {doc}`ntk <executed/ntk>` | no reference run yet |" in references
     runtimes = (tmp_path / "book" / "executed" / "runtimes.md").read_text()
     assert "| {doc}`fig2 <executed/fig2>` | smoke | K=5000000.0 | 12 | computed |" in runtimes
     assert "| **all** | | | **24** | |" in runtimes
 
 
-def test_generate_fails_naming_a_notebook_without_claims(tmp_path, generate, capsys):
-    _fake_book(tmp_path, ["fig2"], claims=False)
+def test_generate_shows_reference_runs_first_with_their_provenance(tmp_path, generate, no_results_env):
+    from collections import Counter
+
+    from iterlin.claims import CHECKS_HEADING, HOLDS
+    from iterlin.experiments.reference import provenance_line
+
+    _fake_book(tmp_path, ["fig2", "ntk"], rows=MIXED_ROWS)
+    fig2 = _fake_reference(tmp_path / "results", "fig2", MIXED_ROWS, current_code=True)
+    ntk = _fake_reference(tmp_path / "results", "ntk", MIXED_ROWS[:1], current_code=False, seeds=(3,))
+    assert generate.main(["--root", str(tmp_path)]) == 0
+    page = (tmp_path / "book" / "executed" / "claims.md").read_text()
+    # the reference runs' tally, then this build's, then per notebook: reference first
+    assert page.index("**Reference runs**") < page.index("**This build's runs**") < page.index("## Figure fig2")
+    section = page[page.index("## Figure fig2"):page.index("## Figure ntk")]
+    assert section.index("**Reference run** (`results/fig2/`)") < section.index("**This build's run**")
+    # the provenance line as iterlin.experiments.reference writes it; "changed since" only where it is
+    for prov, changed in ((fig2, False), (ntk, True)):
+        line = provenance_line(prov, changed=changed).removeprefix("Reference run: ")
+        assert generate.escape(line) in page
+    assert "seeds 0–1 (2)" in section and "The library has changed since" not in section
+    assert "The library has changed since" in page[page.index("## Figure ntk"):]
+    # the tally counts the claims per verdict; the checks are counted apart, never with them
+    claims = [r for r in MIXED_ROWS if r["kind"] == "claim"]
+    verdicts = Counter(r["holds"] for r in claims)
+    counts = " | ".join(str(verdicts[h]) for h in HOLDS)
+    checks = Counter(r["holds"] for r in MIXED_ROWS if r["kind"] == "check")
+    cell = f"{sum(checks.values())}: {checks['yes']} yes, {checks['no']} no"
+    assert f"| {{doc}}`fig2 <executed/fig2>` | cpu | {len(claims)} | {counts} | {cell} |" in page
+    assert "| {doc}`ntk <executed/ntk>` | cpu | 1 | 1 | 0 | 0 | 0 | none |" in page
+    # each table: the claims, then the checks under their heading; in both runs of fig2
+    heading = f"*{generate.escape(CHECKS_HEADING)}*"
+    assert section.count(heading) == 2
+    for part in section.split("**This build's run**"):
+        assert part.index("| K = 1 ≈ large K |") < part.index("| worse |") < part.index(heading) \
+            < part.index("| two routes agree |")
+    references = (tmp_path / "book" / "executed" / "references.md").read_text()
+    assert ("| {doc}`fig2 <executed/fig2>` | cpu | cpu: 2 cores (x86\\_64) | 0–1 (2) | 2026-01-02T03:04:05Z | "
+            "0123456789+dirty | 0.4.0 | 1234 | no |") in references
+    assert "| {doc}`ntk <executed/ntk>` | cpu |" in references and references.rstrip().count("| yes |") == 1
+
+
+def test_generate_reads_the_results_folder_it_is_given(tmp_path, generate, monkeypatch):
+    _fake_book(tmp_path, ["fig2"])
+    _fake_reference(tmp_path / "elsewhere", "fig2", MIXED_ROWS[:1], current_code=True)
+    monkeypatch.setenv("ITERLIN_RESULTS", str(tmp_path / "elsewhere"))
+    assert generate.main(["--root", str(tmp_path)]) == 0
+    assert "**Reference run** (`results/fig2/`)" in (tmp_path / "book" / "executed" / "claims.md").read_text()
+    assert generate.main(["--root", str(tmp_path), "--results", str(tmp_path / "none")]) == 0
+    assert "None yet" in (tmp_path / "book" / "executed" / "claims.md").read_text()
+
+
+def test_generate_fails_naming_an_unreadable_reference_run(tmp_path, generate, capsys, no_results_env):
+    _fake_book(tmp_path, ["fig2"])
+    _fake_reference(tmp_path / "results", "fig2", MIXED_ROWS, current_code=True)
+    npz = tmp_path / "results" / "fig2" / "results.npz"
+    npz.write_bytes(npz.read_bytes()[:50])  # truncated
     assert generate.main(["--root", str(tmp_path)]) == 1
     err = capsys.readouterr().err
-    assert "claims/fig2.json is missing" in err and "publish_claims('fig2'" in err
+    assert "results/fig2: unreadable reference run" in err and "make results NAMES=fig2" in err
     assert not (tmp_path / "book" / "executed" / "claims.md").exists()
 
 
-def test_generate_fails_naming_a_notebook_not_executed(tmp_path, generate, capsys):
+def test_generate_fails_naming_a_notebook_without_claims(tmp_path, generate, capsys, no_results_env):
+    _fake_book(tmp_path, ["fig2"], claims=False)
+    assert generate.main(["--root", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert "claims/fig2.json is missing" in err and "published no claims under the name 'fig2'" in err
+    assert not (tmp_path / "book" / "executed" / "claims.md").exists()
+
+
+def test_generate_fails_naming_a_notebook_not_executed(tmp_path, generate, capsys, no_results_env):
     _fake_book(tmp_path, ["fig2"])
     (tmp_path / "book" / "executed" / "fig2.ipynb").unlink()
     assert generate.main(["--root", str(tmp_path)]) == 1
     assert "fig2.ipynb is missing: run `make notebooks`" in capsys.readouterr().err
 
 
-def test_generate_rejects_claims_of_another_notebook_or_bad_verdicts(tmp_path, generate):
+def test_generate_rejects_claims_of_another_notebook_or_bad_verdicts(tmp_path, generate, no_results_env):
     _fake_book(tmp_path, ["fig2"])
     path = tmp_path / "book" / "executed" / "claims" / "fig2.json"
     doc = json.loads(path.read_text())
@@ -285,9 +443,56 @@ def test_generate_rejects_claims_of_another_notebook_or_bad_verdicts(tmp_path, g
     path.write_text(json.dumps(doc))
     with pytest.raises(generate.GenerateError, match="holds='maybe'"):
         generate.load(tmp_path)
+    doc["rows"][0].update(holds="undecided", kind="evidence")
+    path.write_text(json.dumps(doc))
+    with pytest.raises(generate.GenerateError, match="kind='evidence'"):
+        generate.load(tmp_path)
+    doc["rows"][0]["kind"] = "check"
+    path.write_text(json.dumps(doc))
+    assert generate.load(tmp_path)[0]["claims"]["rows"][0]["kind"] == "check"
 
 
-def test_generate_reports_cached_results(tmp_path, generate):
+def _stream(name: str, text: str) -> dict:
+    return {"output_type": "stream", "name": name, "text": [text]}
+
+
+def test_generate_fails_when_a_page_would_show_a_progress_bar_or_a_local_path(tmp_path, generate, capsys,
+                                                                             no_results_env):
+    _fake_book(tmp_path, ["fig2", "fig3"])
+    site = "/opt/env/lib/python3.11/site-packages/tqdm/auto.py:21: TqdmWarning: IProgress not found.\n"
+    bar = " 50%|█████     | 12/24 [00:27<00:23,  2.00s/step]\r"
+    leaky = {
+        "fig2": [_stream("stderr", site), _stream("stderr", bar), _stream("stderr", bar)],
+        "fig3": [_stream("stderr", f"{tmp_path}/iterlin/cache.py:412: CacheWarning: x\n")],
+    }
+    for name, outputs in leaky.items():
+        path = tmp_path / "book" / "executed" / f"{name}.ipynb"
+        nb = json.loads(path.read_text())
+        nb["cells"][1]["outputs"] += outputs
+        path.write_text(json.dumps(nb))
+    assert generate.main(["--root", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    fig2, fig3 = err[err.index("fig2.ipynb: its page"):err.index("fig3.ipynb: its page")], err[err.index("fig3.ipynb: its page"):]
+    assert "tqdm's warning and a path of an installed package in cell 1 (1 output" in fig2
+    assert "a progress bar in cell 1 (2 outputs" in fig2 and "local path" not in fig2
+    assert "a local path of the build machine in cell 1 (1 output" in fig3 and "progress bar" not in fig3
+    assert not (tmp_path / "book" / "executed" / "claims.md").exists()
+
+
+def test_leaks_reads_only_text_and_progress_bars_only_on_stderr(generate):
+    # a fixed-width claims table may hold "81.4 %|"; an image's base64 may hold any string
+    nb = {"cells": [{"outputs": [
+        _stream("stdout", "acc 81.4 %|  [00:01<00:02]\n"),
+        {"output_type": "display_data", "data": {"image/png": "L3dvcmsvbWFpbi9zaXRlLXBhY2thZ2Vz/work/main site-packages",
+                                                 "text/plain": "<Figure size 640x480 with 1 Axes>"}},
+    ]}]}
+    assert generate.leaks(nb, ("/work/main",)) == []
+    nb["cells"][0]["outputs"][1]["data"]["text/html"] = "<p>/work/main/results</p>"
+    assert generate.leaks(nb, ("/work/main",)) == ["a local path of the build machine in cell 0 (1 output; "
+                                                    "e.g. '<p>/work/main/results</p>')"]
+
+
+def test_generate_reports_cached_results(tmp_path, generate, no_results_env):
     _fake_book(tmp_path, ["fig5"], output="fig5: loaded cached results fig5-ab.npz\n", duration=None)
     assert generate.main(["--root", str(tmp_path)]) == 0
     runtimes = (tmp_path / "book" / "executed" / "runtimes.md").read_text()

@@ -14,7 +14,12 @@ from iterlin.claims import (
     HOLDS,
     NA,
     ON_PAR,
+    UNDECIDED,
     Claim,
+    ClaimsTable,
+    difference,
+    exceeds,
+    on_par,
     beyond_noise,
     claims_markdown,
     claims_table,
@@ -39,7 +44,7 @@ from _toy import fake_history
 
 
 def test_constants():
-    assert HOLDS == ("yes", "no", NA) and NA == "n/a at this scale"
+    assert HOLDS == ("yes", "no", UNDECIDED, NA) and NA == "n/a at this scale"
     assert COLUMNS == ("claim", "paper", "this run", "holds", "rule")
     assert ON_PAR == 0.02
 
@@ -93,8 +98,11 @@ def test_claims_markdown():
 
 
 def test_publish_and_collect(tmp_path):
-    text = publish_claims("fig3", ROWS, scale="smoke", directory=tmp_path)
-    assert text == "Claims of fig3 at scale 'smoke':\n" + claims_table(ROWS)
+    table = publish_claims("fig3", ROWS, scale="smoke", directory=tmp_path)
+    assert isinstance(table, ClaimsTable)
+    assert str(table) == repr(table) == "Claims of fig3 at scale 'smoke':\n" + claims_table(ROWS)
+    html = table._repr_html_()
+    assert html.count("<tr>") == 1 + len(ROWS) and "\\|" not in html and "large K | on par" in html
     doc = json.loads((tmp_path / "fig3.json").read_text(encoding="utf-8"))
     assert doc == {"name": "fig3", "scale": "smoke", "rows": [r._asdict() for r in ROWS]}
     (tmp_path / "broken.json").write_text("{")
@@ -177,9 +185,9 @@ def _on_par(acc, *, n_test=100_000, K=(1, 5, 20, math.inf), diverged=None, **kw)
 def test_on_par_yes_no():
     row = _on_par([0.40, 0.10, 0.395, 0.20])  # compares K = 20 (the largest finite K), not K = 5 or ∞
     assert row.holds == "yes" and (row.claim, row.paper) == ("c", "p")
-    assert row.measured == "K=1: 40.0 %; K=20 (5 re-linearisations): 39.5 % (Δ -0.5 pts)"
-    assert row.rule == ("|Δ| < 2 pts at the last step, neither diverged; decided only when 2 s.e. of Δ "
-                        "(0.4 pts on 100000 test images) < 2 pts")
+    assert row.measured == ("K=1: 40.0 %; K=20 (5 re-linearisations): 39.5 %; Δ -0.5 pts, 2 s.e. interval "
+                            "[-0.9, -0.1] (1 seed, 100000 unpaired test images)")
+    assert row.rule.startswith("on par: the 2 s.e. interval of Δ")
     assert _on_par([0.40, 0.40, 0.43, 0.40]).holds == "no"
     assert _on_par([0.40, 0.40, 0.37, 0.40]).holds == "no"
     assert _on_par([0.40, 0.40, 0.415, 0.40]).holds == "yes"
@@ -194,12 +202,58 @@ def test_on_par_metric_and_last_point_only():
     assert on_par_claim("c", "p", h, n_test=100_000, metric="lin_test_acc").holds == "no"
 
 
-def test_on_par_na_when_noise_reaches_the_tolerance():
-    # 2 s.e. of Δ near 0.4 on n images: 2·sqrt(0.48/n) < 0.02 needs n > 4800
-    assert _on_par([0.40, 0.4, 0.40, 0.4], n_test=4700).holds == NA
+def test_on_par_undecided_when_the_interval_is_wider_than_the_claim():
+    # 2 s.e. of Δ near 0.4 on n unpaired images: 2·sqrt(0.48/n) < 0.02 needs n > 4800
+    assert _on_par([0.40, 0.4, 0.40, 0.4], n_test=4700).holds == UNDECIDED
     assert _on_par([0.40, 0.4, 0.40, 0.4], n_test=4900).holds == "yes"
-    assert _on_par([0.40, 0.4, 0.10, 0.4], n_test=200).holds == NA  # even a large gap is not judged
-    assert "on 200 test images" in _on_par([0.40, 0.4, 0.10, 0.4], n_test=200).rule
+    assert _on_par([0.40, 0.4, 0.10, 0.4], n_test=200).holds == "no"  # a large gap is decided even so
+    assert _on_par([0.40, 0.4, 0.35, 0.4], n_test=200).holds == UNDECIDED
+    assert "200 unpaired test images" in _on_par([0.40, 0.4, 0.35, 0.4], n_test=200).measured
+
+
+def test_difference_combines_seed_spread_and_test_noise():
+    # unpaired, one seed: two binomials
+    d = difference(0.4, 0.45, n_test=1000)
+    p = 0.425
+    assert d.delta == pytest.approx(0.05) and d.se == pytest.approx(math.sqrt(2 * p * (1 - p) / 1000))
+    assert (d.n_seeds, d.n_test, d.paired) == (1, 1000, False) and d.lo == pytest.approx(d.delta - 2 * d.se)
+    # seeds add Var_s(Δ_s)/S
+    d2 = difference([0.40, 0.42, 0.44], [0.45, 0.45, 0.50], n_test=1000)
+    deltas = np.array([0.05, 0.03, 0.06])
+    p2 = np.mean([0.40, 0.42, 0.44, 0.45, 0.45, 0.50])
+    assert d2.se == pytest.approx(math.sqrt(deltas.var(ddof=1) / 3 + 2 * p2 * (1 - p2) / 1000))
+    # paired: the per-image differences, averaged over seeds: identical runs have no test noise
+    rng = np.random.default_rng(0)
+    c = rng.random((2, 500)) < 0.4
+    same = difference(c.mean(1), c.mean(1), n_test=500, correct_a=c, correct_b=c)
+    assert same.paired and same.delta == 0 and same.se == 0
+    flip = c.copy()
+    flip[:, :10] = ~flip[:, :10]
+    d3 = difference(c.mean(1), flip.mean(1), n_test=500, correct_a=c, correct_b=flip)
+    per_image = (flip.astype(float) - c).mean(0)
+    seed = (flip.mean(1) - c.mean(1)).var(ddof=1) / 2
+    assert d3.se == pytest.approx(math.sqrt(seed + per_image.var(ddof=1) / 500))
+    assert d3.se < difference(c.mean(1), flip.mean(1), n_test=500).se  # paired is tighter
+    assert difference(0.4, 0.5, n_test=100, test_var=0.0).se == 0.0
+    with pytest.raises(ValueError, match="n_test=0 is not allowed"):
+        difference(0.4, 0.5, n_test=0)
+    with pytest.raises(ValueError, match="one accuracy per seed each"):
+        difference([0.4, 0.5], [0.4], n_test=10)
+
+
+@pytest.mark.parametrize(("delta", "se", "par", "better"), [
+    (0.000, 0.004, "yes", UNDECIDED),  # interval [-0.8, 0.8] pts inside ±2
+    (0.015, 0.004, UNDECIDED, "yes"),  # [0.7, 2.3]: above 0, straddles +2
+    (0.030, 0.004, "no", "yes"),  # [2.2, 3.8]: wholly outside ±2
+    (-0.030, 0.004, "no", "no"),
+    (0.000, 0.020, UNDECIDED, UNDECIDED),  # [-4, 4]: wider than the claim
+    (float("nan"), 0.01, "no", "no"),
+])
+def test_on_par_is_an_equivalence_test_and_exceeds_needs_the_interval_off_zero(delta, se, par, better):
+    from iterlin.claims import Difference
+
+    d = Difference(delta, se, 2, 1000, True)
+    assert on_par(d, 0.02) == par and exceeds(d) == better
 
 
 def test_on_par_diverged_is_no_whatever_the_noise():

@@ -7,14 +7,13 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from _toy import init_params, tiny_problem
 from jax.flatten_util import ravel_pytree
 
 import iterlin
 from iterlin.losses import get_loss
 from iterlin.training import TrainState, commit_step, init_state, make_batch_fn, make_linearised_update, make_step
 from iterlin.tree import tree_allclose, tree_index, tree_stack
-
-from _toy import init_params, tiny_problem
 
 STEPS = 12
 

@@ -31,8 +31,8 @@ import numpy as np
 import optax
 
 from ..data import Dataset, load_cifar10, quintic
-from ..models import make_model
 from ..linearise import linearised_apply
+from ..models import make_model
 from ..training import fit, init_state, make_step
 from ..tree import tree_stack
 from ..validate import check_K, check_positive, check_seed

@@ -7,7 +7,7 @@ steps × factor (the paper: factor 10), so that the right panel, mini-batch agai
 
 Config keys: ``K`` (list, full-batch periods), ``lr`` (full-batch rate), ``steps`` (full-batch
 steps), ``factor``, ``batch_size`` (mini-batch size of the centre panel), ``n_train``, ``n_test``,
-``seed``, ``n_evals``. Conventions: :mod:`iterlin.experiments._common`.
+``seed``, ``n_seeds``, ``n_evals``, ``n_eval_train``. Conventions: :mod:`iterlin.experiments._common`.
 """
 
 from __future__ import annotations
@@ -28,19 +28,28 @@ INF = math.inf
 SCALES = {
     "smoke": dict(
         K=[1, 4, INF], lr=0.05, steps=8, factor=2, batch_size=32, n_train=128, n_test=150,
-        seed=0, n_evals=4,
+        seed=0, n_seeds=1, n_evals=4, n_eval_train=None,
     ),
-    # gpu: an ESTIMATE (no GPU measured): ~0.17 GFLOP per image per linearised step; 5 runs ×
-    # 100 full-batch steps × 50k images + 5 × 1000 steps × 256 ≈ 2.6e7 image-steps ≈ 5 min.
+    # cpu: full-batch gradient descent costs a pass over the training set per step, so this scale
+    # uses 1,024 of the installed images (every installed image would allow only a handful of
+    # steps): 2 seeds x K in {1, 10, ∞}, 30 full-batch steps at 0.1; mini-batch panel: factor 4,
+    # batches of 128, 120 steps at 0.025 with K in {1, 40, ∞}; 500 test images, training metrics on
+    # 500 training images. Measured: results/fig2/provenance.json.
+    "cpu": dict(
+        K=[1, 10, INF], lr=0.1, steps=30, factor=4, batch_size=128, n_train=1024, n_test=500,
+        seed=0, n_seeds=2, n_evals=4, n_eval_train=500,
+    ),
+    # gpu: an ESTIMATE (no GPU measured): ~0.17 GFLOP per image per linearised step; 3 seeds × 5 runs
+    # × 100 full-batch steps × every installed image, plus the mini-batch panel.
     "gpu": dict(
         K=[1, 5, 20, 50, INF], lr=0.05, steps=100, factor=10, batch_size=256, n_train=None,
-        n_test=None, seed=0, n_evals=20,
+        n_test=None, seed=0, n_seeds=3, n_evals=20, n_eval_train=5000,
     ),
     # paper: lr 1e-3 full batch, 1e-4 mini-batch of 256, K x 10 (the paper); the K values and
     # T are ours (the paper's legend and step counts are not in the text).
     "paper": dict(
         K=[1, 100, 1000, 10_000, INF], lr=1e-3, steps=100_000, factor=10, batch_size=256,
-        n_train=50_000, n_test=10_000, seed=0, n_evals=100,
+        n_train=50_000, n_test=10_000, seed=0, n_seeds=3, n_evals=100, n_eval_train=10_000,
     ),
 }
 

@@ -7,11 +7,15 @@ K = 1 control at that rate shows the rate is not the cause.
 Config keys: ``n_train`` (list of training-set sizes; None: all installed; a single size n
 expands to [n/4, n/2, n]), ``K`` (list of periods trained at ``lr``), ``lr``, ``lr_inf`` (the rate
 of the K = ∞ run and of its K = 1 control), ``steps`` (per run, enough to fit the training set),
-``batch_size`` (None: full batch), ``n_test``, ``seed``, ``n_evals``.
+``batch_size`` (None: full batch), ``n_test``, ``seed``, ``n_seeds``, ``n_evals``,
+``n_eval_train``. ``n_train=[None]`` ("all") derives the sizes from the installed copy: six
+halvings of every installed image, n/32 … n (printed when loaded).
 
-Results: ``n_train`` (S,) sizes; ``K`` (R,) and ``lr`` (R,) of the runs (:func:`runs`);
-``best_test_acc`` (S, R): the maximum network test accuracy over evaluation points ("optimal
-early stopping"); ``final_train_acc`` (S, R); ``diverged`` (S, R); and ``"histories"``: the
+Results: ``n_train`` (N,) sizes; ``K`` (R,), ``lr`` (R,) and ``seed_index`` (R,) of the runs
+(every seed × :func:`runs`, seed-major); ``best_test_acc`` (N, R): the maximum test accuracy over
+evaluation points ("optimal early stopping") of the model the run trains: the network f(θ) for
+finite K, the linear model f_lin_0(θ) for K = ∞ (the fixed-NTK model, as Fig. 1 scores it);
+``final_train_acc`` (N, R) of that same model; ``diverged`` (N, R); and ``"histories"``: the
 sweep history of each size, keyed by the size as a string.
 """
 
@@ -22,35 +26,70 @@ from typing import Mapping
 
 import numpy as np
 
-from ..claims import ON_PAR, Claim, divergence_claim, fmt_K, num, pct, verdict
+from ..claims import (
+    EXCEEDS_RULE,
+    NA,
+    ON_PAR,
+    UNDECIDED,
+    Claim,
+    Difference,
+    difference,
+    divergence_claim,
+    exceeds,
+    fmt_K,
+    num,
+    on_par,
+    on_par_rule,
+    pct,
+    runs_of,
+    verdict,
+)
 from ..config import halvings
 from ..data import Dataset, load_cifar10
 from ._common import Experiment, check_batch, checkpoint_path, cnn_sweep, early_stopped
 
-__all__ = ["SCALES", "EXPERIMENT", "load", "compute", "claims", "runs", "off_lr"]
+__all__ = ["SCALES", "EXPERIMENT", "load", "compute", "claims", "runs", "off_lr", "by_size", "gain_difference"]
 
 SCALES = {
     "smoke": dict(
         K=[1, 4], lr=0.1, lr_inf=0.1, steps=10, batch_size=None, n_train=[16, 32, 64],
-        n_test=100, seed=0, n_evals=2,
+        n_test=100, seed=0, n_seeds=1, n_evals=2, n_eval_train=None,
     ),
-    # gpu: ESTIMATE 6 sizes × 5 runs × 4000 steps × 256 ≈ 3e7 image-steps ≈ 5-7 min.
+    # cpu: three small sets that SGD can fit (the paper trains to convergence), 2 seeds, K = 1, 30
+    # and ∞ at one rate (no separate control), batches of 50 for 300 steps (37-150 epochs);
+    # 500 test images keep the 6 evaluations of 18 runs cheap.
+    "cpu": dict(
+        K=[1, 30], lr=0.05, lr_inf=0.05, steps=300, batch_size=50, n_train=[100, 200, 400],
+        n_test=500, seed=0, n_seeds=2, n_evals=6, n_eval_train=None,
+    ),
+    # gpu: ESTIMATE 6 sizes (halvings of every installed image) × 3 seeds × 5 runs × 4000 steps × 256.
     "gpu": dict(
         K=[1, 100, 1000], lr=1e-2, lr_inf=5e-2, steps=4000, batch_size=256,
-        n_train=[1250, 2500, 5000, 10_000, 20_000, 40_000], n_test=None, seed=0, n_evals=40,
+        n_train=[None], n_test=None, seed=0, n_seeds=3, n_evals=40, n_eval_train=5000,
     ),
     # paper: lr 1e-5, K = inf at 1e-3 with a K = 1 control (the paper); K, sizes, T ours.
     "paper": dict(
         K=[1, 1000, 100_000], lr=1e-5, lr_inf=1e-3, steps=2_000_000, batch_size=256,
-        n_train=[1000, 2000, 5000, 10_000, 20_000, 50_000], n_test=10_000, seed=0, n_evals=200,
+        n_train=[1000, 2000, 5000, 10_000, 20_000, 50_000], n_test=10_000, seed=0, n_seeds=3, n_evals=200,
+        n_eval_train=10_000,
     ),
 }
 
+#: Sizes derived from the installed copy for ``n_train=[None]``: n / 2^i for i < DERIVED_SIZES.
+DERIVED_SIZES = 6
+
 
 def load(config: Mapping) -> dict:
-    """One :class:`~iterlin.data.Dataset` per training-set size, keyed by the size as a string."""
+    """One :class:`~iterlin.data.Dataset` per training-set size, keyed by the size as a string.
+
+    ``[None]`` ("all"): six halvings of every installed training image, n/32 … n (printed)."""
+    sizes = list(config["n_train"])
+    if sizes == [None]:
+        n = load_cifar10(None, 1).x_train.shape[0]
+        sizes = sorted({max(1, n // 2**i) for i in range(DERIVED_SIZES)})
+        print(f"fig5: training-set sizes derived from the {n} installed training images: {sizes}")
     out = {}
-    for n in config["n_train"]:
+    for n in sizes:
         d = load_cifar10(n, config["n_test"])
         out[str(d.x_train.shape[0])] = d
     check_batch(config, min(d.x_train.shape[0] for d in out.values()))
@@ -71,7 +110,7 @@ def runs(config: Mapping) -> list[tuple[float, float]]:
 
 
 def compute(config: Mapping, data: Mapping[str, Dataset], *, checkpoint_dir=None, progress: bool = False) -> dict:
-    """Every (K, lr) of :func:`runs` in one program per training-set size."""
+    """Every seed × (K, lr) of :func:`runs` in one program per training-set size."""
     pairs = runs(config)
     Ks, lrs = [k for k, _ in pairs], [lr for _, lr in pairs]
     sizes = sorted(data, key=int)
@@ -80,13 +119,20 @@ def compute(config: Mapping, data: Mapping[str, Dataset], *, checkpoint_dir=None
                      progress=progress)
         for n in sizes
     }
+    first = histories[sizes[0]]
+    fixed = np.isinf(np.asarray(first["K"], np.float64))  # K = ∞: the linear model is the model trained
+    best = [np.where(fixed, early_stopped(histories[n], "lin_test_acc"), early_stopped(histories[n])) for n in sizes]
+    train = [np.where(fixed, np.asarray(histories[n]["lin_train_acc"])[:, -1],
+                      np.asarray(histories[n]["net_train_acc"])[:, -1]) for n in sizes]
     return {
         "n_train": np.asarray([int(n) for n in sizes]),
-        "K": np.asarray(Ks, np.float64),
-        "lr": np.asarray(lrs, np.float64),
-        "best_test_acc": np.stack([early_stopped(histories[n]) for n in sizes]),
-        "final_train_acc": np.stack([np.asarray(histories[n]["net_train_acc"])[:, -1] for n in sizes]),
+        "K": np.asarray(first["K"], np.float64),
+        "lr": np.asarray(first["lr"], np.float64),
+        "seed_index": np.asarray(first["seed_index"]),
+        "best_test_acc": np.stack(best),
+        "final_train_acc": np.stack(train),
         "diverged": np.stack([np.asarray(histories[n]["diverged"]) for n in sizes]),
+        "n_test": np.asarray(data[sizes[0]].x_test.shape[0]),
         "histories": histories,
     }
 
@@ -96,54 +142,83 @@ def _gain(best: np.ndarray) -> np.ndarray:
     return best[-1] - best[0]
 
 
+def gain_difference(results: Mapping, ia, ib) -> Difference:
+    """The shared noise rule (:func:`iterlin.claims.difference`) for gain_B − gain_A, runs ``ia``
+    and ``ib`` paired by seed: the seed spread of the per-seed differences, and the test-set noise
+    of the four early-stopped accuracies involved, Σ p(1 − p)/n (two sizes × two settings)."""
+    best = np.asarray(results["best_test_acc"], np.float64)
+    n = int(results["n_test"])
+    ga, gb = _gain(best)[ia], _gain(best)[ib]
+    accs = [best[0, ia].mean(), best[-1, ia].mean(), best[0, ib].mean(), best[-1, ib].mean()]
+    test_var = sum(min(max(p, 0.05), 0.95) * (1 - min(max(p, 0.05), 0.95)) / n for p in accs)
+    return difference(ga, gb, n_test=n, test_var=test_var)
+
+
 def claims(results: Mapping) -> list[Claim]:
-    """Fig. 5: finite K scale like K = 1; K = ∞ scales worse; the higher lr is not the cause."""
+    """Fig. 5: finite K scale like K = 1; K = ∞ scales worse; the higher lr is not the cause.
+
+    Every comparison goes through the shared noise rule, over seeds; the scaling rows are judged
+    only when every run fitted its training set (the paper trains to convergence): else n/a."""
     K, lr = np.asarray(results["K"]), np.asarray(results["lr"])
-    best = np.asarray(results["best_test_acc"], np.float64)  # (S, R)
+    best = np.asarray(results["best_test_acc"], np.float64)  # (N, R)
     sizes = np.asarray(results["n_train"])
     config = results.get("config", {})
     lr0, lr_inf = config.get("lr", lr[0]), config.get("lr_inf", lr[np.flatnonzero(np.isinf(K))[0]])
+    h = {"K": K, "lr": lr}
     gain = _gain(best)
     span = f"n={int(sizes[0])}→{int(sizes[-1])}"
-    i1 = int(np.flatnonzero((K == 1) & (lr == lr0))[0])
-    finite = [i for i in range(len(K)) if np.isfinite(K[i]) and K[i] > 1 and lr[i] == lr0]
+    train = np.asarray(results["final_train_acc"], np.float64)
+    converged = bool(train.min() >= 0.99)
+    conv = Claim(
+        "runs are trained to convergence", "100 % train accuracy", f"final train acc. ≥ {pct(train.min())}",
+        verdict(converged), "every run ≥ 99 % train accuracy at its last step (of the model it trains)",
+    )
+    not_conv = "; not judged: the runs did not fit their training sets (row 'trained to convergence')"
+    i1 = runs_of(h, 1, lr0)
+    finite = [k for k in np.unique(K[np.isfinite(K) & (K > 1)]) if runs_of(h, k, lr0).size]
     if len(sizes) < 2:
         scale_rows = [Claim("data scaling", "Fig. 5", "one training-set size only", verdict(None), "needs ≥ 2 sizes")]
     else:
-        worst = max((abs(gain[i] - gain[i1]) for i in finite), default=0.0)
-        measured = f"gain {span}: K=1 {num(100 * gain[i1], 1)} pts; " + "; ".join(
-            f"K={fmt_K(K[i])} {num(100 * gain[i], 1)} pts" for i in finite
+        diffs = {k: gain_difference(results, i1, runs_of(h, k, lr0)) for k in finite}
+        verdicts = [on_par(d, SCALING_TOL) for d in diffs.values()]
+        holds = ("no" if "no" in verdicts else UNDECIDED if UNDECIDED in verdicts else "yes") if finite else NA
+        measured = f"gain {span}: K=1 {num(100 * gain[i1].mean(), 1)} pts; " + "; ".join(
+            f"K={fmt_K(k)} {num(100 * gain[runs_of(h, k, lr0)].mean(), 1)} pts ({d.describe()})"
+            for k, d in diffs.items()
         )
         scale_rows = [Claim(
             "every finite K scales with data like K = 1", "same rate for all finite K", measured,
-            verdict(worst < 0.03 if finite else None),
-            "|gain_K − gain_1| < 3 points for every finite K (gain: early-stopped test acc., smallest → largest n)",
+            holds if converged else NA,
+            "gain = early-stopped test acc. at the largest n minus the smallest; "
+            + on_par_rule(SCALING_TOL) + ", for every finite K" + ("" if converged else not_conv),
         )]
-        iinf = int(np.flatnonzero(np.isinf(K) & (lr == lr_inf))[0])
-        ic = int(np.flatnonzero((K == 1) & (lr == lr_inf))[0])
+        iinf, ic = runs_of(h, math.inf, lr_inf), runs_of(h, 1, lr_inf)
+        d = gain_difference(results, iinf, ic)  # gain_1 − gain_∞
         scale_rows.append(Claim(
             "K = ∞ (no feature learning) scales worse", "worse than every finite K",
-            f"gain {span}: K=∞ {num(100 * gain[iinf], 1)} pts; K=1 (same lr) {num(100 * gain[ic], 1)} pts",
-            verdict(gain[iinf] < gain[ic]), "gain_∞ < gain_1 at the same learning rate (lr_inf)",
+            f"gain {span}: K=∞ (linear model) {num(100 * gain[iinf].mean(), 1)} pts; K=1 (same lr) "
+            f"{num(100 * gain[ic].mean(), 1)} pts; gain_1 − gain_∞: {d.describe()}",
+            exceeds(d) if converged else NA,
+            "gain_1 − gain_∞ at the same learning rate (lr_inf): " + EXCEEDS_RULE + ("" if converged else not_conv),
         ))
-    ic = int(np.flatnonzero((K == 1) & (lr == lr_inf))[0])
+    ic = runs_of(h, 1, lr_inf)
     if lr_inf == lr0:
         control = Claim("the higher lr of K = ∞ does not explain the gap", "K = 1 at 1e-3 ≈ K = 1 at 1e-5",
                         f"lr_inf = lr = {lr0:g}: no separate control", verdict(None), "needs lr_inf ≠ lr")
     else:
-        d = best[-1, ic] - best[-1, i1]
+        d = difference(best[-1, i1], best[-1, ic], n_test=int(results["n_test"]))
         control = Claim(
             "the higher lr of K = ∞ does not explain the gap", "K = 1 at 1e-3 ≈ K = 1 at 1e-5",
-            f"K=1 at n={int(sizes[-1])}: {pct(best[-1, i1])} (lr {lr0:g}) vs {pct(best[-1, ic])} (lr {lr_inf:g})",
-            verdict(abs(d) < ON_PAR), "|Δ| < 2 points at the largest n",
+            f"K=1 at n={int(sizes[-1])}: {pct(best[-1, i1].mean())} (lr {lr0:g}) vs {pct(best[-1, ic].mean())} "
+            f"(lr {lr_inf:g}); {d.describe()}",
+            on_par(d, ON_PAR), on_par_rule(ON_PAR) + " (early-stopped, at the largest n)",
         )
-    train = np.asarray(results["final_train_acc"], np.float64)
-    conv = Claim(
-        "runs are trained to convergence", "100 % train accuracy", f"final train acc. ≥ {pct(train.min())}",
-        verdict(train.min() >= 0.99), "every run ≥ 99 % train accuracy at its last step",
-    )
     div = {f"n={n}": results["histories"][str(int(n))] for n in sizes}
     return [*scale_rows, control, conv, divergence_claim(div)]
+
+
+#: "Scales like K = 1": the gains agree within this many points (fraction).
+SCALING_TOL = 0.03
 
 
 EXPERIMENT = Experiment("fig5", SCALES, load, compute, claims, __name__, expand={"n_train": halvings})
@@ -151,6 +226,19 @@ EXPERIMENT = Experiment("fig5", SCALES, load, compute, claims, __name__, expand=
 
 # ------------------------------------------------------------------------------------------------
 # What the notebook draws: pure functions of the results (nothing here is part of ``compute``).
+
+
+def by_size(results: Mapping, metric: str) -> dict:
+    """``results[metric]`` (N sizes, R runs) as a sweep-like history over sizes, for
+    :func:`iterlin.plotting.plot_sweep`: ``step`` = the sizes (N,), ``metric`` (R, N), ``K``, ``lr``,
+    ``seed_index``, and ``diverged``/``diverged_step`` (R,): whether, and at which size first, each
+    run diverged."""
+    div = np.asarray(results["diverged"], bool).T  # (R, N)
+    sizes = np.asarray(results["n_train"])
+    first = np.where(div.any(1), sizes[np.argmax(div, axis=1)], -1)
+    return {"step": sizes, metric: np.asarray(results[metric], np.float64).T, "K": np.asarray(results["K"]),
+            "lr": np.asarray(results["lr"]), "seed_index": np.asarray(results["seed_index"]),
+            "diverged": div.any(1), "diverged_step": first}
 
 
 def off_lr(results: Mapping) -> np.ndarray:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from _toy import FakeSweep, fake_cifar, fake_history, null_model
 
-from iterlin.claims import NA, Claim
+from iterlin.claims import NA, UNDECIDED, Claim
 from iterlin.experiments import _common, fig3, resolve
 
 BIG = 100_000  # test images: 2 s.e. of Δ ≈ 0.4 points, so "under 1 point" is decided
@@ -31,13 +31,14 @@ def _rows(acc, scale="smoke", n_test=BIG, K=(1, 5), steps=50, diverged=None, lr=
 def test_claims_rules():
     rows = _rows([0.40, 0.395])
     assert [r.holds for r in rows] == ["yes", NA, "yes", "yes"]
-    assert rows[0].measured == "K=1: 40.0 %; K=5 (10 re-linearisations): 39.5 % (Δ -0.5 pts)"
+    assert rows[0].measured == ("K=1: 40.0 %; K=5 (10 re-linearisations): 39.5 %; Δ -0.5 pts, 2 s.e. interval "
+                                "[-0.9, -0.1] (1 seed, 100000 unpaired test images)")
     assert rows[2].measured == "10 re-linearisations (K=5)"
     assert [r.holds for r in _rows([0.40, 0.37], scale="paper")] == ["no", "no", "no", "yes"]
 
 
 def test_claims_hold_at_paper_scale():
-    assert [r.holds for r in _rows([0.823, 0.814], scale="paper")] == ["yes", "yes", "yes", "yes"]
+    assert [r.holds for r in _rows([0.823, 0.818], scale="paper")] == ["yes", "yes", "yes", "yes"]
     assert [r.holds for r in _rows([0.70, 0.70], scale="paper")] == ["yes", "no", "yes", "yes"]  # not 82.3 %
 
 
@@ -46,10 +47,26 @@ def test_too_many_relinearisations_do_not_count():
     assert [r.holds for r in rows] == ["yes", NA, "no", "yes"]
 
 
-def test_small_test_set_is_na_and_so_is_the_row_depending_on_it():
+def test_small_test_set_is_undecided_and_the_row_depending_on_it_na():
     rows = _rows([0.40, 0.30], n_test=200)
-    assert [r.holds for r in rows] == [NA, NA, NA, "yes"]
-    assert "on 200 test images" in rows[0].rule
+    assert [r.holds for r in rows] == [UNDECIDED, NA, NA, "yes"]
+    assert "200 unpaired test images" in rows[0].measured
+
+
+def test_seeds_and_paired_test_images_decide_what_one_unpaired_seed_cannot():
+    """Two seeds whose large-K run gets the images K = 1 gets, but one: paired, the interval is
+    tight and 'on par within 1 point' is decided (yes); unpaired it would be undecided."""
+    h = fake_history([1, 5, 1, 5], 0.1, 50, [0.40, 0.40, 0.41, 0.405])
+    h["seed_index"] = np.array([0, 0, 1, 1])
+    n = 200
+    correct = np.zeros((4, n), bool)
+    for r, acc in enumerate([0.40, 0.40, 0.41, 0.405]):
+        correct[r, :int(round(acc * n))] = True
+    h["net_test_correct"] = correct
+    rows = fig3.claims({"runs": h, "n_test": np.asarray(n), "config": {"scale": "cpu"}})
+    assert rows[0].holds == "yes" and "2 seeds, 200 paired test images" in rows[0].measured
+    del h["net_test_correct"]
+    assert fig3.claims({"runs": h, "n_test": np.asarray(n), "config": {"scale": "cpu"}})[0].holds == UNDECIDED
 
 
 def test_divergence_is_reported_in_claims():
