@@ -188,12 +188,34 @@ def make_step(
 ) -> Callable:
     """Return ``step(state, (x, y)) -> (state, {"loss": L(f_lin(θ_t, x), y)})`` (Eq. 3–4).
 
+    ``step.k1`` is the same step for a run with K = 1, computed without the linearisation (plain
+    (S)GD's cost); :func:`fit` uses it for runs whose K is 1 where it can pick per run.
+
     ``refresh(params, x) -> params``, if given, runs at each re-linearisation on the current batch
     (BatchNorm statistics frozen at θ_s and re-estimated there, see :mod:`iterlin.models`).
     ``reset_optimizer`` re-initialises the optimizer state at each re-linearisation, so each
     linearisation is solved as a fresh convex problem (Fig 8); by default the state carries over.
     """
     update = make_linearised_update(apply_fn, optimizer, loss)
+    loss_obj = get_loss(loss)
+
+    def plain_loss(params, x, y):
+        return jnp.mean(loss_obj.per_example(apply_fn(params, x), y))
+
+    def k1_step(state: TrainState, batch):
+        """K = 1 without the linearisation: θ_s = θ_t at every step, so f_lin_s(θ_t) = f(θ_t) and
+        ∇_θ L(f_lin_s(θ_t)) = ∇_θ L(f(θ_t)): the same step as :func:`step` at K = 1 (equal up to
+        rounding), at plain (S)GD's cost, with no Jacobian-vector product."""
+        x, y = batch
+        value, grads = jax.value_and_grad(plain_loss)(state.params, x, y)
+        updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+        params = optax.apply_updates(state.params, updates)
+        if refresh is not None:
+            params = refresh(params, x)
+        if reset_optimizer:
+            opt_state = optimizer.init(params)
+        new = commit_step(state, value, params, params, opt_state, jnp.asarray(True))
+        return new, {"loss": value}
 
     def step(state: TrainState, batch):
         x, y = batch
@@ -208,6 +230,7 @@ def make_step(
         new = commit_step(state, value, params, params_s, opt_state, relin)
         return new, {"loss": value}
 
+    step.k1 = k1_step
     return step
 
 
@@ -490,6 +513,14 @@ def _run(
     loop_runs = sweep and not vectorise
     runs = np.shape(jax.tree.leaves(state)[0])[0] if sweep else 1
 
+    # K = 1 runs take ``step_fn.k1`` (no Jacobian-vector product) wherever the choice is per run:
+    # a lone run, runs stepped one by one, or a vmapped sweep whose every run has K = 1.
+    k1_fn = getattr(step_fn, "k1", None)
+    K_codes = np.ravel(np.asarray(jax.device_get(state.K)))
+    if k1_fn is not None and (not sweep or vectorise) and np.all(K_codes == 1):
+        step_fn = k1_fn
+    run_step_fns = [k1_fn if k1_fn is not None and k == 1 else step_fn for k in K_codes]
+
     if sweep and vectorise:
         vstep = jax.vmap(step_fn, in_axes=(0, 0 if per_run_batches else None))
 
@@ -507,12 +538,13 @@ def _run(
     def run_loop(state, t0, t1):
         return jax.lax.fori_loop(t0, t1, lambda t, st: vstep(st, batch_fn(t))[0], state)
 
-    @jax.jit
-    def run_loop_one(state, t0, t1, k):
-        return jax.lax.fori_loop(t0, t1, lambda t, st: step_fn(st, batch_of(k, t))[0], state)
+    def one_run_programs(fn):
+        loop = jax.jit(lambda st, t0, t1, k: jax.lax.fori_loop(t0, t1, lambda t, s: fn(s, batch_of(k, t))[0], st))
+        return loop, jax.jit(lambda st, t, k: fn(st, batch_of(k, t))[0])
+
+    programs = {fn: one_run_programs(fn) for fn in set(run_step_fns)} if loop_runs else {}
 
     one_step = jax.jit(lambda state, t: vstep(state, batch_fn(t))[0])
-    one_run_step = jax.jit(lambda state, t, k: step_fn(state, batch_of(k, t))[0])
 
     def run_key(i):
         return key[i] if per_run_batches else key
@@ -526,6 +558,7 @@ def _run(
             out = []
             for i in range(runs):
                 st, k = tree_index(state, i), run_key(i)
+                run_loop_one, one_run_step = programs[run_step_fns[i]]
                 if use_loop:
                     st = run_loop_one(st, jnp.int32(t0), jnp.int32(t1), k)
                 else:

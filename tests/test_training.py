@@ -282,3 +282,42 @@ def test_training_metrics_on_a_subset_of_the_training_set(x64):
     np.testing.assert_allclose(sub["lin_train_acc"], sub["lin_test_acc"], rtol=1e-12)
     with pytest.raises(ValueError, match="eval_train_size=25 is not allowed"):
         fit(make_step(apply_fn, opt, "ce"), init_state(params, opt, 2), apply_fn, (x, y), eval_train_size=25, **kw)
+
+
+def test_the_k1_step_is_the_linearised_step_at_K_1_without_the_jvp(x64):
+    """``make_step(...).k1`` (plain gradient, what fit runs for K = 1) and the linearised step at
+    K = 1 are two routes to one step: Eq. 3 with θ_s = θ_t."""
+    apply_fn, params, x, y = tiny_problem()
+    for opt in (optax.sgd(0.3), optax.adam(0.01)):
+        step = make_step(apply_fn, opt, "ce")
+        a = b = init_state(params, opt, 1)
+        for t in range(4):
+            batch = (x[4 * t:4 * t + 8], y[4 * t:4 * t + 8])
+            a, ma = jax.jit(step)(a, batch)
+            b, mb = jax.jit(step.k1)(b, batch)
+            np.testing.assert_allclose(ma["loss"], mb["loss"], rtol=1e-12)
+        assert tree_allclose(a.params, b.params, rtol=1e-10, atol=1e-12)
+        assert tree_allclose(a.params_s, b.params_s, rtol=1e-10, atol=1e-12)
+        assert int(a.n_relin) == int(b.n_relin) == 4 and int(b.step) == 4
+
+
+def test_fit_runs_K_1_without_the_linearisation(monkeypatch):
+    """A lone K = 1 run never calls the linearised apply (no JVP is traced); K = 2 does."""
+    import iterlin.training as T
+
+    calls = []
+    real = T.linearised_apply
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(T, "linearised_apply", counting)
+    apply_fn, params, x, y = tiny_problem()
+    opt = optax.sgd(0.1)
+    T.fit(make_step(apply_fn, opt, "ce"), init_state(params, opt, 1), apply_fn, (x, y), steps=3, batch_size=8,
+          eval_steps=[0, 3], eval_train_size=4)
+    traced_k1 = len(calls)
+    T.fit(make_step(apply_fn, opt, "ce"), init_state(params, opt, 2), apply_fn, (x, y), steps=3, batch_size=8,
+          eval_steps=[0, 3], eval_train_size=4)
+    assert len(calls) > 2 * traced_k1  # K = 2 traces the linearised loss in its step; K = 1 only in evaluation

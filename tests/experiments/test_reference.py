@@ -1,0 +1,127 @@
+"""iterlin.experiments.reference: reference runs written with their provenance, read back, their
+claims re-derived, and the command line."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from iterlin.claims import Claim
+from iterlin.experiments import _common, reference, registry
+from iterlin.fingerprint import code_fingerprint
+
+
+def _toy_experiment(calls):
+    """A stand-in experiment (fig3's module for the code fingerprint): cheap load and compute."""
+
+    def load(config):
+        return {"x": np.arange(3.0)}
+
+    def compute(config, data, *, checkpoint_dir=None, progress=False):
+        calls.append(checkpoint_dir)
+        return {"acc": np.asarray([0.4, 0.5]), "nested": {"steps": np.arange(config["steps"])}}
+
+    def claims(results):
+        a = np.asarray(results["acc"])
+        return [Claim("b beats a", "paper", f"{a[1] - a[0]:.2f}", "yes" if a[1] > a[0] else "no", "Δ > 0")]
+
+    scales = {s: dict(steps=3, seed=0, n_seeds=2) for s in ("smoke", "cpu", "gpu", "paper")}
+    return _common.Experiment("toy", scales, load, compute, claims, "iterlin.experiments.fig3")
+
+
+@pytest.fixture
+def toy(monkeypatch):
+    calls = []
+    exp = _toy_experiment(calls)
+    monkeypatch.setitem(registry.EXPERIMENTS, "toy", exp)
+    monkeypatch.setattr(registry, "data_fingerprint", lambda data: "data-fp")
+    return exp, calls
+
+
+def test_write_and_load_a_reference_run_with_its_provenance(toy, tmp_path):
+    exp, calls = toy
+    out = reference.write("toy", "cpu", base=tmp_path / "results", checkpoint_root=tmp_path / "ckpt", progress=False,
+                          steps=4)
+    assert out == tmp_path / "results" / "toy"
+    assert sorted(p.name for p in out.iterdir()) == ["claims.json", "provenance.json", "results.npz"]
+    assert calls == [tmp_path / "ckpt" / "toy-cpu"] and not (tmp_path / "ckpt" / "toy-cpu").exists()
+    prov = json.loads((out / "provenance.json").read_text())
+    for key in ("scale", "device", "seeds", "iterlin_commit", "jax_version", "date", "wall_seconds", "config",
+                "data_fingerprint", "code_fingerprint", "resumed"):
+        assert key in prov, key
+    assert prov["scale"] == "cpu" and prov["seeds"] == [0, 1] and prov["config"]["steps"] == 4
+    assert prov["device"].startswith("cpu: ") and prov["data_fingerprint"] == "data-fp" and prov["resumed"] is False
+    assert prov["code_fingerprint"] == code_fingerprint("iterlin.experiments.fig3", ("load", "compute"))
+    ref = reference.load("toy", base=tmp_path / "results")
+    np.testing.assert_array_equal(ref.results["nested"]["steps"], np.arange(4))
+    assert ref.results["config"] == prov["config"] and ref.rows == exp.claims(ref.results)
+    assert not ref.changed_since
+    caption = ref.caption()
+    assert caption.startswith("Reference run: scale 'cpu', cpu: ") and "seeds 0–1 (2)" in caption
+    assert "changed since" not in caption
+    assert str(ref.claims()).startswith("Claims of the reference run of toy at scale 'cpu':")
+    assert reference.load("toy", base=tmp_path / "elsewhere") is None
+
+
+def test_a_changed_library_is_said_and_claims_are_re_derived(toy, tmp_path, monkeypatch):
+    exp, _ = toy
+    base = tmp_path / "results"
+    reference.write("toy", "cpu", base=base, checkpoint_root=tmp_path / "ckpt", progress=False)
+    prov_path = base / "toy" / "provenance.json"
+    prov = json.loads(prov_path.read_text())
+    prov["code_fingerprint"] = "0" * 64
+    prov_path.write_text(json.dumps(prov))
+    ref = reference.load("toy", base=base)
+    assert ref.changed_since and "The library has changed since" in ref.caption()
+
+    def stricter(results):
+        return [Claim("b beats a by 20 points", "paper", "10 pts", "no", "Δ > 0.2")]
+
+    monkeypatch.setitem(registry.EXPERIMENTS, "toy", exp._replace(claims=stricter))
+    assert reference.rewrite_claims("toy", base=base)
+    assert reference.load("toy", base=base).rows == stricter(None)
+    assert not reference.rewrite_claims("toy", base=tmp_path / "none")
+
+
+def test_an_interrupted_run_resumes_from_its_checkpoints(toy, tmp_path):
+    ckpt = tmp_path / "ckpt" / "toy-cpu"
+    ckpt.mkdir(parents=True)
+    (ckpt / "runs.npz").write_bytes(b"partial")
+    reference.write("toy", "cpu", base=tmp_path / "results", checkpoint_root=tmp_path / "ckpt", progress=False)
+    assert json.loads((tmp_path / "results" / "toy" / "provenance.json").read_text())["resumed"] is True
+
+
+def test_provenance_line():
+    prov = {"scale": "gpu", "device": "NVIDIA H100 80GB HBM3", "seeds": [3], "date": "2026-11-23T07:00:00Z",
+            "iterlin_commit": "0123456789abcdef+dirty", "jax_version": "0.11.0", "wall_seconds": 612.4}
+    line = reference.provenance_line(prov, changed=True)
+    assert line.startswith("Reference run: scale 'gpu', NVIDIA H100 80GB HBM3, seed 3, 2026-11-23, iterlin "
+                           "0123456789+dirty, JAX 0.11.0, 612 s of computation.")
+    assert line.endswith("differs from that commit's.")
+
+
+def test_command_line(toy, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("ITERLIN_RESULTS", str(tmp_path / "r"))
+    monkeypatch.setattr(reference, "write", lambda name, scale, **kw: _fake_write(name, scale, tmp_path / "r"))
+    assert reference.main(["toy", "--scale", "smoke"]) == 0
+    assert "toy: written to" in capsys.readouterr().out
+    assert reference.main(["toy", "--scale", "smoke", "--skip-existing"]) == 0
+    assert "exists, skipped" in capsys.readouterr().out
+    assert reference.main(["toy", "--claims-only"]) == 0
+    assert "toy: claims rewritten" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="experiment='nope' is not allowed"):
+        reference.main(["nope"])
+
+
+def _fake_write(name, scale, base):
+    from iterlin.cache import save_results
+
+    out = base / name
+    save_results(out / "results.npz", {"acc": np.asarray([0.4, 0.5])}, key="k", config={})
+    reference._write_json(out / "claims.json", reference._claims_doc(name, scale, []))
+    reference._write_json(out / "provenance.json", {
+        "scale": scale, "device": "cpu: 1 cores", "seeds": [0], "iterlin_commit": "abc", "jax_version": "0",
+        "date": "2026-01-01T00:00:00Z", "wall_seconds": 1.0, "config": {"steps": 3}, "code_fingerprint": "x"})
+    return out
