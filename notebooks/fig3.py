@@ -71,6 +71,7 @@ n_eval_train = None  # training images the training metrics are measured on ("al
 
 # %%
 import matplotlib.pyplot as plt
+from IPython.display import display
 
 from iterlin.config import describe
 from iterlin.experiments import claims, reference, resolve_notebook, run

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from iterlin.claims import NA
+from iterlin.claims import CHECKS_HEADING, NA, UNDECIDED, claims_table, exceeds
 from iterlin.experiments import claims, fig1, resolve, run
 from iterlin.experiments.fig1 import bridge_curves, diverged_K, seed_rmse, summary
 
@@ -25,14 +25,17 @@ def test_plan():
 
 def test_config_validation():
     with pytest.raises(ValueError, match="damping"):
-        resolve("fig1", damping=[1.0, 2.0])  # one λ in fig1
+        resolve("fig1", damping=[1.0, -2.0])
     with pytest.raises(ValueError, match="n_seeds"):
         resolve("fig1", n_seeds=0)
     assert resolve("fig1", K=7)["K"] == [1, 7]
+    assert resolve("fig1", damping=10.0)["damping"] == [10.0]  # one λ: a list of one
+    cpu = resolve("fig1", "cpu")
+    assert cpu["n_seeds"] >= 10 and cpu["n_train"] == 20 and cpu["n_test"] == 1000  # the paper's data, many seeds
 
 
 def test_fig1_tiny(tmp_path):
-    r = run("fig1", K=[1, 3, 100, math.inf], lr=0.02, steps=20, n_relin=2, max_relin=5, damping=1.0, gn_steps=2,
+    r = run("fig1", K=[1, 3, 100, math.inf], lr=0.02, steps=20, n_relin=2, max_relin=5, damping=[1.0, 0.5], gn_steps=2,
             n_seeds=2, n_train=8, n_test=30, n_evals=2, cache_dir=tmp_path, progress=False, verbose=False)
     assert r["K"].tolist() == [1, 3, 100, math.inf]
     assert r["method"].tolist() == ["gd", "gd", "flow", "kernel"]
@@ -42,11 +45,15 @@ def test_fig1_tiny(tmp_path):
         assert np.asarray(r[key]).shape == (4, 2), key
     assert np.all(np.isfinite(r["lin_test_rmse"]))
     gn = r["gn"]
-    assert gn["damping"].tolist() == [0.0, 1.0] and gn["net_test_rmse"].shape == (2, 2)
+    assert gn["damping"].tolist() == [0.0, 0.5, 1.0]
+    for key in ("net_test_rmse", "net_train_rmse", "net_train_rmse_mid", "diverged"):
+        assert gn[key].shape == (3, 2), key
     assert r["seeds"].tolist() == [0, 1]
     # seed 1's K = 1 run differs from seed 0's (K-major, then seeds: no mix-up of the layout)
     assert r["net_test_rmse"][0, 0] != r["net_test_rmse"][0, 1]
-    assert gn["equiv_K"][1] == pytest.approx(1 / (1.0 * 0.02 / 8))
+    # the Gauss–Newton runs are λ-major, then seeds: each λ's seeds differ, and so do the λ
+    assert gn["net_test_rmse"][1, 0] != gn["net_test_rmse"][1, 1] and gn["net_test_rmse"][1, 0] != gn["net_test_rmse"][2, 0]
+    np.testing.assert_allclose(gn["equiv_K"], [math.inf, 1 / (0.5 * 0.02 / 8), 1 / (1.0 * 0.02 / 8)])
     b = r["bridge"]
     assert b["sigma"].shape == (8,) and b["coeffs"].shape == (8,)
     assert b["K"].tolist() == list(fig1.BRIDGE_K)
@@ -55,9 +62,10 @@ def test_fig1_tiny(tmp_path):
         assert b[key].shape == (M, G), key
     np.testing.assert_allclose(b["damping"], 1 / (b["K"] * b["eta"]))
     s = fig1.summary(r)
-    assert s["net_mean"].shape == (4,) and s["gn_mean"].shape == (2,)
-    table = claims(r, directory=tmp_path)
+    assert s["net_mean"].shape == (4,) and s["gn_mean"].shape == (3,)
+    table = str(claims(r, directory=tmp_path))
     assert table.startswith("Claims of fig1 at scale 'smoke':") and "every run stays finite" in table
+    assert CHECKS_HEADING in table
     assert (tmp_path / "fig1.json").is_file()
 
 
@@ -66,102 +74,199 @@ def test_fig1_tiny(tmp_path):
 # ----------------------------------------------------------------------------------------------
 
 # η = 1e-3 and σ_min = 0.01: a linearisation is solved from K = 10 / (η σ_min) = 10⁶ on.
-KS = [1, 3, 10, 100, 1e6, 1e7, math.inf]
-METHODS = ["gd", "gd", "flow", "flow", "flow", "flow", "kernel"]
+KS = [1, 3, 10, 100, 1000, 1e4, 1e5, 1e6, 1e7, math.inf]
+METHODS = ["gd", "gd"] + ["flow"] * 7 + ["kernel"]
+#: the mean test RMSE per K: flat up to K = 100, then a curve the damped runs can be told apart on
+NET = (0.10, 0.10, 0.105, 0.11, 0.45, 0.15, 0.40, 1.0, 1.0, 5.0)
+#: damped GN λ (η = 1e-3: 1/(λη) = 1e5, 1e4, 1000, 100) ...
+LAMS = (0.01, 0.1, 1.0, 10.0)
+#: ... and their test RMSE when damping λ plays the role of K = 1/(λη): [λ = 0, then LAMS]
+GN_TRUE = (1.0, 0.40, 0.15, 0.45, 0.11)
+#: per-seed noise (4 seeds) of the K runs and of the Gauss–Newton runs (paired differences have a spread)
+NOISE_K = np.array([0.01, -0.01, 0.005, -0.005])
+NOISE_GN = np.array([0.005, 0.0, -0.005, 0.0])
 
 
-def _results(net=(0.5, 0.52, 0.55, 0.7, 1.0, 1.01, 2.0), kernel_lin=2.0, gn_test=(1.0, 0.7), damping=10.0,
-             damping_fit=(1.5, 2.5), sigma=(0.01, 1.0, 100.0), train=0.01, mid=None, diverged=None):
-    """Two seeds with equal numbers; λ = 10 ↔ K = 1/(λη) = 100."""
-    NK, S = len(KS), 2
-    net = np.repeat(np.asarray(net, np.float64)[:, None], S, axis=1)
+def _results(net=NET, kernel_lin=2.0, gn_test=GN_TRUE, lams=LAMS, damping_fit=(1.5, 2.5), sigma=(0.01, 1.0, 100.0),
+             train=0.01, mid=None, diverged=None, noise_k=NOISE_K, noise_gn=NOISE_GN):
+    """S = len(noise_k) seeds: run i's value + the noise rolled by i (so paired differences between runs
+    have a spread over seeds); per-run arrays (NK, S) / (L, S) may be given instead."""
+    S = len(noise_k)
+    NK = len(KS)
+
+    def seeds(values, noise):
+        values = np.asarray(values, np.float64)
+        if values.ndim == 2:
+            return values
+        return values[:, None] + np.stack([np.roll(np.asarray(noise, np.float64), i) for i in range(len(values))])
+
+    net = seeds(net, noise_k)
     lin = net.copy()
-    lin[-1] = kernel_lin
+    lin[-1] = kernel_lin + np.roll(noise_k, 1) if np.ndim(kernel_lin) == 0 else kernel_lin
+    gn_test = seeds(gn_test, noise_gn)
     train = np.broadcast_to(np.asarray(train, np.float64), (NK, S)).copy()
     eta = 1e-3
+    gl = np.asarray((0.0,) + tuple(lams))
+    L = len(gl)
     return {
         "K": np.asarray(KS, np.float64), "method": np.asarray(METHODS),
         "net_test_rmse": net, "lin_test_rmse": lin, "net_train_rmse": train,
         "net_train_rmse_mid": train.copy() if mid is None else np.asarray(mid, np.float64),
         "diverged": np.zeros((NK, S), bool) if diverged is None else np.asarray(diverged, bool),
-        "gn": {"damping": np.asarray([0.0, damping]),
-               "equiv_K": np.asarray([math.inf, math.inf if damping == 0 else 1 / (damping * eta)]),
-               "net_test_rmse": np.repeat(np.asarray(gn_test)[:, None], S, axis=1),
-               "net_train_rmse": np.full((2, S), 0.01), "net_train_rmse_mid": np.full((2, S), 0.01),
-               "diverged": np.zeros((2, S), bool)},
+        "gn": {"damping": gl, "equiv_K": np.asarray([math.inf] + [1 / (v * eta) for v in lams]),
+               "net_test_rmse": gn_test[:L],
+               "net_train_rmse": np.full((L, S), 0.01), "net_train_rmse_mid": np.full((L, S), 0.01),
+               "diverged": np.zeros((L, S), bool)},
         "bridge": {"eta": np.asarray(eta), "sigma": np.asarray(sigma, np.float64), "K": np.asarray([10.0, 100.0]),
                    "damping": np.asarray([1.0, 2.0]), "damping_fit": np.asarray(damping_fit, np.float64)},
-        "seeds": np.asarray([0, 1]),
+        "seeds": np.arange(S),
     }
 
 
 SMALL = "small K ≈ (stochastic) gradient descent"
-LARGE = "large K → Gauss–Newton (each linearisation solved, Eq. 5)"
-SAME = "all larger K give the same result"
+LARGE = "large K → Gauss–Newton, every larger K the same (each linearisation solved, Eq. 5)"
 BETWEEN = "in between: re-linearising before convergence"
 KINF = "K = ∞ (no feature learning) generalises worse than K = 1"
 DAMPING = "damping λ plays the role of K ≈ 1/(λη) (Sec. 3.3)"
 BRIDGE = "K GD steps act on the residual like damping λ = 1/(Kη)"
 CONVERGED = "every run is trained to convergence"
 DIVERGED = "every run stays finite (no NaN or exploding loss)"
+CHECKS = {LARGE, BRIDGE}
 
 
 def _holds(results):
     return {r.claim: r.holds for r in fig1.claims(results)}
 
 
+def _rows(results):
+    return {r.claim: r for r in fig1.claims(results)}
+
+
 def test_summary_and_converged():
-    res = _results()
+    res = _results(noise_k=np.zeros(2), noise_gn=np.zeros(2))
     s = fig1.summary(res)
     assert float(s["sigma_min"]) == 0.01 and float(s["solved_from"]) == pytest.approx(1e6)
-    np.testing.assert_allclose(s["net_mean"], [0.5, 0.52, 0.55, 0.7, 1.0, 1.01, 2.0])  # K = ∞: linear model
-    np.testing.assert_allclose(s["gn_mean"], [1.0, 0.7])
+    np.testing.assert_allclose(s["net_mean"], NET[:-1] + (2.0,))  # K = ∞: the linear model
+    np.testing.assert_allclose(s["gn_mean"], GN_TRUE)
     assert float(fig1.summary(_results(sigma=(0.0, 1e-20, 0.5, 100.0)))["sigma_min"]) == 0.5  # ~0 ignored
     conv = fig1.converged({"net_train_rmse": np.array([0.01, 0.5, 0.5, np.nan]),
                            "net_train_rmse_mid": np.array([0.5, 0.52, 1.0, np.nan])})
     assert conv.tolist() == [True, True, False, False]  # ≤ 0.02, or a plateau (≤ 10 % change)
 
 
+def test_gn_damping_puts_gauss_newton_first():
+    assert fig1.gn_damping({"damping": [10.0, 0.0, 0.1, 10.0]}) == [0.0, 0.1, 10.0]
+
+
+def test_seed_difference_against_a_direct_computation():
+    a = np.array([1.0, 2.0, 3.0, np.nan, 5.0])
+    b = np.array([1.5, 2.0, 4.0, 1.0, 5.2])
+    d = fig1.seed_difference(a, b)
+    ok = np.isfinite(a) & np.isfinite(b)
+    diff = (b - a)[ok]
+    assert d.n_seeds == 4 and d.paired
+    assert d.delta == pytest.approx(diff.mean())
+    assert d.se == pytest.approx(diff.std(ddof=1) / math.sqrt(diff.size))
+    assert d.lo == pytest.approx(diff.mean() - 2 * d.se)
+    one = fig1.seed_difference([1.0], [3.0])
+    assert one.n_seeds == 1 and math.isnan(one.se)
+    assert fig1.decide(one, exceeds) == UNDECIDED  # one seed: no spread to judge the noise by
+    assert fig1.interval(one) == "Δ +2.000 (1 seed)"
+    assert fig1.interval(fig1.seed_difference([0.0, 0.0], [0.1, 0.5])) == "Δ +0.300 [-0.100, +0.700]"
+    with pytest.raises(ValueError, match="a and b"):
+        fig1.seed_difference([1.0, 2.0], [1.0])
+
+
 def test_claims_all_hold():
-    holds = _holds(_results())
-    assert holds == {SMALL: "yes", LARGE: "yes", SAME: "yes", BETWEEN: NA, KINF: "yes", DAMPING: "yes",
-                     BRIDGE: "yes", CONVERGED: "yes", DIVERGED: "yes"}
-    rows = {r.claim: r for r in fig1.claims(_results())}
-    assert rows[SAME].measured == "K=1e6: 1.000; K=1e7: 1.010; GN 1.000"
-    assert rows[BETWEEN].measured == "K=100: 0.700"
-    assert rows[DAMPING].measured == "damped GN λ=10: 0.700; K=100: 0.700 (1/(λη) = 100)"
-    assert rows[CONVERGED].measured == "16/16 runs converged"  # 6 trained K × 2 seeds + 2 GN runs × 2 seeds
+    rows = fig1.claims(_results())
+    holds = {r.claim: r.holds for r in rows}
+    assert holds == {SMALL: "yes", LARGE: "yes", BETWEEN: NA, KINF: "yes", DAMPING: "yes", BRIDGE: "yes",
+                     CONVERGED: "yes", DIVERGED: "yes"}
+    assert {r.claim for r in rows if r.kind == "check"} == CHECKS  # by construction: listed apart
+    rows = {r.claim: r for r in rows}
+    assert rows[LARGE].measured.startswith("K=1e6: 1.000; K=1e7: 1.000; GN (λ = 0): 1.000")
+    assert rows[BETWEEN].measured == "K=100: 0.110; K=1000: 0.450; K=1e4: 0.150; K=1e5: 0.400"
+    assert rows[DAMPING].measured.startswith("λ=0.01 ↔ K=1e5: 0.400 vs 0.400")
+    # K = 1/(10λη) pairs λ = 10 with K = 10, on the flat part: not refuted there
+    assert rows[DAMPING].measured.endswith("wrong pairings: K = 10/(λη) refuted by λ = 0.01, 0.1, 1, 10; "
+                                           "K = 1/(10λη) refuted by λ = 0.01, 0.1, 1")
+    assert rows[CONVERGED].measured == "56/56 runs converged"  # 9 trained K × 4 seeds + 5 GN runs (λ = 0 and 4 damped) × 4 seeds
+    table = claims_table(fig1.claims(_results()))
+    assert table.index(CHECKS_HEADING) < table.index(LARGE) and table.index(KINF) < table.index(CHECKS_HEADING)
 
 
 def test_claims_each_fail():
     cases = {
-        SMALL: dict(net=(0.5, 0.52, 0.7, 0.7, 1.0, 1.01, 2.0)),  # K = 10 40 % above K = 1
-        LARGE: dict(net=(0.5, 0.52, 0.55, 0.7, 1.0, 1.2, 2.0)),  # K = 10⁷ 20 % off GN (and not flat)
-        SAME: dict(net=(0.5, 0.52, 0.55, 0.7, 1.1, 1.01, 2.0)),  # K = 10⁶ 10 % off GN
-        KINF: dict(kernel_lin=0.4),
-        DAMPING: dict(gn_test=(1.0, 0.9)),  # 0.2 from K = 100's 0.7
+        SMALL: dict(net=(0.10, 0.10, 0.14) + NET[3:]),  # K = 10 40 % above K = 1, beyond the seeds' noise
+        LARGE: dict(net=NET[:-2] + (1.2, 5.0)),  # K = 10⁷ 20 % off GN
+        KINF: dict(kernel_lin=0.05),
+        DAMPING: dict(gn_test=(1.0, 0.40, 0.15, 0.15, 0.11)),  # λ = 1 ends at 0.15, K = 1000 at 0.45
         BRIDGE: dict(damping_fit=(10.0, 2.5)),  # a factor 10
-        CONVERGED: dict(train=0.5, mid=np.full((7, 2), 1.0)),
-        DIVERGED: dict(diverged=[[False, False], [False, True]] + [[False, False]] * 5),
+        CONVERGED: dict(train=0.5, mid=np.full((len(KS), 4), 1.0)),
+        DIVERGED: dict(diverged=[[False] * 4, [False, True, False, False]] + [[False] * 4] * (len(KS) - 2)),
     }
     for claim, change in cases.items():
         holds = _holds(_results(**change))
         assert holds[claim] == "no", (claim, holds)
-        others = {c: h for c, h in holds.items() if c not in (claim, BETWEEN, SAME if claim == LARGE else None)}
+        others = {c: h for c, h in holds.items() if c not in (claim, BETWEEN)}
         assert set(others.values()) == {"yes"}, (claim, others)
-    rows = {r.claim: r for r in fig1.claims(_results(**cases[DIVERGED]))}
-    assert rows[DIVERGED].measured == "diverged: K=3 seed 1"
-    rows = {r.claim: r for r in fig1.claims(_results(train=np.array([[0.01, 0.01]] + [[0.5, 0.5]] + [[0.01] * 2] * 5),
-                                                     mid=np.array([[0.01, 0.01]] + [[1.0, 1.0]] + [[0.01] * 2] * 5)))}
-    assert rows[CONVERGED].measured == "14/16 runs converged (not: K=3)"
+    assert _rows(_results(**cases[DIVERGED]))[DIVERGED].measured == "diverged: K=3 seed 1"
+    train = np.full((len(KS), 4), 0.01)
+    train[1] = 0.5
+    mid = train.copy()
+    mid[1] = 1.0
+    assert _rows(_results(train=train, mid=mid))[CONVERGED].measured == "52/56 runs converged (not: K=3)"
+
+
+def test_claims_undecided_within_the_seeds_noise():
+    wide = np.array([0.05, -0.05, 0.04, -0.04])  # a seed-to-seed spread wider than every tolerance
+    net = np.asarray(NET)[:, None] + NOISE_K[None, :]
+    net[1] = NET[1] + wide  # K = 3: mean 0.10, 2 s.e. ≈ ±0.05 > 20 % of 0.10
+    net[-1] = NET[-1]
+    assert _holds(_results(net=net))[SMALL] == UNDECIDED
+    lin = 0.10 + np.array([0.3, -0.3, 0.25, -0.2])  # K = ∞ 0.11 on average, far noisier
+    assert _holds(_results(kernel_lin=lin))[KINF] == UNDECIDED
+    gn = np.asarray(GN_TRUE)[:, None] + NOISE_GN[None, :]
+    gn[3] = 0.45 + np.array([0.3, -0.3, 0.2, -0.2])  # λ = 1: on average K = 1000's, but too noisy
+    assert _holds(_results(gn_test=gn))[DAMPING] == UNDECIDED
+    # one seed: every comparison between seeds is undecided
+    holds = _holds(_results(noise_k=np.zeros(1), noise_gn=np.zeros(1)))
+    assert holds[SMALL] == holds[KINF] == holds[DAMPING] == UNDECIDED
+
+
+def test_damping_row_discriminates_the_pairing():
+    # the right pairing holds ...
+    assert _holds(_results())[DAMPING] == "yes"
+    # ... a wrong correspondence fails: the damped runs end where K = 10/(λη) does (K = 1e6, 1e5, 1e4, 1000)
+    shifted = (1.0, 1.0, 0.40, 0.15, 0.45)
+    assert _holds(_results(gn_test=shifted))[DAMPING] == "no"
+    # ... and so do shuffled K: the K runs' results permuted among K = 100, 1000, 1e4, 1e5
+    net = list(NET)
+    net[3], net[4], net[5], net[6] = NET[6], NET[3], NET[4], NET[5]
+    assert _holds(_results(net=net))[DAMPING] == "no"
+    # a flat K curve cannot tell the pairing from a wrong one: undecided, never "yes"
+    flat = (0.1,) * (len(KS) - 3) + (1.0, 1.0, 5.0)
+    assert _holds(_results(net=flat, gn_test=(1.0, 0.1, 0.1, 0.1, 0.1)))[DAMPING] == UNDECIDED
+    # the old rule (|Δ| ≤ 0.05 against the K nearest 1/(λη)) passed every K from 1 to 300 for λ = 10;
+    # with one λ = 10 on the flat part the row is undecided
+    assert _holds(_results(lams=(10.0,), gn_test=(1.0, 0.11)))[DAMPING] == UNDECIDED
+
+
+def test_damping_pairs():
+    res = _results()
+    assert fig1.damping_pairs(res) == [(1, 6), (2, 5), (3, 4), (4, 3)]  # λ ↔ K = 1e5, 1e4, 1000, 100
+    assert fig1.damping_pairs(res, 10.0) == [(1, 7), (2, 6), (3, 5), (4, 4)]
+    assert fig1.damping_pairs(res, 0.1) == [(1, 5), (2, 4), (3, 3), (4, 2)]
+    far = _results(lams=(1e-6, 10.0), gn_test=(1.0, 1.0, 0.11))  # 1/(λη) = 1e9: no K within √10
+    assert fig1.damping_pairs(far) == [(2, 3)]
 
 
 def test_claims_not_applicable_or_absent():
     # σ_min = 1e-6: no K in the grid solves a linearisation
-    holds = _holds(_results(sigma=(1e-6, 1.0, 100.0)))
-    assert holds[SAME] == NA and holds[BETWEEN] == NA
-    # λ = 0: no damped run to compare
-    assert DAMPING not in _holds(_results(damping=0.0))
+    rows = _rows(_results(sigma=(1e-6, 1.0, 100.0)))
+    assert rows[LARGE].holds == NA and rows[LARGE].kind == "check" and rows[BETWEEN].holds == NA
+    # no damped run: no K ↔ λ row
+    assert DAMPING not in _holds(_results(lams=(), gn_test=(1.0,)))
 
 
 # The notebook's summary functions (pure functions of the results; no training).
