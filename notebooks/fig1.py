@@ -203,6 +203,7 @@ def plot(results):
 # at $K = 1/(\lambda\eta)$; second: the K ↔ λ filters on the NTK spectrum at initialisation.
 
 # %%
+# NBVAL_IGNORE_OUTPUT (the committed run, and whether the library changed since, change apart from this notebook)
 ref = reference.load("fig1")
 if ref is None:
     print("No reference run is committed yet: make results SCALE=cpu")
