@@ -133,6 +133,7 @@ def write(name: str, scale: str = "cpu", *, base=None, checkpoint_root=None, pro
     resumed = ckpt.is_dir() and any(ckpt.iterdir())
     ckpt.mkdir(parents=True, exist_ok=True)
     code = code_fingerprint(exp.module, ("load", "compute"))
+    commit = _commit()  # the code that runs, not whatever is checked out when it ends
     started = time.perf_counter()
     results = exp.compute(config, data, checkpoint_dir=ckpt, progress=progress)
     wall = time.perf_counter() - started
@@ -146,7 +147,7 @@ def write(name: str, scale: str = "cpu", *, base=None, checkpoint_root=None, pro
     seeds = [config["seed"] + i for i in range(config.get("n_seeds", 1))] if "seed" in config else []
     _write_json(out / "provenance.json", {
         "name": name, "scale": scale, "device": device_name(), "seeds": seeds,
-        "iterlin_commit": _commit(), "jax_version": jax.__version__, "python": platform.python_version(),
+        "iterlin_commit": commit, "jax_version": jax.__version__, "python": platform.python_version(),
         "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "wall_seconds": round(wall, 1), "resumed": resumed, "config": config,
         "data_fingerprint": registry.data_fingerprint(data), "code_fingerprint": code,
