@@ -351,7 +351,8 @@ def difference(acc_a, acc_b, *, n_test: int, correct_a=None, correct_b=None, tes
       n_test: test images each accuracy was measured on (n > 0).
       correct_a, correct_b: optional (S, n_test) booleans, whether each run got each test image
         right; given both, the test noise is that of a paired comparison on the same images,
-        Var_i[mean_s(c_b − c_a)]/n, which is far tighter than two independent binomials
+        max(Var_i[mean_s(c_b − c_a)]/n, 3/n²) (3/n²: the rule of three, so that runs agreeing on
+        every image of a small test set are not called noiseless), which is far tighter than two independent binomials
         (2·p(1 − p)/n, p clipped to [0.05, 0.95]) when the runs agree on most images.
 
       test_var: the test-set variance of Δ when the caller knows it better (e.g. a difference of
@@ -377,7 +378,10 @@ def difference(acc_a, acc_b, *, n_test: int, correct_a=None, correct_b=None, tes
         ca = np.asarray(correct_a, np.float64).reshape(S, -1)
         cb = np.asarray(correct_b, np.float64).reshape(S, -1)
         per_image = (cb - ca).mean(axis=0)
-        test_var = float(np.var(per_image, ddof=1)) / per_image.size if per_image.size > 1 else 0.0
+        m = per_image.size
+        # at least the variance of 3 discordant images in m (the rule of three's 95 % bound when
+        # none were seen): runs that agree on every image of a small test set still carry its noise
+        test_var = max(float(np.var(per_image, ddof=1)) / m if m > 1 else 0.0, 3.0 / m**2)
     else:
         p = min(max(float(np.mean(np.concatenate([a, b]))), 0.05), 0.95)
         test_var = 2.0 * p * (1.0 - p) / n

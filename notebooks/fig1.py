@@ -112,7 +112,7 @@ lr = None  # GD learning rate for the mean loss (η is lr / n_train for the summ
 steps = None  # T: literal GD steps; closed-form runs train at least as long
 seed = None  # first seed; the runs use seed, ..., seed + n_seeds - 1
 n_seeds = None  # seeds per K: each its own initialisation (shared by every K and λ of that seed)
-damping = None  # the λ of the damped Gauss-Newton runs (a list; λ = 0, Gauss-Newton, always runs)
+damping = None  # the lambdas of the damped Gauss-Newton runs, a list (lambda 0, plain Gauss-Newton, always runs)
 n_train = None  # training points (the paper's Fig. 9: 20)
 n_test = None  # test points (1000)
 

@@ -452,6 +452,7 @@ def test_claim_fields_checked():
 
 def test_publish_and_collect_claims(tmp_path):
     text = publish_claims("fig3", ROWS, scale="smoke", directory=tmp_path)
+    text = str(text)
     assert text.startswith("Claims of fig3 at scale 'smoke':\n") and text.endswith(claims_table(ROWS))
     publish_claims("fig2", ROWS[:1], scale="gpu", directory=tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fig2.json", "fig3.json"]

@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 import pytest
+from _toy import fake_history
 
 from iterlin.claims import (
     COLUMNS,
@@ -17,17 +18,17 @@ from iterlin.claims import (
     UNDECIDED,
     Claim,
     ClaimsTable,
-    difference,
-    exceeds,
-    on_par,
     beyond_noise,
     claims_markdown,
     claims_table,
     collect_claims,
+    difference,
     divergence_claim,
     divergence_row,
+    exceeds,
     fmt_K,
     num,
+    on_par,
     on_par_claim,
     only_k1_rows,
     pct,
@@ -35,8 +36,6 @@ from iterlin.claims import (
     two_se,
     verdict,
 )
-
-from _toy import fake_history
 
 # ----------------------------------------------------------------------------------------------
 # Rows, verdicts, formatting
@@ -226,7 +225,7 @@ def test_difference_combines_seed_spread_and_test_noise():
     rng = np.random.default_rng(0)
     c = rng.random((2, 500)) < 0.4
     same = difference(c.mean(1), c.mean(1), n_test=500, correct_a=c, correct_b=c)
-    assert same.paired and same.delta == 0 and same.se == 0
+    assert same.paired and same.delta == 0 and same.se == pytest.approx(math.sqrt(3) / 500)  # the floor
     flip = c.copy()
     flip[:, :10] = ~flip[:, :10]
     d3 = difference(c.mean(1), flip.mean(1), n_test=500, correct_a=c, correct_b=flip)

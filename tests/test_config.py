@@ -22,6 +22,8 @@ INF = math.inf
 SWEEP = {
     "smoke": dict(K=[1, 3], lr=0.05, steps=24, batch_size=32, augment=True, n_train=256, n_test=200, seed=0,
                   n_evals=6),
+    "cpu": dict(K=[1, 50], lr=0.1, steps=500, batch_size=128, augment=True, n_train=None, n_test=None, seed=0,
+                n_evals=8),
     "gpu": dict(K=[1, 4000], lr=1e-2, steps=40_000, batch_size=256, augment=True, n_train=None, n_test=None,
                 seed=0, n_evals=40),
     "paper": dict(K=[1, 5_000_000], lr=1e-4, steps=60_000_000, batch_size=256, augment=True, n_train=50_000,

@@ -1,23 +1,24 @@
 """Fig. 7: the change of the first-layer filters from initialisation over training (Sec. 4.1).
 
 ΔW_t = W_t − W_0 of all 50 first-layer filters (5 × 5 × 3 each) at each evaluation point
-(:func:`iterlin.probes.filter_tracker`), for K = 1 and a large K; the notebook shows the first
-three, mapped [−0.5, 0.5] → [0, 1] (:func:`iterlin.probes.filters_to_image`), and
-:func:`filter_match` measures how far the large-K filters got compared with K = 1's. The paper:
-K = 1 evolves much faster, and the final large-K filters look like K = 1's at about 10 % of
-training.
+(:func:`iterlin.probes.filter_tracker`), for K = 1 and a large K, every seed; the notebook shows
+the first three of the first seed, mapped [−0.5, 0.5] → [0, 1]
+(:func:`iterlin.probes.filters_to_image`), and :func:`filter_match` measures, seed by seed, how
+far the large-K filters got compared with K = 1's. The paper: K = 1 evolves much faster, and the
+final large-K filters look like K = 1's at about 10 % of training.
 
 Config keys: ``K`` (list: 1 and the large period), ``lr``, ``steps``, ``batch_size``,
-``augment``, ``n_train``, ``n_test``, ``seed``, ``n_evals`` (the columns of the figure).
+``augment``, ``n_train``, ``n_test``, ``seed``, ``n_seeds``, ``n_evals`` (the columns of the
+figure), ``n_eval_train``.
 
-Results: ``"runs"``: the sweep history with ``filters_delta`` (R, E, 5, 5, 3, 50); ``"match"``:
-:func:`filter_match` of it.
+Results: ``"runs"``: the sweep history (every seed × K, seed-major: R = S·len(K) runs) with
+``filters_delta`` (R, E, 5, 5, 3, 50); ``"match"``: :func:`filter_match` of it.
 
 Conventions: :mod:`iterlin.experiments._common` (the paper's CNN, softmax cross-entropy on the
-linearised logits, plain SGD at ``lr`` for every K, all runs from one initialisation on the same
-batches, in one program). A run that diverges (a NaN or huge loss) is frozen at its last finite state and
-recorded; its trackers keep reporting the frozen state. Checkpoints resume: the trackers take θ_0
-explicitly.
+linearised logits, plain SGD at ``lr`` for every K; the runs of one seed start from one
+initialisation and see the same batches). A run that diverges (a NaN or huge loss) is frozen at its
+last finite state and recorded; its trackers keep reporting the frozen state. Checkpoints resume:
+the trackers take θ_0 explicitly.
 """
 
 from __future__ import annotations
@@ -27,96 +28,165 @@ from typing import Mapping
 
 import numpy as np
 
-from ..claims import Claim, divergence_claim, fmt_K, num, only_k1_rows, pct, verdict
+from ..claims import NA, UNDECIDED, Claim, divergence_claim, fmt_K, num, only_k1_rows, pct, runs_of
 from ..data import Dataset
 from ..probes import filter_tracker
-from ._common import Experiment, checkpoint_path, cnn_sweep, index_of_K, load_data
+from ._common import Experiment, checkpoint_path, cnn_sweep, load_data
 
-__all__ = ["SCALES", "EXPERIMENT", "load", "compute", "claims", "filter_match", "match_marks", "match_report"]
+__all__ = [
+    "SCALES", "EXPERIMENT", "SLOWER", "load", "compute", "claims", "filter_match", "seed_interval", "match_marks",
+    "match_report",
+]
 
 SCALES = {
     "smoke": dict(
         K=[1, 8], lr=0.05, steps=24, batch_size=32, augment=False, n_train=256, n_test=200, seed=0,
-        n_evals=12,
+        n_seeds=1, n_evals=12, n_eval_train=None,
     ),
-    "gpu": dict(  # ESTIMATE (not measured): 2 runs x 20 000 steps of 256
+    # cpu: every installed image (4,660 / 932 of the shared subset), 2 seeds x 2 K x 250 steps of 128
+    # (about 7 epochs) at lr 0.1 as Fig. 3's cpu scale, no augmentation (a short run); K = 25:
+    # 10 feature updates; 11 columns, one per re-linearisation; training metrics on 1,000 training
+    # images. Measured on a loaded machine, a 20-step run with 2 and with 3 evaluation points:
+    # XLA single-threaded on one core, 171 s and 186 s of CPU time (~15 s per point, ~87 s fixed);
+    # multi-threaded, 180 s and 208 s (~27 s per point); ~2.8 s per step of the 4 runs: about
+    # 87 + 11 x 15 + 250 x 2.8 = 950 s to 70 + 11 x 27 + 250 x 2.8 = 1070 s (16-18 minutes).
+    "cpu": dict(
+        K=[1, 25], lr=0.1, steps=250, batch_size=128, augment=False, n_train=None, n_test=None, seed=0,
+        n_seeds=2, n_evals=10, n_eval_train=1000,
+    ),
+    # gpu: ESTIMATE (not measured): 3 seeds x 2 runs x 20 000 steps of 256
+    "gpu": dict(
         K=[1, 2000], lr=1e-2, steps=20_000, batch_size=256, augment=True, n_train=None, n_test=None,
-        seed=0, n_evals=20,
+        seed=0, n_seeds=3, n_evals=20, n_eval_train=5000,
     ),
     "paper": dict(  # K = 5e6 (the paper's); 6e7 steps of 256 = 30 columns of ~10 000 epochs
         K=[1, 5_000_000], lr=1e-4, steps=60_000_000, batch_size=256, augment=True, n_train=50_000,
-        n_test=10_000, seed=0, n_evals=30,
+        n_test=10_000, seed=0, n_seeds=3, n_evals=30, n_eval_train=10_000,
     ),
 }
+
+#: "Much slower": the large K's final filter change at most this fraction of K = 1's.
+SLOWER = 0.9
 
 load = load_data
 
 
 def compute(config: Mapping, data: Dataset, *, checkpoint_dir=None, progress: bool = False) -> dict:
-    """Every K in one program, the filters recorded at each evaluation point (module docstring)."""
+    """Every seed × K in one program, the filters recorded at each evaluation point (module docstring)."""
     runs = cnn_sweep(config, data, callback=lambda f, p0: filter_tracker(n=50, params0=p0),
                      checkpoint=checkpoint_path(checkpoint_dir, "runs"), progress=progress)
     return {"runs": runs, "match": filter_match(runs)}
 
 
-def filter_match(history: Mapping) -> dict:
-    """How far the large-K filters moved, measured against K = 1's trajectory (Fig. 7's claim).
+def _reach(curve: np.ndarray, target: float, steps: np.ndarray) -> tuple[float, int]:
+    """Where the increasing-ish ``curve`` (E,) first reaches ``target``: (t / T by linear
+    interpolation between evaluation points, NaN if never; the index of the evaluation point nearest
+    it, the last one if never)."""
+    for k in range(1, len(steps)):
+        if curve[k] >= target:
+            a, b = curve[k - 1], curve[k]
+            w = 1.0 if b == a else (target - a) / (b - a)
+            t = steps[k - 1] + w * (steps[k] - steps[k - 1])
+            return float(t / steps[-1]), (k - 1 if w < 0.5 else k)
+    return math.nan, len(steps) - 1
 
-    With ΔW_t = W_t − W_0 (all first-layer filters) and ‖·‖ the Frobenius norm:
+
+def filter_match(history: Mapping) -> dict:
+    """How far the large-K filters moved, measured against K = 1's trajectory, seed by seed (Fig. 7).
+
+    With ΔW_t = W_t − W_0 (all first-layer filters) and ‖·‖ the Frobenius norm, for each seed s
+    (its K = 1 run and its largest-K run, :func:`iterlin.claims.runs_of`):
 
     * ``norm`` (R, E): ‖ΔW_t‖ of each run at each evaluation point;
-    * ``ratio``: ‖ΔW_T^{large}‖ / ‖ΔW_T^{K=1}‖ at the last step (< 1: the large-K filters moved less);
-    * ``fraction``: the fraction t/T of training at which K = 1's ‖ΔW_t‖ first reaches the large-K
-      run's final ‖ΔW_T‖ (linear interpolation between evaluation points; NaN if it never does);
-    * ``cosine``: cos(ΔW_T^{large}, ΔW_t^{K=1}) at the evaluation point nearest that fraction: do
-      the filters there also point the same way ("look like" them), not only have the same size?
+    * ``ratio`` (S,): ‖ΔW_T^{large}‖ / ‖ΔW_T^{K=1}‖ at the last step (< 1: the large-K filters
+      moved less; NaN when K = 1's did not move);
+    * ``fraction`` (S,): the fraction t/T of training at which K = 1's ‖ΔW_t‖ first reaches the
+      large-K run's final ‖ΔW_T‖ (linear interpolation between evaluation points; NaN if never);
+    * ``cosine`` (S,): cos(ΔW_T^{large}, ΔW_t^{K=1}) at the evaluation point nearest that
+      fraction (the last if never): do the filters there also point the same way ("look like"
+      them), not only have the same size? ``match_step`` (S,): that evaluation point's step.
 
     Returns a dict of NumPy values, ``K_large`` the period compared with K = 1.
     """
     d = np.asarray(history["filters_delta"], np.float64)  # (R, E, h, w, c, n)
     steps = np.asarray(history["step"], np.float64)
-    K = np.asarray(history["K"])
-    i1, j = index_of_K(K, 1), index_of_K(K, K.max())
+    K = np.asarray(history["K"], np.float64)
+    ones, large = runs_of(history, 1), runs_of(history, K.max())
     flat = d.reshape(d.shape[0], d.shape[1], -1)  # (R, E, D)
     norm = np.sqrt(np.sum(flat**2, axis=-1))  # (R, E)
-    target = norm[j, -1]
-    ratio = target / norm[i1, -1] if norm[i1, -1] > 0 else np.nan
-    frac, e = np.nan, len(steps) - 1
-    for k in range(1, len(steps)):
-        if norm[i1, k] >= target:
-            a, b = norm[i1, k - 1], norm[i1, k]
-            w = 1.0 if b == a else (target - a) / (b - a)
-            t = steps[k - 1] + w * (steps[k] - steps[k - 1])
-            frac = t / steps[-1]
-            e = k - 1 if w < 0.5 else k
-            break
-    u, v = flat[j, -1], flat[i1, e]
-    den = np.linalg.norm(u) * np.linalg.norm(v)
-    cosine = float(u @ v / den) if den > 0 else np.nan
-    return {"norm": norm, "ratio": np.asarray(ratio), "fraction": np.asarray(frac),
-            "cosine": np.asarray(cosine), "match_step": np.asarray(steps[e]), "K_large": np.asarray(float(K[j]))}
+    ratio, frac, cosine, match_step = [], [], [], []
+    for i1, j in zip(ones, large):
+        target = norm[j, -1]
+        ratio.append(target / norm[i1, -1] if norm[i1, -1] > 0 else math.nan)
+        f, e = _reach(norm[i1], target, steps)
+        frac.append(f)
+        u, v = flat[j, -1], flat[i1, e]
+        den = np.linalg.norm(u) * np.linalg.norm(v)
+        cosine.append(float(u @ v / den) if den > 0 else math.nan)
+        match_step.append(steps[e])
+    return {"norm": norm, "ratio": np.asarray(ratio), "fraction": np.asarray(frac), "cosine": np.asarray(cosine),
+            "match_step": np.asarray(match_step), "K_large": np.asarray(float(K.max()))}
+
+
+def seed_interval(values) -> tuple[float, float, float, float]:
+    """``(mean, se, lo, hi)`` over seeds of (S,) values: the mean, its standard error
+    std(ddof=1)/√S and the 2 s.e. interval [mean − 2 se, mean + 2 se]; se, lo and hi are NaN for
+    one seed (no spread to estimate)."""
+    v = np.atleast_1d(np.asarray(values, np.float64))
+    m = float(v.mean())
+    se = float(np.std(v, ddof=1) / math.sqrt(v.size)) if v.size > 1 else math.nan
+    return m, se, m - 2 * se, m + 2 * se
+
+
+def _interval_text(values, fmt) -> tuple[str, str]:
+    """(the mean over seeds, "2 s.e. interval [lo, hi], S seeds" or "1 seed"), formatted by ``fmt``."""
+    m, se, lo, hi = seed_interval(values)
+    if not math.isfinite(se):
+        return fmt(m), "1 seed"
+    return fmt(m), f"2 s.e. interval [{fmt(lo)}, {fmt(hi)}], {np.size(values)} seeds"
 
 
 def claims(results: Mapping) -> list[Claim]:
-    """Large-K filters evolve slower; its final filters ≈ K = 1's at ~10 % of training."""
+    """Large-K filters evolve slower (the ratio's 2 s.e. interval over seeds below :data:`SLOWER`);
+    its final filters ≈ K = 1's at ~10 % of training (judged at scale 'paper' only)."""
     h, m = results["runs"], results["match"]
     if (rows := only_k1_rows("fig7", h)) is not None:
         return rows
-    K = np.asarray(h["K"])
-    j = index_of_K(K, K.max())
+    Kj = float(np.asarray(h["K"], np.float64).max())
     config = results.get("config", {})
-    frac, ratio, cos = float(m["fraction"]), float(m["ratio"]), float(m["cosine"])
+    ratio = np.atleast_1d(np.asarray(m["ratio"], np.float64))
+    frac = np.atleast_1d(np.asarray(m["fraction"], np.float64))
+    cos = np.atleast_1d(np.asarray(m["cosine"], np.float64))
+    if not np.all(np.isfinite(ratio)):
+        holds = NA  # K = 1's filters did not move (or a ratio is not a number): nothing to compare
+    else:
+        _, se, lo, hi = seed_interval(ratio)
+        holds = UNDECIDED if not math.isfinite(se) else "yes" if hi < SLOWER else "no" if lo >= SLOWER else UNDECIDED
     slower = Claim(
         "large-K first-layer filters evolve slower", "K = 1 evolves much faster",
-        f"‖ΔW_T‖ K={fmt_K(K[j])} / K=1 = {num(ratio)}", verdict(ratio < 0.9 if math.isfinite(ratio) else None),
-        "ratio of the final filter changes (all 50 filters) < 0.9 (\"much\" slower: at least 10 % less)",
+        "‖ΔW_T‖ K={} / K=1 = {} ({})".format(fmt_K(Kj), *_interval_text(ratio, num)), holds,
+        f"the ratio of the final filter changes (all 50 filters): yes when its 2 s.e. interval over seeds lies "
+        f"below {num(SLOWER, 1)} (\"much\" slower: at least 10 % less), no when wholly at or above it, else "
+        "undecided (also with one seed: no spread to estimate); n/a when K = 1's filters did not move",
     )
-    where = "never (within this run)" if not math.isfinite(frac) else f"at {pct(frac, 0)} of training (cos {num(cos)})"
+    if not np.any(np.isfinite(frac)):
+        where, reached = "never (within this run)", "no"
+    else:
+        mean, spread = _interval_text(frac, pct)
+        where = f"at {mean} of training ({spread}; cos {num(np.nanmean(cos))})"
+        if not np.all(np.isfinite(frac)):
+            reached = UNDECIDED  # some seeds reach it, some do not
+        else:
+            _, se, lo, hi = seed_interval(frac)
+            reached = (UNDECIDED if not math.isfinite(se) else "yes" if 0.05 <= lo and hi <= 0.2
+                       else "no" if hi < 0.05 or lo > 0.2 else UNDECIDED)
     similar = Claim(
         "final large-K filters look like K = 1's early in training", "at about 10 % of training",
         f"K=1 reaches the final large-K ‖ΔW‖ {where}",
-        verdict(math.isfinite(frac) and 0.05 <= frac <= 0.2, applicable=config.get("scale") == "paper"),
-        "fraction within [5 %, 20 %]; judged only at scale 'paper' (it depends on the training length)",
+        reached if config.get("scale") == "paper" else NA,
+        "the fraction's 2 s.e. interval over seeds inside [5 %, 20 %]: yes; wholly outside: no; else (or one "
+        "seed, or a seed that never reaches it) undecided; judged only at scale 'paper' (it depends on the "
+        "training length)",
     )
     return [slower, similar, divergence_claim({"runs": h})]
 
@@ -129,26 +199,41 @@ EXPERIMENT = Experiment("fig7", SCALES, load, compute, claims, __name__)
 
 
 def match_marks(results: Mapping) -> dict:
-    """The marks of the filter-norm panel, from ``results["match"]`` (:func:`filter_match`).
+    """The marks of the filter-norm panel, on the curves it draws (the means over seeds of
+    ``results["match"]["norm"]``, :func:`filter_match`).
 
-    ``target``: the large-K run's final ‖ΔW_T‖ (the dotted line); ``step``: the step at which
-    K = 1's ‖ΔW_t‖ first reaches it, ``fraction`` · T (the dot; NaN if it never does);
+    ``target``: the large-K runs' mean final ‖ΔW_T‖ (the dotted line); ``step``: the step at which
+    K = 1's mean ‖ΔW_t‖ first reaches it, ``fraction`` · T (the dot; NaN if it never does);
     ``fraction``: that fraction of training.
     """
-    h, m = results["runs"], results["match"]
-    j = index_of_K(h["K"], np.asarray(h["K"], np.float64).max())
-    frac = float(m["fraction"])
-    return {"target": float(np.asarray(m["norm"], np.float64)[j, -1]),
-            "step": frac * float(np.asarray(h["step"])[-1]) if math.isfinite(frac) else math.nan,
+    h = results["runs"]
+    norm = np.asarray(results["match"]["norm"], np.float64)
+    steps = np.asarray(h["step"], np.float64)
+    ones, large = runs_of(h, 1), runs_of(h, np.asarray(h["K"], np.float64).max())
+    target = float(norm[large, -1].mean())
+    frac, _ = _reach(norm[ones].mean(axis=0), target, steps)
+    return {"target": target, "step": frac * float(steps[-1]) if math.isfinite(frac) else math.nan,
             "fraction": frac}
 
 
 def match_report(results: Mapping) -> str:
-    """One line: the final ratio of the filter changes and where K = 1 reaches the large-K final size."""
+    """One line: the final ratio of the filter changes and where K = 1 reaches the large-K final
+    size, each the mean over seeds (± one standard error with several seeds)."""
     m = results["match"]
-    frac = float(m["fraction"])
-    reached = (f"at {100 * frac:.0f} % of training (cosine there: {float(m['cosine']):.2f})"
-               if math.isfinite(frac) else "never in this run")
-    return f"final ratio (large K / K = 1): {float(m['ratio']):.2f}; K = 1 reaches the large-K final size {reached}"
 
+    def pm(values, factor=1.0, digits=2):
+        mean, se, _, _ = seed_interval(values)
+        return f"{factor * mean:.{digits}f}" + (f" ± {factor * se:.{digits}f}" if math.isfinite(se) else "")
 
+    ratio = np.atleast_1d(np.asarray(m["ratio"], np.float64))
+    frac = np.atleast_1d(np.asarray(m["fraction"], np.float64))
+    n = ratio.size
+    seeds = f"{n} seed{'s' if n != 1 else ''}" + (" (mean ± s.e.)" if n > 1 else "")
+    if np.all(np.isfinite(frac)):
+        reached = (f"at {pm(frac, 100, 0)} % of training (cosine there: "
+                   f"{pm(np.asarray(m['cosine'], np.float64))})")
+    elif np.any(np.isfinite(frac)):
+        reached = f"in {int(np.isfinite(frac).sum())} of {n} seeds"
+    else:
+        reached = "never in this run"
+    return f"{seeds}: final ratio (large K / K = 1): {pm(ratio)}; K = 1 reaches the large-K final size {reached}"

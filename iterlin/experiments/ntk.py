@@ -4,24 +4,28 @@ The empirical NTK Θ̂_θ(X_p, X_p) = ϕϕᵀ (Eq. 2) on ``n_probe`` fixed train
 (:func:`iterlin.ntk.kernel_tracker`): the kernel distance of the network's kernel from its initial
 value, its velocity, and the change of the linear model's kernel Θ̂_{θ_s} made by the
 re-linearisations between evaluation points (evaluated at every re-linearisation of the large K,
-:func:`iterlin.ntk.relinearisation_steps`, so each is seen alone). Between re-linearisations θ_s,
-hence the linear model's kernel, does not change at all: that distance is exactly 0.
+:func:`iterlin.ntk.relinearisation_steps`, so each is seen alone), for every seed. Between
+re-linearisations θ_s, hence the linear model's kernel, does not change at all: that distance is
+exactly 0 (a consistency check, not evidence).
 
 Config keys: ``K`` (list: 1 and the large period), ``lr``, ``steps``, ``batch_size``,
 ``n_train``, ``n_test``, ``n_probe`` (the first n_probe training images; kernels are
-(10·n_probe)²), ``seed``, ``n_evals``.
+(10·n_probe)²; None: every training image loaded, at most :data:`PROBE_CAP`; the kernels held
+must fit :data:`KERNEL_BYTES`, :func:`probe_size`), ``seed``, ``n_seeds``, ``n_evals``,
+``n_eval_train``.
 
-Results: ``"runs"``: the sweep history, evaluated at :func:`eval_steps`, with (R, E) arrays
-``kernel_distance_init`` (d(Θ_t, Θ_0) of the network's kernel), ``kernel_velocity``
-(d(Θ_t, Θ_prev)/Δt; NaN at step 0) and ``kernel_distance_relin`` (the change of the linear model's
-kernel Θ_s since the previous evaluation point; exactly 0 when θ_s did not change), d the kernel
-distance of Fort et al. (:func:`iterlin.ntk.kernel_distance`); ``"n_probe"``.
+Results: ``"runs"``: the sweep history (every seed × K, seed-major: R = S·len(K) runs), evaluated
+at :func:`eval_steps`, with (R, E) arrays ``kernel_distance_init`` (d(Θ_t, Θ_0) of the network's
+kernel), ``kernel_velocity`` (d(Θ_t, Θ_prev)/Δt; NaN at step 0) and ``kernel_distance_relin``
+(the change of the linear model's kernel Θ_s since the previous evaluation point; exactly 0 when
+θ_s did not change), d the kernel distance of Fort et al. (:func:`iterlin.ntk.kernel_distance`);
+``"n_probe"``.
 
 Conventions: :mod:`iterlin.experiments._common` (the paper's CNN, softmax cross-entropy on the
-linearised logits, plain SGD at ``lr`` for every K, all runs from one initialisation on the same
-batches, in one program). A run that diverges (a NaN or huge loss) is frozen at its last finite state and
-recorded; its trackers keep reporting the frozen state. Checkpoints resume: the trackers take θ_0
-explicitly.
+linearised logits, plain SGD at ``lr`` for every K; the runs of one seed start from one
+initialisation and see the same batches). A run that diverges (a NaN or huge loss) is frozen at its
+last finite state and recorded; its trackers keep reporting the frozen state. Checkpoints resume:
+the trackers take θ_0 explicitly.
 """
 
 from __future__ import annotations
@@ -31,32 +35,94 @@ from typing import Mapping
 
 import numpy as np
 
-from ..claims import Claim, divergence_claim, fmt_K, num, only_k1_rows, verdict
+from ..claims import UNDECIDED, Claim, divergence_claim, fmt_K, num, only_k1_rows, runs_of, verdict
 from ..data import Dataset
 from ..ntk import kernel_tracker, relinearisation_steps
-from ._common import Experiment, checkpoint_path, cnn_sweep, eval_points, index_of_K, load_with_probe
+from ._common import Experiment, checkpoint_path, cnn_sweep, eval_points, load_data, seeds
 
 __all__ = [
-    "SCALES", "EXPERIMENT", "load", "compute", "claims", "eval_steps", "relin_kernel_changes",
-    "relin_steps", "relin_table",
+    "SCALES", "EXPERIMENT", "PROBE_CAP", "KERNEL_BYTES", "MOVES", "load", "compute", "claims", "eval_steps",
+    "probe_size", "kernel_bytes", "relin_kernel_changes", "relin_steps", "relin_table",
 ]
+
+#: ``n_probe=None``: every training image loaded, but at most this many (kernels 1000 × 1000).
+PROBE_CAP = 100
+#: The most memory the kernel tracker's kernels may take (:func:`kernel_bytes`): 4 GiB.
+KERNEL_BYTES = 4 * 2**30
+#: The kernel "moves" when d(Θ_T, Θ_0) exceeds this (Fort et al.'s distance is in [0, 1]).
+MOVES = 0.01
 
 SCALES = {
     "smoke": dict(
         K=[1, 6], lr=0.05, steps=24, batch_size=32, n_train=256, n_test=200, n_probe=8, seed=0,
-        n_evals=8,
+        n_seeds=1, n_evals=8, n_eval_train=None,
     ),
-    "gpu": dict(  # ESTIMATE (not measured): 2 runs x 20 000 steps of 256, ~30 kernels 1000 x 1000
-        K=[1, 2000], lr=1e-2, steps=20_000, batch_size=256, n_train=None, n_test=None, n_probe=100,
-        seed=0, n_evals=20,
+    # cpu: every installed image (4,660 / 932 of the shared subset), 2 seeds x 2 K x 180 steps of 128
+    # (about 5 epochs) at lr 0.1 as Fig. 3's cpu scale; K = 30: 6 re-linearisations, each seen alone
+    # between evaluation points every 15 steps (13 points); kernels on 20 probe images (200 x 200);
+    # training metrics on 1,000 training images. Measured on a loaded machine, a 20-step run with 2
+    # and with 3 evaluation points: XLA single-threaded on one core, 190 s and 214 s of CPU time
+    # (~24 s per point, ~87 s fixed); multi-threaded, 208 s and 246 s (~38 s per point, inflated by
+    # threads waiting); ~2.8 s per step of the 4 runs: about 87 + 13 x 24 + 180 x 2.8 = 900 s to
+    # 77 + 13 x 38 + 180 x 2.8 = 1075 s (15-18 minutes).
+    "cpu": dict(
+        K=[1, 30], lr=0.1, steps=180, batch_size=128, n_train=None, n_test=None, n_probe=20, seed=0,
+        n_seeds=2, n_evals=12, n_eval_train=1000,
+    ),
+    # gpu: ESTIMATE (not measured): 3 seeds x 2 runs x 20 000 steps of 256, ~30 kernels 1000 x 1000 per
+    # run (n_probe=None: every installed image up to PROBE_CAP = 100)
+    "gpu": dict(
+        K=[1, 2000], lr=1e-2, steps=20_000, batch_size=256, n_train=None, n_test=None, n_probe=None,
+        seed=0, n_seeds=3, n_evals=20, n_eval_train=5000,
     ),
     "paper": dict(  # as our Fig. 3 paper settings (K = 5e6); probe set and evaluations ours
         K=[1, 5_000_000], lr=1e-4, steps=60_000_000, batch_size=256, n_train=50_000, n_test=10_000,
-        n_probe=100, seed=0, n_evals=30,
+        n_probe=100, seed=0, n_seeds=3, n_evals=30, n_eval_train=10_000,
     ),
 }
 
-load = load_with_probe
+
+def kernel_bytes(n_probe: int, runs: int, n_outputs: int = 10) -> int:
+    """Memory of the kernels :func:`iterlin.ntk.kernel_tracker` holds for ``runs`` runs: per run the
+    initial, current and linear model's kernels and the two being computed, 5 float32 matrices of
+    (n_outputs · n_probe)² numbers (the Jacobians are chunked apart, :mod:`iterlin.jacobian`)."""
+    return 5 * int(runs) * (int(n_outputs) * int(n_probe)) ** 2 * 4
+
+
+def probe_size(config: Mapping, n_train: int) -> int:
+    """The number of probe images (the first training images) of ``config``.
+
+    ``n_probe=None``: every one of the ``n_train`` images loaded, at most :data:`PROBE_CAP`; an
+    explicit ``n_probe`` must be ≤ ``n_train``, and the kernels of the config's runs
+    (n_seeds · len(K), :func:`kernel_bytes`) must fit in :data:`KERNEL_BYTES`. Raises ValueError
+    naming n_probe, the value and the largest allowed.
+    """
+    n_train = int(n_train)
+    n = config.get("n_probe")
+    if n is None:
+        n = min(n_train, PROBE_CAP)
+    elif int(n) > n_train:
+        raise ValueError(
+            f"n_probe={n} is not allowed: n_probe must be <= n_train={n_train} (the training images loaded), "
+            f"or None for all of them up to {PROBE_CAP}"
+        )
+    runs = len(seeds(config)) * len(config["K"])
+    if kernel_bytes(n, runs) > KERNEL_BYTES:
+        largest = int(math.isqrt(KERNEL_BYTES // (5 * runs * 4))) // 10
+        raise ValueError(
+            f"n_probe={n} is not allowed: the kernel tracker would hold {kernel_bytes(n, runs) / 2**30:.1f} GiB of "
+            f"(10 n_probe)^2 kernels for {runs} runs; at most {KERNEL_BYTES // 2**30} GiB, so n_probe <= {largest} "
+            "(or fewer seeds)"
+        )
+    return int(n)
+
+
+def load(config: Mapping) -> Dataset:
+    """CIFAR-10 as :func:`~iterlin.experiments._common.load_data`, ``n_probe`` checked against it
+    and against the memory bound (:func:`probe_size`)."""
+    data = load_data(config)
+    probe_size(config, data.x_train.shape[0])
+    return data
 
 
 def eval_steps(config: Mapping, max_points: int = 50) -> list[int]:
@@ -70,8 +136,8 @@ def eval_steps(config: Mapping, max_points: int = 50) -> list[int]:
 
 
 def compute(config: Mapping, data: Dataset, *, checkpoint_dir=None, progress: bool = False) -> dict:
-    """Every K in one program, the kernels measured at :func:`eval_steps` (module docstring)."""
-    n = data.x_train.shape[0] if config.get("n_probe") is None else config["n_probe"]
+    """Every seed × K in one program, the kernels measured at :func:`eval_steps` (module docstring)."""
+    n = probe_size(config, data.x_train.shape[0])
     x_probe = data.x_train[:n]
     runs = cnn_sweep(config, data, callback=lambda f, p0: kernel_tracker(f, x_probe, params0=p0),
                      eval_steps=eval_steps(config), checkpoint=checkpoint_path(checkpoint_dir, "runs"),
@@ -92,38 +158,59 @@ def relin_kernel_changes(history: Mapping, run: int) -> dict:
     return {"step": steps, "n_relin": nr[1:], "relinearised": np.diff(nr) > 0, "distance": d}
 
 
+def _interval(values) -> tuple[float, float, float, float]:
+    """(mean, se, lo, hi) over seeds, lo/hi = mean ∓ 2 se; se (and lo, hi) NaN for one seed."""
+    v = np.atleast_1d(np.asarray(values, np.float64))
+    m = float(v.mean())
+    se = float(np.std(v, ddof=1) / math.sqrt(v.size)) if v.size > 1 else math.nan
+    return m, se, m - 2 * se, m + 2 * se
+
+
 def claims(results: Mapping) -> list[Claim]:
-    """The kernel moves under SGD; it is exactly fixed between re-linearisations; each moves it."""
+    """The kernel moves under SGD (d(Θ_T, Θ_0) of K = 1, a 2 s.e. interval over seeds); checks: the
+    linear model's kernel is exactly fixed between re-linearisations and moves at each one."""
     h = results["runs"]
     if (rows := only_k1_rows("ntk", h)) is not None:
         return rows
-    K = np.asarray(h["K"])
-    i1, j = index_of_K(K, 1), index_of_K(K, K.max())
-    d1 = float(np.asarray(h["kernel_distance_init"], np.float64)[i1, -1])
-    dj = float(np.asarray(h["kernel_distance_init"], np.float64)[j, -1])
+    Kj = float(np.asarray(h["K"], np.float64).max())
+    ones, large = runs_of(h, 1), runs_of(h, Kj)
+    d_init = np.asarray(h["kernel_distance_init"], np.float64)[:, -1]
+    d1, dj = d_init[ones], d_init[large]
+    m, se, lo, hi = _interval(d1)
+    if not np.all(np.isfinite(d1)):
+        holds = "no"
+    elif not math.isfinite(se):
+        holds = UNDECIDED
+    else:
+        holds = "yes" if lo > MOVES else "no" if hi <= MOVES else UNDECIDED
+    spread = (f", 2 s.e. interval [{num(lo, 3)}, {num(hi, 3)}] ({d1.size} seeds)" if math.isfinite(se)
+              else " (1 seed)")
     moves = Claim(
         "the empirical NTK moves during SGD (K = 1)", "changes significantly (no number)",
-        f"d(Θ_T, Θ_0): K=1 {num(d1, 3)}; K={fmt_K(K[j])} network {num(dj, 3)}",
-        verdict(d1 > 0.01), "d > 0.01 (kernel distance of Fort et al., in [0, 1])",
+        f"d(Θ_T, Θ_0): K=1 {num(m, 3)}{spread}; K={fmt_K(Kj)} network {num(dj.mean(), 3)}",
+        holds,
+        f"d > {num(MOVES)} (kernel distance of Fort et al., in [0, 1]): yes when the 2 s.e. interval over seeds "
+        f"lies above {num(MOVES)}, no when wholly at or below it, else undecided (also with one seed: no spread "
+        "to estimate)",
     )
-    c = relin_kernel_changes(h, j)
-    still = c["distance"][~c["relinearised"]]
+    changes = [relin_kernel_changes(h, j) for j in large]
+    still = np.concatenate([c["distance"][~c["relinearised"]] for c in changes])
     fixed = Claim(
         "between re-linearisations the linear model's kernel is fixed", "constant for K steps (Eq. 4)",
-        f"K={fmt_K(K[j])}: max d(Θ_s, Θ_s,prev) = {num(still.max(), 6) if still.size else 'n/a'} "
-        f"over {still.size} intervals without re-linearisation",
+        f"K={fmt_K(Kj)}: max d(Θ_s, Θ_s,prev) = {num(still.max(), 6) if still.size else 'n/a'} "
+        f"over {still.size} intervals without re-linearisation ({len(large)} seed{'s' if len(large) != 1 else ''})",
         verdict(bool(np.all(still == 0.0)), applicable=still.size > 0),
-        "exactly 0 at every such interval",
+        "exactly 0 at every such interval (θ_s is not changed between re-linearisations)", kind="check",
     )
-    moved = c["distance"][c["relinearised"]]
+    moved = np.concatenate([c["distance"][c["relinearised"]] for c in changes])
     each = Claim(
-        "each re-linearisation moves the kernel (feature learning)", "the kernel changes at re-linearisation",
-        (f"K={fmt_K(K[j])}: {moved.size} intervals with re-linearisations, d from {num(moved.min(), 4)} "
-         f"to {num(moved.max(), 4)}") if moved.size else f"K={fmt_K(K[j])}: no re-linearisation",
+        "each re-linearisation moves the linear model's kernel", "the kernel changes at re-linearisation",
+        (f"K={fmt_K(Kj)}: {moved.size} intervals with re-linearisations, d from {num(moved.min(), 4)} "
+         f"to {num(moved.max(), 4)}") if moved.size else f"K={fmt_K(Kj)}: no re-linearisation",
         verdict(bool(np.all(moved > 0)), applicable=moved.size > 0),
-        "d > 0 at every interval containing a re-linearisation",
+        "d > 0 at every interval containing a re-linearisation (θ_s moved to θ_t)", kind="check",
     )
-    return [moves, fixed, each, divergence_claim({"runs": h})]
+    return [moves, divergence_claim({"runs": h}), fixed, each]
 
 
 EXPERIMENT = Experiment("ntk", SCALES, load, compute, claims, __name__)
@@ -133,16 +220,17 @@ EXPERIMENT = Experiment("ntk", SCALES, load, compute, claims, __name__)
 # What the notebook draws and prints: pure functions of the results (nothing here is part of ``compute``).
 
 
-def _largest(history: Mapping) -> tuple[int, int]:
+def _first_seed_largest(history: Mapping) -> tuple[int, int]:
+    """The first seed's K = 1 run and largest-K run (every seed shares the schedule of re-linearisations)."""
     K = np.asarray(history["K"], np.float64)
-    return index_of_K(K, 1), index_of_K(K, K.max())
+    return int(runs_of(history, 1)[0]), int(runs_of(history, K.max())[0])
 
 
 def relin_steps(results: Mapping) -> np.ndarray:
-    """The evaluation steps that end an interval containing a re-linearisation of the largest-K run
+    """The evaluation steps that end an interval containing a re-linearisation of the largest-K runs
     (the dotted verticals); empty when the largest K is 1 (only K = 1 ran)."""
     h = results["runs"]
-    i1, j = _largest(h)
+    i1, j = _first_seed_largest(h)
     if j == i1:
         return np.zeros(0, np.asarray(h["step"]).dtype)
     c = relin_kernel_changes(h, j)
@@ -150,16 +238,18 @@ def relin_steps(results: Mapping) -> np.ndarray:
 
 
 def relin_table(results: Mapping) -> str:
-    """:func:`relin_kernel_changes` of the largest-K run as a table: step, re-linearisations so far,
-    whether θ_s changed since the previous evaluation point, and d(Θ_s, Θ_s,prev)."""
+    """:func:`relin_kernel_changes` of the largest-K runs as a table: step, re-linearisations so far,
+    whether θ_s changed since the previous evaluation point, and d(Θ_s, Θ_s,prev) of each seed."""
     h = results["runs"]
-    _, j = _largest(h)
-    c = relin_kernel_changes(h, j)
-    lines = [f"K = {fmt_K(h['K'][j])}",
+    large = runs_of(h, np.asarray(h["K"], np.float64).max())
+    cs = [relin_kernel_changes(h, j) for j in large]
+    seed = np.asarray(h["seed"] if "seed" in h else h.get("seed_index", np.zeros(len(h["K"]), int)))
+    heads = [f"seed {int(seed[j])}" for j in large]
+    lines = [f"K = {fmt_K(h['K'][large[0]])}; d(Θ_s, Θ_s,prev) by seed",
              f"{'step':>8}  {'re-linearisations so far':>24}  {'re-linearised since previous':>28}  "
-             f"{'d(Θ_s, Θ_s,prev)':>17}"]
-    for t, n, r, d in zip(c["step"], c["n_relin"], c["relinearised"], c["distance"]):
-        lines.append(f"{int(t):>8}  {int(n):>24}  {'yes' if r else 'no':>28}  {float(d):>17.4f}")
+             + "  ".join(f"{x:>9}" for x in heads)]
+    c = cs[0]
+    for e, (t, n, r) in enumerate(zip(c["step"], c["n_relin"], c["relinearised"])):
+        lines.append(f"{int(t):>8}  {int(n):>24}  {'yes' if r else 'no':>28}  "
+                     + "  ".join(f"{float(x['distance'][e]):>9.4f}" for x in cs))
     return "\n".join(lines)
-
-

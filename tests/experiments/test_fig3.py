@@ -58,13 +58,13 @@ def test_seeds_and_paired_test_images_decide_what_one_unpaired_seed_cannot():
     tight and 'on par within 1 point' is decided (yes); unpaired it would be undecided."""
     h = fake_history([1, 5, 1, 5], 0.1, 50, [0.40, 0.40, 0.41, 0.405])
     h["seed_index"] = np.array([0, 0, 1, 1])
-    n = 200
+    n = 2000
     correct = np.zeros((4, n), bool)
     for r, acc in enumerate([0.40, 0.40, 0.41, 0.405]):
         correct[r, :int(round(acc * n))] = True
     h["net_test_correct"] = correct
     rows = fig3.claims({"runs": h, "n_test": np.asarray(n), "config": {"scale": "cpu"}})
-    assert rows[0].holds == "yes" and "2 seeds, 200 paired test images" in rows[0].measured
+    assert rows[0].holds == "yes" and "2 seeds, 2000 paired test images" in rows[0].measured
     del h["net_test_correct"]
     assert fig3.claims({"runs": h, "n_test": np.asarray(n), "config": {"scale": "cpu"}})[0].holds == UNDECIDED
 

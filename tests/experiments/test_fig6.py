@@ -1,44 +1,93 @@
-"""Fig. 6 (iterlin.experiments.fig6): linear probes over training, one tiny real run, the probe
-summary, and the claims' verdicts."""
+"""Fig. 6 (iterlin.experiments.fig6): linear probes over training, one tiny real run with two seeds,
+the probe-set size, the probe summary, and the claims' verdicts (the shared noise rule over seeds)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from _toy import fake_cifar, fake_history
+from _toy import FakeSweep, fake_cifar, fake_history, null_model
 
-from iterlin.claims import NA
-from iterlin.experiments import fig6, resolve
-from iterlin.experiments.fig6 import probe_table
+from iterlin.claims import NA, UNDECIDED
+from iterlin.experiments import _common, fig6, resolve
+from iterlin.experiments.fig6 import probe_size, probe_table
 
 
 def test_config():
     assert resolve("fig6", K=5e6)["K"] == [1, 5_000_000]
     with pytest.raises(ValueError, match="n_probe=0 is not allowed"):
         resolve("fig6", n_probe=0)
+    assert resolve("fig6", "cpu")["n_seeds"] >= 2 and resolve("fig6", "gpu")["n_seeds"] >= 3
+    assert resolve("fig6")["n_seeds"] == 1  # smoke stays one seed
 
 
-def test_fig6_probes_tiny(tiny_cifar):
-    config = resolve("fig6", K=2, steps=2, batch_size=8, n_train=16, n_test=8, n_probe=10, n_evals=1)
+def test_fig6_probes_tiny_two_seeds(tiny_cifar):
+    config = resolve("fig6", K=2, steps=2, batch_size=8, n_train=16, n_test=8, n_probe=10, n_evals=1, n_seeds=2)
     r = fig6.compute(config, tiny_cifar)
     h = r["runs"]
-    assert h["step"].tolist() == [0, 2] and h["K"].tolist() == [1.0, 2.0]
+    assert h["step"].tolist() == [0, 2] and h["K"].tolist() == [1.0, 2.0, 1.0, 2.0]
+    assert h["seed_index"].tolist() == [0, 0, 1, 1] and h["seed"].tolist() == [0, 0, 1, 1]
     for layer in fig6.PROBE_LAYERS:
         for k in ("train_acc", "test_acc", "lam"):
-            assert np.asarray(h[f"probe_{layer}_{k}"]).shape == (2, 2)
+            assert np.asarray(h[f"probe_{layer}_{k}"]).shape == (4, 2)
     acc = np.asarray(h["probe_layer1_test_acc"])
-    assert np.all((acc >= 0) & (acc <= 1)) and acc[0, 0] == acc[1, 0]  # same θ_0 for both runs
+    assert np.all((acc >= 0) & (acc <= 1))
+    assert acc[0, 0] == acc[1, 0] and acc[2, 0] == acc[3, 0]  # the runs of one seed share θ_0
     assert int(r["n_probe"]) == 10 and int(r["n_test"]) == 8
     rows = fig6.claims({**r, "config": config})
-    assert len(rows) == 5 and rows[-1].claim == "every run stays finite (no NaN or exploding loss)"
+    assert len(rows) == 7 and rows[-1].claim == "every run stays finite (no NaN or exploding loss)"
+    assert "2 seeds" in rows[0].measured
 
 
-def test_fig6_n_probe_larger_than_n_train(monkeypatch):
+# ------------------------------------------------------------------------------------------------
+# n_probe: derived from what is installed, and refused beyond it
+
+
+def test_probe_size_none_is_every_image_up_to_the_cap():
+    assert probe_size({"n_probe": None}, 256) == 256
+    assert probe_size({"n_probe": None}, 4660) == min(4660, fig6.PROBE_CAP) == fig6.PROBE_CAP
+    assert probe_size({"n_probe": None}, 50_000) == fig6.PROBE_CAP
+    assert probe_size({"n_probe": 7}, 16) == 7 and probe_size({"n_probe": 16}, 16) == 16
+    with pytest.raises(ValueError, match=r"n_probe=5000 is not allowed: n_probe must be <= n_train=4660 .*"
+                                         r"or None for all of them up to 2000"):
+        probe_size({"n_probe": 5000}, 4660)
+
+
+@pytest.mark.parametrize("scale", ["smoke", "cpu", "gpu"])
+def test_scales_fit_the_installed_subset(scale):
+    """The scales that use every installed image never ask for more probe images than the shared
+    subset (4,660 training images) holds: the gpu scale's old n_probe = 5000 did."""
+    config = resolve("fig6", scale)
+    installed = 4660 if config["n_train"] is None else config["n_train"]
+    assert probe_size(config, installed) <= installed
+
+
+def test_load_refuses_more_probe_images_than_loaded(monkeypatch):
     monkeypatch.setattr("iterlin.experiments._common.load_cifar10", lambda n, n_test: fake_cifar(n, n_test))
     config = resolve("fig6", n_train=16, n_test=8, batch_size=8, n_probe=17)
-    with pytest.raises(ValueError, match="n_probe=17"):
+    with pytest.raises(ValueError, match="n_probe=17 is not allowed: n_probe must be <= n_train=16"):
         fig6.EXPERIMENT.load(config)
     assert fig6.load(resolve("fig6", n_train=16, n_test=8, batch_size=8, n_probe=16)).x_train.shape[0] == 16
+
+
+def test_compute_fits_the_probes_on_the_derived_number(monkeypatch):
+    seen = {}
+
+    def tracker(features_fn, train_xy, test_xy, **kw):
+        seen["n"], seen["n_test"] = train_xy[0].shape[0], test_xy[0].shape[0]
+        return lambda step, state: {}
+
+    monkeypatch.setattr(_common, "sweep", FakeSweep())
+    monkeypatch.setattr(_common, "make_model", null_model)
+    monkeypatch.setattr(fig6, "probe_tracker", tracker)
+    monkeypatch.setattr(fig6, "PROBE_CAP", 10)
+    config = resolve("fig6", n_train=16, n_test=8, batch_size=8, steps=4, n_evals=2)
+    assert config["n_probe"] is None
+    res = fig6.compute(config, fake_cifar(16, n_test=8))
+    assert int(res["n_probe"]) == 10 == seen["n"] and seen["n_test"] == 8
+
+
+# ------------------------------------------------------------------------------------------------
+# the summary and the claims
 
 
 def test_probe_summary():
@@ -52,53 +101,92 @@ def test_probe_summary():
     np.testing.assert_allclose(one["mean"], [0.3, 0.1])  # a single point is its own mean
 
 
-def _results(probe_k1, probe_large, *, n_test=1000, K=(1, 8), diverged=None):
-    h = fake_history(list(K), 0.05, 24, [0.3] * len(K), diverged=diverged)
+def _results(k1, large, *, n_test=1000, K=(1, 8), diverged=None):
+    """Runs of every seed × K (seed-major): ``k1`` and ``large`` are one probe curve (E,) each, or
+    one per seed (S, E); the same curves for both layers."""
+    k1, large = np.atleast_2d(np.asarray(k1, np.float64)), np.atleast_2d(np.asarray(large, np.float64))
+    S = k1.shape[0]
+    h = fake_history(list(K) * S, 0.05, 24, [0.3] * (len(K) * S), n_evals=k1.shape[1] - 1, diverged=diverged)
+    h["seed_index"] = np.repeat(np.arange(S), len(K))
+    curves = [(k1 if k == 1 else large)[s] for s in range(S) for k in K]
     for layer in fig6.PROBE_LAYERS:
-        h[f"probe_{layer}_test_acc"] = np.array([probe_k1, probe_large][: len(K)], np.float64)
+        h[f"probe_{layer}_test_acc"] = np.stack(curves)
     return {"runs": h, "n_probe": np.asarray(100), "n_test": np.asarray(n_test)}
 
 
 def test_claims_hold_when_large_K_lags():
     rows = fig6.claims(_results([0.2, 0.5, 0.6], [0.2, 0.3, 0.4]))
-    assert [r.holds for r in rows] == ["yes"] * 5
-    assert [r.claim for r in rows[:2]] == ["layer1: large-K features improve slower",
+    assert [r.holds for r in rows] == ["yes"] * 7
+    assert [r.claim for r in rows[:3]] == ["layer1: the features' linear separability improves over training (K = 1)",
+                                           "layer1: large-K features improve slower",
                                            "layer1: large-K features level off lower"]
-    assert rows[1].measured == "final K=1 60.0 % vs K=8 40.0 %"
+    assert rows[2].measured.startswith("final probe acc.: K=1 60.0 % vs K=8 40.0 %; Δ +20.0 pts, 2 s.e. interval")
+    assert "(1 seed, 1000 unpaired test images)" in rows[2].measured
 
 
 def test_claims_fail_when_large_K_does_not_lag():
     rows = fig6.claims(_results([0.2, 0.3, 0.4], [0.2, 0.5, 0.6]))
-    assert [r.holds for r in rows] == ["no"] * 4 + ["yes"]
-    # slower but not lower: improves slower holds, levels off lower does not
+    assert [r.holds for r in rows] == ["yes", "no", "no"] * 2 + ["yes"]
+    # slower but not lower: improves slower holds, levels off lower is undecided (Δ = 0)
     rows = fig6.claims(_results([0.2, 0.5, 0.5], [0.2, 0.3, 0.5]))
-    assert [r.holds for r in rows[:2]] == ["yes", "no"]
+    assert [r.holds for r in rows[:3]] == ["yes", "yes", UNDECIDED]
+    # K = 1's probe gets worse over training
+    assert fig6.claims(_results([0.6, 0.4, 0.3], [0.6, 0.4, 0.3]))[0].holds == "no"
+
+
+def test_small_test_set_is_undecided():
+    # 20 points apart on 20 test images: 2 s.e. of a difference ≈ 31 points
+    rows = fig6.claims(_results([0.2, 0.3, 0.4], [0.2, 0.2, 0.2], n_test=20))
+    assert [r.holds for r in rows[:3]] == [UNDECIDED] * 3
+    # ... decided on 1000 images
+    assert [r.holds for r in fig6.claims(_results([0.2, 0.3, 0.4], [0.2, 0.2, 0.2]))[:3]] == ["yes"] * 3
+
+
+def test_seeds_that_disagree_leave_it_undecided():
+    """Two seeds, huge test set: the large K lags by 20 points in one seed and leads by 16 in the
+    other: the seed spread makes 'lower' undecided; when both seeds agree it holds."""
+    k1 = [[0.2, 0.5, 0.6], [0.2, 0.5, 0.6]]
+    rows = fig6.claims(_results(k1, [[0.2, 0.3, 0.4], [0.2, 0.7, 0.76]], n_test=10**6))
+    assert rows[2].holds == UNDECIDED and "(2 seeds, 1000000 unpaired test images)" in rows[2].measured
+    rows = fig6.claims(_results(k1, [[0.2, 0.3, 0.4], [0.2, 0.32, 0.42]], n_test=10**6))
+    assert rows[2].holds == "yes"
+    assert rows[2].measured.startswith("final probe acc.: K=1 60.0 % vs K=8 41.0 %; Δ +19.0 pts")
+
+
+def test_runs_are_found_by_K_not_by_position():
+    """The same runs listed large K first: the verdicts do not change."""
+    a = fig6.claims(_results([0.2, 0.5, 0.6], [0.2, 0.3, 0.4], K=(1, 8)))
+    b = fig6.claims(_results([0.2, 0.5, 0.6], [0.2, 0.3, 0.4], K=(8, 1)))
+    assert [r.holds for r in a] == [r.holds for r in b] == ["yes"] * 7
+    assert [r.measured for r in a] == [r.measured for r in b]
+
+
+def test_a_diverged_run_is_not_compared():
     rows = fig6.claims(_results([0.2, 0.5, 0.6], [0.2, 0.3, 0.4], diverged=[False, True]))
-    assert rows[-1].holds == "no" and rows[-1].measured == "diverged: K=8, lr=0.05 at step 3"
-
-
-def test_claims_na_when_K1_probe_gain_is_within_noise():
-    # K = 1's probe gains 15 points; 2 s.e. on 20 test images: 2·sqrt(0.2·0.8/20) ≈ 17.9 points
-    rows = fig6.claims(_results([0.2, 0.3, 0.35], [0.2, 0.2, 0.2], n_test=20))
-    assert [r.holds for r in rows[:4]] == [NA] * 4
-    assert "17.9 pts" in rows[0].rule
-    # ... and decided on 1000 images (2 s.e. ≈ 2.5 points)
-    assert [r.holds for r in fig6.claims(_results([0.2, 0.3, 0.35], [0.2, 0.2, 0.2]))[:4]] == ["yes"] * 4
+    assert [r.holds for r in rows] == ["yes", NA, NA] * 2 + ["no"]
+    assert rows[-1].measured == "diverged: K=8, lr=0.05 at step 3"
 
 
 def test_only_K1_run():
-    rows = fig6.claims(_results([0.2, 0.3, 0.4], None, K=(1,)))
+    rows = fig6.claims(_results([0.2, 0.3, 0.4], [0.2, 0.3, 0.4], K=(1,)))
     assert [r.holds for r in rows] == [NA, "yes"] and rows[0].measured == "only K = 1 was run"
 
 
 # The notebook's summary functions (pure functions of the results; no training).
 
 
-def test_probe_table_one_line_per_layer_and_run():
-    h = {"K": np.array([1.0, 8.0]), "step": np.array([0, 5, 10]),
-         "probe_layer1_test_acc": np.array([[0.1, 0.2, 0.3], [0.1, 0.1, 0.2]]),
-         "probe_layer2_test_acc": np.array([[0.2, 0.4, 0.6], [0.2, 0.2, 0.2]])}
-    lines = probe_table({"runs": h}).split("\n")
-    assert len(lines) == 4
-    assert lines[0] == "layer1  K =    1: initial  10.0 %, final  30.0 %, mean over training  25.0 %"
-    assert lines[3] == "layer2  K =    8: initial  20.0 %, final  20.0 %, mean over training  20.0 %"
+def test_probe_table_one_line_per_layer_and_K():
+    lines = probe_table(_results([0.1, 0.2, 0.3], [0.1, 0.1, 0.2], n_test=50)).split("\n")
+    assert len(lines) == 1 + 4
+    assert lines[0] == "probes fitted on 100 training images, scored on 50 test images; mean over 1 seed"
+    assert lines[1] == "layer1  K =    1: initial  10.0 %, final  30.0 %, mean over training  25.0 %"
+    assert lines[4] == "layer2  K =    8: initial  10.0 %, final  20.0 %, mean over training  15.0 %"
+
+
+def test_probe_table_means_over_seeds():
+    res = _results([[0.1, 0.2, 0.3], [0.1, 0.2, 0.5]], [[0.1, 0.1, 0.2], [0.1, 0.1, 0.2]])
+    lines = probe_table(res).split("\n")
+    assert lines[0].endswith("mean over 2 seeds ± one standard error")
+    # K = 1's final: 30 % and 50 %: mean 40 %, s.e. = std(ddof=1)/√2 = 10 points
+    assert lines[1] == ("layer1  K =    1: initial  10.0 ± 0.0 %, final  40.0 ± 10.0 %, "
+                        "mean over training  30.0 ± 5.0 %")

@@ -1,5 +1,6 @@
-"""Fig. 7 (iterlin.experiments.fig7): first-layer filter changes, one tiny real run, filter_match
-exactly on constructed trajectories, and the claims' verdicts."""
+"""Fig. 7 (iterlin.experiments.fig7): first-layer filter changes, one tiny real run with two seeds,
+filter_match exactly on constructed trajectories (seed by seed), and the claims' verdicts
+(intervals over seeds)."""
 
 from __future__ import annotations
 
@@ -9,78 +10,124 @@ import numpy as np
 import pytest
 from _toy import fake_history
 
-from iterlin.claims import NA
+from iterlin.claims import NA, UNDECIDED
 from iterlin.experiments import fig7, resolve
-from iterlin.experiments.fig7 import filter_match, match_marks, match_report
+from iterlin.experiments.fig7 import filter_match, match_marks, match_report, seed_interval
 
 
-def test_fig7_filters_tiny(tiny_cifar):
-    config = resolve("fig7", K=2, steps=2, batch_size=8, n_train=16, n_test=8, n_evals=2)
+def test_scales():
+    assert resolve("fig7")["n_seeds"] == 1
+    assert resolve("fig7", "cpu")["n_seeds"] >= 2 and resolve("fig7", "cpu")["n_train"] is None
+    assert resolve("fig7", "gpu")["n_seeds"] >= 3
+
+
+def test_fig7_filters_tiny_two_seeds(tiny_cifar):
+    config = resolve("fig7", K=2, steps=2, batch_size=8, n_train=16, n_test=8, n_evals=2, n_seeds=2)
     r = fig7.compute(config, tiny_cifar)
-    d = np.asarray(r["runs"]["filters_delta"])
-    assert d.shape == (2, 3, 5, 5, 3, 50)  # (R, E, h, w, c_in, filters)
+    h = r["runs"]
+    d = np.asarray(h["filters_delta"])
+    assert d.shape == (4, 3, 5, 5, 3, 50)  # (R = 2 seeds x 2 K, E, h, w, c_in, filters)
+    assert h["K"].tolist() == [1.0, 2.0, 1.0, 2.0] and h["seed_index"].tolist() == [0, 0, 1, 1]
     assert np.all(d[:, 0] == 0)  # change from initialisation is 0 at step 0
     assert np.all(np.abs(d[:, -1]).sum(axis=(1, 2, 3, 4)) > 0)
     m = r["match"]
-    assert np.asarray(m["norm"]).shape == (2, 3) and float(m["K_large"]) == 2.0
+    assert np.asarray(m["norm"]).shape == (4, 3) and float(m["K_large"]) == 2.0
+    for k in ("ratio", "fraction", "cosine", "match_step"):
+        assert np.asarray(m[k]).shape == (2,)  # one per seed
+    # seed by seed: the ratio is that seed's large-K run over its own K = 1 run
+    np.testing.assert_allclose(m["ratio"], [m["norm"][1, -1] / m["norm"][0, -1], m["norm"][3, -1] / m["norm"][2, -1]])
     rows = fig7.claims({**r, "config": config})
     assert len(rows) == 3 and rows[1].holds == NA  # "about 10 %" judged only at scale 'paper'
 
 
-def _trajectories(large_scale, steps=(0, 10, 20, 30, 40)):
-    """K = 1's change grows 0, 1, 2, 3, 4 (in norm) along one direction; the large K's is
-    ``large_scale`` times that at every point."""
+def _trajectories(large_scales, steps=(0, 10, 20, 30, 40), K=(1.0, 8.0)):
+    """Per seed s: K = 1's change grows 0, 1, 2, 3, 4 (in norm) along one direction; the large K's
+    is ``large_scales[s]`` times that at every point. Runs seed-major, in the order of ``K``."""
     base = np.zeros((5, 5, 3, 50))
     base[0, 0, 0, 0] = 1.0
-    d1 = np.stack([t * base for t in range(len(steps))])
-    dk = np.stack([t * large_scale * base for t in range(len(steps))])
-    return {"filters_delta": np.stack([d1, dk]), "step": np.asarray(steps), "K": np.array([1.0, 8.0])}
+    runs = []
+    for scale in np.atleast_1d(large_scales):
+        for k in K:
+            runs.append(np.stack([t * (1.0 if k == 1 else scale) * base for t in range(len(steps))]))
+    S = np.size(large_scales)
+    return {"filters_delta": np.stack(runs), "step": np.asarray(steps), "K": np.array(list(K) * S),
+            "seed_index": np.repeat(np.arange(S), len(K))}
 
 
 def test_filter_match_exact():
     # The large K's change ends at 1.5 = K = 1's at step 15 = 37.5 % of training.
-    m = fig7.filter_match(_trajectories(0.375))
+    m = filter_match(_trajectories(0.375))
     np.testing.assert_allclose(m["norm"], [[0, 1, 2, 3, 4], [0, 0.375, 0.75, 1.125, 1.5]])
-    assert float(m["ratio"]) == pytest.approx(0.375)
-    assert float(m["fraction"]) == pytest.approx(0.375)
-    assert float(m["cosine"]) == pytest.approx(1.0)
-    assert int(m["match_step"]) == 20  # nearest evaluation point to step 15 (interpolation weight 0.5)
+    np.testing.assert_allclose(m["ratio"], [0.375])
+    np.testing.assert_allclose(m["fraction"], [0.375])
+    np.testing.assert_allclose(m["cosine"], [1.0])
+    assert m["match_step"].tolist() == [20]  # nearest evaluation point to step 15 (interpolation weight 0.5)
     assert float(m["K_large"]) == 8.0
 
 
+def test_filter_match_seed_by_seed_and_by_K_not_position():
+    m = filter_match(_trajectories([0.375, 0.5]))
+    np.testing.assert_allclose(m["ratio"], [0.375, 0.5])
+    np.testing.assert_allclose(m["fraction"], [0.375, 0.5])
+    listed_backwards = filter_match(_trajectories([0.375, 0.5], K=(8.0, 1.0)))
+    for k in ("ratio", "fraction", "cosine", "match_step"):
+        np.testing.assert_allclose(listed_backwards[k], m[k])
+
+
 def test_filter_match_never_reached_and_no_change():
-    m = fig7.filter_match(_trajectories(2.0))  # the large K moved further than K = 1 ever did
-    assert float(m["ratio"]) == pytest.approx(2.0) and math.isnan(float(m["fraction"]))
-    assert int(m["match_step"]) == 40
+    m = filter_match(_trajectories(2.0))  # the large K moved further than K = 1 ever did
+    np.testing.assert_allclose(m["ratio"], [2.0])
+    assert math.isnan(m["fraction"][0]) and m["match_step"].tolist() == [40]
     still = _trajectories(1.0)
     still["filters_delta"] = np.zeros_like(still["filters_delta"])
-    m = fig7.filter_match(still)
-    assert math.isnan(float(m["ratio"])) and math.isnan(float(m["cosine"]))
+    m = filter_match(still)
+    assert math.isnan(m["ratio"][0]) and math.isnan(m["cosine"][0])
 
 
-def _results(ratio, fraction, *, scale="smoke", K=(1, 8), diverged=None):
-    h = fake_history(list(K), 0.05, 24, [0.3] * len(K), diverged=diverged)
-    match = {"ratio": np.asarray(ratio), "fraction": np.asarray(fraction), "cosine": np.asarray(0.9)}
+def test_seed_interval():
+    m, se, lo, hi = seed_interval([0.4, 0.6])
+    assert m == pytest.approx(0.5) and se == pytest.approx(np.std([0.4, 0.6], ddof=1) / math.sqrt(2))
+    assert (lo, hi) == pytest.approx((0.5 - 2 * se, 0.5 + 2 * se))
+    m, se, lo, hi = seed_interval([0.3])
+    assert m == 0.3 and math.isnan(se) and math.isnan(lo) and math.isnan(hi)
+
+
+def _results(ratio, fraction, *, scale="smoke", K=(1, 8), diverged=None, cosine=0.9):
+    ratio, fraction = np.atleast_1d(ratio), np.atleast_1d(fraction)
+    S = ratio.size
+    h = fake_history(list(K) * S, 0.05, 24, [0.3] * (len(K) * S), diverged=diverged)
+    h["seed_index"] = np.repeat(np.arange(S), len(K))
+    match = {"ratio": ratio, "fraction": fraction, "cosine": np.full(S, cosine)}
     return {"runs": h, "match": match, "config": {"scale": scale}}
 
 
-def test_claims_hold():
-    rows = fig7.claims(_results(0.5, 0.1, scale="paper"))
+def test_claims_hold_over_seeds():
+    rows = fig7.claims(_results([0.5, 0.52], [0.1, 0.11], scale="paper"))
     assert [r.holds for r in rows] == ["yes", "yes", "yes"]
-    assert rows[0].measured == "‖ΔW_T‖ K=8 / K=1 = 0.50"
-    assert rows[1].measured == "K=1 reaches the final large-K ‖ΔW‖ at 10 % of training (cos 0.90)"
+    assert rows[0].measured == "‖ΔW_T‖ K=8 / K=1 = 0.51 (2 s.e. interval [0.49, 0.53], 2 seeds)"
+    assert rows[1].measured == ("K=1 reaches the final large-K ‖ΔW‖ at 10.5 % of training (2 s.e. interval "
+                                "[9.5 %, 11.5 %], 2 seeds; cos 0.90)")
 
 
-def test_claims_fail():
-    rows = fig7.claims(_results(0.95, 0.5, scale="paper", diverged=[True, False]))
+def test_claims_fail_over_seeds():
+    rows = fig7.claims(_results([0.95, 0.97], [0.5, 0.55], scale="paper", diverged=[True, False, False, False]))
     assert [r.holds for r in rows] == ["no", "no", "no"]
-    assert fig7.claims(_results(0.5, float("nan"), scale="paper"))[1].holds == "no"  # never reached
-    assert "never" in fig7.claims(_results(0.5, float("nan"), scale="paper"))[1].measured
+    rows = fig7.claims(_results([1.2, 1.3], [float("nan")] * 2, scale="paper"))  # large K moved further
+    assert [r.holds for r in rows[:2]] == ["no", "no"] and "never" in rows[1].measured
+
+
+def test_claims_undecided():
+    # the seeds straddle 0.9; one seed has no spread to estimate; a seed that never reaches it
+    assert fig7.claims(_results([0.5, 1.1], [0.1, 0.1]))[0].holds == UNDECIDED
+    rows = fig7.claims(_results(0.5, 0.1, scale="paper"))
+    assert [r.holds for r in rows[:2]] == [UNDECIDED, UNDECIDED] and rows[0].measured.endswith("(1 seed)")
+    assert fig7.claims(_results([0.5, 0.5], [0.1, float("nan")], scale="paper"))[1].holds == UNDECIDED
+    assert fig7.claims(_results([0.5, 0.5], [0.05, 0.5], scale="paper"))[1].holds == UNDECIDED
 
 
 def test_claims_not_applicable():
-    assert [r.holds for r in fig7.claims(_results(0.5, 0.1))] == ["yes", NA, "yes"]  # not at scale 'paper'
-    assert fig7.claims(_results(float("nan"), float("nan")))[0].holds == NA  # K = 1's filters never moved
+    assert [r.holds for r in fig7.claims(_results([0.5, 0.52], [0.1, 0.1]))] == ["yes", NA, "yes"]  # not 'paper'
+    assert fig7.claims(_results([float("nan")] * 2, [float("nan")] * 2))[0].holds == NA  # K = 1 never moved
     rows = fig7.claims(_results(1.0, 1.0, K=(1,)))
     assert [r.holds for r in rows] == [NA, "yes"] and rows[0].claim == "fig7: large K against K = 1"
 
@@ -88,10 +135,13 @@ def test_claims_not_applicable():
 # The notebook's summary functions (pure functions of the results; no training).
 
 
-def _summary_results(norms):
-    """Two runs (K = 1, 8) whose single 1×1×1 filter changes by ``norms`` (R, E) at steps 0, 10, 20."""
-    h = {"K": np.array([1.0, 8.0]), "step": np.array([0, 10, 20]),
-         "filters_delta": np.asarray(norms, np.float64).reshape(2, 3, 1, 1, 1, 1)}
+def _summary_results(norms, K=(1.0, 8.0)):
+    """Runs (seed-major over ``K``) whose single 1×1×1 filter changes by ``norms`` (R, E) at steps 0, 10, 20."""
+    norms = np.asarray(norms, np.float64)
+    R = norms.shape[0]
+    h = {"K": np.array(list(K) * (R // len(K))), "step": np.array([0, 10, 20]),
+         "seed_index": np.repeat(np.arange(R // len(K)), len(K)),
+         "filters_delta": norms.reshape(R, 3, 1, 1, 1, 1)}
     return {"runs": h, "match": filter_match(h)}
 
 
@@ -99,6 +149,13 @@ def test_match_marks_where_k1_reaches_the_large_k_final_size():
     m = match_marks(_summary_results([[0.0, 1.0, 2.0], [0.0, 0.5, 1.5]]))
     assert m["target"] == 1.5
     np.testing.assert_allclose([m["fraction"], m["step"]], [0.75, 15.0])  # half-way between steps 10 and 20
+
+
+def test_match_marks_on_the_mean_curves():
+    # two seeds: K = 1's mean curve 0, 1, 2; the large K's mean final 1.5 (1 and 2)
+    m = match_marks(_summary_results([[0.0, 0.5, 1.5], [0.0, 0.5, 1.0], [0.0, 1.5, 2.5], [0.0, 0.5, 2.0]]))
+    assert m["target"] == 1.5
+    np.testing.assert_allclose([m["fraction"], m["step"]], [0.75, 15.0])
 
 
 def test_match_marks_never_reached():
@@ -109,5 +166,8 @@ def test_match_marks_never_reached():
 
 def test_match_report_ratio_and_fraction():
     text = match_report(_summary_results([[0.0, 1.0, 2.0], [0.0, 0.5, 1.5]]))
-    assert text == ("final ratio (large K / K = 1): 0.75; K = 1 reaches the large-K final size at 75 % of training "
-                    "(cosine there: 1.00)")
+    assert text == ("1 seed: final ratio (large K / K = 1): 0.75; K = 1 reaches the large-K final size at 75 % of "
+                    "training (cosine there: 1.00)")
+    text = match_report(_summary_results([[0.0, 1.0, 2.0], [0.0, 0.5, 1.5], [0.0, 1.0, 2.0], [0.0, 0.5, 1.0]]))
+    assert text == ("2 seeds (mean ± s.e.): final ratio (large K / K = 1): 0.62 ± 0.12; K = 1 reaches the large-K "
+                    "final size at 62 ± 12 % of training (cosine there: 1.00 ± 0.00)")

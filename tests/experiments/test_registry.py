@@ -16,7 +16,7 @@ from _toy import fake_cifar, fake_history
 
 import iterlin
 import iterlin.experiments as ex
-from iterlin.claims import HOLDS, NA
+from iterlin.claims import HOLDS, UNDECIDED
 from iterlin.config import SCALE_NAMES, VALIDATORS
 from iterlin.experiments import registry
 
@@ -168,10 +168,10 @@ def test_claims_cell_publishes(tmp_path):
     h = fake_history([1, 5], 0.1, 50, [0.40, 0.395])
     text = ex.claims({"runs": h, "n_test": np.asarray(100), "config": {"experiment": "fig3", "scale": "smoke"}},
                      directory=tmp_path)
-    assert text.startswith("Claims of fig3 at scale 'smoke':")
+    assert str(text).startswith("Claims of fig3 at scale 'smoke':")
     doc = json.loads((tmp_path / "fig3.json").read_text())
     assert doc["name"] == "fig3" and doc["scale"] == "smoke" and len(doc["rows"]) == 4
-    assert doc["rows"][0]["holds"] == NA  # 100 test images cannot decide "under 1 point"
+    assert doc["rows"][0]["holds"] == UNDECIDED  # 100 test images cannot decide "under 1 point"
 
 
 def test_data_fingerprint():
@@ -192,8 +192,8 @@ def test_scales_table_lists_every_experiment_and_scale():
     assert table.count("| parameter | smoke | cpu | gpu | paper |") == len(MODULES)
     fig3 = ex.scales_table("fig3")
     assert fig3.startswith("### fig3") and "### fig2" not in fig3
-    assert "| `K` | [1, 3] | [1, 4000] | [1, 5000000] |" in fig3
-    assert "| `n_train` | 256 | all | 50000 |" in fig3  # None: every installed image
+    assert "| `K` | [1, 3] | [1, 50] | [1, 4000] | [1, 5000000] |" in fig3
+    assert "| `n_train` | 256 | all | all | 50000 |" in fig3  # None: every installed image
     assert "| `K` | [1, 4, ∞] |" in ex.scales_table("fig2")
     with pytest.raises(ValueError, match="experiment='nope' is not allowed"):
         ex.scales_table("nope")
@@ -222,7 +222,7 @@ def test_tiny_real_run_is_cached(cifar_subset_path, tmp_path, capsys):
     assert ex.run(res["config"], progress=False, cache_dir=tmp_path)["config"] == res["config"]
     rows = ex.get("fig3").claims(res)
     assert len(rows) == 4 and all(r.holds in HOLDS for r in rows)
-    assert rows[0].holds == NA  # 16 test images decide nothing at 1 point
+    assert rows[0].holds == UNDECIDED  # 16 test images decide nothing at 1 point
 
 
 # ----------------------------------------------------------------------------------------------
