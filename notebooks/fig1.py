@@ -119,7 +119,6 @@ n_test = None  # test points (1000)
 # %%
 import matplotlib.pyplot as plt
 import numpy as np
-from IPython.display import display
 
 from iterlin.config import describe
 from iterlin.experiments import claims, reference, resolve_notebook, run
@@ -204,13 +203,7 @@ def plot(results):
 
 # %%
 # NBVAL_IGNORE_OUTPUT (the committed run, and whether the library changed since, change apart from this notebook)
-ref = reference.load("fig1")
-if ref is None:
-    print("No reference run is committed yet: make results SCALE=cpu")
-else:
-    plot(ref.results)
-    print(ref.caption())
-    display(ref.claims())
+ref = reference.show("fig1", plot)
 
 # %% [markdown]
 # ## This build's run

@@ -76,7 +76,6 @@ n_eval_train = None  # training images the training metrics are measured on ("al
 # %%
 import matplotlib.pyplot as plt
 import numpy as np
-from IPython.display import display
 
 from iterlin.claims import pct
 from iterlin.config import describe
@@ -128,13 +127,7 @@ def plot(results):
 
 # %%
 # NBVAL_IGNORE_OUTPUT (the committed run, and whether the library changed since, change apart from this notebook)
-ref = reference.load("fig7")
-if ref is None:
-    print("No reference run is committed yet: make results SCALE=cpu")
-else:
-    plot(ref.results)
-    print(ref.caption())
-    display(ref.claims())
+ref = reference.show("fig7", plot)
 
 # %% [markdown]
 # ## This build's run

@@ -86,7 +86,6 @@ x64 = None  # float64 (True) or float32 (False)
 
 # %%
 import matplotlib.pyplot as plt
-from IPython.display import display
 
 from iterlin.config import describe
 from iterlin.experiments import claims, reference, resolve_notebook, run
@@ -141,13 +140,7 @@ def plot(results):
 
 # %%
 # NBVAL_IGNORE_OUTPUT (the committed run, and whether the library changed since, change apart from this notebook)
-ref = reference.load("fig9")
-if ref is None:
-    print("No reference run is committed yet: make results SCALE=cpu")
-else:
-    plot(ref.results)
-    print(ref.caption())
-    display(ref.claims())
+ref = reference.show("fig9", plot)
 
 # %% [markdown]
 # ## This build's run

@@ -94,7 +94,6 @@ n_eval_train = None  # training images the training metrics are measured on ("al
 
 # %%
 import matplotlib.pyplot as plt
-from IPython.display import display
 
 from iterlin.config import describe
 from iterlin.experiments import claims, reference, resolve_notebook, run
@@ -141,13 +140,7 @@ def plot(results):
 
 # %%
 # NBVAL_IGNORE_OUTPUT (the committed run, and whether the library changed since, change apart from this notebook)
-ref = reference.load("ntk")
-if ref is None:
-    print("No reference run is committed yet: make results SCALE=cpu")
-else:
-    plot(ref.results)
-    print(ref.caption())
-    display(ref.claims())
+ref = reference.show("ntk", plot)
 
 # %% [markdown]
 # ## This build's run

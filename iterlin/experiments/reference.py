@@ -40,7 +40,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Mapping, NamedTuple, Sequence
+from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 from ..cache import load_results, repo_root, save_results
 from ..checkpoint import atomic_write_bytes
@@ -48,7 +48,7 @@ from ..claims import Claim, ClaimsTable
 from ..fingerprint import code_fingerprint
 from . import registry
 
-__all__ = ["Reference", "results_dir", "write", "load", "rewrite_claims", "provenance_line", "device_name", "main"]
+__all__ = ["Reference", "results_dir", "write", "load", "show", "rewrite_claims", "provenance_line", "device_name", "main"]
 
 
 class Reference(NamedTuple):
@@ -168,6 +168,24 @@ def load(name: str, *, base=None) -> Reference | None:
     doc = json.loads((d / "claims.json").read_text(encoding="utf-8"))
     rows = [Claim(**r).check() for r in doc["rows"]]
     return Reference(name, results, rows, provenance)
+
+
+def show(name: str, plot: Callable[[Mapping], Any], *, base=None) -> Reference | None:
+    """A notebook's reference-run cell: ``plot(results)`` of the committed run, its provenance line
+    (:meth:`Reference.caption`) and its claims table (HTML in a notebook); or one line saying that
+    none is committed. Returns the :class:`Reference` (None without one)."""
+    ref = load(name, base=base)
+    if ref is None:
+        print("No reference run is committed yet: make results SCALE=cpu")
+        return None
+    plot(ref.results)
+    print(ref.caption())
+    try:
+        from IPython.display import display
+    except ImportError:  # outside IPython: the table as text
+        display = print
+    display(ref.claims())
+    return ref
 
 
 def rewrite_claims(name: str, *, base=None) -> bool:

@@ -65,6 +65,18 @@ def test_write_and_load_a_reference_run_with_its_provenance(toy, tmp_path):
     assert reference.load("toy", base=tmp_path / "elsewhere") is None
 
 
+def test_show_plots_the_reference_run_then_its_provenance_and_claims(toy, tmp_path, capsys):
+    base = tmp_path / "results"
+    plotted = []
+    assert reference.show("toy", plotted.append, base=base) is None and plotted == []
+    assert capsys.readouterr().out == "No reference run is committed yet: make results SCALE=cpu\n"
+    reference.write("toy", "cpu", base=base, checkpoint_root=tmp_path / "ckpt", progress=False)
+    ref = reference.show("toy", plotted.append, base=base)
+    assert len(plotted) == 1 and plotted[0] is ref.results
+    out = capsys.readouterr().out
+    assert out.startswith(ref.caption() + "\n") and "Claims of the reference run of toy at scale 'cpu':" in out
+
+
 def test_a_changed_library_is_said_and_claims_are_re_derived(toy, tmp_path, monkeypatch):
     exp, _ = toy
     base = tmp_path / "results"
