@@ -66,6 +66,8 @@ __all__ = [
     "difference",
     "on_par",
     "exceeds",
+    "seed_interval",
+    "beyond",
     "two_se",
     "beyond_noise",
     "divergence_row",
@@ -411,6 +413,33 @@ def exceeds(diff: Difference) -> str:
     if diff.hi < 0:
         return "no"
     return UNDECIDED
+
+
+def seed_interval(values) -> tuple[float, float, float, float]:
+    """``(mean, se, lo, hi)`` over seeds of (S,) values (a ratio, a distance, one per seed): the
+    mean, its standard error std(ddof=1)/√S and the 2 s.e. interval [mean − 2 se, mean + 2 se];
+    se, lo and hi are NaN for one seed (no spread to estimate)."""
+    v = np.atleast_1d(np.asarray(values, np.float64))
+    m = float(v.mean())
+    se = float(np.std(v, ddof=1) / math.sqrt(v.size)) if v.size > 1 else math.nan
+    return m, se, m - 2 * se, m + 2 * se
+
+
+def beyond(values, threshold: float, *, above: bool) -> str:
+    """Whether a quantity measured once per seed lies above (``above=True``) or below a threshold:
+    ``"yes"`` when the 2 s.e. interval of :func:`seed_interval` lies strictly on that side, ``"no"``
+    when it lies wholly on the other side (touching the threshold counts as the other side), else
+    :data:`UNDECIDED` (it straddles the threshold, or one seed gives no interval). A non-finite
+    value is ``"no"``."""
+    v = np.atleast_1d(np.asarray(values, np.float64))
+    if not np.all(np.isfinite(v)):
+        return "no"
+    _, se, lo, hi = seed_interval(v)
+    if not math.isfinite(se):
+        return UNDECIDED
+    if above:
+        return "yes" if lo > threshold else "no" if hi <= threshold else UNDECIDED
+    return "yes" if hi < threshold else "no" if lo >= threshold else UNDECIDED
 
 
 #: The rule column of every on-par row (:func:`on_par`).

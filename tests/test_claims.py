@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from _toy import fake_history
 
+from iterlin import claims
 from iterlin.claims import (
     COLUMNS,
     HOLDS,
@@ -283,3 +284,29 @@ def test_only_k1_rows():
     assert rows[0] == Claim("fig7: large K against K = 1", "see the notebook", "only K = 1 was run", NA,
                             "needs a run with K > 1")
     assert rows[1].measured == "diverged: K=1, lr=0.1 at step 3"
+
+
+def test_seed_interval_is_two_standard_errors_over_seeds():
+    m, se, lo, hi = claims.seed_interval([0.4, 0.6])
+    assert m == pytest.approx(0.5) and se == pytest.approx(np.std([0.4, 0.6], ddof=1) / np.sqrt(2))
+    assert (lo, hi) == pytest.approx((0.5 - 2 * se, 0.5 + 2 * se))
+    assert all(np.isnan(v) for v in claims.seed_interval([0.3])[1:])
+
+
+@pytest.mark.parametrize("values, above, expected", [
+    ([0.50, 0.52, 0.48], True, "yes"),     # interval [0.477, 0.523] above 0.3
+    ([0.50, 0.52, 0.48], False, "no"),     # ... so not below it
+    ([0.10, 0.12, 0.08], True, "no"),      # wholly below
+    ([0.10, 0.60, 0.30], True, claims.UNDECIDED),  # straddles 0.3
+    ([0.50], True, claims.UNDECIDED),      # one seed: no interval
+    ([0.50, np.nan], True, "no"),          # a non-finite seed
+])
+def test_beyond_decides_by_the_interval(values, above, expected):
+    assert claims.beyond(values, 0.3, above=above) == expected
+
+
+def test_beyond_touching_the_threshold_is_the_other_side():
+    # the interval's lower end exactly at the threshold: not "above"
+    v = np.array([1.0, 3.0])
+    _, se, lo, _ = claims.seed_interval(v)
+    assert claims.beyond(v, lo, above=True) != "yes"

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from _toy import fake_history
 
-from iterlin.claims import NA, UNDECIDED
+from iterlin.claims import NA, UNDECIDED, seed_interval
 from iterlin.experiments import fig7, resolve
-from iterlin.experiments.fig7 import filter_match, match_marks, match_report, seed_interval
+from iterlin.experiments.fig7 import filter_match, match_marks, match_report
 
 
 def test_scales():
