@@ -37,10 +37,14 @@ from .probes import (
     fit_linear_probe,
     probe_tracker,
 )
+from .stability import ggn_matvec, ggn_sharpness, max_stable_lr
 from .training import TrainState, commit_step, fit, init_state, make_step, train, train_sweep
 from .tree import tree_allclose, tree_size, tree_stack
 
 __all__ = [
+    "ggn_matvec",
+    "ggn_sharpness",
+    "max_stable_lr",
     "empirical_ntk",
     "empirical_ntk_fn",
     "kernel_distance",
