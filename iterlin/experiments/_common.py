@@ -39,6 +39,7 @@ from ..validate import check_K, check_positive, check_seed
 
 __all__ = [
     "Experiment",
+    "network_correct",
     "load_data",
     "load_with_probe",
     "load_quintic",
@@ -226,6 +227,19 @@ def sweep(
     return history
 
 
+def _in_chunks(fn: Callable, x, y, batch_size: int) -> list:
+    """``fn(x_chunk, y_chunk)`` on host, for consecutive chunks of ``batch_size`` examples."""
+    x, y = jax.numpy.asarray(x), jax.numpy.asarray(y)
+    return [jax.device_get(fn(x[i:i + batch_size], y[i:i + batch_size])) for i in range(0, x.shape[0], batch_size)]
+
+
+def network_correct(apply_fn: Callable, params, x, y, batch_size: int = 1000) -> np.ndarray:
+    """Whether the network f(θ, ·) of one run classifies each image of ``x`` (N, ...) as its label
+    ``y`` (N,): ``argmax f(θ, x_n) == y_n``, (N,) bool, in chunks of ``batch_size``."""
+    correct = jax.jit(lambda p, xb, yb: jax.numpy.argmax(apply_fn(p, xb), -1) == yb)
+    return np.concatenate(_in_chunks(lambda xb, yb: correct(params, xb, yb), x, y, batch_size)).astype(bool)
+
+
 def final_correct(apply_fn: Callable, state, x, y, batch_size: int = 1000) -> dict:
     """``net_test_correct``, ``lin_test_correct``: (R, N) bool, whether f(θ_T) and f_lin_s(θ_T) of
     each run of a stacked (sweep) state classify each of ``x`` as its label ``y`` (N,) (chunks of
@@ -238,9 +252,7 @@ def final_correct(apply_fn: Callable, state, x, y, batch_size: int = 1000) -> di
                     jax.numpy.argmax(linearised_apply(apply_fn, ps, p, xb), -1) == yb)
         return jax.vmap(one)(params, params_s)
 
-    x, y = jax.numpy.asarray(x), jax.numpy.asarray(y)
-    parts = [jax.device_get(correct(state.params, state.params_s, x[i:i + batch_size], y[i:i + batch_size]))
-             for i in range(0, x.shape[0], batch_size)]
+    parts = _in_chunks(lambda xb, yb: correct(state.params, state.params_s, xb, yb), x, y, batch_size)
     return {"net_test_correct": np.concatenate([p[0] for p in parts], 1).astype(bool),
             "lin_test_correct": np.concatenate([p[1] for p in parts], 1).astype(bool)}
 

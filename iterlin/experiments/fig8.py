@@ -43,10 +43,8 @@ accuracies and losses, ``""`` for reasons): ``relin_step``, ``relin_inner_steps`
 from __future__ import annotations
 
 import math
-from typing import Callable, Mapping, Sequence
+from typing import Mapping, Sequence
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 import optax
 
@@ -55,9 +53,9 @@ from ..claims import EXCEEDS_RULE, NA, Claim, difference, divergence_row, exceed
 from ..data import Dataset
 from ..models import make_model
 from ..training import train
-from ._common import Experiment, checkpoint_path, eval_points, load_data, seed_keys, seeds
+from ._common import Experiment, checkpoint_path, eval_points, load_data, network_correct, seed_keys, seeds
 
-__all__ = ["SCALES", "EXPERIMENT", "RUNS", "load", "compute", "claims", "stack_runs", "network_correct", "relin_points"]
+__all__ = ["SCALES", "EXPERIMENT", "RUNS", "load", "compute", "claims", "stack_runs", "relin_points"]
 
 SCALES = {
     "smoke": dict(
@@ -95,17 +93,6 @@ LOG_PAD = {"relin_step": -1, "relin_inner_steps": -1, "relin_acc": math.nan, "re
            "relin_reason": ""}
 
 load = load_data
-
-
-def network_correct(apply_fn: Callable, params, x, y, batch_size: int = 1000) -> np.ndarray:
-    """Whether the network f(θ, ·) classifies each image of ``x`` (N, ...) as its label ``y`` (N,):
-    ``argmax f(θ, x_n) == y_n``, (N,) bool, in chunks of ``batch_size`` (the chunks the training
-    loop evaluates in)."""
-    predict = jax.jit(lambda p, xb: jnp.argmax(apply_fn(p, xb), -1))
-    y = np.asarray(y)
-    parts = [np.asarray(predict(params, jnp.asarray(x[i:i + batch_size]))) == y[i:i + batch_size]
-             for i in range(0, len(y), batch_size)]
-    return np.concatenate(parts).astype(bool)
 
 
 def stack_runs(histories: Sequence[Mapping], steps: Sequence[int]) -> dict:

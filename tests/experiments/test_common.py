@@ -218,3 +218,12 @@ def test_cnn_sweep_trains_every_seed_and_records_it(monkeypatch):
     assert len(captured["params"]) == 3 and len(captured["key"]) == 3
     assert captured["eval_train_size"] == 30
     assert C.seeds(config) == [7, 8, 9] and C.seeds({"seed": 2}) == [2]
+
+
+def test_network_correct_in_chunks_equals_one_pass():
+    apply_fn, params, x, y = tiny_problem()
+    whole = np.asarray(jnp.argmax(apply_fn(params, x), -1) == y)
+    got = C.network_correct(apply_fn, params, np.asarray(x), np.asarray(y), batch_size=7)  # 24 = 7+7+7+3
+    assert got.dtype == bool and got.shape == (x.shape[0],)
+    np.testing.assert_array_equal(got, whole)
+    assert 0 < got.sum() < got.size  # both outcomes occur, so a constant answer would fail
