@@ -15,7 +15,8 @@ results or any byte of the data gives a new key (and the old entry is simply nev
 rerunning a notebook to replot reads the stored arrays.
 
 Files, in the cache directory (:func:`default_cache_dir`: ``$ITERLIN_CACHE``, else
-``<repo>/.cache/results`` beside the ``iterlin`` package, else ``~/.cache/iterlin/results``):
+``<repo>/.cache/results`` beside the ``iterlin`` package, else ``$XDG_CACHE_HOME/iterlin/results``
+or ``~/.cache/iterlin/results``):
 
 * ``<name>-<key[:20]>.npz``: the results, flattened to ``"a/b"`` keys (nested dicts are allowed),
   plus ``__key__`` (the full key), ``__config__`` (canonical JSON) and ``__digest__`` (the
@@ -190,15 +191,23 @@ def repo_root() -> Path | None:
     return root if (root / "pyproject.toml").is_file() else None
 
 
+def user_cache_dir() -> Path:
+    """The user's cache folder for iterlin outside a checkout: ``$XDG_CACHE_HOME/iterlin``, else
+    ``~/.cache/iterlin`` (never inside site-packages)."""
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg).expanduser() if xdg else Path("~/.cache").expanduser()) / "iterlin"
+
+
 def default_cache_dir() -> Path:
-    """``$ITERLIN_CACHE``, else ``<repo>/.cache/results``, else ``~/.cache/iterlin/results``."""
+    """``$ITERLIN_CACHE``, else ``<repo>/.cache/results`` inside a checkout, else
+    :func:`user_cache_dir` ``/results``."""
     env = os.environ.get("ITERLIN_CACHE")
     if env:
         return Path(env).expanduser()
     root = repo_root()
     if root is not None:
         return root / ".cache" / "results"
-    return Path("~/.cache/iterlin/results").expanduser()
+    return user_cache_dir() / "results"
 
 
 def cache_paths(name: str, key: str, cache_dir: str | os.PathLike | None = None) -> dict[str, Path]:

@@ -153,6 +153,20 @@ def test_default_cache_dir(monkeypatch, tmp_path):
     assert default_cache_dir().parts[-2:] == (".cache", "results")
 
 
+def test_default_cache_dir_outside_a_checkout_is_the_users(monkeypatch, tmp_path):
+    """Installed from a wheel there is no checkout: results go to $XDG_CACHE_HOME/iterlin (else
+    ~/.cache/iterlin), never beside the package in site-packages."""
+    import iterlin.cache as cache_module
+
+    monkeypatch.delenv("ITERLIN_CACHE", raising=False)
+    monkeypatch.setattr(cache_module, "repo_root", lambda: None)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert default_cache_dir() == tmp_path / "xdg" / "iterlin" / "results"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert default_cache_dir() == tmp_path / "home" / ".cache" / "iterlin" / "results"
+
+
 # ----------------------------------------------------------------------------------------------
 # cached()
 # ----------------------------------------------------------------------------------------------
