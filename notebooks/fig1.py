@@ -202,7 +202,8 @@ def plot(results):
 # at $K = 1/(\lambda\eta)$; second: the K ↔ λ filters on the NTK spectrum at initialisation.
 
 # %%
-# NBVAL_IGNORE_OUTPUT (the committed run, and whether the library changed since, change apart from this notebook)
+# NBVAL_IGNORE_OUTPUT
+# (the committed run, and whether the library changed since, change apart from this notebook)
 ref = reference.show("fig1", plot)
 
 # %% [markdown]

@@ -113,7 +113,8 @@ def plot(results):
 # provenance and its claims.
 
 # %%
-# NBVAL_IGNORE_OUTPUT (the committed run, and whether the library changed since, change apart from this notebook)
+# NBVAL_IGNORE_OUTPUT
+# (the committed run, and whether the library changed since, change apart from this notebook)
 ref = reference.show("fig2", plot)
 
 # %% [markdown]

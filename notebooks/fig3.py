@@ -42,7 +42,9 @@
 #   that the pipeline works; it does not reproduce 82.3 %.
 # * `cpu` (the committed reference run, shown first below; about 25 minutes of a 2-core CPU):
 #   every installed image (4,660 training and 932 test images of the shared subset), 2 seeds,
-#   500 steps of 128 at learning rate 0.1 (about 14 epochs), $K = 50$ (10 re-linearisations);
+#   500 steps of 128 at learning rate 0.01 (about 14 epochs), $K = 50$ (10 re-linearisations;
+#   at 0.1 and at 0.03 both $K = 50$ runs diverged or blew up while $K = 1$ trained: see the
+#   method chapter, "How large a learning rate the linear model takes");
 #   the training metrics on 1,000 training images.
 # * `gpu` (one H100, about ten minutes by a FLOP estimate, not measured): every installed image,
 #   3 seeds, 40 000 steps of 256 at learning rate 0.01, $K = 4000$ (10 re-linearisations).
@@ -107,7 +109,8 @@ def plot(results):
 # seeds; a cross marks a run that diverged.
 
 # %%
-# NBVAL_IGNORE_OUTPUT (the committed run, and whether the library changed since, change apart from this notebook)
+# NBVAL_IGNORE_OUTPUT
+# (the committed run, and whether the library changed since, change apart from this notebook)
 ref = reference.show("fig3", plot)
 
 # %% [markdown]

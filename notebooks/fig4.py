@@ -140,7 +140,8 @@ def plot(results):
 # cross marks a run that diverged.
 
 # %%
-# NBVAL_IGNORE_OUTPUT (the committed run, and whether the library changed since, change apart from this notebook)
+# NBVAL_IGNORE_OUTPUT
+# (the committed run, and whether the library changed since, change apart from this notebook)
 ref = reference.show("fig4", plot)
 
 # %% [markdown]

@@ -47,9 +47,9 @@
 #   instead of $5\cdot10^6$ (3 feature updates); probes on all 256 training images at 7 points. 24
 #   steps barely move the features, and 200 test images measure a probe's accuracy to about ±6
 #   points: this scale checks that the pipeline works; its claims are mostly undecided.
-# * `cpu` (the committed reference run, shown first below; about 17 minutes of a 2-core CPU):
+# * `cpu` (the reference run, shown first below once committed; about 17 minutes of a 2-core CPU):
 #   every installed image (4,660 training and 932 test images of the shared subset), 2 seeds, 200
-#   steps of 128 at learning rate 0.1 (about 5.5 epochs), no augmentation, $K = 20$ (10 feature
+#   steps of 128 at learning rate 0.01, as Figure 3's (about 5.5 epochs), no augmentation, $K = 20$ (10 feature
 #   updates); probes on the first 2,000 training images (`n_probe` = None: every training image
 #   loaded, at most 2,000) at 6 points; the training metrics on 1,000 training images.
 # * `gpu` (one H100, about ten minutes by an estimate, not measured: no GPU was available when this
@@ -123,7 +123,8 @@ def plot(results):
 # standard error over seeds; a cross marks a run that diverged.
 
 # %%
-# NBVAL_IGNORE_OUTPUT (the committed run, and whether the library changed since, change apart from this notebook)
+# NBVAL_IGNORE_OUTPUT
+# (the committed run, and whether the library changed since, change apart from this notebook)
 ref = reference.show("fig6", plot)
 
 # %% [markdown]

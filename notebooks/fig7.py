@@ -44,9 +44,9 @@
 #   and the network move their first layer almost alike; with one seed the spread over seeds
 #   cannot be estimated, so the claims are undecided; and the "10 %" is judged only at the `paper`
 #   scale (it depends on how long training runs).
-# * `cpu` (the committed reference run, shown first below; about 16-18 minutes of a 2-core CPU):
+# * `cpu` (the reference run, shown first below once committed; about 16-18 minutes of a 2-core CPU):
 #   every installed image (4,660 training and 932 test images of the shared subset), 2 seeds, 250
-#   steps of 128 at learning rate 0.1 (about 7 epochs), no augmentation, $K = 25$ (10 feature
+#   steps of 128 at learning rate 0.01, as Figure 3's (about 7 epochs), no augmentation, $K = 25$ (10 feature
 #   updates), 11 columns (one per re-linearisation); the training metrics on 1,000 training images.
 # * `gpu` (one H100, about ten minutes by an estimate, not measured: no GPU was available when this
 #   was written): every installed image, 3 seeds, 20 000 steps of 256 at 0.01 with augmentation,
@@ -126,7 +126,8 @@ def plot(results):
 # the change: the mean over seeds, bands ± one standard error.
 
 # %%
-# NBVAL_IGNORE_OUTPUT (the committed run, and whether the library changed since, change apart from this notebook)
+# NBVAL_IGNORE_OUTPUT
+# (the committed run, and whether the library changed since, change apart from this notebook)
 ref = reference.show("fig7", plot)
 
 # %% [markdown]

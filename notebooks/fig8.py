@@ -132,7 +132,8 @@ def plot(results):
 # cross marks a run that diverged.
 
 # %%
-# NBVAL_IGNORE_OUTPUT (the committed run, and whether the library changed since, change apart from this notebook)
+# NBVAL_IGNORE_OUTPUT
+# (the committed run, and whether the library changed since, change apart from this notebook)
 ref = reference.show("fig8", plot)
 
 # %% [markdown]

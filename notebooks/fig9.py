@@ -139,7 +139,8 @@ def plot(results):
 # of $\lambda$.
 
 # %%
-# NBVAL_IGNORE_OUTPUT (the committed run, and whether the library changed since, change apart from this notebook)
+# NBVAL_IGNORE_OUTPUT
+# (the committed run, and whether the library changed since, change apart from this notebook)
 ref = reference.show("fig9", plot)
 
 # %% [markdown]

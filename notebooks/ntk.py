@@ -54,9 +54,9 @@
 #   kernel moves a lot in the first few steps at this learning rate, but with one seed its spread
 #   over seeds cannot be estimated (the claim is undecided); the exactness of the fixed kernel
 #   does not depend on scale.
-# * `cpu` (the committed reference run, shown first below; about 15-18 minutes of a 2-core CPU):
+# * `cpu` (the reference run, shown first below once committed; about 15-18 minutes of a 2-core CPU):
 #   every installed image (4,660 training and 932 test images of the shared subset), 2 seeds, 180
-#   steps of 128 at learning rate 0.1 (about 5 epochs), $K = 30$ (6 re-linearisations), evaluated
+#   steps of 128 at learning rate 0.01, as Figure 3's (about 5 epochs), $K = 30$ (6 re-linearisations), evaluated
 #   every 15 steps so that every re-linearisation is seen alone, and a probe set of the first 20
 #   training images (200 × 200 kernels); the training metrics on 1,000 training images.
 # * `gpu` (one H100, about ten minutes by an estimate, not measured: no GPU was available when this
@@ -139,7 +139,8 @@ def plot(results):
 # provenance and its claims.
 
 # %%
-# NBVAL_IGNORE_OUTPUT (the committed run, and whether the library changed since, change apart from this notebook)
+# NBVAL_IGNORE_OUTPUT
+# (the committed run, and whether the library changed since, change apart from this notebook)
 ref = reference.show("ntk", plot)
 
 # %% [markdown]

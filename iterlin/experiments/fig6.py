@@ -51,15 +51,17 @@ SCALES = {
         seed=0, n_seeds=1, n_evals=6, n_eval_train=None,
     ),
     # cpu: every installed image (4,660 / 932 of the shared subset), 2 seeds x 2 K x 200 steps of 128
-    # (about 5.5 epochs) at lr 0.1 as Fig. 3's cpu scale, no augmentation (a short run); K = 20:
+    # (about 5.5 epochs) as Fig. 3's cpu scale, no augmentation (a short run); K = 20:
     # 10 feature updates. Probes on the first PROBE_CAP = 2,000 training images (n_probe=None) at
     # 6 points; training metrics on 1,000 training images. Measured (process CPU time of one core,
     # XLA single-threaded, on a loaded machine: an upper bound of this 2-core CPU's wall time): a
     # 20-step run with 2 and with 3 evaluation points took 252 s and 316 s, so ~64 s per point
     # (4 runs' probes and evaluation), ~2.8 s per step of the 4 runs and ~68 s fixed: about
     # 68 + 6 x 64 + 200 x 2.8 = 1010 s (17 minutes).
+    # lr 0.01, as Fig. 3's cpu scale: there, large K diverged at 0.1 and blew up at 0.03, although
+    # 0.03 is under the linear model's stability bound at initialisation (iterlin.stability).
     "cpu": dict(
-        K=[1, 20], lr=0.1, steps=200, batch_size=128, augment=False, n_train=None, n_test=None,
+        K=[1, 20], lr=0.01, steps=200, batch_size=128, augment=False, n_train=None, n_test=None,
         n_probe=None, seed=0, n_seeds=2, n_evals=5, n_eval_train=1000,
     ),
     # gpu: ESTIMATE (not measured): 3 seeds x 2 runs x 10 000 steps of 256, and 3 x 2 x 21 x 2
