@@ -1,0 +1,145 @@
+"""The command line (iterlin/cli.py): parameters, run, sweep through submitit's local executor, collect."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from iterlin import cli
+
+#: fig9 in seconds: 3 Gauss–Newton steps of the paper's quintic regression, 2 λ values
+TINY = ["-p", "steps=3", "-p", "n_evals=1", "-p", "n_functions=2"]
+
+
+@pytest.mark.parametrize("text, value", [
+    ("5e6", 5e6), ("3", 3), ("inf", math.inf), ("-inf", -math.inf), ("1,50", [1, 50]), ("[1,50]", [1, 50]),
+    ("1,inf", [1, math.inf]), ("[1, 50, inf]", [1, 50, math.inf]), ("None", None), ("True", True),
+    ("abc", "abc"), ("'abc'", "abc"),
+])
+def test_parse_value(text, value):
+    assert cli.parse_value(text) == value
+
+
+def test_parse_params_refuses_a_bad_item_and_a_repeat():
+    assert cli.parse_params(["K=5e6", "seed=1"]) == {"K": 5e6, "seed": 1}
+    with pytest.raises(ValueError, match=r"-p 'K' is not allowed: write -p NAME=VALUE"):
+        cli.parse_params(["K"])
+    with pytest.raises(ValueError, match="-p K is given twice"):
+        cli.parse_params(["K=1", "K=2"])
+
+
+def test_parse_seeds():
+    assert cli.parse_seeds("0,1,2") == [0, 1, 2] == cli.parse_seeds("0-2")
+    for bad in ("a", "1,1", "-1", ""):
+        with pytest.raises(ValueError, match="--seeds .* is not allowed"):
+            cli.parse_seeds(bad)
+
+
+def test_grid_is_seeds_times_values_each_resolved():
+    configs = cli.grid("fig3", "cpu", ["K=1,50,inf", "lr=0.01"], seeds=[0, 1])
+    assert len(configs) == 6
+    assert [c["K"] for c in configs[::2]] == [[1], [1, 50], [1, math.inf]]  # as `run -p K=…` expands it
+    assert {c["seed"] for c in configs} == {0, 1} and {c["n_seeds"] for c in configs} == {1}
+    assert cli.grid("fig3", "cpu", ["K=[1,50,inf]"])[0]["K"] == [1, 50, math.inf]  # one job with that list
+
+
+@pytest.mark.parametrize("params, seeds, message", [
+    (["K=1,abc"], None, "K='abc' is not allowed"),
+    (["step=3"], None, "step=3 is not allowed: fig3 has no parameter 'step'"),
+    (["seed=3"], [0, 1], "-p seed is not allowed with --seeds"),
+])
+def test_grid_fails_before_submitting(params, seeds, message):
+    with pytest.raises(ValueError, match=message):
+        cli.grid("fig3", "cpu", params, seeds)
+
+
+def test_main_reports_bad_input_with_exit_2(capsys):
+    assert cli.main(["run", "fig3", "-p", "K=abc"]) == 2
+    assert "iterlin run: error: K='abc' is not allowed" in capsys.readouterr().err
+    assert cli.main(["run", "fig99"]) == 2
+    assert "experiment='fig99' is not allowed" in capsys.readouterr().err
+    assert cli.main(["sweep", "fig9", "--seeds", "x", "--dry-run"]) == 2
+
+
+def test_list_names_every_experiment(capsys):
+    from iterlin.experiments import names
+
+    assert cli.main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert [line.split()[0] for line in out.splitlines()] == list(names())
+
+
+def test_run_writes_results_and_claims_and_resumes_from_the_cache(tmp_path, capsys):
+    argv = ["run", "fig9", *TINY, "-p", "damping=0,1", "-p", "n_seeds=2", "--out", str(tmp_path / "out"),
+            "--cache", str(tmp_path / "cache")]
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "fig9: computed" in out and "Claims of fig9 at scale 'smoke'" in out
+    assert f"results: {tmp_path / 'out' / 'results.npz'}" in out
+    from iterlin.cache import load_results
+
+    results = load_results(tmp_path / "out" / "results.npz")
+    doc = json.loads((tmp_path / "out" / "fig9.json").read_text())
+    assert doc["name"] == "fig9" and doc["rows"]
+    assert cli.main(argv) == 0  # the second time from the cache, the same results
+    assert "fig9: loaded cached results" in capsys.readouterr().out
+    again = load_results(tmp_path / "out" / "results.npz")
+    assert results.keys() == again.keys()
+
+
+def test_job_checkpoint_requeues_the_same_call(tmp_path):
+    submitit = pytest.importorskip("submitit")
+    config = cli.grid("fig9", "smoke", ["steps=3"])[0]
+    job = cli.Job(tmp_path)
+    delayed = job.checkpoint(0, config)
+    assert isinstance(delayed, submitit.helpers.DelayedSubmission)
+    assert delayed.args == (0, config) and delayed.function.folder == str(tmp_path)
+
+
+def test_sweep_with_the_local_executor_then_collect(tmp_path):
+    """The same jobs Slurm would run, as processes on this machine (the path CI can test)."""
+    folder = tmp_path / "sweep"
+    proc = subprocess.run(
+        [sys.executable, "-m", "iterlin", "sweep", "fig9", *TINY, "-p", "damping=0,1", "--seeds", "0,1",
+         "--executor", "local", "--folder", str(folder)],
+        capture_output=True, text=True, cwd=tmp_path, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "4 jobs" in proc.stdout
+    jobs = cli.collect(folder)
+    assert [j.state for j in jobs] == ["done"] * 4
+    assert [(j.config["damping"], j.config["seed"]) for j in jobs] == [([0.0], 0), ([0.0], 1), ([1.0], 0), ([1.0], 1)]
+    # each job ran its own config: its stored results carry it, and the two seeds differ
+    assert all(j.results["config"] == j.config for j in jobs)
+    assert (jobs[0].results["train_rmse"] != jobs[1].results["train_rmse"]).any()
+    table = cli.summary_table(jobs)
+    assert table.splitlines()[0].split()[:4] == ["job", "damping", "seed", "state"]
+    collected = subprocess.run([sys.executable, "-m", "iterlin", "collect", str(folder)], capture_output=True,
+                               text=True, timeout=300)
+    assert collected.returncode == 0 and collected.stdout.strip() == table
+
+
+def test_collect_reports_unfinished_jobs_and_refuses_other_folders(tmp_path):
+    configs = cli.grid("fig9", "smoke", ["steps=3,4"])
+    (tmp_path / cli.MANIFEST).write_text(json.dumps({"name": "fig9", "scale": "smoke", "configs": configs}))
+    jobs = cli.collect(tmp_path)
+    assert [j.state for j in jobs] == ["unknown", "unknown"] and jobs[0].results is None
+    assert "-" in cli.summary_table(jobs).splitlines()[1].split()
+    assert cli.main(["collect", str(tmp_path)]) == 1  # not every job is done
+    with pytest.raises(ValueError, match="is not allowed: it holds no sweep.json"):
+        cli.collect(tmp_path / "nothing")
+
+
+def test_console_script_is_installed():
+    from importlib.metadata import entry_points
+
+    (script,) = entry_points(group="console_scripts", name="iterlin")
+    assert script.value == "iterlin.cli:main"
+    proc = subprocess.run([str(Path(sys.executable).parent / "iterlin"), "list"], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0 and proc.stdout.split()[0] == "fig1", proc.stderr
