@@ -69,6 +69,7 @@ from .checkpoint import CheckpointError, atomic_write_bytes
 __all__ = [
     "CacheWarning",
     "cached",
+    "cache_root",
     "cache_key",
     "cache_paths",
     "canonical_json",
@@ -198,16 +199,19 @@ def user_cache_dir() -> Path:
     return (Path(xdg).expanduser() if xdg else Path("~/.cache").expanduser()) / "iterlin"
 
 
+def cache_root() -> Path:
+    """The project's cache folder: ``<repo>/.cache`` inside a checkout, else :func:`user_cache_dir`."""
+    root = repo_root()
+    return root / ".cache" if root is not None else user_cache_dir()
+
+
 def default_cache_dir() -> Path:
-    """``$ITERLIN_CACHE``, else ``<repo>/.cache/results`` inside a checkout, else
-    :func:`user_cache_dir` ``/results``."""
+    """``$ITERLIN_CACHE``, else :func:`cache_root` ``/results`` (``<repo>/.cache/results`` inside a
+    checkout, else the user cache folder's ``results``)."""
     env = os.environ.get("ITERLIN_CACHE")
     if env:
         return Path(env).expanduser()
-    root = repo_root()
-    if root is not None:
-        return root / ".cache" / "results"
-    return user_cache_dir() / "results"
+    return cache_root() / "results"
 
 
 def cache_paths(name: str, key: str, cache_dir: str | os.PathLike | None = None) -> dict[str, Path]:

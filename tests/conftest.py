@@ -4,6 +4,8 @@
 - ``ITERLIN_CIFAR10``: for the session, set to the real CIFAR-10 subset in ``../shared`` beside
   the checkout when the variable is unset and the directory exists (as the Makefile does).
 - ``cifar_subset_path``: the path of that subset (the test is skipped, and reported so, without it).
+- JAX's persistent compilation cache (:mod:`iterlin.compilation`) is on for the whole suite, so a
+  rerun on a warm machine skips XLA's compilations; ``ITERLIN_COMPILATION_CACHE=0`` turns it off.
 """
 
 from __future__ import annotations
@@ -14,6 +16,9 @@ from pathlib import Path
 import pytest
 
 from iterlin import precision
+from iterlin.compilation import enable_compilation_cache
+
+enable_compilation_cache()
 
 
 
