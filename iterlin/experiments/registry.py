@@ -22,7 +22,7 @@ recomputes nothing, and a change to the library code a figure uses recomputes th
 
 Every experiment lives in its own module, ``iterlin/experiments/<name>.py``, which defines
 ``SCALES`` (its defaults at every scale), ``load``, ``compute``, ``claims`` and ``EXPERIMENT``
-(:class:`~iterlin.experiments._common.Experiment`). To add one: write the module and add it to
+(:class:`~iterlin.experiments.Experiment`). To add one: write the module and add it to
 :data:`EXPERIMENTS` below.
 """
 
@@ -38,6 +38,7 @@ from typing import Any, Mapping
 from .. import config as _config
 from ..cache import cached
 from ..claims import ClaimsTable, publish_claims
+from ..compilation import enable_compilation_cache
 from ..data import Dataset
 from ..fingerprint import code_fingerprint
 from ..validate import check_choice
@@ -61,7 +62,7 @@ def names() -> tuple[str, ...]:
 
 
 def get(name: str) -> Experiment:
-    """The :class:`Experiment` called ``name`` (a ValueError listing the names otherwise)."""
+    """The :class:`~iterlin.experiments.Experiment` called ``name`` (a ValueError listing the names otherwise)."""
     check_choice(name, "experiment", names())
     return EXPERIMENTS[name]
 
@@ -202,6 +203,8 @@ def run(experiment: str | Mapping, scale: str = "smoke", *, progress: bool | Non
       verbose: print the resolved config and whether the results were computed or loaded.
       **overrides: the experiment's knobs; ``None`` means the scale's default.
 
+    JAX's persistent compilation cache is turned on first (:func:`iterlin.compilation.enable_compilation_cache`).
+
     Returns:
       The experiment's results (NumPy arrays, nested dicts) with ``"config"``: the resolved config.
 
@@ -215,6 +218,7 @@ def run(experiment: str | Mapping, scale: str = "smoke", *, progress: bool | Non
     else:
         config = resolve(experiment, scale, **overrides)
     exp = get(config["experiment"])
+    enable_compilation_cache()
     data = exp.load(config)
     if progress is None:
         progress = _stderr_is_terminal()
