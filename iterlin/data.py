@@ -18,11 +18,17 @@ Where the data comes from (:func:`find_cifar10`), first match wins:
    * the archive ``cifar-10-python.tar.gz`` itself, or a directory that contains it.
 
    A relative path is taken relative to the current directory; an empty value counts as unset.
-3. The cache directory (``cache_dir=``, default ``~/.cache/iterlin``): its extracted
-   ``cifar-10-batches-py/``, else its ``cifar-10-python.tar.gz``, which is verified and extracted
-   there.
-4. Only with ``download=True`` (default ``False``, so tests never touch the network): the
-   official archive is downloaded into the cache directory, verified, then extracted there.
+3. The cache directory (``cache_dir=``, default the user cache folder
+   :func:`iterlin.cache.user_cache_dir`: ``$XDG_CACHE_HOME/iterlin``, else ``~/.cache/iterlin``):
+   its extracted ``cifar-10-batches-py/``, else its ``cifar-10-python.tar.gz``, which is verified
+   and extracted there.
+4. A download: the official archive is downloaded into the cache directory with a progress bar
+   (stderr), verified, then extracted there. ``download=True`` asks for it, ``False`` forbids it;
+   the default ``None`` downloads unless the environment variable ``ITERLIN_DOWNLOAD`` is ``0``
+   (or ``off``/``false``/``no``), so a notebook run or ``iterlin run`` on a machine without the
+   data fetches it, and the test suite (which sets ``ITERLIN_DOWNLOAD=0``) never touches the
+   network. When an implicit download fails (offline), the error is the "not found" message
+   below, with the download's failure added to the places looked in.
 
 What is verified, per source (nothing is ever trusted blindly):
 
@@ -67,6 +73,7 @@ import os
 import pickle
 import posixpath
 import shutil
+import sys
 import tarfile
 import tempfile
 import urllib.error
@@ -77,7 +84,9 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
+from tqdm import tqdm
 
+from iterlin.cache import user_cache_dir
 from iterlin.checkpoint import new_file_mode
 from iterlin.validate import check_int
 
@@ -91,7 +100,7 @@ __all__ = [
     "CIFAR10_SIZE",
     "CIFAR10_STD",
     "CIFAR10_URL",
-    "DEFAULT_CACHE_DIR",
+    "DOWNLOAD_ENV_VAR",
     "ENV_VAR",
     "QUINTIC_HALF_WIDTH",
     "DataError",
@@ -99,6 +108,7 @@ __all__ = [
     "DatasetNotFoundError",
     "FileRecord",
     "RestrictedUnpickler",
+    "download_allowed",
     "download_archive",
     "extract_archive",
     "find_cifar10",
@@ -116,12 +126,14 @@ __all__ = [
 # --------------------------------------------------------------------------------------------
 
 ENV_VAR = "ITERLIN_CIFAR10"
+#: ``ITERLIN_DOWNLOAD=0`` (or off/false/no) turns off the download that ``download=None`` allows.
+DOWNLOAD_ENV_VAR = "ITERLIN_DOWNLOAD"
+_OFF = ("0", "off", "false", "no")
 CIFAR10_URL = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
 CIFAR10_ARCHIVE = "cifar-10-python.tar.gz"
 CIFAR10_SIZE = 170498071
 CIFAR10_MD5 = "c58f30108f718f92721af3b95e74349a"
 CIFAR10_DIRNAME = "cifar-10-batches-py"
-DEFAULT_CACHE_DIR = Path("~/.cache/iterlin")
 
 
 class FileRecord(NamedTuple):
@@ -188,7 +200,7 @@ class Dataset(NamedTuple):
 
     @property
     def fingerprint(self) -> str:
-        """sha256 (hex) of the four arrays: field name, dtype, shape and C-order bytes of each.
+        """sha256 (hex) of the four arrays (field name, dtype, shape and C-order bytes of each).
 
         Equal fingerprints mean bit-identical data; use it as a cache key.
         """
@@ -289,16 +301,28 @@ def _check_md5(path: Path, expected_md5: str) -> None:
         )
 
 
+def download_allowed(download: bool | None = None) -> bool:
+    """``download`` if given, else whether ``$ITERLIN_DOWNLOAD`` leaves downloads on (default: on)."""
+    if download is None:
+        return os.environ.get(DOWNLOAD_ENV_VAR, "").strip().lower() not in _OFF
+    if not isinstance(download, bool):
+        raise TypeError(f"download={download!r} is not allowed: download must be True, False or None")
+    return download
+
+
 def download_archive(
     url: str = CIFAR10_URL,
-    dest_dir: str | os.PathLike = DEFAULT_CACHE_DIR,
+    dest_dir: str | os.PathLike | None = None,
     *,
     filename: str | None = None,
     expected_md5: str = CIFAR10_MD5,
     expected_size: int | None = None,
     timeout: float = 60.0,
+    progress: bool = False,
 ) -> Path:
-    """Download ``url`` into ``dest_dir/filename`` (default: the URL's last path component).
+    """Download ``url`` into ``dest_dir/filename`` (default: the URL's last path component;
+    ``dest_dir`` default: :func:`iterlin.cache.user_cache_dir`), with a progress bar on stderr if
+    ``progress``.
 
     The bytes go to a temporary file in ``dest_dir``; only when the size (if ``expected_size``)
     and md5 match is it moved into place with :func:`os.replace`. On any failure (network error,
@@ -307,7 +331,7 @@ def download_archive(
     final name with the expected md5 is reused without downloading. Any URL scheme urllib
     handles works (``file://`` in tests). Returns the final path.
     """
-    dest_dir = Path(dest_dir).expanduser()
+    dest_dir = Path(user_cache_dir() if dest_dir is None else dest_dir).expanduser()
     if filename is None:
         filename = posixpath.basename(urllib.request.urlparse(url).path)
     if not filename or "/" in filename or filename in (".", ".."):
@@ -329,10 +353,15 @@ def download_archive(
         with os.fdopen(fd, "wb") as out:
             try:
                 with urllib.request.urlopen(url, timeout=timeout) as response:
-                    for chunk in iter(lambda: response.read(_CHUNK), b""):
-                        out.write(chunk)
-                        h.update(chunk)
-                        size += len(chunk)
+                    total = response.headers.get("Content-Length") or expected_size
+                    with tqdm(total=int(total) if total else None, unit="B", unit_scale=True, unit_divisor=1024,
+                              desc=f"downloading {filename}", disable=not progress, file=sys.stderr,
+                              mininterval=0.5) as bar:
+                        for chunk in iter(lambda: response.read(_CHUNK), b""):
+                            out.write(chunk)
+                            h.update(chunk)
+                            size += len(chunk)
+                            bar.update(len(chunk))
             except (urllib.error.URLError, OSError) as e:
                 raise DataError(
                     f"could not download {url}: {e}. Offline? Set {ENV_VAR} to a local copy."
@@ -471,31 +500,34 @@ def _looked_in(path: Path) -> list[str]:
 
 
 def _not_found(
-    what: str, looked: list[str], cache_dir: Path, download_hint: str = "pass"
+    what: str, looked: list[str], cache_dir: Path, download_hint: str | None = "pass"
 ) -> DatasetNotFoundError:
     lines = "\n".join(f"  - {p}" for p in looked)
     return DatasetNotFoundError(
         f"CIFAR-10 not found ({what}). Looked in:\n{lines}\n"
         f"To fix: set the environment variable {ENV_VAR} to a directory containing "
         f"{CIFAR10_DIRNAME}/, to that directory itself, or to {CIFAR10_ARCHIVE} (or pass root=); "
-        f"the official archive is {CIFAR10_URL} ({CIFAR10_SIZE} bytes, md5 {CIFAR10_MD5}). "
-        f"Or {download_hint} download=True to download and verify it into {cache_dir}."
+        f"the official archive is {CIFAR10_URL} ({CIFAR10_SIZE} bytes, md5 {CIFAR10_MD5})."
+        + (f" Or {download_hint} download=True to download and verify it into {cache_dir}." if download_hint else "")
     )
 
 
 def find_cifar10(
     root: str | os.PathLike | None = None,
     *,
-    download: bool = False,
+    download: bool | None = None,
     cache_dir: str | os.PathLike | None = None,
 ) -> Path:
     """Resolve where CIFAR-10 is: a ``cifar-10-batches-py`` directory or an archive path.
 
     Order: ``root``, then ``$ITERLIN_CIFAR10``, then ``cache_dir`` (extracting a cached archive
-    after verifying it), then a download into ``cache_dir`` if ``download`` (see the module
-    docstring). Raises :class:`DatasetNotFoundError` listing every path looked in.
+    after verifying it), then a download into ``cache_dir`` if :func:`download_allowed`
+    (``download``: True, False, or None for ``$ITERLIN_DOWNLOAD``; see the module docstring).
+    Raises :class:`DatasetNotFoundError` listing every path looked in.
     """
-    cache = Path(DEFAULT_CACHE_DIR if cache_dir is None else cache_dir).expanduser()
+    explicit = download is not None
+    download = download_allowed(download)
+    cache = Path(user_cache_dir() if cache_dir is None else cache_dir).expanduser()
     if root is not None:
         path = Path(os.path.abspath(Path(root).expanduser()))
         found = _locate(path)
@@ -518,17 +550,28 @@ def find_cifar10(
     archive = cache / CIFAR10_ARCHIVE
     if download:
         # Module constants are read at call time (tests point them at a tiny local archive).
-        archive = download_archive(
-            CIFAR10_URL,
-            cache,
-            filename=CIFAR10_ARCHIVE,
-            expected_md5=CIFAR10_MD5,
-            expected_size=CIFAR10_SIZE,
-        )
+        try:
+            archive = download_archive(
+                CIFAR10_URL,
+                cache,
+                filename=CIFAR10_ARCHIVE,
+                expected_md5=CIFAR10_MD5,
+                expected_size=CIFAR10_SIZE,
+                progress=True,
+            )
+        except DataError as e:
+            if explicit:
+                raise
+            looked.append(f"{archive} (cache: archive)")
+            looked.append(f"{CIFAR10_URL} (download, as {DOWNLOAD_ENV_VAR} allows: {e})")
+            raise _not_found("the download failed", looked, cache, None) from e
     if archive.is_file():
         return extract_archive(archive, cache, expected_md5=CIFAR10_MD5)
     looked.append(f"{archive} (cache: archive)")
-    raise _not_found("download=False", looked, cache)
+    if explicit:
+        raise _not_found("download=False", looked, cache)
+    raise _not_found(f"{DOWNLOAD_ENV_VAR}={os.environ.get(DOWNLOAD_ENV_VAR)!r}", looked, cache,
+                     f"unset {DOWNLOAD_ENV_VAR} or pass")
 
 
 # --------------------------------------------------------------------------------------------
@@ -710,7 +753,7 @@ def load_cifar10(
     n_test: int | None = None,
     *,
     root: str | os.PathLike | None = None,
-    download: bool = False,
+    download: bool | None = None,
     cache_dir: str | os.PathLike | None = None,
 ) -> Dataset:
     """CIFAR-10, verified and standardised.
@@ -724,8 +767,7 @@ def load_cifar10(
     """
     n_train = _check_count(n_train, "n_train")
     n_test = _check_count(n_test, "n_test")
-    if not isinstance(download, bool):
-        raise TypeError(f"download={download!r} is not allowed: download must be True or False")
+    download_allowed(download)  # a bad value fails here, before anything is looked for
     source = find_cifar10(root, download=download, cache_dir=cache_dir)
     raw = read_cifar10(source, n_train, n_test, archive_md5=CIFAR10_MD5, files=CIFAR10_FILES)
     return Dataset(standardise(raw.x_train), raw.y_train, standardise(raw.x_test), raw.y_test)

@@ -3,6 +3,7 @@
 - ``x64``: float64 enabled for one test, the previous setting restored afterwards.
 - ``ITERLIN_CIFAR10``: for the session, set to the real CIFAR-10 subset in ``../shared`` beside
   the checkout when the variable is unset and the directory exists (as the Makefile does).
+- ``ITERLIN_DOWNLOAD=0`` for the session: no test downloads CIFAR-10 from the network.
 - ``cifar_subset_path``: the path of that subset (the test is skipped, and reported so, without it).
 - JAX's persistent compilation cache (:mod:`iterlin.compilation`) is on for the whole suite, so a
   rerun on a warm machine skips XLA's compilations; ``ITERLIN_COMPILATION_CACHE=0`` turns it off.
@@ -55,6 +56,15 @@ def _iterlin_cifar10_env():
         return
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("ITERLIN_CIFAR10", str(CIFAR10_SUBSET))
+        yield
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_downloads():
+    """``ITERLIN_DOWNLOAD=0`` for the session: no test touches the network (tests of the download
+    route turn it back on against a local stand-in for the server)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("ITERLIN_DOWNLOAD", "0")
         yield
 
 

@@ -561,12 +561,99 @@ def test_load_with_download_true(tmp_path, monkeypatch):
     monkeypatch.setattr(data, "CIFAR10_MD5", md5)
     monkeypatch.setattr(data, "CIFAR10_SIZE", archive.stat().st_size)
     cache = tmp_path / "cache"
-    with pytest.raises(DatasetNotFoundError):  # download defaults to False
+    with pytest.raises(DatasetNotFoundError):  # download=None, and the suite sets ITERLIN_DOWNLOAD=0
         load_cifar10(cache_dir=cache)
     ds = load_cifar10(cache_dir=cache, download=True)
     assert ds.fingerprint == load_cifar10(root=src).fingerprint
     assert (cache / CIFAR10_DIRNAME / "test_batch").is_file()
     assert (cache / data.CIFAR10_ARCHIVE).read_bytes() == archive.read_bytes()
+
+
+class _Server:
+    """A local stand-in for the CIFAR-10 server (http://127.0.0.1:<port>/), counting requests."""
+
+    def __init__(self, folder: Path):
+        import functools
+        import http.server
+        import threading
+
+        self.requests = []
+        outer = self
+
+        class Handler(http.server.SimpleHTTPRequestHandler):
+            def log_message(self, *args):
+                outer.requests.append(self.path)
+
+        self.httpd = http.server.ThreadingHTTPServer(
+            ("127.0.0.1", 0), functools.partial(Handler, directory=str(folder)))
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/{data.CIFAR10_ARCHIVE}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def served(tmp_path, monkeypatch):
+    """A tiny archive served over HTTP as the official one (URL, md5 and size patched), the user
+    cache folder in tmp_path (XDG_CACHE_HOME), downloads left to the default (ITERLIN_DOWNLOAD unset)."""
+    src = write_dir(tmp_path / "src", make_batches(2))
+    archive = tmp_path / "served" / data.CIFAR10_ARCHIVE
+    archive.parent.mkdir()
+    md5 = write_archive(archive, src)
+    server = _Server(archive.parent)
+    monkeypatch.setattr(data, "CIFAR10_URL", server.url)
+    monkeypatch.setattr(data, "CIFAR10_MD5", md5)
+    monkeypatch.setattr(data, "CIFAR10_SIZE", archive.stat().st_size)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.delenv(data.DOWNLOAD_ENV_VAR, raising=False)
+    yield server, src, tmp_path / "xdg" / "iterlin"
+    server.close()
+
+
+def test_missing_data_is_downloaded_by_default_with_a_progress_bar(served, capsys):
+    server, src, cache = served
+    ds = load_cifar10()  # what a notebook run or `iterlin run` calls: download=None
+    assert ds.fingerprint == load_cifar10(root=src).fingerprint
+    assert server.requests == [f"/{data.CIFAR10_ARCHIVE}"]
+    assert (cache / CIFAR10_DIRNAME / "test_batch").is_file()
+    assert f"downloading {data.CIFAR10_ARCHIVE}" in capsys.readouterr().err
+    load_cifar10()  # the second time from the user cache folder: no request
+    assert len(server.requests) == 1
+
+
+def test_an_experiment_load_downloads_through_the_same_route(served):
+    from iterlin.experiments import get, resolve
+
+    server, src, cache = served
+    config = resolve("fig3", "smoke", n_train=10, n_test=2, batch_size=4)
+    ds = get("fig3").load(config)
+    assert ds.x_train.shape[0] == 10 and len(server.requests) == 1
+
+
+def test_iterlin_download_0_turns_it_off(served, monkeypatch):
+    server, _, cache = served
+    monkeypatch.setenv(data.DOWNLOAD_ENV_VAR, "0")
+    with pytest.raises(DatasetNotFoundError, match="unset ITERLIN_DOWNLOAD or pass download=True") as e:
+        load_cifar10()
+    assert "ITERLIN_DOWNLOAD='0'" in str(e.value)
+    assert server.requests == [] and not cache.exists()
+    with pytest.raises(TypeError, match="download='yes' is not allowed"):
+        load_cifar10(download="yes")
+
+
+def test_offline_keeps_the_not_found_message(served):
+    server, _, cache = served
+    server.close()  # nothing listens there any more: as offline
+    with pytest.raises(DatasetNotFoundError) as e:
+        load_cifar10()
+    msg = str(e.value)
+    assert msg.startswith("CIFAR-10 not found (the download failed)") and ENV_VAR in msg
+    assert f"{data.CIFAR10_URL} (download" in msg and "could not download" in msg
+    assert not (cache / data.CIFAR10_ARCHIVE).exists()
+    with pytest.raises(data.DataError, match="could not download"):  # asked for explicitly: the download's error
+        load_cifar10(download=True)
 
 
 # ------------------------------------------------------------------------------------------
