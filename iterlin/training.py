@@ -28,6 +28,12 @@ Design:
   ``TrainState.policy``, beside the optimizer state, never inside it.
 * With ``checkpoint=path`` the whole state (θ, θ_s, optimizer state, policy, step, history, key) is saved
   atomically at evaluation points, and a rerun with the same arguments resumes from it.
+* Several devices (``fit``'s ``devices``, ``shard_runs``, ``data_parallel``): a vmapped sweep's run
+  axis is sharded over the local devices (``NamedSharding(mesh, P("runs"))``, padded to a multiple of
+  the device count), or a single run's batches are (data parallel, ``P("batch")``, parameters
+  replicated). Placement only: the step functions are unchanged and the results equal one device's
+  (up to the order of floating-point sums). Checkpoints hold the unpadded state on the host, so a run
+  resumes on any number of devices.
 """
 
 from __future__ import annotations
@@ -42,6 +48,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from .augment import flip_and_crop
 from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
@@ -461,6 +469,97 @@ def _check_progress(checkpoint, history, done, state, points) -> None:
                f"{steps[0] if len(steps) == 1 else steps}")
 
 
+class _Placement(NamedTuple):
+    """Where :func:`fit` puts a run's arrays: a one-axis mesh over the chosen devices.
+
+    ``axis`` is ``"runs"`` (a vmapped sweep: the state's and the per-run keys' leading run axis is
+    sharded, ``P("runs")``; the data and a shared key are replicated) or ``"batch"`` (one run, data
+    parallel: the state, the data and the key are replicated, ``P()``, and each step's batch is
+    constrained to ``P("batch")``, its leading example axis split over the devices).
+    """
+
+    mesh: Mesh
+    axis: str
+
+    @property
+    def size(self) -> int:
+        return int(self.mesh.devices.size)
+
+    def sharding(self, *spec) -> NamedSharding:
+        return NamedSharding(self.mesh, P(*spec))
+
+
+def _check_devices(devices) -> list:
+    """``devices``: None (every local device) or a non-empty sequence of distinct local devices."""
+    if devices is None:
+        return list(jax.local_devices())
+    ok = isinstance(devices, (list, tuple)) and len(devices) > 0 and all(isinstance(d, jax.Device) for d in devices)
+    if not ok:
+        raise ValueError(f"devices={devices!r} is not allowed: devices must be None (every local device) or a "
+                         "non-empty list of jax devices, e.g. jax.local_devices()[:2]")
+    local = set(jax.local_devices())
+    if len(set(devices)) != len(devices) or any(d not in local for d in devices):
+        raise ValueError(f"devices={devices!r} is not allowed: the devices must be distinct and local "
+                         f"(among jax.local_devices() = {jax.local_devices()})")
+    return list(devices)
+
+
+def _placement(devices, shard_runs, data_parallel, *, sweep: bool, vectorise, batch_size, n_train: int):
+    """Validate ``fit``'s device arguments; return ``(placement or None, vectorise)``.
+
+    ``shard_runs``: None shards a sweep's runs when they are vmapped and there is more than one
+    device; True asks for it (and makes ``vectorise=None`` vmap); False never shards.
+    ``data_parallel``: one run's batches split over the devices. ``vectorise`` comes back resolved
+    (None: vmap except on CPU, or where ``shard_runs=True``).
+    The mesh is built with ``jax.sharding.Mesh`` (automatic axes: jit propagates the inputs'
+    shardings), not ``jax.make_mesh``, whose default axis types differ between JAX versions.
+    """
+    devices = _check_devices(devices)
+    for name, value, allowed in (("shard_runs", shard_runs, (None, True, False)),
+                                 ("data_parallel", data_parallel, (True, False)),
+                                 ("vectorise", vectorise, (None, True, False))):
+        if not any(value is a for a in allowed):
+            raise ValueError(f"{name}={value!r} is not allowed: {name} must be one of {allowed}")
+    if shard_runs and not sweep:
+        raise ValueError("shard_runs=True is not allowed for a single run: it shards a sweep's run axis "
+                         "(train_sweep, or fit with sweep=True); for one run use data_parallel=True")
+    if shard_runs and vectorise is False:
+        raise ValueError("shard_runs=True is not allowed with vectorise=False: runs are sharded where they are "
+                         "vmapped together; pass vectorise=True or None")
+    if data_parallel and sweep:
+        raise ValueError("data_parallel=True is not allowed for a sweep: a sweep spreads its runs over the "
+                         "devices (shard_runs); data_parallel splits the batch of a single run (train, or fit "
+                         "with sweep=False)")
+    if vectorise is None:
+        vectorise = bool(shard_runs) or jax.default_backend() != "cpu"
+    if data_parallel:
+        n = len(devices)
+        examples = n_train if batch_size is None else int(batch_size)
+        if examples % n:
+            raise ValueError(
+                f"batch_size={batch_size!r} is not allowed with data_parallel=True over {n} devices: the batch "
+                f"({examples} examples{', the full training set' if batch_size is None else ''}) must split "
+                f"evenly over the devices, i.e. be a multiple of {n}"
+            )
+        return _Placement(Mesh(np.asarray(devices, dtype=object), ("batch",)), "batch"), vectorise
+    if sweep and vectorise and (shard_runs or (shard_runs is None and len(devices) > 1)):
+        return _Placement(Mesh(np.asarray(devices, dtype=object), ("runs",)), "runs"), vectorise
+    return None, vectorise
+
+
+def _pad_runs(tree, runs: int, padded: int):
+    """Lengthen the leading run axis of every leaf from ``runs`` to ``padded`` by repeating the last run."""
+    if padded == runs:
+        return tree
+    idx = np.minimum(np.arange(padded), runs - 1)
+    return jax.tree.map(lambda a: a[idx], tree)
+
+
+def _unpad_runs(tree, runs: int, padded: int):
+    """The first ``runs`` runs of a padded tree (:func:`_pad_runs`' inverse)."""
+    return tree if padded == runs else jax.tree.map(lambda a: a[:runs], tree)
+
+
 def _run(
     step_fn,
     state,
@@ -478,6 +577,7 @@ def _run(
     compiled_loop=None,
     per_run_batches=False,
     vectorise=None,
+    placement: _Placement | None = None,
 ):
     """Run the compiled chunks between evaluation points; evaluate, checkpoint, report.
 
@@ -487,6 +587,13 @@ def _run(
     points: XLA:CPU turns a ``vmap`` over the parameters of a convolution into a grouped
     convolution that runs 1.5-2x slower than the runs one by one (``benchmarks/bench_train.py``).
     Either way the results are the same (tests compare them in float64).
+
+    ``placement`` (:func:`_placement`): with axis ``"runs"`` the R runs are padded to R' (the next
+    multiple of the device count, repeating the last run and its key) and placed with
+    ``P("runs")``; the compiled programs follow their inputs' shardings. Only the first R runs are
+    evaluated, passed to ``callback``, checkpointed and returned. With axis ``"batch"`` the state is
+    replicated and ``batch_of``'s batches are constrained to ``P("batch")``. The state is placed
+    after a checkpoint is loaded (a checkpoint holds the unpadded state on the host).
     """
     history: dict[str, list] = {}
     done = 0
@@ -512,6 +619,7 @@ def _run(
     vectorise = (not on_cpu) if vectorise is None else bool(vectorise)
     loop_runs = sweep and not vectorise
     runs = np.shape(jax.tree.leaves(state)[0])[0] if sweep else 1
+    padded = runs  # R': the runs stepped, ≥ R (see ``placement``)
 
     # K = 1 runs take ``step_fn.k1`` (no Jacobian-vector product) wherever the choice is per run:
     # a lone run, runs stepped one by one, or a vmapped sweep whose every run has K = 1.
@@ -520,6 +628,24 @@ def _run(
     if k1_fn is not None and (not sweep or vectorise) and np.all(K_codes == 1):
         step_fn = k1_fn
     run_step_fns = [k1_fn if k1_fn is not None and k == 1 else step_fn for k in K_codes]
+
+    if placement is not None and placement.axis == "runs":
+        padded = -(-runs // placement.size) * placement.size
+        state = jax.device_put(_pad_runs(state, runs, padded), placement.sharding("runs"))
+        if per_run_batches:
+            key = jax.device_put(_pad_runs(key, runs, padded), placement.sharding("runs"))
+        else:
+            key = jax.device_put(key, placement.sharding())
+    elif placement is not None:  # data parallel: θ replicated, each batch split over the devices
+        state, key = jax.device_put((state, key), placement.sharding())
+        batch_sharding, draw = placement.sharding("batch"), batch_of
+
+        def batch_of(k, t):
+            return jax.lax.with_sharding_constraint(draw(k, t), batch_sharding)
+
+    def view(state):
+        """The R runs of the (possibly padded) state."""
+        return _unpad_runs(state, runs, padded)
 
     if sweep and vectorise:
         vstep = jax.vmap(step_fn, in_axes=(0, 0 if per_run_batches else None))
@@ -576,7 +702,8 @@ def _run(
         if loop_runs:
             per_run = [jax.device_get(veval(tree_index(state, i))) for i in range(runs)]
             return {k: np.stack([np.asarray(v[k]) for v in per_run]) for k in per_run[0]}
-        return jax.device_get(veval(state))
+        out = jax.device_get(veval(state))
+        return {k: np.asarray(v)[:runs] for k, v in out.items()} if padded != runs else out
 
     bar = None
     if progress:
@@ -588,6 +715,7 @@ def _run(
     def record(state, t):
         vals = _means(evaluate(state), eval_fn.sizes)
         vals["step"] = t
+        state = view(state)
         vals["n_relin"] = np.asarray(state.n_relin)
         if callback is not None:
             vals.update(callback(t, state) or {})
@@ -598,18 +726,19 @@ def _run(
         record(state, 0)
         done = 1
     for i in range(done, len(points)):
-        if stop_when_diverged and bool(np.all(np.asarray(state.diverged))):
+        if stop_when_diverged and bool(np.all(np.asarray(view(state).diverged))):
             break  # every run diverged (also when resuming a run that stopped so)
         t0, t1 = points[i - 1], points[i]
         state = run_chunk(state, t0, t1)
         record(state, t1)
         if checkpoint is not None:
-            save_checkpoint(checkpoint, (state, ()), {"run": meta, "history": history, "done": i + 1})
+            save_checkpoint(checkpoint, (view(state), ()), {"run": meta, "history": history, "done": i + 1})
         if bar is not None:
             bar.update(t1 - t0)
     if bar is not None:
         bar.close()
 
+    state = view(state)
     hist = {k: np.asarray(v) for k, v in history.items()}
     if sweep:  # per-point lists of per-run values (E, R, ...) → (R, E, ...); step stays (E,)
         hist = {k: (v if k == "step" else np.moveaxis(v, 0, 1)) for k, v in hist.items()}
@@ -641,6 +770,9 @@ def fit(
     config: dict | None = None,
     compiled_loop: bool | None = None,
     vectorise: bool | None = None,
+    devices: Sequence[jax.Device] | None = None,
+    shard_runs: bool | None = None,
+    data_parallel: bool = False,
 ) -> tuple[TrainState, dict]:
     """The one training loop: run ``step_fn(state, batch) -> (state, metrics)`` for ``steps`` steps.
 
@@ -659,13 +791,37 @@ def fit(
     (True) or one jitted step per dispatch (False); None picks the loop except on CPU.
     ``vectorise``: a sweep's runs ``vmap``-ed together (True) or stepped one after the other
     between evaluation points (False, the same results); None: vmap except on CPU, where a vmapped
-    convolution runs slower than its runs one by one.
+    convolution runs slower than its runs one by one (and except where ``shard_runs=True``).
+
+    Several devices (one process; placement only, the results equal one device's up to the order
+    of floating-point sums):
+
+    * ``devices``: the devices to spread the work over, a non-empty list of distinct local devices;
+      None: ``jax.local_devices()``.
+    * ``shard_runs`` (sweeps): the state's leading run axis (every leaf (R, ...)) and, with one key
+      per run, the keys (R, ...) are sharded over ``devices`` with ``NamedSharding(mesh,
+      P("runs"))``; the data and a shared key are replicated. R is padded up to the next multiple
+      R' of the device count by repeating the last run (its θ_0, K and key); the padding is computed
+      and dropped: the history, ``callback``, the checkpoint and the returned state hold the R runs.
+      None (default): shard when the runs are vmapped (``vectorise``) and there is more than one
+      device, so one device (or CPU's default ``vectorise=False``) runs exactly as before; True:
+      shard (vmapping the runs when ``vectorise`` is None; ``vectorise=False`` is refused); False:
+      never. Runs stepped one after the other (``vectorise=False``) stay on the default device.
+    * ``data_parallel`` (a single run, ``sweep=False``): the state (θ, θ_s, optimizer state) and the
+      data are replicated (``P()``) and each step's batch (B, ...) is split over ``devices`` on its
+      example axis (``P("batch")``); the compiled step computes the same mean gradient, each device
+      summing its B/n examples. B (``batch_size``, or N for the full batch) must be a multiple of
+      the device count. Evaluation runs replicated.
+
+    A checkpoint holds the unpadded state on the host, so a run resumes with any ``devices``.
     Returns the final state and the history (see :func:`train`).
     """
     x, y = (jnp.asarray(a) for a in _check_pair(data, "data"))
     if eval_data is not None:
         eval_data = tuple(jnp.asarray(a) for a in _check_pair(eval_data, "eval_data"))
     steps, batch_size = _validate_common(x, y, steps, batch_size, eval_data)
+    placement, vectorise = _placement(devices, shard_runs, data_parallel, sweep=sweep, vectorise=vectorise,
+                                      batch_size=batch_size, n_train=x.shape[0])
     loss = get_loss(loss)
     points = _eval_steps(steps, eval_every, eval_steps)
     eval_batch_size = check_int(eval_batch_size, "eval_batch_size")
@@ -685,9 +841,14 @@ def fit(
         if n_eval_train > x.shape[0]:
             raise ValueError(f"eval_train_size={n_eval_train} is not allowed: it must be <= the {x.shape[0]} "
                              "training examples, or None for all of them")
+    if placement is not None:  # the data on every device: batches are drawn where the runs are
+        x, y = jax.device_put((x, y), placement.sharding())
+        if eval_data is not None:
+            eval_data = jax.device_put(eval_data, placement.sharding())
     splits = {"train": (x[:n_eval_train], y[:n_eval_train])}
     if eval_data is not None:
         splits["test"] = eval_data
+
     def batch_of(k, t):
         return make_batch_fn(x, y, batch_size, k, augment)(t)
 
@@ -711,7 +872,7 @@ def fit(
     return _run(
         step_fn, state, batch_of, key, eval_fn, points, sweep=sweep, checkpoint=checkpoint, meta=meta,
         callback=callback, progress=progress, stop_when_diverged=True, compiled_loop=compiled_loop,
-        per_run_batches=per_run, vectorise=vectorise,
+        per_run_batches=per_run, vectorise=vectorise, placement=placement,
     )
 
 
@@ -719,6 +880,13 @@ def _check_optimizer(optimizer):
     if not isinstance(optimizer, optax.GradientTransformation):
         raise TypeError(f"optimizer={optimizer!r} is not allowed: optimizer must be an optax GradientTransformation")
     return optimizer
+
+
+def _check_placement_kwargs(fit_kwargs: dict, *, sweep: bool, data, batch_size) -> None:
+    """:func:`fit`'s checks of ``devices``/``shard_runs``/``data_parallel``, made before any compute."""
+    _placement(fit_kwargs.get("devices"), fit_kwargs.get("shard_runs"), fit_kwargs.get("data_parallel", False),
+               sweep=sweep, vectorise=fit_kwargs.get("vectorise"), batch_size=batch_size,
+               n_train=int(np.shape(data[0])[0]))
 
 
 def _initial_refresh(refresh, params, data, batch_size):
@@ -760,16 +928,39 @@ def train(
         ``callback(step, state) -> dict`` run on the host at evaluation points, its values appended
         to the history (kernel distances, probe accuracies); ``checkpoint`` (file path: saved
         atomically at evaluation points, resumed when rerun with the same configuration);
-        ``progress`` (a progress bar); ``config`` (a dict identifying the run in the checkpoint).
+        ``progress`` (a progress bar); ``config`` (a dict identifying the run in the checkpoint);
+        ``data_parallel=True`` (each batch split over ``devices``, default every local device, θ
+        replicated; the batch size must be a multiple of the device count; see :func:`fit`).
 
     Returns:
       ``(params, history)``: θ_T and a dict of arrays over evaluation points: ``step``, ``n_relin``
       (T/K so far), and ``{net,lin}_{train,test}_{loss,acc|rmse}`` for the network f(θ_t) and the
       current linear model f_lin_s(θ_t); plus ``diverged`` and ``diverged_step`` (−1 if finite).
+
+    Example:
+      Full-batch SGD on the MSE of 4 points, re-linearising every K = 10 steps. The network and its
+      current linearisation coincide right after a re-linearisation (steps 0 and 50) and drift
+      apart in between (step 25):
+
+      >>> import jax.numpy as jnp, optax
+      >>> from iterlin import train
+      >>> def f(params, x):  # a two-layer MLP: (N, 1) -> (N, 1), P = 12
+      ...     return jnp.tanh(x @ params["w1"] + params["b1"]) @ params["w2"]
+      >>> params0 = {"w1": jnp.array([[1.0, -2.0, 0.5, 1.5]]), "b1": jnp.array([0.0, 0.5, -0.5, 0.2]),
+      ...            "w2": jnp.array([[1.0], [0.5], [-1.0], [0.3]])}
+      >>> x = jnp.array([[-1.0], [-0.3], [0.4], [1.0]])
+      >>> y = jnp.sin(3 * x)
+      >>> params, hist = train(f, params0, (x, y), K=10, steps=50, optimizer=optax.sgd(0.5),
+      ...                      loss="mse", eval_every=25)
+      >>> hist["step"].tolist(), hist["n_relin"].tolist()
+      ([0, 25, 50], [0, 2, 5])
+      >>> print(hist["net_train_loss"].round(4), hist["lin_train_loss"].round(4))
+      [0.2898 0.0918 0.0513] [0.2898 0.0921 0.0513]
     """
     _check_optimizer(optimizer)
     _K_code(K)
     _check_train_args(data, steps, loss, batch_size, fit_kwargs.get("eval_data"))
+    _check_placement_kwargs(fit_kwargs, sweep=False, data=data, batch_size=batch_size)
     if refresh is not None:  # statistics at θ_0 before the first linearisation
         params = _initial_refresh(refresh, params, data, batch_size)
     state = init_state(params, optimizer, K)
@@ -800,8 +991,34 @@ def train_sweep(
     see the same batch sequence (the same ``key``), so they differ only in K and θ_0; run i equals
     ``train`` of run i alone. A diverged run is frozen while the others continue.
 
+    With more than one local device and the runs vmapped (``vectorise=True``, the default off CPU),
+    the run axis is sharded over the devices (``NamedSharding(mesh, P("runs"))``; R padded to a
+    multiple of the device count by repeating the last run, the padding dropped from the results);
+    ``devices=[...]`` picks the devices, ``shard_runs=True/False`` forces it on/off (see :func:`fit`).
+
     Returns ``(params, history)`` with params stacked (R, ...) and history arrays of shape (R, E)
     (``step`` is (E,), ``diverged``/``diverged_step`` are (R,)). Other arguments as :func:`train`.
+
+    Example:
+      K = 1 (gradient descent), K = 10 and K = ∞ (the linearisation at θ_0) from the same θ_0:
+
+      >>> import math
+      >>> import jax.numpy as jnp, optax
+      >>> from iterlin import train_sweep, tree_stack
+      >>> def f(params, x):  # a two-layer MLP: (N, 1) -> (N, 1), P = 12
+      ...     return jnp.tanh(x @ params["w1"] + params["b1"]) @ params["w2"]
+      >>> params0 = {"w1": jnp.array([[1.0, -2.0, 0.5, 1.5]]), "b1": jnp.array([0.0, 0.5, -0.5, 0.2]),
+      ...            "w2": jnp.array([[1.0], [0.5], [-1.0], [0.3]])}
+      >>> x = jnp.array([[-1.0], [-0.3], [0.4], [1.0]])
+      >>> y = jnp.sin(3 * x)
+      >>> params, hist = train_sweep(f, tree_stack([params0] * 3), (x, y), K=[1, 10, math.inf], steps=50,
+      ...                            optimizer=optax.sgd(0.5), loss="mse", eval_every=50)
+      >>> hist["n_relin"][:, -1].tolist()  # T/K re-linearisations per run
+      [50, 5, 0]
+      >>> print(hist["net_train_loss"].round(4))  # (R, E): runs × evaluation points
+      [[0.2898 0.0449]
+       [0.2898 0.0513]
+       [0.2898 0.1414]]
     """
     if isinstance(K, (str, bytes)) or not hasattr(K, "__len__"):
         raise ValueError(f"K={K!r} is not allowed: K must be a sequence of periods, one per run")
@@ -814,6 +1031,7 @@ def train_sweep(
         )
     _check_optimizer(optimizer)
     _check_train_args(data, steps, loss, batch_size, fit_kwargs.get("eval_data"))
+    _check_placement_kwargs(fit_kwargs, sweep=True, data=data, batch_size=batch_size)
     if refresh is not None:
         params = jax.vmap(lambda p: _initial_refresh(refresh, p, data, batch_size))(params)
     state = jax.vmap(lambda p, k: init_state(p, optimizer, 1)._replace(K=k))(params, jnp.asarray(Ks, jnp.int32))
