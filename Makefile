@@ -1,6 +1,7 @@
 # iterlin: the single entry point.
 #   make env    create .venv (from python3) and install iterlin with its test, book and site extras
-#   make test   unit tests, then the notebooks' stored outputs checked with nbval
+#   make test   unit tests, the docstrings' examples (doctests), then the notebooks' stored outputs
+#               checked with nbval
 #   make book   execute the notebooks at default scale (papermill), then build the site into _build/html
 #               (needs npm, for the MathJax served with the site)
 #   make check-site  open every page of _build/html in headless Chromium (images, maths, local files)
@@ -40,8 +41,8 @@ NBVAL_SANITIZE := notebooks/nbval_sanitize.cfg
 NBVAL_OPTS ?= $(if $(wildcard $(NBVAL_SANITIZE)),--nbval-sanitize-with $(NBVAL_SANITIZE))
 PAPERMILL_OPTS ?=
 
-.PHONY: help env test test-unit test-notebooks book notebooks pages mathjax check-site results claims-refresh bench \
-	clean distclean
+.PHONY: help env test test-unit test-doctest test-notebooks book notebooks pages mathjax check-site results \
+	claims-refresh bench clean distclean
 
 help:
 	@sed -n 's/^#   //p' Makefile
@@ -54,7 +55,7 @@ $(STAMP): pyproject.toml
 
 env: $(STAMP)
 
-test: test-unit test-notebooks
+test: test-unit test-doctest test-notebooks
 
 # PYTEST_OPTS: extra pytest arguments (CI passes --ignore=tests/test_site.py, run in its own phase).
 PYTEST_OPTS ?=
@@ -64,6 +65,13 @@ TEST_WORKERS ?= 2
 
 test-unit: env
 	$(PY) -m pytest -q -n $(TEST_WORKERS) $(PYTEST_OPTS) tests
+
+# The `>>>` examples in the library's docstrings (shown on the book's API page, book/api.md), run as
+# doctests (options: pyproject.toml), on the CPU on every machine: the printed numbers are float32
+# results on the CPU (a GPU may round matrix products differently). Collecting them imports every
+# module of iterlin, so a module that no longer imports fails here too.
+test-doctest: env
+	JAX_PLATFORMS=cpu $(PY) -m pytest -q --doctest-modules iterlin
 
 # Runs only when notebooks exist; exit code 5 (nothing collected) is not a failure.
 test-notebooks: env

@@ -85,7 +85,7 @@ NA = "n/a at this scale"
 UNDECIDED = "undecided"
 #: The allowed values of :attr:`Claim.holds`.
 HOLDS = ("yes", "no", UNDECIDED, NA)
-#: The kinds of row: the paper's claims, and consistency checks (hold by construction, not evidence).
+#: The kinds of row (the paper's claims, and consistency checks that hold by construction, not evidence).
 KINDS = ("claim", "check")
 #: The heading of a table's consistency checks.
 CHECKS_HEADING = "Consistency checks (hold by construction; not evidence for the paper's claims):"
@@ -100,8 +100,8 @@ class Claim(NamedTuple):
     measured: what this run measured (pre-rounded). holds: one of :data:`HOLDS`.
     rule: how ``holds`` was decided (e.g. ``"|Δ| < 1 point"``), or why it is n/a.
     kind: ``"claim"`` (evidence about the paper's claim) or ``"check"``: a consistency check that
-      holds by construction (two routes to one computation), listed apart and not counted as
-      evidence.
+    holds by construction (two routes to one computation), listed apart and not counted as
+    evidence.
     """
 
     claim: str
@@ -304,7 +304,7 @@ def collect_claims(directory: str | os.PathLike | None = None) -> str:
 # Rows shared by every experiment: noise, on-par comparisons, divergence
 # ------------------------------------------------------------------------------------------------
 
-#: |Δ| (fraction of test accuracy) within which two runs count as "on par" where the paper gives
+#: ``|Δ|`` (fraction of test accuracy) within which two runs count as "on par" where the paper gives
 #: no number (Figs. 2, 4, 5); Fig. 3 uses the paper's own "under 1 point".
 ON_PAR = 0.02
 
@@ -462,7 +462,7 @@ def two_se(p: float, n: int, *, diff: bool = False) -> float:
 
 
 def beyond_noise(a: float, b: float, n: int) -> bool:
-    """True when |a − b| exceeds two standard errors of the difference of two accuracies on n images."""
+    """True when ``|a − b|`` exceeds two standard errors of the difference of two accuracies on n images."""
     return n > 0 and abs(a - b) > two_se(0.5 * (a + b), n, diff=True)
 
 

@@ -124,7 +124,7 @@ def n_outputs(apply_fn: Callable, params: Any, x) -> int:
 
 
 def example_jacobian(apply_fn: Callable, params: Any, xi):
-    """∂f(θ, x_i)/∂θ of ONE example x_i (shape of one example): a pytree like θ, leaves (O, *leaf).
+    """∂f(θ, x_i)/∂θ of ONE example x_i (shape of one example): a pytree like θ, leaves ``(O, *leaf.shape)``.
 
     Reverse mode (O vector–Jacobian products) on ``apply_fn(θ, x_i[None])`` flattened to (O,).
     """
@@ -172,6 +172,16 @@ def flat_jacobian(apply_fn: Callable, params: Any, x) -> jax.Array:
     per-example Jacobians (reverse mode, O vector–Jacobian products per example, in chunks), so
     ``apply_fn`` must treat examples independently. The empirical NTK (Eq. 2) is ``J @ J.T``.
     Compiled once per ``apply_fn`` and shapes.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> from iterlin import flat_jacobian
+      >>> def f(params, x):  # x (N, 3) -> (N, 2): O = 2 outputs, P = 3 + 2 parameters
+      ...     return jnp.stack([x @ params["a"], jnp.sin(x[:, :2]) @ params["b"]], axis=-1)
+      >>> params = {"a": jnp.ones(3), "b": jnp.ones(2)}
+      >>> x = jnp.zeros((4, 3))
+      >>> flat_jacobian(f, params, x).shape  # (N·O, P)
+      (8, 5)
     """
     x = jnp.asarray(x)
     return maybe_jit(_flat_jacobian, apply_fn)(apply_fn, params, x)

@@ -72,7 +72,20 @@ LOSSES = {
 
 
 def get_loss(loss: str | Loss) -> Loss:
-    """``"ce"`` (softmax cross-entropy on integer labels) or ``"mse"`` (½‖f − y‖²)."""
+    """``"ce"`` (softmax cross-entropy on integer labels) or ``"mse"`` (½‖f − y‖²).
+
+    Example:
+      Per-example losses of outputs (N, O) = (2, 2); with integer labels the MSE regresses onto
+      one-hot rows (:func:`mse_targets`):
+
+      >>> import jax.numpy as jnp, numpy as np
+      >>> from iterlin import get_loss
+      >>> out, y = jnp.array([[2.0, 0.0], [0.0, 1.0]]), jnp.array([0, 1])
+      >>> print(np.asarray(get_loss("ce").per_example(out, y)).round(4))  # −log softmax(out)[y]
+      [0.1269 0.3133]
+      >>> print(np.asarray(get_loss("mse").per_example(out, y)).round(4))  # ½‖out − onehot(y)‖²
+      [0.5 0. ]
+    """
     if isinstance(loss, Loss):
         return loss
     return LOSSES[check_choice(loss, "loss", tuple(LOSSES))]

@@ -303,7 +303,7 @@ def make_model(
         dtype: parameter and computation dtype (e.g. ``jnp.float64`` with x64 enabled).
 
     Returns:
-        :class:`Model`. ``apply_fn(params, x)`` maps x of shape (N, *input_shape) to (N, O).
+        :class:`Model`. ``apply_fn(params, x)`` maps x of shape ``(N, *input_shape)`` to (N, O).
 
     Raises:
         ValueError: unknown ``name`` or ``bn_mode``, ``bn_mode`` given for a model without

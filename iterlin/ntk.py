@@ -306,6 +306,23 @@ def empirical_ntk(
     Returns:
       Θ̂ of shape (N₁·O, N₂·O), example-major (row n·O + o is output o of example n), in the
       parameters' dtype. ``Θ̂.reshape(N₁, O, N₂, O)`` separates examples and outputs.
+
+    Example:
+      The kernel of a small MLP on N = 4 inputs equals JJᵀ with J the (N·O × P) Jacobian:
+
+      >>> import jax.numpy as jnp, numpy as np
+      >>> from iterlin import empirical_ntk, flat_jacobian
+      >>> def f(params, x):  # a two-layer MLP: (N, 1) -> (N, 1), P = 12
+      ...     return jnp.tanh(x @ params["w1"] + params["b1"]) @ params["w2"]
+      >>> params = {"w1": jnp.array([[1.0, -2.0, 0.5, 1.5]]), "b1": jnp.array([0.0, 0.5, -0.5, 0.2]),
+      ...           "w2": jnp.array([[1.0], [0.5], [-1.0], [0.3]])}
+      >>> x = jnp.array([[-1.0], [-0.3], [0.4], [1.0]])
+      >>> theta = empirical_ntk(f, params, x)
+      >>> J = np.asarray(flat_jacobian(f, params, x))
+      >>> theta.shape, J.shape  # (N·O, N·O), (N·O, P)
+      ((4, 4), (4, 12))
+      >>> bool(np.allclose(theta, J @ J.T, rtol=1e-5, atol=1e-6))
+      True
     """
     mode = check_choice(mode, "mode", NTK_MODES)
     if chunk_size is not None:
@@ -402,6 +419,15 @@ def kernel_distance(k1, k2):
 
     Returns:
       d of shape (...) (a scalar for two matrices); NaN if a kernel is zero.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> from iterlin import kernel_distance
+      >>> k = jnp.array([[2.0, 1.0], [1.0, 2.0]])
+      >>> round(float(kernel_distance(k, 3 * k)), 6)  # equal up to a positive scale
+      0.0
+      >>> round(float(kernel_distance(k, jnp.eye(2))), 4)  # 1 − 4/(√10 · √2)
+      0.1056
     """
     k1, k2 = jnp.asarray(k1), jnp.asarray(k2)
     if k1.shape != k2.shape or k1.ndim < 2:
@@ -451,7 +477,7 @@ def kernel_tracker(
     mode: str = "jacobian",
     params0: Any = None,
 ) -> Callable:
-    """A ``callback`` for :func:`iterlin.train`/``fit`` that follows the empirical NTK on a probe set.
+    """A ``callback`` for :func:`~iterlin.training.train`/``fit`` that follows the empirical NTK on a probe set.
 
     At each evaluation point t (state.step) it computes K_t = Θ̂_{θ_t}(X_p, X_p) (the network's kernel)
     and K_s = Θ̂_{θ_s}(X_p, X_p) (the current linear model's kernel) and returns

@@ -663,7 +663,7 @@ def filter_grid(
       runs: the runs to show, in order (default all): for each filter one row per run.
       filters: how many of the first filters (an int), or their indices.
       vrange: ``[−vrange, vrange] → [0, 1]`` (:func:`iterlin.probes.filters_to_image`; grey = no
-        change); ``"max"``: the largest |change| among the drawn images (at least 1e-12).
+        change); ``"max"``: the largest ``|change|`` among the drawn images (at least 1e-12).
       title: the figure's title; may use ``{vrange}`` (e.g. ``"range ±{vrange:.3g}"``).
 
     Returns:

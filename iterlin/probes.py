@@ -19,7 +19,7 @@ the training features, then the probe is refitted on all of them.
 Filters (Fig. 7): the change of the first-layer filters from initialisation, W_t − W_0, shown as
 images with [−0.5, 0.5] mapped to [0, 1].
 
-Both trackers are ``callback(step, state) -> dict`` factories for :func:`iterlin.train`/``fit``;
+Both trackers are ``callback(step, state) -> dict`` factories for :func:`~iterlin.training.train`/``fit``;
 they read the network's parameters θ_t (the hidden activations of the actual network, as in the
 paper), and accept sweep states (a leading run axis) too.
 """
@@ -48,7 +48,7 @@ __all__ = [
     "filters_to_image",
 ]
 
-#: The ridge penalties tried by default: 1e-4, 1e-3, ..., 1e2.
+#: The ridge penalties tried by default (1e-4, 1e-3, ..., 1e2).
 DEFAULT_LAMBDAS = tuple(float(v) for v in np.logspace(-4, 2, 7))
 
 
@@ -227,7 +227,7 @@ def probe_tracker(
     seed: int = 0,
     batch_size: int = 500,
 ) -> Callable:
-    """A ``callback`` for :func:`iterlin.train` that fits linear probes on hidden features (Fig. 6).
+    """A ``callback`` for :func:`~iterlin.training.train` that fits linear probes on hidden features (Fig. 6).
 
     At each evaluation point the features of ``train_xy`` and ``test_xy`` are computed at the
     network's parameters θ_t (``state.params``), and a probe (:func:`fit_linear_probe`) is fitted on
@@ -292,7 +292,7 @@ def first_layer_filters(params) -> jax.Array:
 
 
 def filter_tracker(get_filters: Callable = first_layer_filters, *, n: int = 3, params0: Any = None) -> Callable:
-    """A ``callback`` for :func:`iterlin.train` recording the change of filters from initialisation (Fig. 7).
+    """A ``callback`` for :func:`~iterlin.training.train` recording the change of filters from initialisation (Fig. 7).
 
     At each evaluation point it returns ``{"filters_delta": W_t[..., :n] − W_0[..., :n]}`` where
     W_t = ``get_filters(θ_t)`` has shape (h, w, c_in, C) (for the CNN (5, 5, 3, 50)), so each value is

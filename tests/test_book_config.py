@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import json
 import os
 import re
@@ -202,6 +203,49 @@ def test_chapters_follow_the_papers_sections(toc):
         text = (ROOT / chapter).with_suffix(".md").read_text()
         for section in sections:
             assert f"{{doc}}`{section.removeprefix('book/')}`" in text, (chapter, section)
+
+
+def _api_page() -> tuple[set[str], set[tuple[str, str]]]:
+    """book/api.md's automodule'd modules, and its autosummary entries as (current module, name)."""
+    documented, listed, module, in_summary = set(), set(), None, False
+    for line in (ROOT / "book" / "api.md").read_text().splitlines():
+        if m := re.match(r"\.\. automodule:: (\S+)$", line):
+            documented.add(m.group(1))
+        if m := re.match(r"\.\. currentmodule:: (\S+)$", line):
+            module = m.group(1)
+        if line.startswith(".. "):
+            in_summary = line.startswith(".. autosummary::")
+        elif in_summary and (m := re.fullmatch(r"   ([A-Za-z_]\w*)", line)):
+            listed.add((module, m.group(1)))
+        elif in_summary and line and not line.startswith("   "):
+            in_summary = False
+    return documented, listed
+
+
+def test_api_page_documents_every_public_name(config, toc):
+    # book/api.md is generated from the docstrings (autodoc, autosummary, napoleon), in "About this
+    # edition" and linked from the method page; every name `import iterlin` exposes is listed in its
+    # summary tables under its defining module, which the page documents.
+    about = next(part for part in toc["parts"] if part["caption"] == "About this edition")
+    assert "book/api" in [chapter["file"] for chapter in about["chapters"]]
+    extensions = set(config["sphinx"]["extra_extensions"])
+    assert {"sphinx.ext.autodoc", "sphinx.ext.autosummary", "sphinx.ext.napoleon"} <= extensions
+    assert "{doc}`api`" in (ROOT / "book" / "method.md").read_text()
+    iterlin = importlib.import_module("iterlin")
+    documented, listed = _api_page()
+    for name in iterlin.__all__:
+        obj = getattr(iterlin, name)
+        if inspect.ismodule(obj):
+            assert obj.__name__ in documented, f"book/api.md does not document the module {obj.__name__}"
+        else:
+            assert obj.__module__ in documented, f"book/api.md does not document {obj.__module__} ({name})"
+            assert (obj.__module__, name) in listed, f"iterlin.{name} is not in book/api.md's summary tables"
+
+
+def test_make_test_runs_the_docstring_examples():
+    makefile = (ROOT / "Makefile").read_text()
+    assert re.search(r"^test: .*\btest-doctest\b", makefile, flags=re.M)
+    assert re.search(r"-m pytest -q --doctest-modules iterlin$", _make_dry_run("test-doctest"), flags=re.M)
 
 
 def test_generated_pages_are_included_from_the_ignored_build_folder():

@@ -7,6 +7,11 @@ de-duplication treats as different), and the second ``const`` declaration throws
 error on every page. Here each page's scripts are de-duplicated by (file, priority, attributes),
 keeping the first of each, before the page is rendered. The browser check (tests/test_site.py)
 fails on any uncaught JavaScript error, so it would notice if this stopped working.
+
+Two touches to the API page (``book/api.md``): autosummary cuts a one-line summary at the first
+". " unless it ends a known abbreviation, so the paper's "(Eq. 3)", "(Fig. 8)", "(Sec. 3.3)" are
+added to its list; and a NamedTuple field without a ``#:`` comment would show Python's generated
+"Alias for field number N", which says nothing, so that text is dropped.
 """
 
 from __future__ import annotations
@@ -30,6 +35,20 @@ def _dedupe_scripts(app, pagename, templatename, context, doctree):
     return None
 
 
+#: Abbreviations after which autosummary must not end a summary line.
+ABBREVIATIONS = ("Eq.", "Eqs.", "Fig.", "Figs.", "Sec.", "Alg.")
+
+
+def _drop_field_aliases(app, what, name, obj, options, lines):
+    if len(lines) <= 2 and lines and lines[0].startswith("Alias for field number"):
+        lines[:] = []
+
+
 def setup(app):
+    from sphinx.ext import autosummary
+
+    autosummary.WELL_KNOWN_ABBREVIATIONS = tuple(dict.fromkeys(autosummary.WELL_KNOWN_ABBREVIATIONS + ABBREVIATIONS))
+    app.setup_extension("sphinx.ext.autodoc")
+    app.connect("autodoc-process-docstring", _drop_field_aliases)
     app.connect("html-page-context", _dedupe_scripts, priority=900)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}

@@ -64,12 +64,12 @@ class Experiment(NamedTuple):
     name: the notebook's name (``"fig3"``). scales: ``{"smoke" | "cpu" | "gpu" | "paper": defaults}``.
     load: ``load(config) -> Dataset`` (or a dict of Datasets): the data the computation needs.
     compute: ``compute(config, data, *, checkpoint_dir=None, progress=False) -> results``, a dict
-      of NumPy arrays (nested dicts allowed); ``checkpoint_dir`` is a folder unique to the cache key.
+    of NumPy arrays (nested dicts allowed); ``checkpoint_dir`` is a folder unique to the cache key.
     claims: ``claims(results) -> list[Claim]``, the rows of the notebook's claims cell.
     expand: ``{key: rule}`` for :func:`iterlin.config.resolve` (a single value given for a
-      list-valued key), e.g. Fig. 5's ``{"n_train": halvings}``.
+    list-valued key), e.g. Fig. 5's ``{"n_train": halvings}``.
     module: the defining module's name; the result cache fingerprints the code that ``load`` and
-      ``compute`` reach from it.
+    ``compute`` reach from it.
     """
 
     name: str

@@ -127,9 +127,10 @@ def resolve_notebook(name: str, namespace: Mapping[str, Any]) -> dict:
     (and the cell papermill injects after it for ``-p NAME VALUE``). Which names were given:
 
     * in a Jupyter kernel (``namespace`` holds IPython's ``In`` history): the names papermill's
-      injected cell assigned (:data:`PAPERMILL_HEADER`). Papermill itself only logs "Passed unknown
-      parameter" for a misspelt ``-p step 50``; here it fails. The notebook's own later globals
-      (``config``, ``results``, ...) never count, so re-running a cell is fine;
+      injected cell assigned (:data:`~iterlin.experiments.registry.PAPERMILL_HEADER`). Papermill
+      itself only logs "Passed unknown parameter" for a misspelt ``-p step 50``; here it fails. The
+      notebook's own later globals (``config``, ``results``, ...) never count, so re-running a cell
+      is fine;
     * otherwise (a plain dict, a script): every global that looks like a parameter
       (:func:`_is_parameter_like`: not ``_``-prefixed, not IPython's, not a module, class or
       function).
