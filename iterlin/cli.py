@@ -200,7 +200,10 @@ class Job:
 def _executor(kind: str, folder: Path, options: Mapping[str, Any]):
     import submitit
 
-    executor = submitit.AutoExecutor(folder=folder / "submitit", cluster=kind)
+    try:
+        executor = submitit.AutoExecutor(folder=folder / "submitit", cluster=kind)
+    except RuntimeError as e:  # e.g. slurm without srun: not a Slurm machine
+        raise ValueError(f"--executor {kind} is not allowed on this machine: {e}") from e
     params: dict[str, Any] = {"name": options.get("job_name") or "iterlin"}
     if options.get("time") is not None:
         params["timeout_min"] = options["time"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -143,3 +144,34 @@ def test_console_script_is_installed():
     proc = subprocess.run([str(Path(sys.executable).parent / "iterlin"), "list"], capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0 and proc.stdout.split()[0] == "fig1", proc.stderr
+
+
+def test_sweep_on_slurm_submits_one_job_array_with_requeue(tmp_path):
+    """No Slurm here: a stand-in ``sbatch`` on PATH keeps the submission script and answers as sbatch
+    does, so the test reads what a cluster would receive."""
+    bin_dir, kept = tmp_path / "bin", tmp_path / "kept.sh"
+    bin_dir.mkdir()
+    sbatch = bin_dir / "sbatch"
+    sbatch.write_text(f'#!/bin/sh\ncp "$1" {kept}\necho "Submitted batch job 4242"\n')
+    sbatch.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    folder = tmp_path / "sweep"
+    argv = [sys.executable, "-m", "iterlin", "sweep", "fig9", *TINY, "--seeds", "0-2", "-p", "damping=0,1",
+            "--executor", "slurm", "--partition", "gpu", "--time", "240", "--gpus", "1", "--array-parallelism", "4",
+            "--no-wait", "--folder", str(folder)]
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert proc.returncode == 2 and "--executor slurm is not allowed on this machine" in proc.stderr  # no srun
+    (bin_dir / "srun").write_text("#!/bin/sh\nexit 0\n")
+    (bin_dir / "srun").chmod(0o755)
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "6 jobs" in proc.stdout and "submitted: 4242_0" in proc.stdout
+    script = kept.read_text()
+    for line in ("#SBATCH --partition=gpu", "#SBATCH --time=240", "#SBATCH --gpus-per-node=1", "#SBATCH --array=0-5%4",
+                 "#SBATCH --signal=USR2@"):
+        assert line in script, f"{line!r} missing from\n{script}"
+    manifest = json.loads((folder / cli.MANIFEST).read_text())
+    assert manifest["executor"] == "slurm" and len(manifest["configs"]) == 6
+    assert manifest["job_ids"] == [f"4242_{i}" for i in range(6)]
+    jobs = cli.collect(folder)  # nothing ran; no sacct here: the state says so instead of failing
+    assert all(j.results is None and j.state.startswith(("unknown", "PENDING", "UNKNOWN")) for j in jobs)
