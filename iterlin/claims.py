@@ -67,6 +67,8 @@ __all__ = [
     "on_par",
     "exceeds",
     "seed_interval",
+    "all_verdicts",
+    "final_difference",
     "beyond",
     "two_se",
     "beyond_noise",
@@ -334,10 +336,19 @@ class Difference(NamedTuple):
 
     def describe(self) -> str:
         """``Δ +0.4 pts, 2 s.e. interval [−1.2, +2.0] (3 seeds, 932 paired test images)``."""
+        return (f"Δ {_signed(100 * self.delta)} pts, 2 s.e. interval [{_signed(100 * self.lo)}, "
+                f"{_signed(100 * self.hi)}] ({self.counts()})")
+
+    def short(self) -> str:
+        """``Δ +0.4 [−1.2, +2.0]``: Δ and its 2 s.e. interval in points, for rows that list many
+        differences (:meth:`counts` then goes once into the rule)."""
+        return f"Δ {_signed(100 * self.delta)} [{_signed(100 * self.lo)}, {_signed(100 * self.hi)}]"
+
+    def counts(self) -> str:
+        """``3 seeds, 932 paired test images``: what the interval was estimated from."""
         kind = "paired" if self.paired else "unpaired"
         seeds = f"{self.n_seeds} seed{'s' if self.n_seeds != 1 else ''}"
-        return (f"Δ {_signed(100 * self.delta)} pts, 2 s.e. interval [{_signed(100 * self.lo)}, "
-                f"{_signed(100 * self.hi)}] ({seeds}, {self.n_test} {kind} test images)")
+        return f"{seeds}, {self.n_test} {kind} test images"
 
 
 def _signed(x: float) -> str:
@@ -413,6 +424,27 @@ def exceeds(diff: Difference) -> str:
     if diff.hi < 0:
         return "no"
     return UNDECIDED
+
+
+def all_verdicts(verdicts: Iterable[str]) -> str:
+    """One verdict for a claim over several comparisons: ``"yes"`` when every one is yes, ``"no"``
+    when any is no, else :data:`UNDECIDED`; :data:`NA` when there are none."""
+    v = list(verdicts)
+    if not v:
+        return NA
+    return "no" if "no" in v else UNDECIDED if UNDECIDED in v else "yes"
+
+
+def final_difference(results: Mapping, ia, ib) -> Difference:
+    """:func:`difference` of runs ``ib`` against runs ``ia`` (index arrays, paired by seed) of the
+    final test accuracies ``results["final_test_acc"]`` (R,), paired on the test images when
+    ``results["final_test_correct"]`` (R, n_test) is recorded
+    (:func:`iterlin.experiments._common.trained_final`); ``results["n_test"]`` test images."""
+    ia, ib = np.atleast_1d(ia), np.atleast_1d(ib)
+    acc = np.asarray(results["final_test_acc"], np.float64)
+    correct = results.get("final_test_correct")
+    pair = {} if correct is None else {"correct_a": np.asarray(correct)[ia], "correct_b": np.asarray(correct)[ib]}
+    return difference(acc[ia], acc[ib], n_test=int(results["n_test"]), **pair)
 
 
 def seed_interval(values) -> tuple[float, float, float, float]:

@@ -42,7 +42,8 @@ The same name means the same thing in every experiment (:data:`VALIDATORS` check
            single value ``K`` given for a list means the sweep ``[1, K]``: the K = 1 (plain
            SGD) reference is always kept. Lists are sorted, de-duplicated, and 1 is added.
            K = ∞ is stored as the float ``math.inf``; JSON writes it ``Infinity``.
-``lr``     learning rate η of (S)GD: a finite number > 0.
+``lr``     learning rate η of (S)GD: a finite number > 0; where the default is a list (the
+           learning-rate sweep, ``iterlin.experiments.lr``), a sorted, de-duplicated list of them.
 ``steps``  optimisation steps T: an integer in [1, 2³¹ − 1] (step counters are int32).
 ``epochs`` (where an experiment counts epochs instead of steps) an integer in [1, 2³¹ − 1].
 ``seed``   seed of the initialisation and the batch order: an integer in [0, 2³² − 1], the seeds
@@ -207,7 +208,7 @@ def _reals(check: Callable[[Any, str], Any]) -> Callable:
 #: ``VALIDATORS[key](value, name, default) -> normalised value`` (raises ValueError naming the key).
 VALIDATORS: dict[str, Callable[[Any, str, Any], Any]] = {
     "K": _v_K,
-    "lr": _scalar(check_positive),
+    "lr": _reals(check_positive),  # a list for the learning-rate sweep (iterlin.experiments.lr)
     "lr_inf": _scalar(check_positive),
     "damping": _reals(check_nonnegative),  # a list for Fig. 9's λ grid
     "steps": _int(1, MAX_STEPS, _STEPS_WHY),
@@ -235,6 +236,9 @@ VALIDATORS: dict[str, Callable[[Any, str, Any], Any]] = {
     "augment_bn": _bool,
     "bn_mode": _scalar(lambda v, n: check_choice(v, n, ("batch", "frozen"))),
     "n_probe": _count(1, True, MAX_TRAIN, "CIFAR-10 has 50000 training images"),
+    # the learning-rate sweep (iterlin.experiments.lr): the stability bound 2/λ_max at θ_0
+    "n_sharpness": _count(1, False, MAX_TRAIN, "CIFAR-10 has 50000 training images"),
+    "sharpness_iters": _int(1, MAX_STEPS, "it is a number of power-iteration steps, and step counters are int32"),
 }
 
 

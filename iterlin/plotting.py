@@ -44,9 +44,11 @@ __all__ = [
     "plot_sweep",
     "band",
     "seed_points",
+    "seed_curve",
     "log_positions",
     "set_log_ticks",
     "set_K_axis",
+    "top_ticks",
     "mark_steps",
     "rug",
     "plot_functions",
@@ -457,6 +459,7 @@ def seed_points(
     size: float = 12,
     alpha: float = 0.7,
     rng_seed: int = 0,
+    scale: float = 1.0,
 ):
     """Every seed as a dot at its point's x; seeds not kept (or non-finite) as grey crosses.
 
@@ -466,6 +469,7 @@ def seed_points(
       kept: optional ``(N, S)`` bool: seeds drawn as dots; the others, and non-finite values, are
         crosses at ``min(value, cap)`` (NaN at ``cap``) when ``cap`` is given, else not drawn.
       jitter: spread the seeds of a point over x · 10^U(−jitter, jitter) (log axes), reproducibly.
+      scale: factor on the values (100 for accuracies as percent; ``cap`` is in drawn units).
 
     Returns:
       ``(dots, crosses)``: PathCollections (``crosses`` None when none are drawn).
@@ -475,6 +479,7 @@ def seed_points(
     v = _real_array(values, "values")
     if v.ndim != 2 or v.shape[0] != xs.shape[0]:
         raise _bad("values", f"of shape {v.shape}", f"(N, S) with N = len(x) = {xs.shape[0]}")
+    v = float(scale) * v
     ok = np.isfinite(v) & _mask(kept, v, "kept")
     X = np.repeat(xs[:, None], v.shape[1], axis=1)
     if jitter:
@@ -485,6 +490,55 @@ def seed_points(
         y = np.minimum(np.nan_to_num(v[~ok], nan=cap, posinf=cap), cap)
         crosses = ax.scatter(X[~ok], y, marker="x", color="grey")
     return dots, crosses
+
+
+def seed_curve(
+    ax: Axes,
+    x: Any,
+    values: Any,
+    *,
+    diverged: Any = None,
+    label: str | None = None,
+    diverged_label: str | None = None,
+    color: Any = None,
+    marker: str = "o",
+    dots: bool = True,
+    scale: float = 100.0,
+    alpha: float = 0.2,
+    **plot_kwargs,
+) -> Line2D:
+    """One setting's final values over a grid (K, learning rates): the mean over seeds with a band
+    of ± one standard error (:func:`band`), every seed as a dot (:func:`seed_points`) and a cross
+    (at the mean) on every point where a seed diverged.
+
+    Args:
+      x: ``(N,)`` positions (e.g. :func:`set_K_axis`'s, or learning rates on a log axis).
+      values: ``(N, S)``: N points × S seeds (fractions; drawn × ``scale``).
+      diverged: optional ``(N,)`` bool: the points where any seed diverged.
+      label, diverged_label: legend entries of the line and of the crosses (None: none).
+      color: the colour (default: the Axes' next one); marker: the mean's marker.
+      dots: draw each seed as a dot (in the line's colour).
+      **plot_kwargs: passed to the mean line (``ls``, ``lw``, ``mfc``, ...).
+
+    Returns the mean's Line2D.
+    """
+    _check_axes(ax)
+    xs = _as_1d(x, "x")
+    v = _real_array(values, "values")
+    if v.ndim != 2 or v.shape[0] != xs.shape[0]:
+        raise _bad("values", f"of shape {v.shape}", f"(N, S) with N = len(x) = {xs.shape[0]}")
+    line, _ = band(ax, xs, v, axis=1, color=color, label=label, alpha=alpha, scale=scale, marker=marker,
+                   **plot_kwargs)
+    c = line.get_color()
+    if dots:
+        seed_points(ax, xs, v, color=c, size=10, alpha=0.5, scale=scale)
+    if diverged is not None:
+        d = _as_1d(np.asarray(diverged, dtype=bool), "diverged", xs.shape[0], "one flag per point").astype(bool)
+        if d.any():
+            mean, _ = mean_se(v, axis=1)
+            ax.plot(xs[d], scale * mean[d], linestyle="none", marker="x", ms=CROSS_SIZE, color=c,
+                    **({"label": diverged_label} if diverged_label is not None else {}))
+    return line
 
 
 # ------------------------------------------------------------------------------------------------
@@ -559,6 +613,22 @@ def set_K_axis(
     if xlabel is not None:
         ax.set_xlabel(xlabel)
     return xs
+
+
+def top_ticks(ax: Axes, positions: Any, labels: Sequence[str], *, label: str | None = None) -> Axes:
+    """A second x axis on top of ``ax`` (same scale and limits) with ticks exactly at ``positions``
+    ``(N,)``, labelled ``labels``, no minor ticks: e.g. the number of re-linearisations T/K above a
+    K axis (:func:`set_K_axis`). Returns the secondary axis."""
+    _check_axes(ax)
+    p = _as_1d(positions, "positions")
+    if len(labels) != p.shape[0]:
+        raise _bad("labels", f"of length {len(labels)}", f"one label per position ({p.shape[0]})")
+    top = ax.secondary_xaxis("top")
+    top.set_xticks(p, list(labels))
+    top.xaxis.set_minor_locator(plt.NullLocator())
+    if label is not None:
+        top.set_xlabel(label)
+    return top
 
 
 def legend(ax: Axes, *, fontsize: float = 8, **kwargs) -> Legend | None:

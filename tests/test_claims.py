@@ -19,6 +19,8 @@ from iterlin.claims import (
     UNDECIDED,
     Claim,
     ClaimsTable,
+    Difference,
+    all_verdicts,
     beyond_noise,
     claims_markdown,
     claims_table,
@@ -27,6 +29,7 @@ from iterlin.claims import (
     divergence_claim,
     divergence_row,
     exceeds,
+    final_difference,
     fmt_K,
     num,
     on_par,
@@ -310,3 +313,32 @@ def test_beyond_touching_the_threshold_is_the_other_side():
     v = np.array([1.0, 3.0])
     _, se, lo, _ = claims.seed_interval(v)
     assert claims.beyond(v, lo, above=True) != "yes"
+
+
+def test_difference_short_and_counts():
+    d = Difference(0.004, 0.008, 3, 932, True)
+    assert d.short() == "Δ +0.4 [-1.2, +2.0]" and d.counts() == "3 seeds, 932 paired test images"
+    assert d.describe() == "Δ +0.4 pts, 2 s.e. interval [-1.2, +2.0] (3 seeds, 932 paired test images)"
+    assert Difference(0.0, 0.01, 1, 200, False).counts() == "1 seed, 200 unpaired test images"
+
+
+@pytest.mark.parametrize(
+    "verdicts, expected",
+    [(["yes", "yes"], "yes"), (["yes", "no", UNDECIDED], "no"), (["yes", UNDECIDED], UNDECIDED), ([], NA)],
+)
+def test_all_verdicts(verdicts, expected):
+    assert all_verdicts(iter(verdicts)) == expected
+
+
+def test_final_difference_pairs_on_the_recorded_test_images():
+    n = 1000
+    correct = np.zeros((4, n), bool)
+    for r, k in enumerate([400, 390, 410, 400]):  # runs: seed 0 (A, B), seed 1 (A, B)
+        correct[r, :k] = True
+    res = {"final_test_acc": correct.mean(1), "final_test_correct": correct, "n_test": np.asarray(n)}
+    d = final_difference(res, [0, 2], [1, 3])
+    assert d.paired and d.n_seeds == 2 and d.delta == pytest.approx(-0.01)
+    assert d == difference(correct.mean(1)[[0, 2]], correct.mean(1)[[1, 3]], n_test=n, correct_a=correct[[0, 2]],
+                           correct_b=correct[[1, 3]])
+    del res["final_test_correct"]
+    assert not final_difference(res, [0, 2], [1, 3]).paired

@@ -24,8 +24,10 @@ from iterlin.plotting import (  # noqa: E402
     plot_functions,
     plot_runs,
     rug,
+    seed_curve,
     seed_points,
     set_K_axis,
+    top_ticks,
 )
 from iterlin.probes import filters_to_image  # noqa: E402
 
@@ -237,8 +239,42 @@ def test_seed_points_kept_dots_and_capped_crosses(ax):
         seed_points(ax, [1.0], v)
 
 
+def test_seed_points_scale(ax):
+    dots, _ = seed_points(ax, [1.0, 10.0], np.array([[0.1, 0.2], [0.3, 0.4]]), scale=100)
+    np.testing.assert_allclose(np.sort(np.asarray(dots.get_offsets())[:, 1]), [10, 20, 30, 40])
+
+
+def test_seed_curve_mean_band_dots_and_crosses_at_diverged_points(ax):
+    v = np.array([[0.1, 0.3], [0.2, 0.4], [0.5, 0.5]])  # 3 points × 2 seeds
+    line = seed_curve(ax, [1.0, 3.0, 10.0], v, diverged=[False, False, True], color="C2", label="K = 1",
+                      diverged_label="diverged")
+    np.testing.assert_allclose(line.get_ydata(), [20, 30, 50])  # the mean, in percent
+    assert line.get_label() == "K = 1" and to_rgba(line.get_color()) == to_rgba("C2")
+    assert len(ax.collections) == 2  # the band and the seeds' dots
+    np.testing.assert_allclose(np.sort(np.asarray(ax.collections[1].get_offsets())[:, 1]), [10, 20, 30, 40, 50, 50])
+    cross = [ln for ln in ax.lines if ln.get_marker() == "x"]
+    assert len(cross) == 1 and cross[0].get_label() == "diverged"
+    np.testing.assert_allclose(cross[0].get_xdata(), [10.0]) and np.testing.assert_allclose(cross[0].get_ydata(), [50])
+    line = seed_curve(ax, [1.0], np.array([[2.0]]), scale=1, dots=False)  # one seed: no band, no dots
+    np.testing.assert_allclose(line.get_ydata(), [2.0]) and len(ax.collections) == 2
+    with pytest.raises(ValueError, match="^values "):
+        seed_curve(ax, [1.0, 2.0], v)
+    with pytest.raises(ValueError, match="^diverged "):
+        seed_curve(ax, [1.0, 3.0, 10.0], v, diverged=[True])
+
+
 # ----------------------------------------------------------------------------------------------
 # axes
+
+
+def test_top_ticks_label_a_second_axis(ax):
+    xs = set_K_axis(ax, [1, 10, math.inf])
+    top = top_ticks(ax, xs, ["100", "10", "0"], label="re-linearisations T/K")
+    np.testing.assert_allclose(top.get_xticks(), xs)
+    assert [t.get_text() for t in top.get_xticklabels()] == ["100", "10", "0"]
+    assert top.get_xlabel() == "re-linearisations T/K"
+    with pytest.raises(ValueError, match="^labels "):
+        top_ticks(ax, xs, ["1"])
 
 
 def test_log_positions_put_inf_and_zero_at_the_edges():

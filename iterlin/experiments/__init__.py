@@ -1,4 +1,5 @@
-"""The paper's experiments: one module per notebook (``fig1`` … ``fig9``, ``ntk``).
+"""The paper's experiments: one module per notebook (``fig1`` … ``fig9``, ``ntk``; beyond the paper,
+``ksweep`` and ``lr``).
 
 ``notebooks/<name>.py`` → ``iterlin/experiments/<name>.py`` holds everything about that figure:
 its defaults at every scale (``SCALES``), its data (``load``), its computation (``compute``) and

@@ -53,6 +53,7 @@ __all__ = [
     "cnn_sweep",
     "FROM_CONFIG",
     "early_stopped",
+    "trained_final",
     "index_of_K",
     "rmse",
 ]
@@ -321,6 +322,23 @@ def early_stopped(history: Mapping, metric: str = "net_test_acc") -> np.ndarray:
     """Optimal early stopping (Fig. 5): the best value of ``metric`` over evaluation points, (R,)."""
     v = np.asarray(history[metric], np.float64)
     return np.nanmax(np.where(np.isfinite(v), v, np.nan), axis=-1) if v.size else v
+
+
+def trained_final(history: Mapping) -> dict:
+    """The final test accuracy of the model each run of a :func:`sweep` history trains: the network
+    f(θ_T) for finite K, the linear model f_lin_0(θ_T) for K = ∞ (the fixed-NTK model: its network
+    is never the model being trained; Figs. 1 and 5 score it so).
+
+    Returns ``final_test_acc`` (R,) float64 and, when the history records per-image correctness,
+    ``final_test_correct`` (R, n_test) bool (for paired comparisons, :func:`iterlin.claims.difference`).
+    """
+    fixed = np.isinf(np.asarray(history["K"], np.float64))
+    out = {"final_test_acc": np.where(fixed, np.asarray(history["lin_test_acc"], np.float64)[:, -1],
+                                      np.asarray(history["net_test_acc"], np.float64)[:, -1])}
+    if "net_test_correct" in history and "lin_test_correct" in history:
+        out["final_test_correct"] = np.where(fixed[:, None], np.asarray(history["lin_test_correct"], bool),
+                                             np.asarray(history["net_test_correct"], bool))
+    return out
 
 
 def rmse(pred, y) -> np.ndarray:

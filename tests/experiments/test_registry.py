@@ -306,10 +306,16 @@ def test_no_import_cycle_in_iterlin():
     assert cycle is None, "import cycle: " + " → ".join(cycle)
 
 
+#: Entry points above the experiments: they drive the experiments and nothing in the library imports them.
+ENTRY_POINTS = ("iterlin.cli", "iterlin.__main__")
+
+
 def test_core_modules_do_not_import_the_experiments():
     g = _import_graph()
-    core = [m for m in g if not m.startswith("iterlin.experiments")]
+    core = [m for m in g if not m.startswith("iterlin.experiments") and m not in ENTRY_POINTS]
     assert "iterlin.training" in core and "iterlin" in core
+    assert not [m for m in g if m not in ENTRY_POINTS and any(t in ENTRY_POINTS for t in g[m])], \
+        "a module imports the command line"
     offenders = {m: sorted(t for t in g[m] if t.startswith("iterlin.experiments")) for m in core}
     assert not {m: t for m, t in offenders.items() if t}, offenders
 

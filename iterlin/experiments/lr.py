@@ -1,0 +1,252 @@
+"""Beyond the paper: learning rates. Does large K take the learning rates K = 1 takes?
+
+The paper's rates are small (1e-5 to 1e-3); its reviewers asked about larger ones. Training the
+linearisation at θ_s by gradient descent is stable only below 2/λ_max of the Gauss–Newton matrix at
+θ_s (:mod:`iterlin.stability`), while the network (K = 1) is not bound that way, so a large K may
+need a smaller rate than K = 1. Here the paper's CNN is trained with K = 1 and one large K at each
+rate of a grid spanning at least an order of magnitude, every (K, lr) and seed in ONE sweep (the
+runs of one seed share the initialisation and the batches), and the bound 2/λ_max(θ_0) is measured
+at each seed's initialisation on a small training subset.
+
+Scoring: the network f(θ_T) for finite K, the linear model for K = ∞. A run that diverges (a
+non-finite or exploding loss, :func:`iterlin.training.commit_step`) is frozen at its last finite
+state and recorded; a run that blows up without tripping that guard shows in its accuracy and loss.
+
+Config keys: ``K`` (list: 1 and the large K), ``lr`` (list of rates; a single rate η means
+[η/10, 0.3 η, η]), ``steps``, ``batch_size``, ``augment``, ``n_train``, ``n_test``, ``seed``,
+``n_seeds``, ``n_evals``, ``n_eval_train``, ``n_sharpness`` (training images λ_max is measured on,
+the first ones) and ``sharpness_iters`` (power iterations, :func:`iterlin.stability.ggn_sharpness`).
+
+Results: ``"runs"``: the :func:`~iterlin.experiments._common.sweep` history (every seed × K × lr,
+seed-major, K-major within a seed); ``final_test_acc`` (R,) and ``final_test_correct``
+(R, n_test) of the model each run trains; ``stable_lr`` (S,): 2/λ_max(θ_0) per seed;
+``n_test``; ``n_runs``; ``wall_seconds`` (the sweep and the bound, when computed).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Mapping
+
+import numpy as np
+
+from ..claims import (
+    NA,
+    ON_PAR,
+    UNDECIDED,
+    Claim,
+    all_verdicts,
+    divergence_claim,
+    exceeds,
+    final_difference,
+    fmt_K,
+    num,
+    on_par,
+    on_par_rule,
+    runs_of,
+)
+from ..data import Dataset
+from ..models import make_model
+from ..stability import max_stable_lr
+from ._common import Experiment, checkpoint_path, cnn_sweep, load_data, seed_keys, seeds, trained_final
+
+__all__ = ["SCALES", "EXPERIMENT", "load", "compute", "claims", "decade", "plan", "large_K", "per_lr", "by_lr", "timing"]
+
+SCALES = {
+    # smoke: 256 images, 24 steps of 16, K = 1 and 3 (8 re-linearisations), rates 0.01-0.1; λ_max
+    # on 32 images with 10 power iterations; training metrics on 128 images.
+    "smoke": dict(
+        K=[1, 3], lr=[0.01, 0.03, 0.1], steps=24, batch_size=16, augment=False, n_train=256, n_test=200,
+        seed=0, n_seeds=1, n_evals=3, n_eval_train=128, n_sharpness=32, sharpness_iters=10,
+    ),
+    # cpu: every installed image, 2 seeds, no augmentation, K = 1 and 50 (6 re-linearisations) at
+    # 0.01, 0.03 and 0.1: fig3's reference run (augmented) found K = 50 on par for 375 steps at 0.01,
+    # blown up (test loss 1e3-1e4, guard not tripped) at 0.03 and diverged (steps 250, 251) at 0.1,
+    # while K = 1 trained at all three; the bound 2/λ_max(θ_0) ≈ 0.054 lies between 0.03 and 0.1.
+    # T = 300 so that the step-250 divergence can show. 0.003 is left out for time. ESTIMATE (not
+    # measured) from fig3's 1079 s (0.54 s per run-step, ~0.44 s of it training), fig7's 773 s
+    # (4 runs × 250 steps, ~90 s fixed) and a measured step-time ratio on this CPU (linearised ×2.4
+    # plain SGD: ≈ 0.62 s and 0.26 s per step): 2 seeds × 3 rates × 300 steps × (0.26 + 0.62)
+    # ≈ 1580 s + 5 evaluations × 12 runs × ~3 s ≈ 180 s + λ_max (100 images, 100 iterations: 43 s
+    # measured) × 2 seeds ≈ 90 s + ~90 s fixed ≈ 1940 s (about 30 minutes). A fourth rate would
+    # add ≈ 590 s.
+    "cpu": dict(
+        K=[1, 50], lr=[0.01, 0.03, 0.1], steps=300, batch_size=128, augment=False, n_train=None, n_test=None,
+        seed=0, n_seeds=2, n_evals=4, n_eval_train=500, n_sharpness=100, sharpness_iters=100,
+    ),
+    # gpu: ESTIMATE (not measured) 3 seeds × 2 K × 5 rates × 10 000 steps of 256 on one H100.
+    "gpu": dict(
+        K=[1, 1000], lr=[0.003, 0.01, 0.03, 0.1, 0.3], steps=10_000, batch_size=256, augment=False,
+        n_train=None, n_test=None, seed=0, n_seeds=3, n_evals=20, n_eval_train=5000, n_sharpness=1000,
+        sharpness_iters=100,
+    ),
+    # paper: the paper's rates and ten times larger ones (ours), K = 1e5 and T = 1e6 steps (ours).
+    "paper": dict(
+        K=[1, 100_000], lr=[1e-5, 1e-4, 1e-3, 1e-2], steps=1_000_000, batch_size=256, augment=False,
+        n_train=50_000, n_test=10_000, seed=0, n_seeds=3, n_evals=100, n_eval_train=10_000, n_sharpness=1000,
+        sharpness_iters=100,
+    ),
+}
+
+
+def decade(lr: float) -> list[float]:
+    """A single rate η given for the list: ``[η/10, 0.3 η, η]`` (rounded to 12 significant digits)."""
+    return sorted({float(f"{v:.12g}") for v in (lr / 10, 0.3 * lr, lr)})
+
+
+def load(config: Mapping) -> Dataset:
+    """CIFAR-10 as :func:`~iterlin.experiments._common.load_data`, and ``n_sharpness <= n_train`` checked."""
+    data = load_data(config)
+    n, m = data.x_train.shape[0], config["n_sharpness"]
+    if m > n:
+        raise ValueError(f"n_sharpness={m} is not allowed: n_sharpness must be <= n_train={n} "
+                         "(the training images loaded)")
+    return data
+
+
+def plan(config: Mapping) -> tuple[list, list]:
+    """The runs of one seed, K-major: ``(K, lr)`` lists of equal length (every K at every rate)."""
+    pairs = [(k, eta) for k in config["K"] for eta in config["lr"]]
+    return [k for k, _ in pairs], [eta for _, eta in pairs]
+
+
+def compute(config: Mapping, data: Dataset, *, checkpoint_dir=None, progress: bool = False) -> dict:
+    """Every seed × K × lr in one sweep, and 2/λ_max(θ_0) per seed (module docstring)."""
+    started = time.perf_counter()
+    Ks, lrs = plan(config)
+    runs = cnn_sweep(config, data, K=Ks, lr=lrs, checkpoint=checkpoint_path(checkpoint_dir, "runs"),
+                     progress=progress)
+    m = config["n_sharpness"]
+    x, y = data.x_train[:m], data.y_train[:m]
+    bound = []
+    for s in seeds(config):  # the same initialisation as the sweep's runs of seed s
+        model = make_model("cnn", seed_keys(s)[0])
+        bound.append(max_stable_lr(model.apply_fn, model.params, x, y, iters=config["sharpness_iters"]))
+    wall = time.perf_counter() - started
+    return {"runs": runs, **trained_final(runs), "stable_lr": np.asarray(bound, np.float64),
+            "n_test": np.asarray(data.x_test.shape[0]), "n_runs": np.asarray(len(runs["K"])),
+            "wall_seconds": np.asarray(wall)}
+
+
+# ------------------------------------------------------------------------------------------------
+# Claims
+
+
+def large_K(results: Mapping) -> float | None:
+    """The large K compared with K = 1: the largest K of the sweep (None when only K = 1 ran)."""
+    K = np.asarray(results["runs"]["K"], np.float64)
+    return float(K.max()) if K.max() > 1 else None
+
+
+def per_lr(results: Mapping) -> list[dict]:
+    """Per rate: ``lr``; ``diff``: large K minus K = 1 (the shared noise rule, paired);
+    ``div1``/``div_large``: whether a seed of K = 1 / of large K diverged; ``par``:
+    :func:`~iterlin.claims.on_par` within :data:`~iterlin.claims.ON_PAR` ("no" when either
+    diverged); ``worse``: K = 1 better than large K beyond noise ("yes" also when only large K
+    diverged, "no" when K = 1 diverged)."""
+    h = results["runs"]
+    Kl = large_K(results)
+    div = np.asarray(h["diverged"], bool)
+    out = []
+    for eta in np.unique(np.asarray(h["lr"], np.float64)):
+        i1, j = runs_of(h, 1, eta), runs_of(h, Kl, eta)
+        d = final_difference(results, i1, j)
+        div1, divl = bool(div[i1].any()), bool(div[j].any())
+        worse = "no" if div1 else "yes" if divl else exceeds(final_difference(results, j, i1))
+        out.append({"lr": float(eta), "diff": d, "div1": div1, "div_large": divl,
+                    "par": "no" if div1 or divl else on_par(d, ON_PAR), "worse": worse})
+    return out
+
+
+def _lr_list(rows) -> str:
+    return "; ".join(
+        f"lr {r['lr']:g}: {r['diff'].short()} {r['par']}" + (" (large K diverged)" if r["div_large"] else "")
+        + (" (K=1 diverged)" if r["div1"] else "") for r in rows)
+
+
+def claims(results: Mapping) -> list[Claim]:
+    """Large K needs a smaller rate than K = 1; on par below the bound 2/λ_max(θ_0), and above it;
+    divergence. Every comparison through the shared noise rule (paired by seed and test image)."""
+    h = results["runs"]
+    Kl = large_K(results)
+    div_row = divergence_claim({"runs": h})
+    if Kl is None:
+        return [Claim("large K needs a smaller learning rate than K = 1", "not tested in the paper",
+                      "only K = 1 was run", NA, "needs a run with K > 1"), div_row]
+    rows = per_lr(results)
+    noise = rows[0]["diff"].counts()
+    bound = float(np.mean(results["stable_lr"]))
+    Ktxt = fmt_K(Kl)
+
+    # 1. large K needs a smaller rate: on par at some rate, K = 1 better (or large K diverged) at a larger one
+    par_lrs = [r["lr"] for r in rows if r["par"] == "yes"]
+    worse_lrs = [r["lr"] for r in rows if r["worse"] == "yes"]
+    finite1 = [r for r in rows if not r["div1"]]
+    if len(rows) < 2:
+        holds = NA
+    elif any(a < b for a in par_lrs for b in worse_lrs):
+        holds = "yes"
+    elif finite1 and all(r["par"] == "yes" or r["worse"] == "no" for r in finite1):
+        holds = "no"
+    else:
+        holds = UNDECIDED
+    top_par = max(par_lrs) if par_lrs else None
+    first_worse = min(worse_lrs) if worse_lrs else None
+    measured = (f"K={Ktxt} on par up to lr {top_par:g}" if top_par is not None else f"K={Ktxt} on par at no rate")
+    measured += (f"; K=1 better (or K={Ktxt} diverged) from lr {first_worse:g}" if first_worse is not None
+                 else "; K=1 better at no rate")
+    measured += "; K=1 finite at " + (", ".join(f"{r['lr']:g}" for r in finite1) if finite1 else "no rate")
+    needs = Claim(
+        "large K needs a smaller learning rate than K = 1", "not tested (the paper's rates: 1e-5 to 1e-3)",
+        measured, holds,
+        f"'yes' when K={Ktxt} is on par with K = 1 at one rate and worse beyond noise (or diverged) at a larger "
+        f"one; 'no' when at every rate K = 1 trains, K={Ktxt} is on par or not worse ({noise}; {len(rows)} rates)",
+    )
+
+    # 2-3. on par below and above the linear model's bound at initialisation
+    def par_row(sel, what, paper):
+        chosen = [r for r in rows if sel(r["lr"])]
+        return Claim(
+            f"large K on par with K = 1 at the rates {what} 2/λ_max(θ_0) = {num(bound, 3)}", paper,
+            _lr_list(chosen) if chosen else "no rate in the grid", all_verdicts(r["par"] for r in chosen),
+            f"per rate: final test acc. of K={Ktxt} minus K = 1, {on_par_rule(ON_PAR)} ({noise}; a diverged run is "
+            "'no'); 'yes' when every such rate is on par; n/a without one",
+        )
+
+    below = par_row(lambda eta: eta < bound, "below",
+                    "on par (the paper's rates are far below the bound)")
+    above = par_row(lambda eta: eta >= bound, "at or above", "not tested")
+    return [needs, below, above, div_row]
+
+
+EXPERIMENT = Experiment("lr", SCALES, load, compute, claims, __name__, expand={"lr": decade})
+
+
+# ------------------------------------------------------------------------------------------------
+# What the notebook draws: pure functions of the results (nothing here is part of ``compute``).
+
+
+def by_lr(results: Mapping, metric: str = "final_test_acc") -> dict:
+    """The runs arranged by K and rate for the plot: ``lr`` (N,) the rates, ``K`` (M,) the periods,
+    ``values`` (M, N, S) per seed, ``diverged`` (M, N): whether any seed of (K, lr) diverged, and
+    ``bound``: 2/λ_max(θ_0), the mean over seeds.
+    ``metric``: ``final_test_acc`` (the model each run trains) or a history key such as
+    ``net_test_loss`` (its value at the last step)."""
+    h = results["runs"]
+    K, lr, seed = (np.asarray(h[k], np.float64) for k in ("K", "lr", "seed_index"))
+    rates, periods, seed_ids = np.unique(lr), np.unique(K), np.unique(seed)
+    values = (np.asarray(results[metric], np.float64) if metric == "final_test_acc"
+              else np.asarray(h[metric], np.float64)[:, -1])
+    div = np.asarray(h["diverged"], bool)
+    idx = np.asarray([[[int(np.flatnonzero((K == k) & (lr == eta) & (seed == s))[0]) for s in seed_ids]
+                       for eta in rates] for k in periods])  # (M, N, S)
+    return {"lr": rates, "K": periods, "values": values[idx], "diverged": div[idx].any(-1),
+            "bound": float(np.mean(results["stable_lr"]))}
+
+
+def timing(results: Mapping) -> str:
+    """``12 runs (2 K × 3 rates × 2 seeds) in one sweep; 1910 s of computation (with 2/λ_max)``."""
+    h = results["runs"]
+    n = [len(set(np.asarray(h[k]).tolist())) for k in ("K", "lr", "seed_index")]
+    return (f"{int(results['n_runs'])} runs ({n[0]} K × {n[1]} rates × {n[2]} seed{'s' if n[2] != 1 else ''}) "
+            f"in one sweep; {float(results['wall_seconds']):.0f} s of computation (with 2/λ_max)")
