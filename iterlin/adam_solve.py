@@ -48,6 +48,7 @@ accuracy and loss of the linear model just before it, and the reason), returned 
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from typing import Any, Callable, NamedTuple
@@ -59,7 +60,17 @@ import optax
 
 from .linearise import linearised_apply
 from .losses import Loss, get_loss
-from .training import TrainState, commit_step, fit, init_state, make_chunked_metrics, make_linearised_update
+from .training import (
+    TrainState,
+    _chunked,
+    _memoise,
+    _metric_sums,
+    commit_step,
+    fit,
+    init_state,
+    make_chunked_metrics,
+    make_linearised_update,
+)
 from .tree import tree_where
 from .validate import MAX_STEPS, check_int, check_K, check_nonnegative, check_positive, check_steps, check_xy
 
@@ -88,7 +99,7 @@ class SolveState(NamedTuple):
       inner_steps: int32, steps taken on the current linearisation (k; 0 just after re-linearising).
       prev_loss: L_i at the previous check of this linearisation (+inf before the first check).
       check_loss, check_acc: training loss / accuracy of the linear model at the last check (nan
-        before any; accuracy nan for real-valued targets).
+      before any; accuracy nan for real-valued targets).
     Log, shape (log_size,), entry j for the j-th re-linearisation (j < ``TrainState.n_relin``):
       relin_step: int32, the step t + 1 after which it happened (θ_s ← θ_{t+1}).
       relin_inner_steps: int32, steps spent on the linearisation it ended.
@@ -142,14 +153,24 @@ def make_train_check(apply_fn: Callable, loss: str | Loss, x, y, batch_size: int
     """
     metrics = make_chunked_metrics(loss, x, y, batch_size)
     classify = jnp.issubdtype(jnp.asarray(y).dtype, jnp.integer)
-    n = metrics.size
+    return lambda params_s, params: _lin_means(apply_fn, metrics, metrics.size, classify, params_s, params)
 
-    def check(params_s, params):
-        sums = metrics({"lin": lambda xb: linearised_apply(apply_fn, params_s, params, xb)})
-        acc = sums["lin_acc"] / n if classify else jnp.asarray(jnp.nan, _float())
-        return sums["lin_loss"] / n, acc
 
-    return check
+def _lin_means(apply_fn, metrics, n: int, classify: bool, params_s, params):
+    """(loss, acc) of f_lin_s(θ) from ``metrics(models)`` sums over n examples (:func:`make_train_check`)."""
+    sums = metrics({"lin": lambda xb: linearised_apply(apply_fn, params_s, params, xb)})
+    acc = sums["lin_acc"] / n if classify else jnp.asarray(jnp.nan, _float())
+    return sums["lin_loss"] / n, acc
+
+
+def _train_check_on(apply_fn, loss: Loss, data, batch_size: int, params_s, params):
+    """:func:`make_train_check`'s ``check(params_s, params)`` with the data ``(x, y)`` an argument
+    (chunked here, inside the caller's trace: a compiled step reads the data it is given)."""
+    x, y = data
+    chunks = _chunked(x, y, batch_size)
+    classify = jnp.issubdtype(y.dtype, jnp.integer)
+    metrics = lambda models: _metric_sums(loss, models, chunks)  # noqa: E731
+    return _lin_means(apply_fn, metrics, chunks.n, classify, params_s, params)
 
 
 def make_solve_step(
@@ -176,19 +197,40 @@ def make_solve_step(
     loss or θ_{t+1} freezes all of it, so a diverged run never re-linearises or logs. Not meant for
     ``fit(..., sweep=True)`` (under vmap ``lax.cond`` evaluates the check every step).
     """
+    options = _solve_options(loss, target_acc, check_every, plateau_tol, refresh, check_batch_size)
+    x_train, y_train = (jnp.asarray(a) for a in train_data)
+    check_xy(x_train, y_train)
+    step = _solve_step(apply_fn, optimizer, *options)
+
+    def step_on_train_data(state: TrainState, batch):
+        return step(state, batch, (x_train, y_train))
+
+    return step_on_train_data
+
+
+def _solve_options(loss, target_acc, check_every, plateau_tol, refresh, check_batch_size) -> tuple:
+    """The static options of :func:`_solve_step`, validated, in its order."""
     loss = get_loss(loss)
     check_every = check_int(check_every, "check_every", maximum=MAX_STEPS, why="step counters are int32")
     plateau_tol = check_nonnegative(plateau_tol, "plateau_tol")
     target_acc = _check_target_acc(target_acc)
-    x_train, y_train = (jnp.asarray(a) for a in train_data)
-    check = make_train_check(apply_fn, loss, x_train, y_train, check_batch_size)
-    classify = jnp.issubdtype(y_train.dtype, jnp.integer)
-    update = make_linearised_update(apply_fn, optimizer, loss)
-    f = _float()
+    check_batch_size = check_int(check_batch_size, "eval_batch_size")
+    return loss, target_acc, check_every, plateau_tol, refresh, check_batch_size
 
-    def step(state: TrainState, batch):
+
+@_memoise
+def _solve_step(apply_fn, optimizer, loss: Loss, target_acc, check_every: int, plateau_tol: float, refresh,
+                check_batch_size: int) -> Callable:
+    """:func:`make_solve_step`'s step with the training set an argument, ``step(state, batch, (x, y))``
+    (``takes_data``: :func:`iterlin.training.fit` passes its training data), memoised on the rest, so
+    :func:`train_adam_solved` compiles once for every value of the data."""
+    update = make_linearised_update(apply_fn, optimizer, loss)
+
+    def step(state: TrainState, batch, train_data):
         x, y = batch
         solve = state.policy
+        f = _float()
+        classify = jnp.issubdtype(train_data[1].dtype, jnp.integer)
         # The proposal: one inner step (Eq. 3) on the current linearisation ...
         value, params, inner_opt = update(state.params, state.params_s, state.opt_state, x, y)
         # ... the criterion at θ_{t+1} ...
@@ -198,7 +240,8 @@ def make_solve_step(
         nan = jnp.asarray(jnp.nan, f)
         lin_loss, lin_acc = jax.lax.cond(
             do_check,
-            lambda: tuple(v.astype(f) for v in check(state.params_s, params)),
+            lambda: tuple(v.astype(f) for v in _train_check_on(apply_fn, loss, train_data, check_batch_size,
+                                                               state.params_s, params)),
             lambda: (nan, nan),
         )
         if classify and target_acc is not None:
@@ -233,7 +276,14 @@ def make_solve_step(
         new = commit_step(state, value, params, params_s, inner_opt, relin, solve_new)
         return new, {"loss": value}
 
+    step.takes_data = True
     return step
+
+
+@functools.lru_cache(maxsize=64)
+def _adam(lr: float) -> optax.GradientTransformation:
+    """``optax.adam(lr)``, one object per learning rate (so its steps and programs are reused)."""
+    return optax.adam(lr)
 
 
 def relin_log(state: TrainState) -> dict:
@@ -345,12 +395,11 @@ def train_adam_solved(
         )
         log_size = MAX_LOG
 
-    optimizer = optax.adam(lr)
+    optimizer = _adam(lr)
     state = init_solve_state(params, optimizer, K_value, log_size)
-    step_fn = make_solve_step(
-        apply_fn, optimizer, loss, data, target_acc=target_acc, check_every=check_every,
-        plateau_tol=plateau_tol, refresh=refresh, check_batch_size=eval_batch_size,
-    )
+    # The step reads the training set that fit passes it (takes_data): fit's data, as an argument.
+    step_fn = _solve_step(apply_fn, optimizer, *_solve_options(loss, target_acc, check_every, plateau_tol, refresh,
+                                                                  eval_batch_size))
 
     def callback(t, st):
         out = {"inner_steps": np.asarray(st.policy.inner_steps)}

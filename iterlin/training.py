@@ -20,6 +20,12 @@ Design:
   and a resumed run sees exactly the batches it would have seen.
 * Between evaluation points the steps run in one ``lax.fori_loop`` with traced bounds (one
   compilation for every chunk length); on CPU, one jitted step per dispatch (see ``_run``).
+* Compile once: the step factories (``make_step``, the Gauss–Newton and Adam-solved steps) are
+  memoised on what their steps close over (``apply_fn``, the optimizer, the loss, the static
+  options), and the compiled programs of the loop and of evaluation are cached on their step
+  function and static options, with the data, the evaluation splits, the key and the state as
+  ARGUMENTS (never closed over: no array is baked into a program). A second call with the same
+  ``apply_fn``, optimizer, loss and shapes, whatever the data and θ_0, compiles nothing.
 * A non-finite loss or update, or a loss beyond √(largest finite value) of its dtype, freezes that
   run (its whole state stays at the one before that step) and records the step (:func:`commit_step`,
   the one guard every step function commits through): divergence is a result, not a crash; in a
@@ -38,6 +44,8 @@ Design:
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import hashlib
 import json
 import math
@@ -73,6 +81,34 @@ __all__ = [
     "train_sweep",
 ]
 
+#: How many entries each memo of step functions and of compiled programs keeps (the least recently
+#: used is dropped first): what they hold alive (``apply_fn``, optimizers, executables) is bounded.
+CACHE_SIZE = 64
+
+
+def _memoise(fn: Callable) -> Callable:
+    """``fn`` memoised on its positional arguments (at most :data:`CACHE_SIZE` entries, LRU).
+
+    Arguments are compared as Python compares them: functions (``apply_fn``, ``refresh``, the
+    ``init``/``update`` functions of an optax transformation, which is a tuple of them) by identity,
+    numbers (typed: 1 is not 1.0), strings, tuples and :class:`~iterlin.losses.Loss` by value; so a
+    different optimizer object, loss or option never shares an entry. Unhashable arguments bypass the
+    memo (a fresh result, as without it). ``fn.cache_clear()`` empties it.
+    """
+    cached = functools.lru_cache(maxsize=CACHE_SIZE, typed=True)(fn)
+
+    @functools.wraps(fn)
+    def memoised(*args):
+        try:
+            hash(args)
+        except TypeError:
+            return fn(*args)
+        return cached(*args)
+
+    memoised.cache_clear = cached.cache_clear
+    memoised.cache_info = cached.cache_info
+    return memoised
+
 
 class TrainState(NamedTuple):
     """Everything a run needs to continue (one run; a sweep stacks runs on a leading axis).
@@ -86,15 +122,15 @@ class TrainState(NamedTuple):
     (:func:`commit_step`) and saved in checkpoints with the rest of the state.
     """
 
-    params: Any  # θ_t
-    params_s: Any  # θ_s, the current linearisation point
-    opt_state: Any  # the optimizer's state (optax)
-    step: jax.Array  # int32 (): steps completed
-    n_relin: jax.Array  # int32 (): re-linearisations so far (T/K)
-    K: jax.Array  # int32 (): re-linearisation period; 0 encodes K = ∞
-    diverged: jax.Array  # bool (): a non-finite or overflowing loss or update was met (commit_step); frozen
-    diverged_step: jax.Array  # int32 (): the step at which it diverged, −1 if it has not
-    policy: Any = ()  # per-algorithm state (see above); () for plain iterative linearisation
+    params: Any  #: θ_t
+    params_s: Any  #: θ_s, the current linearisation point
+    opt_state: Any  #: the optimizer's state (optax)
+    step: jax.Array  #: int32 (): steps completed
+    n_relin: jax.Array  #: int32 (): re-linearisations so far (T/K)
+    K: jax.Array  #: int32 (): re-linearisation period; 0 encodes K = ∞
+    diverged: jax.Array  #: bool (): a non-finite or overflowing loss or update was met (commit_step); frozen
+    diverged_step: jax.Array  #: int32 (): the step at which it diverged, −1 if it has not
+    policy: Any = ()  #: per-algorithm state (see above); () for plain iterative linearisation
 
 
 def _K_code(K) -> int:
@@ -203,9 +239,16 @@ def make_step(
     (BatchNorm statistics frozen at θ_s and re-estimated there, see :mod:`iterlin.models`).
     ``reset_optimizer`` re-initialises the optimizer state at each re-linearisation, so each
     linearisation is solved as a fresh convex problem (Fig 8); by default the state carries over.
+
+    Memoised: the same ``apply_fn``, ``optimizer`` (the same object), loss, ``refresh`` and
+    ``reset_optimizer`` give the same function object, so :func:`fit` reuses its compiled programs.
     """
-    update = make_linearised_update(apply_fn, optimizer, loss)
-    loss_obj = get_loss(loss)
+    return _make_step(apply_fn, optimizer, get_loss(loss), refresh, bool(reset_optimizer))
+
+
+@_memoise
+def _make_step(apply_fn, optimizer, loss_obj: Loss, refresh, reset_optimizer: bool) -> Callable:
+    update = make_linearised_update(apply_fn, optimizer, loss_obj)
 
     def plain_loss(params, x, y):
         return jnp.mean(loss_obj.per_example(apply_fn(params, x), y))
@@ -249,28 +292,61 @@ def make_batch_fn(x, y, batch_size: int | None, key, augment: bool = False) -> C
     the last incomplete batch; ``batch_size=None`` is the full batch. ``augment`` applies a random
     flip and 4-pixel-padded crop keyed by ``fold_in(key, t)``.
     """
-    n = x.shape[0]
     data_key, aug_key = jax.random.split(key)
-    full = batch_size is None or batch_size == n
-    steps_per_epoch = 1 if full else n // batch_size
 
     def batch_fn(t):
-        if full:
-            xb, yb = x, y
-        else:
-            epoch, pos = t // steps_per_epoch, t % steps_per_epoch
-            perm = jax.random.permutation(jax.random.fold_in(data_key, epoch), n)
-            idx = jax.lax.dynamic_slice(perm, (pos * batch_size,), (batch_size,))
-            xb, yb = x[idx], y[idx]
-        if augment:
-            xb = flip_and_crop(jax.random.fold_in(aug_key, t), xb)
-        return xb, yb
+        return _draw_batch(x, y, data_key, aug_key, t, batch_size, augment)
 
     return batch_fn
 
 
-def _chunked(x, y, batch_size):
-    """Pad (x, y) to a multiple of batch_size and reshape to (chunks, batch_size, ...), with weights.
+def _draw_batch(x, y, data_key, aug_key, t, batch_size: int | None, augment: bool):
+    """Step t's batch of (x, y) (:func:`make_batch_fn`): pure in the arrays and keys, static in the rest."""
+    n = x.shape[0]
+    full = batch_size is None or batch_size == n
+    steps_per_epoch = 1 if full else n // batch_size
+    if full:
+        xb, yb = x, y
+    else:
+        epoch, pos = t // steps_per_epoch, t % steps_per_epoch
+        perm = jax.random.permutation(jax.random.fold_in(data_key, epoch), n)
+        idx = jax.lax.dynamic_slice(perm, (pos * batch_size,), (batch_size,))
+        xb, yb = x[idx], y[idx]
+    if augment:
+        xb = flip_and_crop(jax.random.fold_in(aug_key, t), xb)
+    return xb, yb
+
+
+def _batch_of(data, key, t, batch_size: int | None, augment: bool):
+    """Step t's batch of ``data = (x, y)`` drawn with ``key``: ``make_batch_fn(x, y, batch_size, key,
+    augment)(t)``, with the data and the key as arguments (what :func:`fit`'s programs draw)."""
+    data_key, aug_key = jax.random.split(key)
+    return _draw_batch(*data, data_key, aug_key, t, batch_size, augment)
+
+
+@functools.partial(jax.tree_util.register_dataclass, data_fields=("x", "y"), meta_fields=("n",))
+@dataclasses.dataclass(frozen=True, eq=False)
+class _Chunks:
+    """A set of N examples in chunks: ``x`` (C, B, ...), ``y`` (C, B, ...), zero-padded to C·B ≥ N.
+
+    A pytree whose arrays are ``x`` and ``y`` and whose static part is N, so a compiled program
+    takes the chunks as an argument while the weights (1 for the N examples, 0 for the padding)
+    depend on shapes only and are a constant of the program.
+    """
+
+    x: Any
+    y: Any
+    n: int
+
+    @property
+    def weights(self):
+        """(C, B): 1 for the N examples, 0 for the padding."""
+        nc, bs = self.x.shape[:2]
+        return jnp.concatenate([jnp.ones(self.n), jnp.zeros(nc * bs - self.n)]).reshape(nc, bs)
+
+
+def _chunked(x, y, batch_size) -> _Chunks:
+    """Pad (x, y) to a multiple of batch_size and reshape to (chunks, batch_size, ...) (:class:`_Chunks`).
 
     No copy of the data is made when the chunks tile it exactly.
     """
@@ -278,11 +354,10 @@ def _chunked(x, y, batch_size):
     bs = min(batch_size, n)
     nc = -(-n // bs)
     pad = nc * bs - n
-    w = jnp.concatenate([jnp.ones(n), jnp.zeros(pad)]).reshape(nc, bs)
     if pad:
         x = jnp.concatenate([x, jnp.zeros((pad,) + x.shape[1:], x.dtype)])
         y = jnp.concatenate([y, jnp.zeros((pad,) + y.shape[1:], y.dtype)])
-    return x.reshape((nc, bs) + x.shape[1:]), y.reshape((nc, bs) + y.shape[1:]), w
+    return _Chunks(x.reshape((nc, bs) + x.shape[1:]), y.reshape((nc, bs) + y.shape[1:]), int(n))
 
 
 def make_chunked_metrics(loss: str | Loss, x, y, batch_size: int = 1000) -> Callable:
@@ -296,24 +371,37 @@ def make_chunked_metrics(loss: str | Loss, x, y, batch_size: int = 1000) -> Call
     Used by :func:`make_eval_fn` (``fit``'s evaluation) and the Adam-solved loop's criterion.
     """
     loss = get_loss(loss)
+    chunks = _split_chunks(x, y, batch_size)
+
+    def metrics(models: dict) -> dict:
+        return _metric_sums(loss, models, chunks)
+
+    metrics.size = chunks.n
+    return metrics
+
+
+def _split_chunks(x, y, batch_size) -> _Chunks:
+    """``_chunked(x, y, batch_size)``, the arguments checked (an evaluation split, made once)."""
     x, y = jnp.asarray(x), jnp.asarray(y)
     check_xy(x, y)
     batch_size = check_int(batch_size, "eval_batch_size")
-    xc, yc, wc = _chunked(x, y, batch_size)
-    names = ("loss", "acc") if jnp.issubdtype(y.dtype, jnp.integer) else ("loss", "sq_err")
+    return _chunked(x, y, batch_size)
 
-    def metrics(models: dict) -> dict:
-        def body(acc, inp):
-            xb, yb, wb = inp
-            new = {f"{m}_{k}": v for m, fn in models.items() for k, v in loss.metrics(fn(xb), yb, wb).items()}
-            return jax.tree.map(lambda a, b: a + b.astype(a.dtype), acc, new), None
 
-        init = {f"{m}_{k}": jnp.zeros((), jnp.result_type(float)) for m in models for k in names}
-        sums, _ = jax.lax.scan(body, init, (xc, yc, wc))
-        return sums
+def _metric_sums(loss: Loss, models: dict, chunks: _Chunks) -> dict:
+    """:func:`make_chunked_metrics`' ``metrics(models)`` on ``chunks = _chunked(x, y, batch_size)``:
+    pure in the chunks, so a compiled program takes them as an argument."""
+    xc, yc, wc = chunks.x, chunks.y, chunks.weights
+    names = ("loss", "acc") if jnp.issubdtype(yc.dtype, jnp.integer) else ("loss", "sq_err")
 
-    metrics.size = int(x.shape[0])
-    return metrics
+    def body(acc, inp):
+        xb, yb, wb = inp
+        new = {f"{m}_{k}": v for m, fn in models.items() for k, v in loss.metrics(fn(xb), yb, wb).items()}
+        return jax.tree.map(lambda a, b: a + b.astype(a.dtype), acc, new), None
+
+    init = {f"{m}_{k}": jnp.zeros((), jnp.result_type(float)) for m in models for k in names}
+    sums, _ = jax.lax.scan(body, init, (xc, yc, wc))
+    return sums
 
 
 def make_eval_fn(apply_fn: Callable, loss: str | Loss, splits: dict, batch_size: int = 1000) -> Callable:
@@ -323,22 +411,28 @@ def make_eval_fn(apply_fn: Callable, loss: str | Loss, splits: dict, batch_size:
     :func:`make_chunked_metrics` for the network f(θ_t) and for the current linear model
     f_lin_s(θ_t). Values are sums; :func:`_means` turns them into means/accuracies/RMSEs.
     """
-    per_split = {name: make_chunked_metrics(loss, x, y, batch_size) for name, (x, y) in splits.items()}
+    loss = get_loss(loss)
+    chunks = {name: _split_chunks(x, y, batch_size) for name, (x, y) in splits.items()}
 
     def eval_fn(state: TrainState):
-        models = {
-            "net": lambda xb: apply_fn(state.params, xb),
-            "lin": lambda xb: linearised_apply(apply_fn, state.params_s, state.params, xb),
-        }
-        out = {}
-        for name, metrics in per_split.items():
-            for key, v in metrics(models).items():
-                model, metric = key.split("_", 1)
-                out[f"{model}_{name}_{metric}"] = v
-        return out
+        return _eval_sums(apply_fn, loss, state, chunks)
 
-    eval_fn.sizes = {name: m.size for name, m in per_split.items()}
+    eval_fn.sizes = {name: c.n for name, c in chunks.items()}
     return eval_fn
+
+
+def _eval_sums(apply_fn: Callable, loss: Loss, state: TrainState, chunks: dict) -> dict:
+    """:func:`make_eval_fn`'s ``eval_fn(state)`` on ``chunks = {split: _chunked(x, y, batch_size)}``."""
+    models = {
+        "net": lambda xb: apply_fn(state.params, xb),
+        "lin": lambda xb: linearised_apply(apply_fn, state.params_s, state.params, xb),
+    }
+    out = {}
+    for name, split in chunks.items():
+        for key, v in _metric_sums(loss, models, split).items():
+            model, metric = key.split("_", 1)
+            out[f"{model}_{name}_{metric}"] = v
+    return out
 
 
 def _means(sums: dict, sizes: dict) -> dict:
@@ -560,14 +654,83 @@ def _unpad_runs(tree, runs: int, padded: int):
     return tree if padded == runs else jax.tree.map(lambda a: a[:runs], tree)
 
 
+class _Evaluation(NamedTuple):
+    """What :func:`_run` evaluates at its points: the network ``apply_fn`` and its linearisation,
+    with ``loss``, on ``splits = {name: _chunked(x, y, batch_size)}``."""
+
+    apply_fn: Callable
+    loss: Loss
+    splits: dict
+
+
+@_memoise
+def _eval_program(apply_fn: Callable, loss: Loss, vmapped: bool) -> Callable:
+    """The compiled ``evaluate(state, splits) -> sums`` (:func:`_eval_sums`; ``vmapped``: over the
+    state's run axis, the splits shared). The splits are an argument: one program for every value
+    of the data, compiled once per shape."""
+
+    def evaluate(state, splits):
+        return _eval_sums(apply_fn, loss, state, splits)
+
+    return jax.jit(jax.vmap(evaluate, in_axes=(0, None)) if vmapped else evaluate)
+
+
+class _Programs(NamedTuple):
+    """The compiled steps of one step function (:func:`_step_programs`)."""
+
+    loop: Callable  #: ``loop(state, t0, t1, key, data)``: steps t0 … t1 − 1 in one ``fori_loop``
+    step: Callable  #: ``step(state, t, key, data)``: step t
+
+
+@_memoise
+def _step_programs(step_fn: Callable, batch_size, augment: bool, vmapped: bool, per_run_batches: bool,
+                   batch_sharding) -> _Programs:
+    """``step_fn``'s compiled programs: step t on the batch :func:`_batch_of` ``(data, key, t,
+    batch_size, augment)``, with the state, the step bounds, the key and the data as arguments.
+
+    Memoised on the step function and the static options, so a second :func:`fit` with the same
+    (memoised) step function and shapes compiles nothing (jit's own cache holds one executable per
+    shape). ``vmapped``: the state has a leading run axis, ``step_fn`` is vmapped over it; the
+    batch is shared, or drawn per run from a key per run (``per_run_batches``). ``batch_sharding``
+    (data parallel): each batch is constrained to it. A step function with ``takes_data = True``
+    is called ``step_fn(state, batch, data)`` (it reads the whole training set, e.g. the
+    Adam-solved criterion); others ``step_fn(state, batch)``.
+    """
+    if getattr(step_fn, "takes_data", False):
+        step3 = step_fn
+    else:
+
+        def step3(state, batch, data):
+            return step_fn(state, batch)
+
+    vstep = jax.vmap(step3, in_axes=(0, 0 if per_run_batches else None, None)) if vmapped else step3
+
+    def draw(data, key, t):
+        if vmapped and per_run_batches:
+            batch = jax.vmap(lambda k: _batch_of(data, k, t, batch_size, augment))(key)
+        else:
+            batch = _batch_of(data, key, t, batch_size, augment)
+        return batch if batch_sharding is None else jax.lax.with_sharding_constraint(batch, batch_sharding)
+
+    def run_step(state, t, key, data):
+        return vstep(state, draw(data, key, t), data)[0]
+
+    def run_loop(state, t0, t1, key, data):
+        return jax.lax.fori_loop(t0, t1, lambda t, st: run_step(st, t, key, data), state)
+
+    return _Programs(loop=jax.jit(run_loop), step=jax.jit(run_step))
+
+
 def _run(
     step_fn,
     state,
-    batch_of,
+    data,
     key,
-    eval_fn,
+    evaluation: _Evaluation,
     points,
     *,
+    batch_size,
+    augment: bool,
     sweep: bool,
     checkpoint,
     meta,
@@ -581,8 +744,10 @@ def _run(
 ):
     """Run the compiled chunks between evaluation points; evaluate, checkpoint, report.
 
-    ``batch_of(key, t)`` is step t's batch drawn with ``key``; ``key`` is one key, or with
-    ``per_run_batches`` one key per run (leading run axis). A sweep's runs are ``vmap``-ed
+    Step t's batch is ``_batch_of(data, key, t, batch_size, augment)`` (:func:`make_batch_fn`);
+    ``key`` is one key, or with ``per_run_batches`` one key per run (leading run axis). The
+    programs are cached (:func:`_step_programs`, :func:`_eval_program`) and take the data, the key,
+    the evaluation splits and the state as arguments. A sweep's runs are ``vmap``-ed
     (``vectorise``), or, on CPU by default, stepped one run after the other between evaluation
     points: XLA:CPU turns a ``vmap`` over the parameters of a convolution into a grouped
     convolution that runs 1.5-2x slower than the runs one by one (``benchmarks/bench_train.py``).
@@ -592,7 +757,7 @@ def _run(
     multiple of the device count, repeating the last run and its key) and placed with
     ``P("runs")``; the compiled programs follow their inputs' shardings. Only the first R runs are
     evaluated, passed to ``callback``, checkpointed and returned. With axis ``"batch"`` the state is
-    replicated and ``batch_of``'s batches are constrained to ``P("batch")``. The state is placed
+    replicated and each batch is constrained to ``P("batch")``. The state is placed
     after a checkpoint is loaded (a checkpoint holds the unpadded state on the host).
     """
     history: dict[str, list] = {}
@@ -629,6 +794,7 @@ def _run(
         step_fn = k1_fn
     run_step_fns = [k1_fn if k1_fn is not None and k == 1 else step_fn for k in K_codes]
 
+    batch_sharding = None
     if placement is not None and placement.axis == "runs":
         padded = -(-runs // placement.size) * placement.size
         state = jax.device_put(_pad_runs(state, runs, padded), placement.sharding("runs"))
@@ -638,39 +804,19 @@ def _run(
             key = jax.device_put(key, placement.sharding())
     elif placement is not None:  # data parallel: θ replicated, each batch split over the devices
         state, key = jax.device_put((state, key), placement.sharding())
-        batch_sharding, draw = placement.sharding("batch"), batch_of
-
-        def batch_of(k, t):
-            return jax.lax.with_sharding_constraint(draw(k, t), batch_sharding)
+        batch_sharding = placement.sharding("batch")
 
     def view(state):
         """The R runs of the (possibly padded) state."""
         return _unpad_runs(state, runs, padded)
 
-    if sweep and vectorise:
-        vstep = jax.vmap(step_fn, in_axes=(0, 0 if per_run_batches else None))
-
-        def batch_fn(t):
-            return jax.vmap(batch_of, in_axes=(0, None))(key, t) if per_run_batches else batch_of(key, t)
+    vmapped = sweep and vectorise
+    if loop_runs:  # one program per distinct step function, for one run at a time
+        programs = {fn: _step_programs(fn, batch_size, augment, False, False, None) for fn in set(run_step_fns)}
     else:
-        vstep = step_fn
-
-        def batch_fn(t, k=key):
-            return batch_of(k, t)
-
-    veval = jax.jit(jax.vmap(eval_fn) if sweep and vectorise else eval_fn)
-
-    @jax.jit
-    def run_loop(state, t0, t1):
-        return jax.lax.fori_loop(t0, t1, lambda t, st: vstep(st, batch_fn(t))[0], state)
-
-    def one_run_programs(fn):
-        loop = jax.jit(lambda st, t0, t1, k: jax.lax.fori_loop(t0, t1, lambda t, s: fn(s, batch_of(k, t))[0], st))
-        return loop, jax.jit(lambda st, t, k: fn(st, batch_of(k, t))[0])
-
-    programs = {fn: one_run_programs(fn) for fn in set(run_step_fns)} if loop_runs else {}
-
-    one_step = jax.jit(lambda state, t: vstep(state, batch_fn(t))[0])
+        programs = _step_programs(step_fn, batch_size, augment, vmapped, bool(per_run_batches and vmapped),
+                                  batch_sharding)
+    veval = _eval_program(evaluation.apply_fn, evaluation.loss, vmapped)
 
     def run_key(i):
         return key[i] if per_run_batches else key
@@ -684,25 +830,25 @@ def _run(
             out = []
             for i in range(runs):
                 st, k = tree_index(state, i), run_key(i)
-                run_loop_one, one_run_step = programs[run_step_fns[i]]
+                prog = programs[run_step_fns[i]]
                 if use_loop:
-                    st = run_loop_one(st, jnp.int32(t0), jnp.int32(t1), k)
+                    st = prog.loop(st, jnp.int32(t0), jnp.int32(t1), k, data)
                 else:
                     for t in range(t0, t1):
-                        st = one_run_step(st, jnp.int32(t), k)
+                        st = prog.step(st, jnp.int32(t), k, data)
                 out.append(st)
             return tree_stack(out)
         if use_loop:
-            return run_loop(state, jnp.int32(t0), jnp.int32(t1))
+            return programs.loop(state, jnp.int32(t0), jnp.int32(t1), key, data)
         for t in range(t0, t1):
-            state = one_step(state, jnp.int32(t))
+            state = programs.step(state, jnp.int32(t), key, data)
         return state
 
     def evaluate(state):
         if loop_runs:
-            per_run = [jax.device_get(veval(tree_index(state, i))) for i in range(runs)]
+            per_run = [jax.device_get(veval(tree_index(state, i), evaluation.splits)) for i in range(runs)]
             return {k: np.stack([np.asarray(v[k]) for v in per_run]) for k in per_run[0]}
-        out = jax.device_get(veval(state))
+        out = jax.device_get(veval(state, evaluation.splits))
         return {k: np.asarray(v)[:runs] for k, v in out.items()} if padded != runs else out
 
     bar = None
@@ -713,7 +859,7 @@ def _run(
         bar = tqdm(total=points[-1], initial=points[done - 1] if done > 0 else 0, unit="step")
 
     def record(state, t):
-        vals = _means(evaluate(state), eval_fn.sizes)
+        vals = _means(evaluate(state), {name: c.n for name, c in evaluation.splits.items()})
         vals["step"] = t
         state = view(state)
         vals["n_relin"] = np.asarray(state.n_relin)
@@ -814,6 +960,12 @@ def fit(
       the device count. Evaluation runs replicated.
 
     A checkpoint holds the unpadded state on the host, so a run resumes with any ``devices``.
+
+    Compile once: the compiled programs are cached on ``step_fn`` (the same object: the step
+    factories are memoised) and the static options (``batch_size``, ``augment``, the loss, how the
+    runs are stepped and placed), and take the state, the key, the data and the evaluation splits as
+    arguments; a second call with the same ``step_fn``, ``apply_fn``, loss and shapes compiles
+    nothing, whatever the values of the data and the state.
     Returns the final state and the history (see :func:`train`).
     """
     x, y = (jnp.asarray(a) for a in _check_pair(data, "data"))
@@ -841,18 +993,14 @@ def fit(
         if n_eval_train > x.shape[0]:
             raise ValueError(f"eval_train_size={n_eval_train} is not allowed: it must be <= the {x.shape[0]} "
                              "training examples, or None for all of them")
-    if placement is not None:  # the data on every device: batches are drawn where the runs are
-        x, y = jax.device_put((x, y), placement.sharding())
-        if eval_data is not None:
-            eval_data = jax.device_put(eval_data, placement.sharding())
     splits = {"train": (x[:n_eval_train], y[:n_eval_train])}
     if eval_data is not None:
         splits["test"] = eval_data
-
-    def batch_of(k, t):
-        return make_batch_fn(x, y, batch_size, k, augment)(t)
-
-    eval_fn = make_eval_fn(apply_fn, loss, splits, eval_batch_size)
+    chunks = {name: _split_chunks(a, b, eval_batch_size) for name, (a, b) in splits.items()}
+    data = (x, y)
+    if placement is not None:  # the data on every device: batches are drawn where the runs are
+        data, chunks = jax.device_put((data, chunks), placement.sharding())
+    evaluation = _Evaluation(apply_fn, loss, chunks)
     meta = {
         "config": config or {},
         "steps": steps,
@@ -870,9 +1018,9 @@ def fit(
         meta["init"] = _fingerprint(state)
         meta = _canonical(meta)
     return _run(
-        step_fn, state, batch_of, key, eval_fn, points, sweep=sweep, checkpoint=checkpoint, meta=meta,
-        callback=callback, progress=progress, stop_when_diverged=True, compiled_loop=compiled_loop,
-        per_run_batches=per_run, vectorise=vectorise, placement=placement,
+        step_fn, state, data, key, evaluation, points, batch_size=batch_size, augment=bool(augment), sweep=sweep,
+        checkpoint=checkpoint, meta=meta, callback=callback, progress=progress, stop_when_diverged=True,
+        compiled_loop=compiled_loop, per_run_batches=per_run, vectorise=vectorise, placement=placement,
     )
 
 
