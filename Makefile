@@ -11,7 +11,7 @@
 #                 RESULTS_OPTS=--skip-existing keeps those already at SCALE. Not part of `make book` or CI
 #   make claims-refresh  re-derive results/*/claims.json from the stored results with today's claims
 #                 code (no computation; NAMES as above)
-#   make bench  run the benchmarks (training step and throughput; Gauss–Newton and NTK)
+#   make bench  run the benchmarks (five training ratios: step, end to end, sweep, ceiling, evaluation share; Gauss–Newton and NTK)
 #   make clean  remove build outputs (keeps .venv; `make distclean` removes it too)
 
 SHELL := bash

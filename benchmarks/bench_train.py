@@ -1,23 +1,58 @@
-"""Training-speed benchmark: ratios measured in one run, on one device, with one batch.
+"""Training-speed benchmark: five ratios measured in one run, on one device (the first JAX device).
 
-1. Step time of one linearised step (iterlin's ``make_step``: forward + jvp + transposed jvp at θ_s)
-   over one plain SGD step (``value_and_grad`` of the network), CNN of the paper, batch 256.
-   Target ≤ 1.5 (the FLOP ratio is about 1.67).
-2. Training throughput (images/s) of ``iterlin.train`` (dataset on device, batches drawn and
-   steps run inside one compiled loop) against the way most reproductions are written: a
-   per-step-jitted Flax/Optax step fed host-side NumPy batches. Both exclude compilation: the time
-   of ``steps`` is the difference between runs of 2·steps and steps.
+The network is the paper's CNN (``make_model("cnn", ...)``), K = ``--K`` (10), SGD, the same batch
+size throughout. Every ``iterlin.train``/``train_sweep`` time is end to end (host NumPy data in,
+parameters out: data transfer, tracing, the evaluations, the steps) and of a SECOND call with the
+same arguments, which compiles nothing (``iterlin.training`` caches its programs on what they close
+over; JAX's persistent compilation cache is not turned on here, so the first call compiles).
+``--e2e-reps N`` keeps the least of calls 2 … N + 1 instead (``--quick`` uses 2: tiny runs are
+easily disturbed on a shared machine).
 
-Usage: ``python benchmarks/bench_train.py [--batch 256] [--steps 40] [--n-train 4096]``
-(real CIFAR-10 images from ``$ITERLIN_CIFAR10`` when available, random images otherwise: speed does
-not depend on pixel values).
+1. Step time: one linearised step (iterlin's ``make_step``: forward + jvp + its transpose at θ_s)
+   over one plain SGD step (``value_and_grad`` of the network), same batch, both AOT-compiled;
+   medians of ``--reps``. Target ≤ 1.5 (the FLOP ratio, counted by XLA, is about 1.67).
+2. ``iterlin.train`` (linearised, evaluation only at steps 0 and T, of the network and the linear
+   model on the first ``--n-eval-train`` training images) over the way most reproductions are
+   written: a per-step-jitted Flax/Optax SGD step fed host NumPy batches (shuffled on the host),
+   evaluating the network on the same images at steps 0 and T; same steps, second calls. The
+   first calls (compilation included) and the steady state (T(2·steps) − T(steps), no per-call
+   costs) are printed too. Target ≤ 1.5 on CPU, < 1 on a GPU.
+3. An R = ``--runs`` (8) run sweep, ``iterlin.train_sweep(..., vectorise=True)`` (the runs vmapped
+   in one program: 8 initialisations, the same K), over one run (as in 2), both ``--sweep-steps``
+   steps (default ``--steps``; 4 on CPU, where the sweep is slow). Target ≤ 2 on a GPU; on CPU far
+   larger (R times the work on a saturated device, and XLA:CPU turns a vmapped convolution into a
+   slower grouped convolution): printed anyway.
+4. Images per second of linearised training (``--batch`` / the linearised step time of 1) over the
+   device's ceiling for this CNN: peak FLOP/s / (FLOPs of one linearised step, counted by XLA's
+   ``cost_analysis``, / batch). The peak is a table value for known accelerators (the tensor-core
+   dense peak at JAX's default matmul precision, TF32 on NVIDIA GPUs; the FP32 non-tensor peak
+   under ``jax_default_matmul_precision=highest``); on a CPU or an unknown device it is the
+   measured FLOP/s of a large float32 matmul (an achievable ceiling, more honest than cores ×
+   clock × FLOPs/cycle, which is printed beside it). The fraction is the step's share of the peak.
+5. Evaluation's share of a default run: ``train`` with its default schedule (every ``steps // 20``
+   steps: 21 points, network and linear model on the whole training split; no test split) against
+   the same with evaluation only at the ends; share = (default − ends) / default. 5b: the same
+   with the training metrics on a subset (``eval_train_size=--n-eval-train``).
+
+Usage: ``python benchmarks/bench_train.py [--batch 256] [--steps N] [--n-train N] [--quick]``
+(defaults: 1000 steps and 4096 images on an accelerator, 40 steps and 1024 images on CPU, so that
+``make bench`` ends in minutes there; ``--help`` lists the rest). Real
+CIFAR-10 images from ``$ITERLIN_CIFAR10`` when available, random images otherwise: speed does not
+depend on pixel values. ``--quick``: tiny sizes and a 2-run sweep, a smoke test (its numbers mean
+little: per-call costs dominate). Ratios 2 and 5 depend on the sizes: per-call costs (tracing, the
+evaluations at the ends) weigh less in longer runs; the per-call overhead is printed under [2].
+Absolute times on a shared CPU are inflated by contention; the ratios are what to read. No target
+is asserted anywhere: they are printed beside the values.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import os
+import re
 import statistics
+import sys
 import time
 
 import jax
@@ -28,10 +63,33 @@ import optax
 import iterlin
 from iterlin.models import make_model
 from iterlin.training import init_state, make_step
+from iterlin.tree import tree_stack
+
+#: Peak dense FLOP/s (TFLOP/s) by device kind (a substring of ``device.device_kind``; the first
+#: match wins): (FP32 on the non-tensor units, the tensor units' dense peak for float32 inputs at
+#: JAX's default precision: TF32 on NVIDIA Ampere and later, bf16 passes on TPUs; None: no such
+#: units). Vendor data sheets, without sparsity (the sheets' TF32 figures are often 2x, "with
+#: sparsity").
+PEAK_TFLOPS = [
+    ("H100 PCIe", 51.2, 378.0),
+    ("H100 NVL", 60.0, 417.5),
+    ("H100", 66.9, 494.7),  # SXM5 ("NVIDIA H100 80GB HBM3")
+    ("H200", 66.9, 494.7),  # GH200 too
+    ("A100", 19.5, 156.0),
+    ("L40S", 91.6, 183.0),
+    ("L4", 30.3, 60.0),
+    ("A10", 31.2, 62.5),
+    ("V100", 15.7, None),
+    ("T4", 8.1, None),
+    ("TPU v4", None, 275.0),
+    ("TPU v5 lite", None, 197.0),
+    ("TPU v5", None, 459.0),  # v5p
+    ("TPU v6", None, 918.0),
+]
 
 
 def _median_time(fn, *args, reps):
-    jax.block_until_ready(fn(*args))  # compile and warm up
+    jax.block_until_ready(fn(*args))  # warm up
     times = []
     for _ in range(reps):
         t = time.perf_counter()
@@ -40,12 +98,36 @@ def _median_time(fn, *args, reps):
     return statistics.median(times)
 
 
-def step_ratio(model, x, y, reps):
-    opt = optax.sgd(1e-3)
-    lin_step = jax.jit(make_step(model.apply_fn, opt, "ce"))
-    state = init_state(model.params, opt, math.inf)
+def _timed(fn, *args, **kwargs):
+    t = time.perf_counter()
+    jax.block_until_ready(fn(*args, **kwargs))
+    return time.perf_counter() - t
 
-    def sgd_step(params, opt_state, x, y):
+
+#: Later calls timed after the first; the least is kept (``--e2e-reps``; 1: the second call).
+E2E_REPS = 1
+
+
+def _first_second(fn, *args, **kwargs):
+    """(first call, second call) seconds; with ``E2E_REPS`` > 1 the least of calls 2 … 1 + E2E_REPS
+    (on a shared machine the least is the least disturbed)."""
+    first = _timed(fn, *args, **kwargs)
+    return first, min(_timed(fn, *args, **kwargs) for _ in range(E2E_REPS))
+
+
+def _flops(compiled) -> float:
+    ca = compiled.cost_analysis()
+    if isinstance(ca, (list, tuple)):  # older JAX: one dict per program
+        ca = ca[0]
+    return float(ca["flops"]) if ca and "flops" in ca else math.nan
+
+
+def _s(seconds):
+    return f"{seconds * 1e3:.1f} ms" if abs(seconds) < 1 else f"{seconds:.2f} s"
+
+
+def _sgd_step(model, opt):
+    def step(params, opt_state, x, y):
         def loss(p):
             return optax.softmax_cross_entropy_with_integer_labels(model.apply_fn(p, x), y).mean()
 
@@ -53,86 +135,260 @@ def step_ratio(model, x, y, reps):
         updates, opt_state = opt.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, value
 
-    sgd = jax.jit(sgd_step)
-    t_lin = _median_time(lin_step, state, (x, y), reps=reps)
-    t_sgd = _median_time(sgd, model.params, opt.init(model.params), x, y, reps=reps)
-    return t_lin, t_sgd
+    return step
 
 
-def host_loop(model, x_np, y_np, batch, steps, seed=0):
-    """The usual reproduction: jitted step, NumPy shuffling and slicing on the host every step."""
-    opt = optax.sgd(1e-3)
+def step_ratio(model, opt, K, x, y, reps):
+    """Ratio 1 (and the FLOPs of 4): the two steps AOT-compiled, timed on the same batch."""
+    state = init_state(model.params, opt, K)
+    lin = jax.jit(make_step(model.apply_fn, opt, "ce")).lower(state, (x, y)).compile()
+    opt_state = opt.init(model.params)
+    sgd = jax.jit(_sgd_step(model, opt)).lower(model.params, opt_state, x, y).compile()
+    t_lin = _median_time(lin, state, (x, y), reps=reps)
+    t_sgd = _median_time(sgd, model.params, opt_state, x, y, reps=reps)
+    return t_lin, t_sgd, _flops(lin), _flops(sgd)
+
+
+def make_host_loop(model, opt, x_np, y_np, batch, n_eval, eval_batch=1000):
+    """The usual reproduction: one jitted step (built once), NumPy shuffling and slicing on the
+    host every step, and the network's loss and accuracy on the first ``n_eval`` training images
+    at steps 0 and T (jitted, in chunks)."""
+    step = jax.jit(_sgd_step(model, opt))
 
     @jax.jit
-    def step(params, opt_state, x, y):
-        def loss(p):
-            return optax.softmax_cross_entropy_with_integer_labels(model.apply_fn(p, x), y).mean()
+    def eval_chunk(params, x, y):
+        logits = model.apply_fn(params, x)
+        return (optax.softmax_cross_entropy_with_integer_labels(logits, y).sum(),
+                (jnp.argmax(logits, -1) == y).sum())
 
-        grads = jax.grad(loss)(params)
-        updates, opt_state = opt.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state
+    def evaluate(params):
+        loss = correct = 0.0
+        for i in range(0, n_eval, eval_batch):
+            s = slice(i, min(i + eval_batch, n_eval))
+            chunk = eval_chunk(params, x_np[s], y_np[s])
+            loss, correct = loss + float(chunk[0]), correct + float(chunk[1])
+        return loss / n_eval, correct / n_eval
 
-    params, opt_state = model.params, opt.init(model.params)
-    rng = np.random.default_rng(seed)
-    per_epoch = len(x_np) // batch
-    perm = rng.permutation(len(x_np))
-    for t in range(steps):
-        if t % per_epoch == 0:
-            perm = rng.permutation(len(x_np))
-        idx = perm[(t % per_epoch) * batch : (t % per_epoch + 1) * batch]
-        params, opt_state = step(params, opt_state, x_np[idx], y_np[idx])
-    jax.block_until_ready(params)
+    def run(steps, seed=0):
+        params, opt_state = model.params, opt.init(model.params)
+        evaluate(params)
+        rng = np.random.default_rng(seed)
+        per_epoch = len(x_np) // batch
+        perm = None
+        for t in range(steps):
+            if t % per_epoch == 0:
+                perm = rng.permutation(len(x_np))
+            idx = perm[(t % per_epoch) * batch : (t % per_epoch + 1) * batch]
+            params, opt_state, _ = step(params, opt_state, x_np[idx], y_np[idx])
+        evaluate(params)
+        return params
+
+    return run
 
 
-def iterlin_loop(model, x, y, batch, steps):
-    params, _ = iterlin.train(model.apply_fn, model.params, (x, y), K=math.inf, steps=steps,
-                              optimizer=optax.sgd(1e-3), batch_size=batch, eval_steps=[], eval_batch_size=batch)
-    jax.block_until_ready(params)
+def matmul_flops(n, reps):
+    """Measured FLOP/s of an n×n float32 matmul at the default precision (median of reps)."""
+    a = jax.random.normal(jax.random.PRNGKey(1), (n, n), jnp.float32)
+    b = jax.random.normal(jax.random.PRNGKey(2), (n, n), jnp.float32)
+    mm = jax.jit(jnp.dot)
+    return 2 * n**3 / _median_time(mm, a, b, reps=reps)
 
 
-def _steady_time(run, steps):
-    """Seconds per ``steps`` steps without compilation: T(2·steps) − T(steps)."""
-    def timed(n):
-        t = time.perf_counter()
-        run(n)
-        return time.perf_counter() - t
+def cpu_theoretical_flops():
+    """cores × clock × float32 FLOPs per cycle (2 FMA units assumed), or None where unknown."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            info = f.read()
+    except OSError:
+        return None, "no /proc/cpuinfo"
+    mhz = re.search(r"^cpu MHz\s*:\s*([\d.]+)", info, re.MULTILINE)
+    flags = re.search(r"^flags\s*:(.*)$", info, re.MULTILINE)
+    if not mhz or not flags:
+        return None, "clock or flags unknown"
+    flags = set(flags.group(1).split())
+    per_cycle, isa = (64, "AVX-512") if "avx512f" in flags else (32, "AVX2+FMA") if {"avx2", "fma"} <= flags \
+        else (8, "SSE")
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    ghz = float(mhz.group(1)) / 1e3
+    return cores * ghz * 1e9 * per_cycle, (f"{cores} cores × {ghz:.2f} GHz × {per_cycle} FLOPs/cycle "
+                                           f"({isa}, 2 FMA units)")
 
-    timed(steps)  # warm caches (first compilations, allocator)
-    return timed(2 * steps) - timed(steps)
+
+def table_peak(device):
+    """(peak FLOP/s, description) from :data:`PEAK_TFLOPS`, or (None, reason)."""
+    kind = device.device_kind
+    for name, fp32, tensor in PEAK_TFLOPS:
+        if name.lower() in kind.lower():
+            precision = str(jax.config.jax_default_matmul_precision or "default").lower()
+            if precision in ("highest", "float32") and fp32 is not None:
+                return fp32 * 1e12, f"{name} FP32 non-tensor peak {fp32:g} TFLOP/s (matmul precision {precision})"
+            if tensor is not None:
+                unit = "bf16 MXU" if name.startswith("TPU") else "TF32 tensor-core dense"
+                return tensor * 1e12, (f"{name} {unit} peak {tensor:g} TFLOP/s (JAX's default precision for float32 "
+                                       "convolutions and matmuls)")
+            return fp32 * 1e12, f"{name} FP32 peak {fp32:g} TFLOP/s"
+    return None, f"{kind!r} not in the table"
+
+
+def load_data(n_train):
+    try:
+        data = iterlin.data.load_cifar10(n_train=n_train, n_test=1, download=False)
+        return data.x_train, data.y_train, "CIFAR-10"
+    except Exception as e:  # noqa: BLE001 - speed does not depend on the pixels
+        rng = np.random.default_rng(0)
+        x = rng.standard_normal((n_train, 32, 32, 3), dtype=np.float32)
+        y = rng.integers(0, 10, n_train).astype(np.int32)
+        return x, y, f"random images (no CIFAR-10: {type(e).__name__})"
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--batch", type=int, default=256)
-    ap.add_argument("--steps", type=int, default=40)
-    ap.add_argument("--n-train", type=int, default=4096)
-    ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--steps", type=int, default=None,
+                    help="training steps (default 1000 on an accelerator, 40 on CPU)")
+    ap.add_argument("--sweep-steps", type=int, default=None,
+                    help="steps of ratio 3's sweep and its one-run reference "
+                    "(default --steps on an accelerator, 4 on CPU)")
+    ap.add_argument("--n-train", type=int, default=None, help="training images (default 4096; 1024 on CPU)")
+    ap.add_argument("--n-eval-train", type=int, default=512,
+                    help="training images evaluated in ratios 2-4 and 5b (eval_train_size)")
+    ap.add_argument("--K", type=float, default=10, help="re-linearisation period (inf allowed)")
+    ap.add_argument("--runs", type=int, default=8, help="runs of the vmapped sweep (ratio 3)")
+    ap.add_argument("--reps", type=int, default=10, help="repetitions of the step times (ratio 1)")
+    ap.add_argument("--e2e-reps", type=int, default=1,
+                    help="calls timed after the first end-to-end call, the least kept (default 1: the 2nd call)")
+    ap.add_argument("--matmul", type=int, default=None, help="matmul size for the measured ceiling "
+                    "(default 2048 on CPU, 8192 elsewhere)")
+    ap.add_argument("--quick", action="store_true",
+                    help="tiny sizes, a smoke test: batch 32, 4 steps, n_train 256, a 2-run sweep, --e2e-reps 2")
     args = ap.parse_args()
+    sys.stdout.reconfigure(line_buffering=True)  # a long run, often sent to a file: each line as it comes
+    on_cpu = jax.devices()[0].platform == "cpu"
+    if args.quick:
+        args.batch, args.steps, args.sweep_steps, args.n_train, args.n_eval_train = 32, 4, 4, 256, 32
+        args.runs, args.reps, args.e2e_reps, args.matmul = 2, 3, 2, args.matmul or 512
+    if args.steps is None:
+        args.steps = 40 if on_cpu else 1000
+    if args.n_train is None:
+        args.n_train = 1024 if on_cpu else 4096
+    if args.sweep_steps is None:
+        args.sweep_steps = min(4, args.steps) if on_cpu else args.steps
+    K = math.inf if math.isinf(args.K) else int(args.K)
+    B, T = args.batch, args.steps
+    global E2E_REPS
+    E2E_REPS = max(1, args.e2e_reps)
+    run_benchmark(args, K, B, T)
 
-    try:
-        data = iterlin.data.load_cifar10(n_train=args.n_train, n_test=1)
-        x_np, y_np, source = data.x_train, data.y_train, "CIFAR-10 ($ITERLIN_CIFAR10)"
-    except Exception as e:  # noqa: BLE001 - speed does not depend on the pixels
-        rng = np.random.default_rng(0)
-        x_np = rng.standard_normal((args.n_train, 32, 32, 3), dtype=np.float32)
-        y_np = rng.integers(0, 10, args.n_train).astype(np.int32)
-        source = f"random images ({type(e).__name__})"
+
+def run_benchmark(args, K, B, T):
+    dev = jax.devices()[0]
+    on_cpu = dev.platform == "cpu"
+    x_np, y_np, source = load_data(args.n_train)
+    n_sub = min(args.n_eval_train, len(x_np))
     model = make_model("cnn", jax.random.PRNGKey(0))
-    xb, yb = jnp.asarray(x_np[: args.batch]), jnp.asarray(y_np[: args.batch])
+    opt = optax.sgd(1e-3)
+    P = iterlin.count_params(model.params)
+    print(f"device: {dev.device_kind} ({dev.platform}), jax {jax.__version__}, {jax.device_count()} device(s), "
+          f"all measurements on {dev}")
+    print(f"model: CNN of the paper (P = {P}), K = {K}, SGD; batch {B}, {T} steps; data: {source}, "
+          f"n_train {len(x_np)}, evaluation subset {n_sub}")
+    print("compilation: iterlin caches its compiled programs in the process (a second call compiles nothing); "
+          "JAX's persistent cache is not used")
+    print("end-to-end times: the 1st call and the 2nd" + (f" (the least of calls 2-{1 + E2E_REPS})" if E2E_REPS > 1
+                                                           else ""))
 
-    print(f"device: {jax.devices()[0].device_kind} ({jax.default_backend()}), jax {jax.__version__}")
-    print(f"model: CNN of the paper, batch {args.batch}, data: {source}, n_train {len(x_np)}")
-    t_lin, t_sgd = step_ratio(model, xb, yb, args.reps)
-    print(f"step time: linearised {t_lin * 1e3:.2f} ms, SGD {t_sgd * 1e3:.2f} ms, "
-          f"ratio {t_lin / t_sgd:.2f} (target <= 1.5; FLOP ratio ~1.67)")
+    # 1. step ratio; FLOPs per image for 4
+    xb, yb = jnp.asarray(x_np[:B]), jnp.asarray(y_np[:B])
+    t_lin, t_sgd, f_lin, f_sgd = step_ratio(model, opt, K, xb, yb, args.reps)
+    print(f"[1] step time (median of {args.reps}): linearised {_s(t_lin)}, SGD {_s(t_sgd)}, ratio {t_lin / t_sgd:.2f}; "
+          f"XLA FLOPs {f_lin / 1e9:.2f} G / {f_sgd / 1e9:.2f} G = {f_lin / f_sgd:.2f}")
 
-    x_dev, y_dev = jnp.asarray(x_np), jnp.asarray(y_np)
-    t_iter = _steady_time(lambda n: iterlin_loop(model, x_dev, y_dev, args.batch, n), args.steps)
-    t_host = _steady_time(lambda n: host_loop(model, x_np, y_np, args.batch, n), args.steps)
-    ips_iter = args.steps * args.batch / t_iter
-    ips_host = args.steps * args.batch / t_host
-    print(f"throughput: iterlin.train (linearised, on-device loop) {ips_iter:.0f} img/s, "
-          f"per-step-jitted Flax/Optax SGD with host batches {ips_host:.0f} img/s, ratio {ips_iter / ips_host:.2f}")
+    # 2. iterlin.train end to end vs the host-fed loop
+    common = {"K": K, "optimizer": opt, "batch_size": B, "devices": [dev]}
+
+    def train(steps, **kw):
+        return iterlin.train(model.apply_fn, model.params, (x_np, y_np), steps=steps, **common, **kw)[0]
+
+    ends_sub = {"eval_steps": [], "eval_train_size": n_sub}
+    a1, a2 = _first_second(train, T, **ends_sub)
+    a_2T = _timed(train, 2 * T, **ends_sub)
+    host = make_host_loop(model, opt, x_np, y_np, B, n_sub)
+    with jax.default_device(dev):
+        h1, h2 = _first_second(host, T)
+        h_2T = _timed(host, 2 * T)
+    steady_a, steady_h = a_2T - a2, h_2T - h2
+    over_a, over_h = a2 - steady_a, h2 - steady_h  # per-call costs: tracing, transfers, the two evaluations
+    noisy = " (negative: noise, e.g. the machine's load changed between calls)" if min(over_a, over_h) < 0 else ""
+    print(f"[2] {T} steps, evaluation at steps 0 and {T} on {n_sub} images: iterlin.train 1st call {_s(a1)}, "
+          f"2nd {_s(a2)} ({T * B / a2:.0f} img/s); host-fed Flax/Optax loop 1st {_s(h1)}, 2nd {_s(h2)} "
+          f"({T * B / h2:.0f} img/s); ratio (2nd calls) {a2 / h2:.2f}")
+    print(f"    steady state, T({2 * T}) − T({T}): iterlin.train {_s(steady_a)}, host loop {_s(steady_h)}, "
+          f"ratio {steady_a / steady_h:.2f}; per-call overhead (2nd call − steady) iterlin {_s(over_a)}, "
+          f"host {_s(over_h)}{noisy}")
+
+    # 3. vmapped sweep vs one run
+    R, T3 = args.runs, args.sweep_steps
+    stacked = tree_stack([make_model("cnn", jax.random.PRNGKey(i)).params for i in range(R)])
+
+    def sweep():
+        return iterlin.train_sweep(model.apply_fn, stacked, (x_np, y_np), K=[K] * R, steps=T3, optimizer=opt,
+                                   batch_size=B, vectorise=True, devices=[dev], **ends_sub)[0]
+
+    s1, s2 = _first_second(sweep)
+    one = a2 if T3 == T else _first_second(train, T3, **ends_sub)[1]
+    print(f"[3] {R}-run sweep (vectorise=True), {T3} steps: 1st call {_s(s1)}, 2nd {_s(s2)}; one run (2nd call) "
+          f"{_s(one)}; ratio {s2 / one:.2f} ({s2 / one / R:.2f} of {R} lone runs)")
+
+    # 4. images per second against the ceiling
+    ips = B / t_lin
+    flops_img = f_lin / B
+    n_mm = args.matmul or (2048 if on_cpu else 8192)
+    mm = matmul_flops(n_mm, reps=max(3, args.reps // 2))
+    peak, peak_note = table_peak(dev)
+    theo, theo_note = cpu_theoretical_flops() if on_cpu else (None, "")
+    if peak is None:
+        ceiling, ceiling_note = mm, f"measured {n_mm}×{n_mm} float32 matmul, {mm / 1e9:.1f} GFLOP/s ({peak_note})"
+    else:
+        ceiling, ceiling_note = peak, peak_note
+    print(f"[4] linearised training: {ips:.0f} img/s (batch / step time of [1]; iterlin.train steady state "
+          f"{T * B / steady_a:.0f} img/s), {flops_img / 1e6:.1f} MFLOP/img (XLA cost analysis of one step / batch)")
+    print(f"    ceiling: {ceiling_note} -> {ceiling / flops_img:.0f} img/s; fraction {ips * flops_img / ceiling:.3f}")
+    print(f"    measured {n_mm}×{n_mm} matmul {mm / 1e9:.1f} GFLOP/s"
+          + (f" ({mm / peak:.2f} of the table peak)" if peak else "")
+          + (f"; theoretical {theo / 1e9:.0f} GFLOP/s = {theo_note}" if theo else ""))
+
+    # 5. evaluation's share
+    # each pair side by side (so a change of the machine's load between them weighs least)
+    c1, c2 = _first_second(train, T, eval_steps=[])
+    d1, d2 = _first_second(train, T)
+    e2 = _first_second(train, T, **ends_sub)[1]
+    b1, b2 = _first_second(train, T, eval_train_size=n_sub)
+    n_pts = len(range(0, T, max(1, T // 20))) + 1
+    share, share_sub = (d2 - c2) / d2, (b2 - e2) / b2
+    print(f"[5] default schedule ({n_pts} points) vs ends only, whole training split ({len(x_np)} images): "
+          f"{_s(d2)} vs {_s(c2)} (1st calls {_s(d1)}, {_s(c1)}), share {share:.2f}")
+    print(f"    on a {n_sub}-image subset (eval_train_size): {_s(b2)} vs {_s(e2)} (1st call {_s(b1)}), "
+          f"share {share_sub:.2f}")
+
+    gpu_note = "" if not on_cpu else " (CPU: vmapped convs run as slower grouped convs; R x the work)"
+    rows = [
+        ("1", "linearised step / SGD step, same batch", t_lin / t_sgd, _s(t_lin), _s(t_sgd),
+         f"<= 1.5 (XLA FLOP ratio {f_lin / f_sgd:.2f})"),
+        ("2", "iterlin.train 2nd call / host-fed loop", a2 / h2, _s(a2), _s(h2),
+         f"<= 1.5 on CPU, < 1 on a GPU (1st calls {_s(a1)} / {_s(h1)})"),
+        ("3", f"{R}-run vmapped sweep / one run, {T3} steps", s2 / one, _s(s2), _s(one), "<= 2 on a GPU" + gpu_note),
+        ("4", "linearised img/s / ceiling img/s", ips * flops_img / ceiling, f"{ips:.0f} img/s",
+         f"{ceiling / flops_img:.0f} img/s", "none (ceiling: " + ("table peak)" if peak else "measured matmul)")),
+        ("5", "eval share, default schedule", share, f"{_s(d2)} - {_s(c2)}", _s(d2),
+         f"none (whole training split, {n_pts} points)"),
+        ("5b", "eval share, subset eval_train_size", share_sub, f"{_s(b2)} - {_s(e2)}", _s(b2),
+         f"none ({n_sub} training images)"),
+    ]
+    print()
+    print(f"summary ({dev.device_kind}, {dev.platform}, jax {jax.__version__}; batch {B}, {T} steps, K = {K})")
+    print(f"{'':9}{'':40}   {'ratio':>7}  {'numerator':>19}  {'denominator':>12}  target / note")
+    for n, name, value, num, den, note in rows:
+        print(f"ratio {n:<3}{name:<40} = {value:7.3f}  {num:>19}  {den:>12}  {note}")
 
 
 if __name__ == "__main__":
