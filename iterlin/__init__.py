@@ -1,6 +1,6 @@
 """iterlin: iterative linearisation in JAX (Goldwaser & Ge), the executable edition."""
 
-from . import data, jacobian, models, precision
+from . import data, jacobian, models, precision, relin
 from .adam_solve import train_adam_solved
 from .checkpoint import CheckpointError
 from .closed_form import (
@@ -87,6 +87,7 @@ __all__ = [
     "models",
     "jacobian",
     "precision",
+    "relin",
     "quintic",
     "CheckpointError",
     "TrainState",

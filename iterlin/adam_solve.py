@@ -35,48 +35,35 @@ With the test never passing (unreachable target, ``plateau_tol = 0``) this is ex
 re-linearisation (``make_step(..., reset_optimizer=True)``). Mini-batches, ``"ce"`` and ``"mse"``
 work as in :func:`iterlin.training.fit`; the check always uses the full, un-augmented training set.
 
-Implementation: the whole thing is one ``step_fn`` for :func:`iterlin.training.fit` (the project's
-one training loop). The inner update is Eq. 3, :func:`iterlin.training.make_linearised_update` (as in
-:func:`iterlin.training.make_step`); this module only decides when to re-linearise, and each step
-commits its proposal once through :func:`iterlin.training.commit_step` (the divergence guard).
-``TrainState.opt_state`` is the inner optimiser's state; the criterion's state, a
-:class:`SolveState`, is ``TrainState.policy``. The full-training-set check runs under ``jax.lax.cond`` so it
-costs one pass over the training set (in chunks) every ``check_every`` steps, not every step.
-Each re-linearisation is logged on device in fixed-size buffers (step, inner steps, training
-accuracy and loss of the linear model just before it, and the reason), returned in the history.
+Implementation: this is :func:`iterlin.training.train` with the re-linearisation policy
+:func:`iterlin.relin.until_solved` and ``reset_optimizer=True``; :func:`train_adam_solved` is a thin
+wrapper that builds Adam from ``lr`` and the policy from the criterion's arguments. The inner
+update is Eq. 3 (:func:`iterlin.training.make_linearised_update`, as for every K), the criterion is
+the policy's pure ``decide`` on its :class:`~iterlin.relin.SolveState` (in ``TrainState.policy``, its parameters
+as arrays), and each step commits its proposal once through :func:`iterlin.training.commit_step`
+(the divergence guard). The full-training-set check runs under ``jax.lax.cond`` so it costs one
+pass over the training set (in chunks) every ``check_every`` steps, not every step. Each
+re-linearisation is logged on device in fixed-size buffers (step, inner steps, training accuracy and
+loss of the linear model just before it, and the reason), returned in the history.
 """
 
 from __future__ import annotations
 
 import functools
 import math
-import warnings
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 
-from .linearise import linearised_apply
 from .losses import Loss, get_loss
-from .training import (
-    TrainState,
-    _chunked,
-    _memoise,
-    _metric_sums,
-    commit_step,
-    fit,
-    init_state,
-    make_chunked_metrics,
-    make_linearised_update,
-)
-from .tree import tree_where
-from .validate import MAX_STEPS, check_int, check_K, check_nonnegative, check_positive, check_steps, check_xy
+from .relin import MAX_LOG, RELIN_REASONS, SolveState, until_solved  # noqa: F401 (MAX_LOG: re-exported)
+from .training import TrainState, _lin_means, init_state, make_chunked_metrics, make_step, train
+from .validate import check_int, check_K, check_positive, check_steps, check_xy
 
+# SolveState and RELIN_REASONS (defined in iterlin.relin) stay importable from here.
 __all__ = [
-    "SolveState",
-    "RELIN_REASONS",
     "init_solve_state",
     "make_solve_step",
     "make_train_check",
@@ -84,64 +71,18 @@ __all__ = [
     "train_adam_solved",
 ]
 
-#: Reason codes stored in ``SolveState.relin_reason`` (index into this tuple; 0 = no entry).
-RELIN_REASONS = ("", "target", "plateau", "K")
-
-#: Upper bound on the number of re-linearisations logged per run (further ones are still counted
-#: in ``TrainState.n_relin``, only their log entry is dropped).
-MAX_LOG = 100_000
-
-
-class SolveState(NamedTuple):
-    """The criterion's state, kept in ``TrainState.policy`` (beside the inner optimiser's ``opt_state``).
-
-    Scalars:
-      inner_steps: int32, steps taken on the current linearisation (k; 0 just after re-linearising).
-      prev_loss: L_i at the previous check of this linearisation (+inf before the first check).
-      check_loss, check_acc: training loss / accuracy of the linear model at the last check (nan
-      before any; accuracy nan for real-valued targets).
-    Log, shape (log_size,), entry j for the j-th re-linearisation (j < ``TrainState.n_relin``):
-      relin_step: int32, the step t + 1 after which it happened (θ_s ← θ_{t+1}).
-      relin_inner_steps: int32, steps spent on the linearisation it ended.
-      relin_acc, relin_loss: training accuracy / loss of that linear model at θ_{t+1}.
-      relin_reason: int32 index into :data:`RELIN_REASONS` (priority target > plateau > K).
-    """
-
-    inner_steps: jax.Array
-    prev_loss: jax.Array
-    check_loss: jax.Array
-    check_acc: jax.Array
-    relin_step: jax.Array
-    relin_inner_steps: jax.Array
-    relin_acc: jax.Array
-    relin_loss: jax.Array
-    relin_reason: jax.Array
-
-
-def _float():
-    return jnp.result_type(float)
-
-
-def init_solve_state(params, optimizer: optax.GradientTransformation, K, log_size: int) -> TrainState:
+def init_solve_state(params, optimizer: optax.GradientTransformation, K, log_size: int, *,
+                     target_acc: float | None = 1.0, check_every: int = 100, plateau_tol: float = 1e-4) -> TrainState:
     """A fresh run linearised at ``params``: ``opt_state = optimizer.init(params)``, ``policy`` a fresh
-    :class:`SolveState`.
+    :class:`~iterlin.relin.SolveState` with a log of ``log_size`` entries and the criterion's parameters.
 
-    ``K`` (the most steps per linearisation) is stored in ``TrainState.K`` (0 encodes ∞).
+    ``K`` (the most steps per linearisation) is stored in ``TrainState.K`` (0 encodes ∞). The same
+    state as ``init_state(params, optimizer, relin.until_solved(target_acc=…, check_every=…,
+    plateau_tol=…, max_period=K), steps=…)``, with the log's size given directly.
     """
     log_size = check_int(log_size, "log_size")
-    f, i32 = _float(), jnp.int32
-    solve = SolveState(
-        inner_steps=jnp.zeros((), i32),
-        prev_loss=jnp.asarray(jnp.inf, f),
-        check_loss=jnp.asarray(jnp.nan, f),
-        check_acc=jnp.asarray(jnp.nan, f),
-        relin_step=jnp.full((log_size,), -1, i32),
-        relin_inner_steps=jnp.full((log_size,), -1, i32),
-        relin_acc=jnp.full((log_size,), jnp.nan, f),
-        relin_loss=jnp.full((log_size,), jnp.nan, f),
-        relin_reason=jnp.zeros((log_size,), i32),
-    )
-    return init_state(params, optimizer, K, policy=solve)
+    policy = until_solved(target_acc=target_acc, check_every=check_every, plateau_tol=plateau_tol, max_period=K)
+    return init_state(params, optimizer, policy.K, policy=policy.init(log_size))
 
 
 def make_train_check(apply_fn: Callable, loss: str | Loss, x, y, batch_size: int = 1000) -> Callable:
@@ -154,23 +95,6 @@ def make_train_check(apply_fn: Callable, loss: str | Loss, x, y, batch_size: int
     metrics = make_chunked_metrics(loss, x, y, batch_size)
     classify = jnp.issubdtype(jnp.asarray(y).dtype, jnp.integer)
     return lambda params_s, params: _lin_means(apply_fn, metrics, metrics.size, classify, params_s, params)
-
-
-def _lin_means(apply_fn, metrics, n: int, classify: bool, params_s, params):
-    """(loss, acc) of f_lin_s(θ) from ``metrics(models)`` sums over n examples (:func:`make_train_check`)."""
-    sums = metrics({"lin": lambda xb: linearised_apply(apply_fn, params_s, params, xb)})
-    acc = sums["lin_acc"] / n if classify else jnp.asarray(jnp.nan, _float())
-    return sums["lin_loss"] / n, acc
-
-
-def _train_check_on(apply_fn, loss: Loss, data, batch_size: int, params_s, params):
-    """:func:`make_train_check`'s ``check(params_s, params)`` with the data ``(x, y)`` an argument
-    (chunked here, inside the caller's trace: a compiled step reads the data it is given)."""
-    x, y = data
-    chunks = _chunked(x, y, batch_size)
-    classify = jnp.issubdtype(y.dtype, jnp.integer)
-    metrics = lambda models: _metric_sums(loss, models, chunks)  # noqa: E731
-    return _lin_means(apply_fn, metrics, chunks.n, classify, params_s, params)
 
 
 def make_solve_step(
@@ -187,97 +111,31 @@ def make_solve_step(
 ) -> Callable:
     """Return ``step(state, (x, y)) -> (state, {"loss": ...})`` for :func:`iterlin.training.fit`.
 
-    ``state`` comes from :func:`init_solve_state` (with the same ``optimizer``). One inner step of
-    ``optimizer`` on the current linear model (Eq. 3, :func:`iterlin.training.make_linearised_update`),
-    then the convergence check on ``train_data = (x_train, y_train)`` (see the module docstring) when
-    k % check_every == 0 or k = K, and, if it passes, re-linearisation: θ_s ← θ_{t+1} (after
-    ``refresh(θ_{t+1}, x)`` when given), the optimizer state re-initialised, ``n_relin`` + 1, k ← 0.
-    The whole proposal (θ_{t+1}, θ_s, inner optimizer state, :class:`SolveState` in
-    ``state.policy``) is committed once through :func:`iterlin.training.commit_step`: a diverging
-    loss or θ_{t+1} freezes all of it, so a diverged run never re-linearises or logs. Not meant for
-    ``fit(..., sweep=True)`` (under vmap ``lax.cond`` evaluates the check every step).
+    ``state`` comes from :func:`init_solve_state` (with the same ``optimizer``). The step is
+    :func:`iterlin.training.make_step` with the policy :func:`iterlin.relin.until_solved` and
+    ``reset_optimizer=True``, reading ``train_data = (x_train, y_train)``: one inner step of
+    ``optimizer`` on the current linear model (Eq. 3), then the convergence check (see the module
+    docstring) when k % check_every == 0 or k = K, and, if it passes, re-linearisation: θ_s ← θ_{t+1}
+    (after ``refresh(θ_{t+1}, x)`` when given), the optimizer state re-initialised, ``n_relin`` + 1,
+    k ← 0. The criterion's parameters are this function's (they replace those in ``state.policy``
+    at every step). The whole proposal (θ_{t+1}, θ_s, inner optimizer state, :class:`~iterlin.relin.SolveState`) is
+    committed once through :func:`iterlin.training.commit_step`: a diverging loss or θ_{t+1} freezes
+    all of it, so a diverged run never re-linearises or logs.
     """
-    options = _solve_options(loss, target_acc, check_every, plateau_tol, refresh, check_batch_size)
+    policy = until_solved(target_acc=target_acc, check_every=check_every, plateau_tol=plateau_tol,
+                          check_batch_size=check_int(check_batch_size, "eval_batch_size"))
+    get_loss(loss)
     x_train, y_train = (jnp.asarray(a) for a in train_data)
     check_xy(x_train, y_train)
-    step = _solve_step(apply_fn, optimizer, *options)
+    step = make_step(apply_fn, optimizer, loss, refresh=refresh, reset_optimizer=True, policy=policy)
+    own = policy.init(0)  # the parameters as arrays (an empty log)
 
     def step_on_train_data(state: TrainState, batch):
-        return step(state, batch, (x_train, y_train))
+        solve = state.policy._replace(target_acc=own.target_acc, plateau_tol=own.plateau_tol,
+                                      check_every=own.check_every)
+        return step(state._replace(policy=solve), batch, (x_train, y_train))
 
     return step_on_train_data
-
-
-def _solve_options(loss, target_acc, check_every, plateau_tol, refresh, check_batch_size) -> tuple:
-    """The static options of :func:`_solve_step`, validated, in its order."""
-    loss = get_loss(loss)
-    check_every = check_int(check_every, "check_every", maximum=MAX_STEPS, why="step counters are int32")
-    plateau_tol = check_nonnegative(plateau_tol, "plateau_tol")
-    target_acc = _check_target_acc(target_acc)
-    check_batch_size = check_int(check_batch_size, "eval_batch_size")
-    return loss, target_acc, check_every, plateau_tol, refresh, check_batch_size
-
-
-@_memoise
-def _solve_step(apply_fn, optimizer, loss: Loss, target_acc, check_every: int, plateau_tol: float, refresh,
-                check_batch_size: int) -> Callable:
-    """:func:`make_solve_step`'s step with the training set an argument, ``step(state, batch, (x, y))``
-    (``takes_data``: :func:`iterlin.training.fit` passes its training data), memoised on the rest, so
-    :func:`train_adam_solved` compiles once for every value of the data."""
-    update = make_linearised_update(apply_fn, optimizer, loss)
-
-    def step(state: TrainState, batch, train_data):
-        x, y = batch
-        solve = state.policy
-        f = _float()
-        classify = jnp.issubdtype(train_data[1].dtype, jnp.integer)
-        # The proposal: one inner step (Eq. 3) on the current linearisation ...
-        value, params, inner_opt = update(state.params, state.params_s, state.opt_state, x, y)
-        # ... the criterion at θ_{t+1} ...
-        k = solve.inner_steps + 1
-        at_K = (state.K > 0) & (k >= state.K)
-        do_check = ((k % check_every) == 0) | at_K
-        nan = jnp.asarray(jnp.nan, f)
-        lin_loss, lin_acc = jax.lax.cond(
-            do_check,
-            lambda: tuple(v.astype(f) for v in _train_check_on(apply_fn, loss, train_data, check_batch_size,
-                                                               state.params_s, params)),
-            lambda: (nan, nan),
-        )
-        if classify and target_acc is not None:
-            hit_target = do_check & (lin_acc >= target_acc)
-        else:
-            hit_target = jnp.asarray(False)
-        plateau = do_check & (solve.prev_loss - lin_loss < plateau_tol * solve.prev_loss)
-        plateau = plateau if plateau_tol > 0 else jnp.asarray(False)
-        relin = hit_target | plateau | at_K
-        reason = jnp.where(hit_target, 1, jnp.where(plateau, 2, 3)).astype(jnp.int32)
-        # ... the re-linearisation it asks for (θ_s ← θ_{t+1}, fresh inner state) ...
-        if refresh is not None:
-            params = jax.lax.cond(relin, lambda p: refresh(p, x), lambda p: p, params)
-        params_s = tree_where(relin, params, state.params_s)
-        inner_opt = tree_where(relin, optimizer.init(params), inner_opt)
-        # ... and the new criterion state, with the log entry of this re-linearisation.
-        j = jnp.where(relin, state.n_relin, solve.relin_step.shape[0])  # out of range → dropped
-        log = lambda buf, v: buf.at[j].set(jnp.asarray(v, buf.dtype), mode="drop")  # noqa: E731
-        checked = jnp.where(do_check, lin_loss, solve.prev_loss)
-        solve_new = SolveState(
-            inner_steps=jnp.where(relin, 0, k),
-            prev_loss=jnp.where(relin, jnp.inf, checked).astype(f),
-            check_loss=jnp.where(do_check, lin_loss, solve.check_loss),
-            check_acc=jnp.where(do_check, lin_acc, solve.check_acc),
-            relin_step=log(solve.relin_step, state.step + 1),
-            relin_inner_steps=log(solve.relin_inner_steps, k),
-            relin_acc=log(solve.relin_acc, lin_acc),
-            relin_loss=log(solve.relin_loss, lin_loss),
-            relin_reason=log(solve.relin_reason, reason),
-        )
-        # One commit: a diverging loss or θ_{t+1} (commit_step) freezes all of it (θ, θ_s, inner state, criterion).
-        new = commit_step(state, value, params, params_s, inner_opt, relin, solve_new)
-        return new, {"loss": value}
-
-    step.takes_data = True
-    return step
 
 
 @functools.lru_cache(maxsize=64)
@@ -290,7 +148,8 @@ def relin_log(state: TrainState) -> dict:
     """The re-linearisation log of a run as host arrays, one entry per logged re-linearisation.
 
     Keys ``relin_step``, ``relin_inner_steps``, ``relin_acc``, ``relin_loss`` and ``relin_reason``
-    (strings from :data:`RELIN_REASONS`: ``"target"``, ``"plateau"`` or ``"K"``).
+    (strings from :data:`iterlin.relin.RELIN_REASONS`: ``"target"``, ``"plateau"`` or ``"K"``);
+    :func:`iterlin.relin.history` of a run with a :class:`~iterlin.relin.SolveState`.
     """
     solve = state.policy
     n = min(int(state.n_relin), int(solve.relin_step.shape[0]))
@@ -302,18 +161,6 @@ def relin_log(state: TrainState) -> dict:
     }
     out["relin_reason"] = np.asarray([RELIN_REASONS[r] for r in np.asarray(solve.relin_reason)[:n]], dtype=str)
     return out
-
-
-def _check_target_acc(target_acc) -> float | None:
-    if target_acc is None:
-        return None
-    v = check_positive(target_acc, "target_acc")
-    if v > 1:
-        raise ValueError(
-            f"target_acc={target_acc!r} is not allowed: target_acc must be a number in (0, 1] "
-            "(a training accuracy; 1.0 = 100 %), or None to disable the accuracy test."
-        )
-    return v
 
 
 def train_adam_solved(
@@ -334,6 +181,13 @@ def train_adam_solved(
     **fit_kwargs,
 ) -> tuple[Any, dict]:
     """Iterative linearisation with each linearisation solved by Adam until converged (Fig. 8).
+
+    ``train(apply_fn, params, data, K=relin.until_solved(target_acc=target_acc,
+    check_every=check_every, plateau_tol=plateau_tol, max_period=K), optimizer=optax.adam(lr),
+    reset_optimizer=True, ...)`` (:func:`iterlin.training.train`, :func:`iterlin.relin.until_solved`),
+    with the criterion's check chunked by ``eval_batch_size`` and ``inner_steps`` recorded at each
+    evaluation point. Like ``train``, ``refresh`` is also applied at θ_0 before the first
+    linearisation.
 
     Args:
       apply_fn: ``apply_fn(params, x) -> (N, O)`` outputs (logits for ``"ce"``).
@@ -367,9 +221,7 @@ def train_adam_solved(
     lr = check_positive(lr, "lr")
     steps = check_steps(steps)
     K_value = check_K(K)
-    target_acc = _check_target_acc(target_acc)
-    check_every = check_int(check_every, "check_every", maximum=MAX_STEPS, why="step counters are int32")
-    plateau_tol = check_nonnegative(plateau_tol, "plateau_tol")
+    policy = until_solved(target_acc=target_acc, check_every=check_every, plateau_tol=plateau_tol, max_period=K_value)
     loss = get_loss(loss)
     if not isinstance(data, (tuple, list)) or len(data) != 2:
         raise ValueError(f"data must be a pair (x, y); got {type(data).__name__}")
@@ -377,29 +229,17 @@ def train_adam_solved(
     if fit_kwargs.pop("sweep", False):
         raise ValueError("sweep=True is not allowed: train_adam_solved runs one model (call it once per run)")
     eval_batch_size = check_int(fit_kwargs.get("eval_batch_size", 1000), "eval_batch_size")
+    policy = policy._replace(check_batch_size=eval_batch_size)
     user_callback = fit_kwargs.pop("callback", None)
     config = dict(fit_kwargs.pop("config", None) or {})
+    hyper = dict(policy.hyperparams)
     config["adam_solve"] = {
         "lr": lr,
         "K": -1 if math.isinf(K_value) else K_value,
-        "target_acc": -1 if target_acc is None else target_acc,
-        "check_every": check_every,
-        "plateau_tol": plateau_tol,
+        "target_acc": -1 if hyper["target_acc"] is None else hyper["target_acc"],
+        "check_every": hyper["check_every"],
+        "plateau_tol": hyper["plateau_tol"],
     }
-
-    shortest = check_every if math.isinf(K_value) else min(check_every, K_value)
-    log_size = steps // shortest + 1
-    if log_size > MAX_LOG:
-        warnings.warn(
-            f"up to {log_size} re-linearisations possible; only the first {MAX_LOG} are logged", stacklevel=2
-        )
-        log_size = MAX_LOG
-
-    optimizer = _adam(lr)
-    state = init_solve_state(params, optimizer, K_value, log_size)
-    # The step reads the training set that fit passes it (takes_data): fit's data, as an argument.
-    step_fn = _solve_step(apply_fn, optimizer, *_solve_options(loss, target_acc, check_every, plateau_tol, refresh,
-                                                                  eval_batch_size))
 
     def callback(t, st):
         out = {"inner_steps": np.asarray(st.policy.inner_steps)}
@@ -407,7 +247,5 @@ def train_adam_solved(
             out.update(user_callback(t, st) or {})
         return out
 
-    state, history = fit(step_fn, state, apply_fn, data, steps=steps, loss=loss, batch_size=batch_size, key=key,
-                         callback=callback, config=config, **fit_kwargs)
-    history.update(relin_log(state))
-    return state.params, history
+    return train(apply_fn, params, data, K=policy, steps=steps, optimizer=_adam(lr), loss=loss, batch_size=batch_size,
+                 key=key, refresh=refresh, reset_optimizer=True, callback=callback, config=config, **fit_kwargs)

@@ -14,6 +14,11 @@ Design:
 
 * ``make_step`` returns a pure ``step(state, batch) -> (state, metrics)``. θ_s and K live in the
   :class:`TrainState`, so re-linearising never re-compiles and a sweep can ``vmap`` over K.
+* When to re-linearise is a policy (:mod:`iterlin.relin`): ``K=3`` is ``relin.every(3)``, the rule
+  above; ``relin.adaptive(tol)`` re-linearises when the linear model drifts from the network,
+  ``relin.until_solved(...)`` when each linearisation is solved (Fig. 8). A policy's parameters
+  live in ``TrainState.K`` and ``TrainState.policy`` (arrays), its decision is a pure function of
+  them, so policies of one kind with different parameters are one (vmapped) program.
 * The dataset is held on device; batches are drawn inside the compiled loop from a per-epoch
   permutation keyed by ``fold_in(key, epoch)``, and augmented on device keyed by ``fold_in(key, t)``.
   Batches are therefore a pure function of (key, t): every run of a sweep sees the same batches,
@@ -30,8 +35,8 @@ Design:
   run (its whole state stays at the one before that step) and records the step (:func:`commit_step`,
   the one guard every step function commits through): divergence is a result, not a crash; in a
   sweep the other runs continue.
-* Per-algorithm state (a Gauss–Newton run's damping, an Adam-solved run's criterion) rides in
-  ``TrainState.policy``, beside the optimizer state, never inside it.
+* Per-algorithm state (the re-linearisation policy's state, or a Gauss–Newton run's damping) rides
+  in ``TrainState.policy``, beside the optimizer state, never inside it.
 * With ``checkpoint=path`` the whole state (θ, θ_s, optimizer state, policy, step, history, key) is saved
   atomically at evaluation points, and a rerun with the same arguments resumes from it.
 * Several devices (``fit``'s ``devices``, ``shard_runs``, ``data_parallel``): a vmapped sweep's run
@@ -63,6 +68,8 @@ from .augment import flip_and_crop
 from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from .linearise import linearised_apply
 from .losses import Loss, get_loss
+from .relin import RelinInfo, RelinPolicy, _check_state, _one_rule, _Rule, as_policy, every, log_size
+from .relin import history as relin_history
 from .tree import tree_all_finite, tree_index, tree_stack, tree_where
 from .validate import MAX_STEPS, check_int, check_K, check_steps, check_xy
 
@@ -113,13 +120,15 @@ def _memoise(fn: Callable) -> Callable:
 class TrainState(NamedTuple):
     """Everything a run needs to continue (one run; a sweep stacks runs on a leading axis).
 
-    ``policy`` is the per-algorithm state that is neither θ nor the optimizer's: ``()`` for
-    iterative linearisation (:func:`make_step`); the per-run hyperparameter h (a scalar array: the
-    damping λ or the flow time τ) for the Gauss–Newton/spectral step
-    (:func:`iterlin.gauss_newton.make_gauss_newton_step`), so that runs with different h are one
-    vmapped program; the convergence criterion's :class:`iterlin.adam_solve.SolveState` for the
-    Adam-solved linearisations. It is frozen with the rest of the run on divergence
-    (:func:`commit_step`) and saved in checkpoints with the rest of the state.
+    ``policy`` is the per-algorithm state that is neither θ nor the optimizer's: the
+    re-linearisation policy's state for iterative linearisation (:func:`make_step`, see
+    :mod:`iterlin.relin`): ``()`` for :func:`iterlin.relin.every` (K alone), an
+    :class:`iterlin.relin.AdaptiveState` for :func:`iterlin.relin.adaptive`, a
+    :class:`iterlin.relin.SolveState` for :func:`iterlin.relin.until_solved` (the Adam-solved
+    linearisations); the per-run hyperparameter h (a scalar array: the damping λ or the flow time τ)
+    for the Gauss–Newton/spectral step (:func:`iterlin.gauss_newton.make_gauss_newton_step`), so that
+    runs with different h are one vmapped program. It is frozen with the rest of the run on
+    divergence (:func:`commit_step`) and saved in checkpoints with the rest of the state.
     """
 
     params: Any  #: θ_t
@@ -127,7 +136,7 @@ class TrainState(NamedTuple):
     opt_state: Any  #: the optimizer's state (optax)
     step: jax.Array  #: int32 (): steps completed
     n_relin: jax.Array  #: int32 (): re-linearisations so far (T/K)
-    K: jax.Array  #: int32 (): re-linearisation period; 0 encodes K = ∞
+    K: jax.Array  #: int32 (): re-linearisation period (``every``) or the most steps per linearisation; 0 encodes ∞
     diverged: jax.Array  #: bool (): a non-finite or overflowing loss or update was met (commit_step); frozen
     diverged_step: jax.Array  #: int32 (): the step at which it diverged, −1 if it has not
     policy: Any = ()  #: per-algorithm state (see above); () for plain iterative linearisation
@@ -138,8 +147,21 @@ def _K_code(K) -> int:
     return 0 if math.isinf(K) else int(K)
 
 
-def init_state(params, optimizer: optax.GradientTransformation, K, policy=()) -> TrainState:
-    """A fresh run linearised at ``params`` (θ_s = θ_0), with ``optimizer.init(params)`` and ``policy``."""
+def init_state(params, optimizer: optax.GradientTransformation, K, policy=(), *, steps: int | None = None) -> TrainState:
+    """A fresh run linearised at ``params`` (θ_s = θ_0), with ``optimizer.init(params)`` and ``policy``.
+
+    ``K``: a period (int ≥ 1, integral float, ``math.inf``) with ``policy`` the per-algorithm state
+    (default ``()``); or a :class:`iterlin.relin.RelinPolicy`, whose ``K`` and ``init`` give
+    ``TrainState.K`` and ``TrainState.policy`` (then ``policy`` must be left out, and ``steps``, the
+    run's length, sizes the policy's log: :func:`iterlin.relin.log_size`).
+    """
+    if isinstance(K, RelinPolicy):
+        if not (isinstance(policy, tuple) and policy == ()):
+            raise ValueError("policy is not allowed with K a RelinPolicy: the policy's own init makes the state")
+        if K.shortest and steps is None:
+            raise ValueError(f"steps=None is not allowed with K={K!r}: its log is sized by the run's length")
+        policy = K.init(log_size([K], check_steps(steps)) if K.shortest else 0)
+        K = K.K
     i32 = lambda v: jnp.asarray(v, jnp.int32)  # noqa: E731
     return TrainState(
         params=params,
@@ -229,25 +251,43 @@ def make_step(
     *,
     refresh: Callable | None = None,
     reset_optimizer: bool = False,
+    policy: RelinPolicy | None = None,
 ) -> Callable:
     """Return ``step(state, (x, y)) -> (state, {"loss": L(f_lin(θ_t, x), y)})`` (Eq. 3–4).
 
-    ``step.k1`` is the same step for a run with K = 1, computed without the linearisation (plain
-    (S)GD's cost); :func:`fit` uses it for runs whose K is 1 where it can pick per run.
+    One step of ``optimizer`` on the linear model at θ_s (Eq. 3, :func:`make_linearised_update`),
+    then the re-linearisation policy's decision (:mod:`iterlin.relin`): ``relin, policy_state =
+    decide(state.policy, info)`` with ``info`` a :class:`iterlin.relin.RelinInfo` (the step count
+    t + 1, ``state.K``, ``n_relin``, the loss); if ``relin``, θ_s ← θ_{t+1}. The proposal is committed
+    once through :func:`commit_step`. ``policy``: None or :func:`iterlin.relin.every` (the period
+    K = ``state.K``, (t + 1) mod K = 0), :func:`iterlin.relin.adaptive` (the step also computes the
+    network's loss L(f(θ_t), x) on the batch: one more forward pass) or
+    :func:`iterlin.relin.until_solved` (the step reads the whole training set:
+    ``step(state, batch, (x_train, y_train))``, ``step.takes_data``; :func:`fit` passes its data).
+    Only the policy's kind and static options matter here; its parameters are in the state
+    (:func:`init_state` with the policy), so one step function serves every value of them.
+
+    ``step.k1`` (for :func:`iterlin.relin.every` only) is the same step for a run with K = 1,
+    computed without the linearisation (plain (S)GD's cost); :func:`fit` uses it for runs whose K
+    is 1 where it can pick per run.
 
     ``refresh(params, x) -> params``, if given, runs at each re-linearisation on the current batch
     (BatchNorm statistics frozen at θ_s and re-estimated there, see :mod:`iterlin.models`).
     ``reset_optimizer`` re-initialises the optimizer state at each re-linearisation, so each
     linearisation is solved as a fresh convex problem (Fig 8); by default the state carries over.
 
-    Memoised: the same ``apply_fn``, ``optimizer`` (the same object), loss, ``refresh`` and
-    ``reset_optimizer`` give the same function object, so :func:`fit` reuses its compiled programs.
+    Memoised: the same ``apply_fn``, ``optimizer`` (the same object), loss, ``refresh``,
+    ``reset_optimizer`` and policy kind (:attr:`iterlin.relin.RelinPolicy.rule`) give the same function
+    object, so :func:`fit` reuses its compiled programs.
     """
-    return _make_step(apply_fn, optimizer, get_loss(loss), refresh, bool(reset_optimizer))
+    rule = (every(1) if policy is None else as_policy(policy, "policy")).rule
+    if rule.train_check and rule.check_batch_size is None:
+        rule = rule._replace(check_batch_size=1000)  # fit's default eval_batch_size
+    return _make_step(apply_fn, optimizer, get_loss(loss), refresh, bool(reset_optimizer), rule)
 
 
 @_memoise
-def _make_step(apply_fn, optimizer, loss_obj: Loss, refresh, reset_optimizer: bool) -> Callable:
+def _make_step(apply_fn, optimizer, loss_obj: Loss, refresh, reset_optimizer: bool, rule: _Rule) -> Callable:
     update = make_linearised_update(apply_fn, optimizer, loss_obj)
 
     def plain_loss(params, x, y):
@@ -268,21 +308,51 @@ def _make_step(apply_fn, optimizer, loss_obj: Loss, refresh, reset_optimizer: bo
         new = commit_step(state, value, params, params, opt_state, jnp.asarray(True))
         return new, {"loss": value}
 
-    def step(state: TrainState, batch):
+    def step(state: TrainState, batch, data=None):
+        _check_state(rule, state.policy)
         x, y = batch
         value, params, opt_state = update(state.params, state.params_s, state.opt_state, x, y)
-        t = state.step + 1
-        relin = (state.K > 0) & (t % jnp.maximum(state.K, 1) == 0)
+        info = RelinInfo(
+            step=state.step + 1,
+            K=state.K,
+            n_relin=state.n_relin,
+            loss=value,
+            net_loss=plain_loss(state.params, x, y) if rule.net_loss else None,  # one more forward pass
+            check=(functools.partial(_train_check_on, apply_fn, loss_obj, data, rule.check_batch_size,
+                                     state.params_s, params) if rule.train_check else None),
+        )
+        relin, policy = rule.decide(state.policy, info)
         if refresh is not None:  # a cond: the extra forward runs only when re-linearising (unless vmapped)
             params = jax.lax.cond(relin, lambda p: refresh(p, x), lambda p: p, params)
         params_s = tree_where(relin, params, state.params_s)
         if reset_optimizer:
             opt_state = tree_where(relin, optimizer.init(params), opt_state)
-        new = commit_step(state, value, params, params_s, opt_state, relin)
+        new = commit_step(state, value, params, params_s, opt_state, relin, policy)
         return new, {"loss": value}
 
-    step.k1 = k1_step
+    if rule.kind == "every":
+        step.k1 = k1_step
+    step.takes_data = rule.train_check
     return step
+
+
+def _lin_means(apply_fn, metrics, n: int, classify: bool, params_s, params):
+    """(loss, acc) of f_lin_s(θ) from ``metrics(models)`` sums over n examples (acc NaN unless ``classify``)."""
+    sums = metrics({"lin": lambda xb: linearised_apply(apply_fn, params_s, params, xb)})
+    acc = sums["lin_acc"] / n if classify else jnp.asarray(jnp.nan, jnp.result_type(float))
+    return sums["lin_loss"] / n, acc
+
+
+def _train_check_on(apply_fn, loss: Loss, data, batch_size: int, params_s, params):
+    """(loss, acc) of the linear model f_lin_s(θ) on the whole training set ``data = (x, y)``, in chunks
+    of ``batch_size`` (:func:`iterlin.relin.until_solved`'s check; accuracy NaN for real targets).
+    The data is an argument, chunked here inside the caller's trace: a compiled step reads the data
+    it is given."""
+    x, y = data
+    chunks = _chunked(x, y, batch_size)
+    classify = jnp.issubdtype(y.dtype, jnp.integer)
+    metrics = lambda models: _metric_sums(loss, models, chunks)  # noqa: E731
+    return _lin_means(apply_fn, metrics, chunks.n, classify, params_s, params)
 
 
 def make_batch_fn(x, y, batch_size: int | None, key, augment: bool = False) -> Callable:
@@ -1055,21 +1125,27 @@ def train(
     batch_size: int | None = None,
     key=None,
     refresh: Callable | None = None,
+    reset_optimizer: bool = False,
     **fit_kwargs,
 ) -> tuple[Any, dict]:
-    """Train ``apply_fn`` by iterative linearisation with period K (Algorithm 1).
+    """Train ``apply_fn`` by iterative linearisation with period K, or another policy (Algorithm 1).
 
     Args:
       apply_fn: ``apply_fn(params, x) -> (N, O)`` outputs (logits for ``"ce"``).
       params: initial parameters θ_0 (any pytree); the first linearisation point.
       data: ``(x, y)`` training set, held on device: x (N, ...), y (N,) int labels or (N, O) targets.
-      K: re-linearisation period: int ≥ 1, an integral float (5e6) or ``math.inf``.
+      K: when to re-linearise: a period (int ≥ 1, an integral float such as 5e6, or ``math.inf``),
+        i.e. :func:`iterlin.relin.every` ``(K)``, or any policy of :mod:`iterlin.relin`
+        (``K=relin.adaptive(0.1)``, ``K=relin.until_solved(...)``).
       steps: number of optimisation steps T.
-      optimizer: any optax transformation (its state is kept across re-linearisations).
+      optimizer: any optax transformation (its state is kept across re-linearisations, unless
+        ``reset_optimizer``).
       loss: ``"ce"`` (softmax cross-entropy on the linearised logits) or ``"mse"`` (½‖f − y‖²).
       batch_size: mini-batch size, or None for full batch.
       key: PRNG key for batch order and augmentation (default ``PRNGKey(0)``).
       refresh: ``refresh(params, x) -> params`` applied at each re-linearisation (BatchNorm "frozen").
+      reset_optimizer: re-initialise the optimizer's state at each re-linearisation (each
+        linearisation a fresh convex problem, as Fig. 8's Adam-solved runs); default False.
       **fit_kwargs: passed to :func:`fit`: ``eval_data=(x_test, y_test)``; ``eval_every`` (default
         ``steps // 20``) or ``eval_steps`` (step 0 and the last step are always evaluated);
         ``eval_batch_size``; ``augment`` (random flip + 4-pixel crop on device, NHWC);
@@ -1083,7 +1159,11 @@ def train(
     Returns:
       ``(params, history)``: θ_T and a dict of arrays over evaluation points: ``step``, ``n_relin``
       (T/K so far), and ``{net,lin}_{train,test}_{loss,acc|rmse}`` for the network f(θ_t) and the
-      current linear model f_lin_s(θ_t); plus ``diverged`` and ``diverged_step`` (−1 if finite).
+      current linear model f_lin_s(θ_t); plus ``diverged`` and ``diverged_step`` (−1 if finite),
+      and the steps at which the run re-linearised, ``relin_step`` (J,) (θ_s ← θ_t after t =
+      ``relin_step[j]`` steps; at most :data:`iterlin.relin.MAX_LOG` of them), with the policy's log
+      (:func:`iterlin.relin.history`: ``relin_gap`` for ``adaptive``; ``relin_inner_steps``,
+      ``relin_acc``, ``relin_loss``, ``relin_reason`` for ``until_solved``).
 
     Example:
       Full-batch SGD on the MSE of 4 points, re-linearising every K = 10 steps. The network and its
@@ -1104,18 +1184,53 @@ def train(
       ([0, 25, 50], [0, 2, 5])
       >>> print(hist["net_train_loss"].round(4), hist["lin_train_loss"].round(4))
       [0.2898 0.0918 0.0513] [0.2898 0.0921 0.0513]
+      >>> hist["relin_step"].tolist()
+      [10, 20, 30, 40, 50]
+
+      The same network re-linearised when its linear model's loss on the batch is more than 1 % off
+      the network's (:func:`iterlin.relin.adaptive`):
+
+      >>> from iterlin import relin
+      >>> params, hist = train(f, params0, (x, y), K=relin.adaptive(0.01), steps=50, optimizer=optax.sgd(0.5),
+      ...                      loss="mse", eval_every=25)
+      >>> hist["relin_step"].tolist(), hist["n_relin"].tolist()
+      ([2, 13, 37, 46], [0, 2, 4])
     """
     _check_optimizer(optimizer)
-    _K_code(K)
+    policy = as_policy(K)
+    _check_reset(reset_optimizer)
     _check_train_args(data, steps, loss, batch_size, fit_kwargs.get("eval_data"))
     _check_placement_kwargs(fit_kwargs, sweep=False, data=data, batch_size=batch_size)
+    (policy,), fit_kwargs = _policy_for_fit([policy], fit_kwargs)
     if refresh is not None:  # statistics at θ_0 before the first linearisation
         params = _initial_refresh(refresh, params, data, batch_size)
-    state = init_state(params, optimizer, K)
-    step_fn = make_step(apply_fn, optimizer, loss, refresh=refresh)
+    state = init_state(params, optimizer, policy, steps=steps)
+    step_fn = make_step(apply_fn, optimizer, loss, refresh=refresh, reset_optimizer=reset_optimizer, policy=policy)
     state, history = fit(step_fn, state, apply_fn, data, steps=steps, loss=loss, batch_size=batch_size, key=key,
                          **fit_kwargs)
+    history.update(relin_history(state))
     return state.params, history
+
+
+def _check_reset(reset_optimizer) -> bool:
+    if not isinstance(reset_optimizer, (bool, np.bool_)):
+        raise ValueError(f"reset_optimizer={reset_optimizer!r} is not allowed: reset_optimizer must be True or False")
+    return bool(reset_optimizer)
+
+
+def _policy_for_fit(policies: list, fit_kwargs: dict) -> tuple[list, dict]:
+    """The policies with ``until_solved``'s check chunked like the evaluation (``eval_batch_size``,
+    when it names no ``check_batch_size``), and ``fit_kwargs`` with the policies in ``config`` (so a
+    checkpoint names them; :func:`iterlin.relin.every` adds nothing: K is already recorded)."""
+    ebs = check_int(fit_kwargs.get("eval_batch_size", 1000), "eval_batch_size")
+    policies = [p._replace(check_batch_size=ebs) if p.train_check and p.check_batch_size is None else p
+                for p in policies]
+    _one_rule(policies)
+    if any(p.kind != "every" for p in policies):
+        config = dict(fit_kwargs.get("config") or {})
+        config["relin"] = [p.describe() for p in policies]
+        fit_kwargs = {**fit_kwargs, "config": config}
+    return policies, fit_kwargs
 
 
 def train_sweep(
@@ -1130,14 +1245,18 @@ def train_sweep(
     batch_size: int | None = None,
     key=None,
     refresh: Callable | None = None,
+    reset_optimizer: bool = False,
     **fit_kwargs,
 ) -> tuple[Any, dict]:
     """Several runs (values of K and/or initial parameters) trained in ONE compiled program.
 
     ``params`` is stacked on a leading run axis of size R (see :func:`iterlin.tree.tree_stack`, e.g.
-    one initialisation per seed, or the same one repeated); ``K`` is a sequence of R periods. All runs
-    see the same batch sequence (the same ``key``), so they differ only in K and θ_0; run i equals
-    ``train`` of run i alone. A diverged run is frozen while the others continue.
+    one initialisation per seed, or the same one repeated); ``K`` is a sequence of R periods, or of R
+    re-linearisation policies of ONE kind (:mod:`iterlin.relin`) whose parameters may differ, e.g.
+    ``K=[relin.adaptive(tol) for tol in (0.01, 0.1, 1.0)]``: the parameters are arrays in the state,
+    so the runs are still one program. All runs see the same batch sequence (the same ``key``), so
+    they differ only in K and θ_0; run i equals ``train`` of run i alone. A diverged run is frozen
+    while the others continue.
 
     With more than one local device and the runs vmapped (``vectorise=True``, the default off CPU),
     the run axis is sharded over the devices (``NamedSharding(mesh, P("runs"))``; R padded to a
@@ -1145,7 +1264,9 @@ def train_sweep(
     ``devices=[...]`` picks the devices, ``shard_runs=True/False`` forces it on/off (see :func:`fit`).
 
     Returns ``(params, history)`` with params stacked (R, ...) and history arrays of shape (R, E)
-    (``step`` is (E,), ``diverged``/``diverged_step`` are (R,)). Other arguments as :func:`train`.
+    (``step`` is (E,), ``diverged``/``diverged_step`` are (R,); the re-linearisation steps
+    ``relin_step`` and the policy's log are (R, J), padded with −1 or NaN, see
+    :func:`iterlin.relin.history`). Other arguments as :func:`train`.
 
     Example:
       K = 1 (gradient descent), K = 10 and K = ∞ (the linearisation at θ_0) from the same θ_0:
@@ -1168,9 +1289,10 @@ def train_sweep(
        [0.2898 0.0513]
        [0.2898 0.1414]]
     """
-    if isinstance(K, (str, bytes)) or not hasattr(K, "__len__"):
-        raise ValueError(f"K={K!r} is not allowed: K must be a sequence of periods, one per run")
-    Ks = [_K_code(k) for k in K]
+    if isinstance(K, (str, bytes, RelinPolicy)) or not hasattr(K, "__len__"):
+        raise ValueError(f"K={K!r} is not allowed: K must be a sequence of periods (or policies), one per run")
+    policies = [as_policy(k) for k in K]
+    Ks = [_K_code(p.K) for p in policies]
     leaves = jax.tree.leaves(params)
     if not leaves or any(np.shape(leaf)[:1] != (len(Ks),) for leaf in leaves):
         raise ValueError(
@@ -1178,12 +1300,19 @@ def train_sweep(
             f"{sorted({np.shape(leaf)[:1] for leaf in leaves})}"
         )
     _check_optimizer(optimizer)
+    _check_reset(reset_optimizer)
     _check_train_args(data, steps, loss, batch_size, fit_kwargs.get("eval_data"))
     _check_placement_kwargs(fit_kwargs, sweep=True, data=data, batch_size=batch_size)
+    policies, fit_kwargs = _policy_for_fit(policies, fit_kwargs)
     if refresh is not None:
         params = jax.vmap(lambda p: _initial_refresh(refresh, p, data, batch_size))(params)
-    state = jax.vmap(lambda p, k: init_state(p, optimizer, 1)._replace(K=k))(params, jnp.asarray(Ks, jnp.int32))
-    step_fn = make_step(apply_fn, optimizer, loss, refresh=refresh)
+    size = log_size(policies, steps)  # one log size for every run, so that their states stack
+    policy_states = tree_stack([p.init(size) for p in policies])
+    state = jax.vmap(lambda p, k, ps: init_state(p, optimizer, 1, policy=ps)._replace(K=k))(
+        params, jnp.asarray(Ks, jnp.int32), policy_states)
+    step_fn = make_step(apply_fn, optimizer, loss, refresh=refresh, reset_optimizer=reset_optimizer,
+                        policy=policies[0])
     state, history = fit(step_fn, state, apply_fn, data, steps=steps, loss=loss, batch_size=batch_size, key=key,
                          sweep=True, **fit_kwargs)
+    history.update(relin_history(state, sweep=True))
     return state.params, history

@@ -91,11 +91,14 @@ def check_positive(value: Any, name: str) -> float:
     return v
 
 
-def check_nonnegative(value: Any, name: str) -> float:
-    """A finite real number ≥ 0 (damping)."""
-    allowed = "a finite number >= 0"
+def check_nonnegative(value: Any, name: str, allow_inf: bool = False) -> float:
+    """A finite real number ≥ 0 (damping); with ``allow_inf``, ``math.inf`` too (a tolerance).
+
+    Rejected: negatives, nan, −∞, bools, strings (and +∞ unless ``allow_inf``).
+    """
+    allowed = "a number >= 0 or math.inf" if allow_inf else "a finite number >= 0"
     v = _as_real(name, value, allowed)
-    if not math.isfinite(v) or v < 0:
+    if math.isnan(v) or v < 0 or (math.isinf(v) and not allow_inf):
         raise _fail(name, value, allowed)
     return v
 
