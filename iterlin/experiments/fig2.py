@@ -32,11 +32,14 @@ SCALES = {
     ),
     # cpu: full-batch gradient descent costs a pass over the training set per step, so this scale
     # uses 1,024 of the installed images (every installed image would allow only a handful of
-    # steps): 2 seeds x K in {1, 10, ∞}, 30 full-batch steps at 0.1; mini-batch panel: factor 4,
-    # batches of 128, 120 steps at 0.025 with K in {1, 40, ∞}; 500 test images, training metrics on
-    # 500 training images. Measured: results/fig2/provenance.json.
+    # steps): 2 seeds x K in {1, 10, ∞}, 30 full-batch steps at 0.03 (below the GGN bound
+    # 2/λ_max ≈ 0.054 at θ_0, iterlin.stability; 0.1 is above it); mini-batch panel: factor 4,
+    # batches of 128, 120 steps at 0.0075 with K in {1, 40, ∞}; 500 test images, training metrics
+    # on 500 training images. ESTIMATE ≈ 20 min: 2 × 30 × 1024 images plain (≈ 2 ms each) + 4 ×
+    # 30 × 1024 linearised (≈ 4.8 ms) + the mini-batch panel's 2 × 120 plain and 4 × 120
+    # linearised steps of 128 (≈ 0.26 s / 0.62 s), plus evaluations. K = 1 stays far below 35 %.
     "cpu": dict(
-        K=[1, 10, INF], lr=0.1, steps=30, factor=4, batch_size=128, n_train=1024, n_test=500,
+        K=[1, 10, INF], lr=0.03, steps=30, factor=4, batch_size=128, n_train=1024, n_test=500,
         seed=0, n_seeds=2, n_evals=4, n_eval_train=500,
     ),
     # gpu: an ESTIMATE (no GPU measured): ~0.17 GFLOP per image per linearised step; 3 seeds × 5 runs
