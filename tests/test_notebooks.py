@@ -93,3 +93,27 @@ def test_reference_cells_are_not_compared_by_nbval(stem):
     assert cells, f"{stem}.ipynb has no reference-run cell"
     for src in cells:
         assert ("check", False) in list(find_comment_markers(src)), f"{stem}: nbval compares\n{src}"
+
+
+def test_nbval_sanitizer_hides_digits_not_verdicts():
+    """notebooks/nbval_sanitize.cfg (passed by the Makefile): outputs that differ only in their numbers
+    and padding (smoke numbers depend on the CPU) compare equal; a changed verdict or word does not."""
+    import re
+
+    from nbval.plugin import get_sanitize_patterns
+
+    patterns = get_sanitize_patterns((NOTEBOOKS / "nbval_sanitize.cfg").read_text(encoding="utf-8"))
+    assert patterns, "no sanitize patterns read"
+
+    def sanitize(s):
+        for regex, replace in patterns:
+            s = re.sub(regex, replace, s)
+        return s
+
+    amd = ("claim      this run                                     holds\n-------    ----------------------------  ---------\n"
+           "on par     K=1: 20.0 %; Δ -2.5 pts [-9.5, +4.5]         undecided\n")
+    intel = ("claim      this run                                      holds\n-------    -----------------------------  ---------\n"
+             "on par     K=1: 25.5 %; Δ -8.0 pts [-15.6, -0.4]         undecided\n")
+    assert sanitize(amd) == sanitize(intel)
+    assert sanitize(amd) != sanitize(amd.replace("undecided", "no       "))
+    assert sanitize(amd) != sanitize(amd.replace("on par", "better"))
