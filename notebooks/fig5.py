@@ -45,7 +45,9 @@
 #   200 and 400 training images, small enough for SGD to fit them as the paper's runs did, 500 test
 #   images, 2 seeds, 500 steps of 50 at learning rate 0.01 for $K \in \{1, 30, \infty\}$ (one rate,
 #   so no separate control). At 0.05 for 300 steps (this edition's first reference run) every
-#   $K = 30$ run diverged, between steps 151 and 180.
+#   $K = 30$ run diverged, between steps 151 and 180; at 0.01 they diverged too, later (steps
+#   390–481), while $K = 1$ trained: on these small sets the linear model's stable rate falls as
+#   training goes on, so the set-size claims are n/a at this scale.
 # * `gpu` (one H100, about ten minutes by a FLOP estimate, not measured): six sizes derived from the
 #   installed copy (every training image and its halvings down to 1/32, printed), 3 seeds, batches
 #   of 256, 4000 steps, $K \in \{1, 100, 1000\}$ at 0.01, $K = \infty$ and the control at 0.05.

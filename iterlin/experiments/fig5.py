@@ -60,6 +60,7 @@ SCALES = {
     # 500 test images keep the 6 evaluations of 18 runs cheap. Rate 0.01: at 0.05 (300 steps,
     # measured in this edition's first reference run, 768 s) every K = 30 run diverged (steps
     # 151-180) and the set-size rows were n/a; 0.01 is the rate at which fig3's K = 50 trained.
+    # Measured at 0.01 (results/fig5, 1601 s): every K = 30 run diverged too, at steps 390-481.
     "cpu": dict(
         K=[1, 30], lr=0.01, lr_inf=0.01, steps=500, batch_size=50, n_train=[100, 200, 400],
         n_test=500, seed=0, n_seeds=2, n_evals=6, n_eval_train=None,
