@@ -17,43 +17,18 @@ another optimizer (learning rate), loss, batch size or K gives its own, correct,
 from __future__ import annotations
 
 import math
-from contextlib import contextmanager
 
 import jax
 import numpy as np
 import optax
 import pytest
+from _compiles import compilations
 from _toy import init_params, tiny_problem
 
 from iterlin.adam_solve import train_adam_solved
 from iterlin.gauss_newton import gauss_newton_train, make_gauss_newton_step
 from iterlin.training import make_step, train, train_sweep
 from iterlin.tree import tree_stack
-
-_EVENTS = {
-    "/jax/core/compile/jaxpr_trace_duration": "trace",
-    "/jax/core/compile/jaxpr_to_mlir_module_duration": "lower",
-}
-_RECORDING: list[list] = []
-
-
-def _listener(event, duration, **kwargs):
-    if event in _EVENTS and _RECORDING:
-        _RECORDING[-1].append((_EVENTS[event], kwargs.get("fun_name")))
-
-
-jax.monitoring.register_event_duration_secs_listener(_listener)
-
-
-@contextmanager
-def compilations():
-    """Yield a list that collects ``(kind, function name)`` for every trace and lowering inside."""
-    seen: list = []
-    _RECORDING.append(seen)
-    try:
-        yield seen
-    finally:
-        _RECORDING.pop()
 
 
 def _fresh(apply_fn):

@@ -10,7 +10,6 @@ became a policy (its step, verbatim, below), a checkpointed run resumes exactly.
 from __future__ import annotations
 
 import math
-from contextlib import contextmanager
 from typing import NamedTuple
 
 import jax
@@ -18,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from _compiles import compilations
 from _toy import init_params, tiny_problem
 
 from iterlin import relin
@@ -238,22 +238,6 @@ def test_adaptive_costs_one_forward_pass_and_every_none(monkeypatch):
 # --------------------------------------------------------------------------------------------
 # Sweeps: one kind, many parameters, one program
 # --------------------------------------------------------------------------------------------
-
-_EVENTS = {"/jax/core/compile/jaxpr_trace_duration", "/jax/core/compile/jaxpr_to_mlir_module_duration"}
-_RECORDING: list[list] = []
-jax.monitoring.register_event_duration_secs_listener(
-    lambda event, duration, **kw: _RECORDING[-1].append(event) if event in _EVENTS and _RECORDING else None)
-
-
-@contextmanager
-def compilations():
-    seen: list = []
-    _RECORDING.append(seen)
-    try:
-        yield seen
-    finally:
-        _RECORDING.pop()
-
 
 ADAPTIVE = [relin.adaptive(0.01), relin.adaptive(0.05, min_period=2), relin.adaptive(0.2, max_period=4),
             relin.adaptive(math.inf)]
