@@ -767,7 +767,6 @@ def load_cifar10(
     """
     n_train = _check_count(n_train, "n_train")
     n_test = _check_count(n_test, "n_test")
-    download_allowed(download)  # a bad value fails here, before anything is looked for
     source = find_cifar10(root, download=download, cache_dir=cache_dir)
     raw = read_cifar10(source, n_train, n_test, archive_md5=CIFAR10_MD5, files=CIFAR10_FILES)
     return Dataset(standardise(raw.x_train), raw.y_train, standardise(raw.x_test), raw.y_test)
