@@ -440,11 +440,16 @@ def final_difference(results: Mapping, ia, ib) -> Difference:
     final test accuracies ``results["final_test_acc"]`` (R,), paired on the test images when
     ``results["final_test_correct"]`` (R, n_test) is recorded
     (:func:`iterlin.experiments._common.trained_final`); ``results["n_test"]`` test images."""
+    return _runs_difference(np.asarray(results["final_test_acc"], np.float64), results.get("final_test_correct"),
+                            ia, ib, n_test=int(results["n_test"]))
+
+
+def _runs_difference(acc, correct, ia, ib, *, n_test: int) -> Difference:
+    """:func:`difference` of runs ``ib`` against runs ``ia`` (index arrays, paired by seed) of the
+    accuracies ``acc`` (R,), paired on the test images when ``correct`` (R, n_test) is given."""
     ia, ib = np.atleast_1d(ia), np.atleast_1d(ib)
-    acc = np.asarray(results["final_test_acc"], np.float64)
-    correct = results.get("final_test_correct")
     pair = {} if correct is None else {"correct_a": np.asarray(correct)[ia], "correct_b": np.asarray(correct)[ib]}
-    return difference(acc[ia], acc[ib], n_test=int(results["n_test"]), **pair)
+    return difference(acc[ia], acc[ib], n_test=n_test, **pair)
 
 
 def seed_interval(values) -> tuple[float, float, float, float]:
@@ -538,16 +543,10 @@ def sweep_difference(h: Mapping, ia, ib, *, n_test: int, metric: str = "net_test
     sweep history at evaluation ``point``; paired on the test images when the history records the
     runs' final per-image correctness (``net_test_correct``/``lin_test_correct``) and ``point`` is
     the last."""
-    ia, ib = np.atleast_1d(ia), np.atleast_1d(ib)
     values = np.asarray(h[metric], np.float64)
-    acc = values[..., point]
     correct = h.get(metric.replace("_acc", "_correct")) if metric.endswith("test_acc") else None
     last = point in (-1, values.shape[-1] - 1)
-    pair = {}
-    if correct is not None and last:
-        correct = np.asarray(correct)
-        pair = {"correct_a": correct[ia], "correct_b": correct[ib]}
-    return difference(acc[ia], acc[ib], n_test=n_test, **pair)
+    return _runs_difference(values[..., point], correct if last else None, ia, ib, n_test=n_test)
 
 
 def on_par_claim(claim: str, paper: str, h: Mapping, *, n_test: int, tol: float = ON_PAR,
