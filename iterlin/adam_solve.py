@@ -59,6 +59,7 @@ import optax
 
 from .losses import Loss, get_loss
 from .relin import MAX_LOG, RELIN_REASONS, SolveState, until_solved  # noqa: F401 (MAX_LOG: re-exported)
+from .relin import history as relin_history
 from .training import TrainState, _lin_means, init_state, make_chunked_metrics, make_step, train
 from .validate import check_int, check_K, check_positive, check_steps, check_xy
 
@@ -151,16 +152,7 @@ def relin_log(state: TrainState) -> dict:
     (strings from :data:`iterlin.relin.RELIN_REASONS`: ``"target"``, ``"plateau"`` or ``"K"``);
     :func:`iterlin.relin.history` of a run with a :class:`~iterlin.relin.SolveState`.
     """
-    solve = state.policy
-    n = min(int(state.n_relin), int(solve.relin_step.shape[0]))
-    out = {
-        "relin_step": np.asarray(solve.relin_step)[:n],
-        "relin_inner_steps": np.asarray(solve.relin_inner_steps)[:n],
-        "relin_acc": np.asarray(solve.relin_acc)[:n],
-        "relin_loss": np.asarray(solve.relin_loss)[:n],
-    }
-    out["relin_reason"] = np.asarray([RELIN_REASONS[r] for r in np.asarray(solve.relin_reason)[:n]], dtype=str)
-    return out
+    return relin_history(state)
 
 
 def train_adam_solved(
