@@ -29,10 +29,11 @@ easily disturbed on a shared machine).
    under ``jax_default_matmul_precision=highest``); on a CPU or an unknown device it is the
    measured FLOP/s of a large float32 matmul (an achievable ceiling, more honest than cores ×
    clock × FLOPs/cycle, which is printed beside it). The fraction is the step's share of the peak.
-5. Evaluation's share of a default run: ``train`` with its default schedule (every ``steps // 20``
-   steps: 21 points, network and linear model on the whole training split; no test split) against
-   the same with evaluation only at the ends; share = (default − ends) / default. 5b: the same
-   with the training metrics on a subset (``eval_train_size=--n-eval-train``).
+5. Evaluation's share of a default run: ``train`` with its default evaluation
+   (:func:`iterlin.training.default_evaluation`: up to 21 points, network and linear model,
+   budgeted at a tenth of the images trained on; no test split) against a bare run that evaluates
+   one image at the two ends; share = (default − bare) / default. 5b: the same for the default of
+   earlier versions, every ``steps // 20`` steps (21 points) on the whole training split.
 
 Usage: ``python benchmarks/bench_train.py [--batch 256] [--steps N] [--n-train N] [--quick]``
 (defaults: 1000 steps and 4096 images on an accelerator, 40 steps and 1024 images on CPU, so that
@@ -62,7 +63,7 @@ import optax
 
 import iterlin
 from iterlin.models import make_model
-from iterlin.training import init_state, make_step
+from iterlin.training import default_evaluation, init_state, make_step
 from iterlin.tree import tree_stack
 
 #: Peak dense FLOP/s (TFLOP/s) by device kind (a substring of ``device.device_kind``; the first
@@ -359,16 +360,17 @@ def run_benchmark(args, K, B, T):
 
     # 5. evaluation's share
     # each pair side by side (so a change of the machine's load between them weighs least)
-    c1, c2 = _first_second(train, T, eval_steps=[])
+    every, n_def = default_evaluation(T, B, len(x_np))
+    n_pts = -(-T // every) + 1  # 0, every, 2·every, … below T, and T
+    c1, c2 = _first_second(train, T, eval_steps=[], eval_train_size=1)
     d1, d2 = _first_second(train, T)
-    e2 = _first_second(train, T, **ends_sub)[1]
-    b1, b2 = _first_second(train, T, eval_train_size=n_sub)
-    n_pts = len(range(0, T, max(1, T // 20))) + 1
-    share, share_sub = (d2 - c2) / d2, (b2 - e2) / b2
-    print(f"[5] default schedule ({n_pts} points) vs ends only, whole training split ({len(x_np)} images): "
-          f"{_s(d2)} vs {_s(c2)} (1st calls {_s(d1)}, {_s(c1)}), share {share:.2f}")
-    print(f"    on a {n_sub}-image subset (eval_train_size): {_s(b2)} vs {_s(e2)} (1st call {_s(b1)}), "
-          f"share {share_sub:.2f}")
+    b1, b2 = _first_second(train, T, eval_every=max(1, T // 20))
+    n_old = -(-T // max(1, T // 20)) + 1
+    share, share_old = (d2 - c2) / d2, (b2 - c2) / b2
+    print(f"[5] default evaluation ({n_pts} points on {n_def} of {len(x_np)} training images) vs bare (one image at "
+          f"the ends): {_s(d2)} vs {_s(c2)} (1st calls {_s(d1)}, {_s(c1)}), share {share:.2f}")
+    print(f"    earlier default ({n_old} points on all {len(x_np)} images): {_s(b2)} (1st call {_s(b1)}), "
+          f"share {share_old:.2f}")
 
     gpu_note = "" if not on_cpu else " (CPU: vmapped convs run as slower grouped convs; R x the work)"
     rows = [
@@ -379,10 +381,10 @@ def run_benchmark(args, K, B, T):
         ("3", f"{R}-run vmapped sweep / one run, {T3} steps", s2 / one, _s(s2), _s(one), "<= 2 on a GPU" + gpu_note),
         ("4", "linearised img/s / ceiling img/s", ips * flops_img / ceiling, f"{ips:.0f} img/s",
          f"{ceiling / flops_img:.0f} img/s", "none (ceiling: " + ("table peak)" if peak else "measured matmul)")),
-        ("5", "eval share, default schedule", share, f"{_s(d2)} - {_s(c2)}", _s(d2),
-         f"none (whole training split, {n_pts} points)"),
-        ("5b", "eval share, subset eval_train_size", share_sub, f"{_s(b2)} - {_s(e2)}", _s(b2),
-         f"none ({n_sub} training images)"),
+        ("5", "eval share, default evaluation", share, f"{_s(d2)} - {_s(c2)}", _s(d2),
+         f"<= 0.1 ({n_pts} points, {n_def} training images)"),
+        ("5b", "eval share, 21 points on every image", share_old, f"{_s(b2)} - {_s(c2)}", _s(b2),
+         f"none (the default before; {n_old} points, {len(x_np)} images)"),
     ]
     print()
     print(f"summary ({dev.device_kind}, {dev.platform}, jax {jax.__version__}; batch {B}, {T} steps, K = {K})")

@@ -82,6 +82,8 @@ __all__ = [
     "only_k1_rows",
 ]
 
+#: The verdict of a claim that this run cannot test (the runs or the data it needs are missing at
+#: this scale).
 NA = "n/a at this scale"
 #: The verdict of a comparison whose interval is too wide to decide it (see :func:`on_par`).
 UNDECIDED = "undecided"

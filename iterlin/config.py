@@ -205,6 +205,24 @@ def _reals(check: Callable[[Any, str], Any]) -> Callable:
     return validator
 
 
+def _v_tol(value: Any, name: str, default: Any) -> list[float]:
+    """The adaptive tolerances: a sorted, de-duplicated list of finite numbers > 0 (one value: ``[value]``)."""
+    values = list(value) if isinstance(value, (list, tuple)) else [value]
+    if not values:
+        raise ValueError(f"{name}={value!r} is not allowed: {name} must list at least one tolerance")
+    out = []
+    for i, v in enumerate(values):
+        where = name if not isinstance(value, (list, tuple)) else f"{name}[{i}]"
+        try:
+            out.append(check_positive(v, where))
+        except ValueError:
+            raise ValueError(
+                f"{where}={v!r} is not allowed: {where} must be a finite number > 0, the tolerance on the relative "
+                "gap |L_lin - L_net| / L_net (tol = 0 re-linearises every step, which is K = 1, and tol = inf never, "
+                "which is K = inf: give those in K)") from None
+    return sorted(set(out))
+
+
 #: ``VALIDATORS[key](value, name, default) -> normalised value`` (raises ValueError naming the key).
 VALIDATORS: dict[str, Callable[[Any, str, Any], Any]] = {
     "K": _v_K,
@@ -237,6 +255,8 @@ VALIDATORS: dict[str, Callable[[Any, str, Any], Any]] = {
     "bn_mode": _scalar(lambda v, n: check_choice(v, n, ("batch", "frozen"))),
     "n_probe": _count(1, True, MAX_TRAIN, "CIFAR-10 has 50000 training images"),
     # the learning-rate sweep (iterlin.experiments.lr): the stability bound 2/λ_max at θ_0
+    # when to re-linearise (iterlin.experiments.adaptive): the adaptive policy's tolerances
+    "tol": _v_tol,
     "n_sharpness": _count(1, False, MAX_TRAIN, "CIFAR-10 has 50000 training images"),
     "sharpness_iters": _int(1, MAX_STEPS, "it is a number of power-iteration steps, and step counters are int32"),
 }

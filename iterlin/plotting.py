@@ -56,6 +56,11 @@ __all__ = [
     "panels",
     "legend",
     "k1_and_largest",
+    "accuracy_against_updates",
+    "relin_raster",
+    "placement_dots",
+    "plot_literal",
+    "plot_stability_bound",
 ]
 
 #: Marker size of the divergence cross.
@@ -799,3 +804,204 @@ def k1_and_largest(K: Any) -> tuple[int, int]:
     if not ones.size:
         raise _bad("K", f"= {Ks.tolist()}", "a grid containing K = 1")
     return int(ones[0]), int(np.flatnonzero(Ks == Ks.max())[0])
+
+
+# ------------------------------------------------------------------------------------------------
+# when to update features (the adaptive notebook): accuracy against updates, where the updates fall
+
+
+def accuracy_against_updates(
+    ax: Axes,
+    relin: Any,
+    acc: Any,
+    *,
+    names: Sequence[str] | None = None,
+    diverged: Any = None,
+    label: str | None = None,
+    color: Any = None,
+    marker: str = "o",
+    scale: float = 100.0,
+    **plot_kwargs,
+) -> Line2D:
+    """Final accuracy against the number of feature updates (re-linearisations), one point per setting.
+
+    Args:
+      relin, acc: ``(N, S)``: per setting (a fixed K, a tolerance) and seed, the re-linearisations
+        made and the final accuracy (a fraction; drawn × ``scale``).
+      names: optional ``(N,)`` strings written next to each setting's mean (``"K=10"``, ``"tol=0.01"``).
+      diverged: optional ``(N,)`` bool: a cross on the settings where a seed diverged.
+      label, color, marker, **plot_kwargs: of the line of means.
+
+    Each seed is a dot at its own (updates, accuracy); each setting's mean over seeds
+    (:func:`mean_se`) a marker at its mean number of updates, with ± one standard error of the
+    accuracy, joined in order of updates. The x axis is symlog (0 updates allowed). Returns the
+    Line2D of the means.
+    """
+    _check_axes(ax)
+    n = _real_array(relin, "relin")
+    v = _real_array(acc, "acc")
+    if v.ndim != 2 or n.shape != v.shape:
+        raise _bad("acc", f"of shape {v.shape}", f"(N, S), the shape of relin {n.shape}")
+    x, _ = mean_se(n, axis=1)
+    y, se = mean_se(v, axis=1)
+    order = np.argsort(x, kind="stable")
+    (line,) = ax.plot(x[order], scale * y[order], marker=marker, color=color, label=label, **plot_kwargs)
+    c = line.get_color()
+    ax.errorbar(x, scale * y, yerr=scale * se, linestyle="none", color=c, capsize=2)
+    ok = np.isfinite(v)
+    ax.scatter(n[ok], scale * v[ok], s=10, color=c, alpha=0.5)
+    if names is not None:
+        if len(names) != x.shape[0]:
+            raise _bad("names", f"of length {len(names)}", f"one name per setting ({x.shape[0]})")
+        for xi, yi, name in zip(x, y, names):
+            ax.annotate(name, (xi, scale * yi), textcoords="offset points", xytext=(4, 4), fontsize=7, color=c)
+    if diverged is not None:
+        d = _as_1d(np.asarray(diverged, dtype=bool), "diverged", x.shape[0], "one flag per setting").astype(bool)
+        if d.any():
+            ax.plot(x[d], scale * y[d], linestyle="none", marker="x", ms=CROSS_SIZE, color=c)
+    ax.set_xscale("symlog", linthresh=1.0)
+    return line
+
+
+def relin_raster(
+    ax: Axes,
+    steps: Sequence[Any],
+    labels: Sequence[str],
+    *,
+    T: int,
+    colors: Sequence[Any] | None = None,
+    marks: Sequence[float] = (0.25, 0.5),
+) -> Axes:
+    """When each run re-linearised: one row per run (top to bottom), a tick ``|`` at each step.
+
+    Args:
+      steps: R arrays ``(n_r,)``: the steps at which run r re-linearised (e.g. ``relin_step``
+        without its −1 padding). labels: R row labels. T: the number of steps (the x range [0, T]).
+      colors: optional R colours (default black). marks: fractions of T drawn as dotted lines.
+    """
+    _check_axes(ax)
+    if len(steps) != len(labels):
+        raise _bad("labels", f"of length {len(labels)}", f"one label per row of steps ({len(steps)})")
+    rows = [np.asarray(s, np.float64).ravel() for s in steps]
+    offsets = np.arange(len(rows))[::-1]
+    if rows:
+        ax.eventplot(rows, lineoffsets=offsets, linelengths=0.7, linewidths=1.0,
+                     colors=list(colors) if colors is not None else "k")
+    for f in marks:
+        ax.axvline(f * T, color="gray", linestyle=":", linewidth=0.8)
+    ax.set_xlim(0, T)
+    ax.set_yticks(offsets, list(labels), fontsize=7)
+    ax.set_xlabel("step")
+    return ax
+
+
+def placement_dots(
+    ax: Axes,
+    early: Any,
+    even: Any,
+    fractions: Sequence[float],
+    names: Sequence[str],
+    *,
+    scale: float = 100.0,
+) -> Axes:
+    """Where runs put their updates: for each fraction f of training (a group on the x axis) and
+    each setting i (a column in the group, colour ``C{i+2}``), the share of its updates made by f·T,
+    one filled dot per seed (``early``), beside the share an even placement of the same number of
+    updates makes (``even``, open circles).
+
+    Args:
+      early, even: ``(N, S, F)`` shares (fractions; drawn × ``scale``): N settings, S seeds, F fractions.
+      fractions: ``(F,)``. names: N labels of the settings (the legend).
+    """
+    _check_axes(ax)
+    e, v = _real_array(early, "early"), _real_array(even, "even")
+    if e.ndim != 3 or v.shape != e.shape:
+        raise _bad("even", f"of shape {v.shape}", f"(N, S, F), the shape of early {e.shape}")
+    N, S, F = e.shape
+    if len(fractions) != F or len(names) != N:
+        raise _bad("fractions, names", f"of lengths {len(fractions)}, {len(names)}", f"{F} and {N}")
+    for j in range(F):
+        for i in range(N):
+            x = np.full(S, j * (N + 1) + i, np.float64)
+            ax.plot(x, scale * e[i, :, j], "o", color=f"C{i + 2}", label=names[i] if j == 0 else None)
+            ax.plot(x, scale * v[i, :, j], "o", mfc="none", color=f"C{i + 2}")
+    ax.set_xticks([j * (N + 1) + (N - 1) / 2 for j in range(F)], [f"by {f:g}·T" for f in fractions])
+    return ax
+
+
+# ------------------------------------------------------------------------------------------------
+# Fig. 1: literal gradient descent at large K beside its closed form, and the stability bound
+
+
+def plot_literal(ax: Axes, literal: Mapping[str, Any] | None, *, colors: Sequence[Any] = ("C4", "C5"),
+                 marker: str = "^") -> list:
+    """Literal GD at large K (``results["literal"]`` of :func:`iterlin.experiments.fig1.literal_runs`) on a K axis.
+
+    For each rate lr' (``literal["lr"]`` (NR,), colour ``colors[r]``): the literal runs' final test RMSE
+    (``net_test_rmse`` (NR, NL, S)), mean over the seeds that stayed finite ± one standard error, filled
+    ``marker`` at K (``literal["K"]`` (NL,)), joined by a solid line; the closed form at the same
+    (τ = K·lr'/N, R linearisations), ``flow_net_test_rmse``, open markers joined by a dashed line; and
+    where seeds diverged (``diverged`` (NR, NL, S)) a red cross at the closed form's mean with
+    "d/S diverged". Draws nothing for ``literal`` None or without K (results from before these runs).
+    Returns the line handles drawn.
+    """
+    _check_axes(ax)
+    if literal is None or np.asarray(literal.get("K", [])).size == 0:
+        return []
+    Ks = _as_1d(literal["K"], "literal['K']")
+    rates = _as_1d(literal["lr"], "literal['lr']")
+    div = np.asarray(literal["diverged"], bool)
+    net = np.where(div, np.nan, _real_array(literal["net_test_rmse"], "literal['net_test_rmse']"))
+    flow = _real_array(literal["flow_net_test_rmse"], "literal['flow_net_test_rmse']")
+    S = div.shape[-1]
+    handles = []
+    for r, rate in enumerate(rates):
+        c = colors[r % len(colors)]
+        m, se = mean_se(net[r], axis=-1)
+        fm, _ = mean_se(flow[r], axis=-1)
+        handles.append(ax.errorbar(Ks, m, yerr=np.nan_to_num(se), fmt=marker + "-", ms=7, color=c, capsize=2,
+                                   label=f"literal GD, lr = {rate:g}")[0])
+        handles += ax.plot(Ks, fm, marker, ls="--", ms=7, color=c, mfc="white",
+                           label=f"its closed form (same τ = K·lr/N, T/K linearisations), lr = {rate:g}")
+        for j in np.flatnonzero(div[r].any(axis=-1)):
+            ax.plot(Ks[j], fm[j], "x", ms=12, mew=2, color="red")
+            ax.annotate(f"{int(div[r, j].sum())}/{S} diverged", (Ks[j], fm[j]), textcoords="offset points",
+                        xytext=(6, -12 - 10 * r), fontsize=7, color=c)
+    return handles
+
+
+def plot_stability_bound(ax: Axes, literal: Mapping[str, Any] | None, *, colors: Sequence[Any] = ("C4", "C5"),
+                         linestyles: Sequence[str] = ("-", "--", ":", "-.")) -> list:
+    """The stability bound 2/λ_max(G(θ_s)) of the literal runs' current linearisation against the step.
+
+    ``literal["bound"]`` (NR, NL, S, E) at ``bound_step`` (E,): the median over seeds per rate (colour) and
+    K (line style), with each rate lr' as a horizontal line of its colour: GD on a linearisation diverges
+    where the bound falls below its rate. Red crosses: each diverged run, at (``diverged_step``, lr').
+    Log y axis. Draws nothing for ``literal`` None or without a bound. Returns the line handles drawn.
+    """
+    _check_axes(ax)
+    if literal is None or "bound" not in literal or np.asarray(literal.get("K", [])).size == 0:
+        return []
+    Ks = _as_1d(literal["K"], "literal['K']")
+    rates = _as_1d(literal["lr"], "literal['lr']")
+    steps = _as_1d(literal["bound_step"], "literal['bound_step']")
+    bound = _real_array(literal["bound"], "literal['bound']")
+    div = np.asarray(literal["diverged"], bool)
+    div_step = np.asarray(literal["diverged_step"])
+    handles = []
+    with np.errstate(invalid="ignore"):
+        med = np.nanmedian(np.where(bound > 0, bound, np.nan), axis=2)  # (NR, NL, E)
+    for r, rate in enumerate(rates):
+        c = colors[r % len(colors)]
+        for j, K in enumerate(Ks):
+            handles += ax.plot(steps, med[r, j], color=c, ls=linestyles[j % len(linestyles)], lw=1.5,
+                               label=f"lr = {rate:g}, K = {fmt_K(K)}")
+        ax.axhline(rate, color=c, lw=0.8, alpha=0.7)
+        d = div_step[r][div[r]]
+        if d.size:
+            ax.plot(d, np.full(d.shape, rate), "x", color="red", ms=8, mew=1.5, linestyle="none")
+    top = np.nanmax(med) if np.isfinite(med).any() else rates.max()
+    # a diverged run's last linearisation lies far out (bound ~0): clip the axis to 2 decades under the rates
+    ax.set(yscale="log", xlabel="step", ylabel="2/λ_max(G(θ_s)) (median over seeds)",
+           ylim=(rates.min() / 100, max(top, rates.max()) * 3))
+    return handles

@@ -84,6 +84,7 @@ __all__ = [
     "make_chunked_metrics",
     "make_eval_fn",
     "fit",
+    "default_evaluation",
     "train",
     "train_sweep",
 ]
@@ -523,6 +524,40 @@ def _means(sums: dict, sizes: dict) -> dict:
 MAX_EVAL_POINTS = 100_001
 
 
+#: The default evaluation (:func:`default_evaluation`): the images it evaluates, summed over its
+#: points, are at most this fraction of the images the run trains on (steps × batch).
+DEFAULT_EVAL_BUDGET = 0.1
+#: The most points of the default schedule (every ``steps // 20``: 0, T/20, …, T).
+DEFAULT_EVAL_POINTS = 21
+#: The smallest training subset the default evaluation measures the training metrics on.
+MIN_EVAL_TRAIN = 256
+
+
+def default_evaluation(steps: int, batch: int, n_train: int, n_test: int = 0) -> tuple[int, int]:
+    """The default evaluation schedule and training subset of :func:`fit`: ``(eval_every, n_eval_train)``.
+
+    Evaluation is budgeted at :data:`DEFAULT_EVAL_BUDGET` of the images trained on, I = steps ·
+    batch: every point evaluates the network and the linear model on the first ``n_eval_train``
+    training images and on the ``n_test`` evaluation images. The training subset is
+    n_sub = min(n_train, max(:data:`MIN_EVAL_TRAIN`, ⌊0.1·I / 21⌋ − n_test)) and the number of points
+    n_pts = min(21, max(2, ⌊0.1·I / (n_sub + n_test)⌋)), spaced every ⌈steps / (n_pts − 1)⌉ steps
+    (the last step is always a point). A long run gets 21 points on the whole training split, a
+    shorter one a subset, a short one fewer points, so that evaluation stays a small share of the
+    run. Only the two ends remain when even they exceed the budget (a run of a few steps).
+
+      >>> default_evaluation(steps=100_000, batch=128, n_train=4660)   # 21 points, every image
+      (5000, 4660)
+      >>> default_evaluation(steps=10_000, batch=128, n_train=50_000)  # 21 points, 6,095 images
+      (500, 6095)
+      >>> default_evaluation(steps=40, batch=256, n_train=1024)        # 4 points, 256 images
+      (14, 256)
+    """
+    budget = DEFAULT_EVAL_BUDGET * steps * batch
+    n_sub = min(n_train, max(MIN_EVAL_TRAIN, int(budget // DEFAULT_EVAL_POINTS) - n_test))
+    n_pts = int(min(DEFAULT_EVAL_POINTS, max(2, budget // (n_sub + n_test))))
+    return max(1, -(-steps // (n_pts - 1))), n_sub
+
+
 def _eval_steps(steps: int, eval_every: int | None, eval_steps: Sequence[int] | None) -> list[int]:
     if eval_steps is not None:
         pts = sorted({check_int(s, "eval_steps[i]", minimum=0, maximum=steps) for s in eval_steps} | {0, steps})
@@ -532,7 +567,7 @@ def _eval_steps(steps: int, eval_every: int | None, eval_steps: Sequence[int] | 
                 f"{MAX_EVAL_POINTS} evaluation points are allowed."
             )
     else:
-        every = max(1, steps // 20) if eval_every is None else check_int(eval_every, "eval_every", maximum=MAX_STEPS)
+        every = check_int(eval_every, "eval_every", maximum=MAX_STEPS)
         n = -(-steps // every) + 1  # the points 0, every, 2·every, … below steps, and steps
         if n > MAX_EVAL_POINTS:
             raise ValueError(
@@ -1001,8 +1036,11 @@ def fit(
     ``key`` holds one key per run (raw keys of shape (R, 2), or typed keys of shape (R,)), when run i
     draws its batches (and augmentation) from ``key[i]`` exactly as a lone run with that key would
     (seeds trained side by side in one program). ``eval_train_size``: the training metrics are
-    measured on the first ``eval_train_size`` training images (default: all of them), so that
-    evaluation stays a small share of a long run.
+    measured on the first ``eval_train_size`` training images (default: all of them when a schedule
+    is given), so that evaluation stays a small share of a long run. Without ``eval_every`` and
+    ``eval_steps`` the schedule (and, unless given, the training subset) is
+    :func:`default_evaluation`'s: evaluation budgeted at a tenth of the images trained on, up to 21
+    points.
     ``compiled_loop``: run the steps between evaluation points in one compiled ``fori_loop``
     (True) or one jitted step per dispatch (False); None picks the loop except on CPU.
     ``vectorise``: a sweep's runs ``vmap``-ed together (True) or stepped one after the other
@@ -1045,6 +1083,11 @@ def fit(
     placement, vectorise = _placement(devices, shard_runs, data_parallel, sweep=sweep, vectorise=vectorise,
                                       batch_size=batch_size, n_train=x.shape[0])
     loss = get_loss(loss)
+    if eval_steps is None and eval_every is None:  # the default: budgeted (default_evaluation)
+        n_test = 0 if eval_data is None else int(eval_data[0].shape[0])
+        eval_every, n_sub = default_evaluation(steps, x.shape[0] if batch_size is None else batch_size, x.shape[0],
+                                               n_test)
+        eval_train_size = n_sub if eval_train_size is None else eval_train_size
     points = _eval_steps(steps, eval_every, eval_steps)
     eval_batch_size = check_int(eval_batch_size, "eval_batch_size")
     key = jax.random.PRNGKey(0) if key is None else jnp.asarray(key)
@@ -1146,8 +1189,9 @@ def train(
       refresh: ``refresh(params, x) -> params`` applied at each re-linearisation (BatchNorm "frozen").
       reset_optimizer: re-initialise the optimizer's state at each re-linearisation (each
         linearisation a fresh convex problem, as Fig. 8's Adam-solved runs); default False.
-      **fit_kwargs: passed to :func:`fit`: ``eval_data=(x_test, y_test)``; ``eval_every`` (default
-        ``steps // 20``) or ``eval_steps`` (step 0 and the last step are always evaluated);
+      **fit_kwargs: passed to :func:`fit`: ``eval_data=(x_test, y_test)``; ``eval_every`` or
+        ``eval_steps`` (step 0 and the last step are always evaluated; default
+        :func:`default_evaluation`: up to 21 points, budgeted at a tenth of the images trained on);
         ``eval_batch_size``; ``augment`` (random flip + 4-pixel crop on device, NHWC);
         ``callback(step, state) -> dict`` run on the host at evaluation points, its values appended
         to the history (kernel distances, probe accuracies); ``checkpoint`` (file path: saved

@@ -171,7 +171,7 @@ def test_papermill_call_draws_no_progress_bar():
 # ------------------------------------------------------------------------------------------------
 
 #: The paper's figures, the kernel notebook and the experiments beyond the paper, each a page of the book.
-BOOK_NOTEBOOKS = ["fig1", "fig2", "fig3", "fig4", "fig5", "fig6", "fig7", "fig8", "fig9", "ntk", "ksweep", "lr"]
+BOOK_NOTEBOOKS = ["fig1", "fig2", "fig3", "fig4", "fig5", "fig6", "fig7", "fig8", "fig9", "ntk", "ksweep", "lr", "adaptive"]
 
 
 def test_toc_lists_every_figure_notebook_once(toc):
@@ -196,7 +196,7 @@ def test_chapters_follow_the_papers_sections(toc):
     assert chapters["book/features"] == ["book/executed/fig6", "book/executed/fig7", "book/executed/ntk"]
     assert chapters["book/no-feature-learning"] == ["book/executed/fig5"]
     assert chapters["book/second-order"] == ["book/executed/fig8", "book/executed/fig9"]
-    assert chapters["book/beyond"] == ["book/executed/ksweep", "book/executed/lr"]
+    assert chapters["book/beyond"] == ["book/executed/ksweep", "book/executed/lr", "book/executed/adaptive"]
     for page in ("book/claims", "book/reproducibility", "book/limitations"):
         assert page in chapters, page
     # each chapter page links its notebooks

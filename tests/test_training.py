@@ -284,6 +284,42 @@ def test_training_metrics_on_a_subset_of_the_training_set(x64):
         fit(make_step(apply_fn, opt, "ce"), init_state(params, opt, 2), apply_fn, (x, y), eval_train_size=25, **kw)
 
 
+@pytest.mark.parametrize("steps,batch,n_train,n_test", [
+    (100_000, 128, 4660, 0), (10_000, 128, 50_000, 10_000), (2_000, 256, 50_000, 0), (200, 128, 4660, 932),
+    (40, 256, 1024, 0), (3, 8, 24, 10),
+])
+def test_default_evaluation_is_budgeted_at_a_tenth_of_the_images_trained_on(steps, batch, n_train, n_test):
+    from iterlin.training import DEFAULT_EVAL_BUDGET, MIN_EVAL_TRAIN, _eval_steps, default_evaluation
+
+    every, n_sub = default_evaluation(steps, batch, n_train, n_test)
+    points = _eval_steps(steps, every, None)
+    assert 2 <= len(points) <= 21 and points[0] == 0 and points[-1] == steps
+    assert min(n_train, MIN_EVAL_TRAIN) <= n_sub <= n_train
+    evaluated = len(points) * (n_sub + n_test)
+    if len(points) > 2:  # only the two ends are kept beyond the budget
+        assert evaluated <= DEFAULT_EVAL_BUDGET * steps * batch
+    if 21 * (n_train + n_test) <= DEFAULT_EVAL_BUDGET * steps * batch:  # room for everything: all of it
+        assert (len(points), n_sub) == (21, n_train)
+
+
+def test_fit_evaluates_on_the_default_schedule_unless_told(x64):
+    from iterlin.training import _eval_steps, default_evaluation, fit, init_state, make_step
+
+    apply_fn, params, x, y = tiny_problem(n=600)
+    opt = optax.sgd(0.2)
+    run = lambda **kw: fit(make_step(apply_fn, opt, "ce"), init_state(params, opt, 2), apply_fn, (x, y), steps=600,
+                           batch_size=32, key=jax.random.PRNGKey(0), compiled_loop=True, **kw)[1]
+    every, n_sub = default_evaluation(600, 32, x.shape[0])
+    default = run()
+    assert default["step"].tolist() == _eval_steps(600, every, None) and 2 < len(default["step"]) < 21
+    assert run(eval_every=200)["step"].tolist() == [0, 200, 400, 600]  # told: the schedule given
+    # the default subset is the first n_sub images; given a schedule, all of them
+    sub, full = run(eval_steps=[0, 600], eval_train_size=n_sub), run(eval_steps=[0, 600])
+    assert n_sub < x.shape[0]
+    np.testing.assert_allclose(default["net_train_loss"][[0, -1]], sub["net_train_loss"], rtol=1e-12)
+    assert not np.allclose(full["net_train_loss"], sub["net_train_loss"])
+
+
 def test_the_k1_step_is_the_linearised_step_at_K_1_without_the_jvp(x64):
     """``make_step(...).k1`` (plain gradient, what fit runs for K = 1) and the linearised step at
     K = 1 are two routes to one step: Eq. 3 with θ_s = θ_t."""

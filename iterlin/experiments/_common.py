@@ -22,6 +22,7 @@ fingerprint follows exactly the definitions a figure's computation uses, see
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from typing import Any, Callable, Mapping, NamedTuple, Sequence
@@ -33,6 +34,8 @@ import optax
 from ..data import Dataset, load_cifar10, quintic
 from ..linearise import linearised_apply
 from ..models import make_model
+from ..relin import RelinPolicy, every, log_size
+from ..relin import history as relin_history
 from ..training import fit, init_state, make_step
 from ..tree import tree_stack
 from ..validate import check_K, check_positive, check_seed
@@ -179,7 +182,10 @@ def sweep(
     differ only in K and η (paired comparisons), and seed s draws its batches from ``key[s]``.
 
     Args:
-      K: the periods (int ≥ 1, integral float, or ``math.inf``). lr: one rate or one per K (> 0).
+      K: the periods (int ≥ 1, integral float, or ``math.inf``), or re-linearisation policies of
+        ONE kind (:mod:`iterlin.relin`, e.g. ``[relin.adaptive(tol) for tol in tols]``: their
+        parameters are arrays in the state, so the runs stay one program). lr: one rate or one
+        per K (> 0).
       steps, batch_size (None: full batch), eval_data, eval_steps, eval_train_size, augment,
         checkpoint, progress, config: as :func:`iterlin.training.fit`.
       callback: ``callback(apply_fn, params0) -> fit callback``, given the stacked θ_0 (R, ...), so
@@ -190,10 +196,24 @@ def sweep(
       ``seed_index`` (R,) int added; with ``eval_data``, also ``net_test_correct`` and
       ``lin_test_correct`` (R, n_test) bool: whether each run's final network and linear model
       classify each test image correctly, for paired comparisons (:func:`iterlin.claims.difference`).
+      With policies other than :func:`iterlin.relin.every`: ``K`` is each policy's ``K`` (its cap,
+      ∞ for none), and the history also holds ``policy`` (R,) str (the kind), one (R,) float64
+      array per hyperparameter (``tol``, ``min_period``, …) and the policy's log,
+      :func:`iterlin.relin.history` (``relin_step`` (R, J), padded with −1, …).
     """
     if isinstance(K, (str, bytes)) or not isinstance(K, Sequence) or len(K) == 0:
         raise ValueError(f"K={K!r} is not allowed: K must be a non-empty sequence of periods, one per run")
-    Ks = [check_K(k, f"K[{i}]") for i, k in enumerate(K)]
+    policies = [k if isinstance(k, RelinPolicy) else None for k in K]
+    if all(p is None or p.kind == "every" for p in policies):
+        policies = None  # periods: the paper's rule, exactly as before
+        Ks = [check_K(k.K if isinstance(k, RelinPolicy) else k, f"K[{i}]") for i, k in enumerate(K)]
+    else:
+        policies = [every(check_K(k, f"K[{i}]")) if p is None else p for i, (k, p) in enumerate(zip(K, policies))]
+        if len({p.rule for p in policies}) > 1:
+            raise ValueError(f"K={[repr(p) for p in policies]!r} is not allowed: the policies of one sweep must be of "
+                             "one kind (every, adaptive or until_solved); their parameters may differ")
+        Ks = [p.K for p in policies]
+        size = log_size(policies, steps)  # one log size, so that the runs' states stack
     lrs = list(lr) if isinstance(lr, Sequence) and not isinstance(lr, str) else [lr] * len(Ks)
     if len(lrs) != len(Ks):
         raise ValueError(f"lr={lr!r} is not allowed: lr must be one rate or {len(Ks)} rates (one per K)")
@@ -206,20 +226,31 @@ def sweep(
     optimizer = optax.inject_hyperparams(optax.sgd)(learning_rate=lrs[0])
     states = []
     for theta0 in inits:
-        for k, eta in zip(Ks, lrs):
-            st = init_state(theta0, optimizer, k)
+        for i, (k, eta) in enumerate(zip(Ks, lrs)):
+            st = init_state(theta0, optimizer, k, () if policies is None else policies[i].init(size))
             opt_state = optax.inject_hyperparams(optax.sgd)(learning_rate=eta).init(theta0)
             states.append(st._replace(opt_state=opt_state))
     state = tree_stack(states)
     run_key = keys[0] if len(keys) == 1 else jax.numpy.stack([k for k in keys for _ in Ks])
-    step_fn = make_step(apply_fn, optimizer, "ce")
+    config = dict(config or {})
+    if policies is None:
+        step_fn = make_step(apply_fn, optimizer, "ce")
+    else:
+        step_fn = make_step(apply_fn, optimizer, "ce", policy=policies[0])
+        config["relin"] = [p.describe() for p in policies]  # so that a checkpoint names them
     final, history = fit(
         step_fn, state, apply_fn, data, steps=steps, loss="ce", batch_size=batch_size, key=run_key,
         eval_data=eval_data, eval_steps=eval_steps, eval_train_size=eval_train_size, augment=augment,
         callback=None if callback is None else callback(apply_fn, state.params), checkpoint=checkpoint,
-        progress=progress, sweep=True, config=dict(config or {}),
+        progress=progress, sweep=True, config=config,
     )
     S = len(inits)
+    if policies is not None:
+        history["policy"] = np.asarray([p.kind for p in policies] * S, dtype=str)
+        for name, _ in policies[0].hyperparams:
+            vals = [dict(p.hyperparams)[name] for p in policies]  # None (a disabled option): NaN
+            history[name] = np.tile(np.asarray([math.nan if v is None else float(v) for v in vals]), S)
+        history.update(relin_history(final, sweep=True))
     history["K"] = np.tile(np.asarray([float(k) for k in Ks], np.float64), S)
     history["lr"] = np.tile(np.asarray(lrs, np.float64), S)
     history["seed_index"] = np.repeat(np.arange(S), len(Ks))

@@ -1,0 +1,375 @@
+"""Beyond the paper: when to update features, a fixed period K against an adaptive rule.
+
+The paper re-linearises on a fixed period, (t + 1) mod K = 0 (Algorithm 1, Eq. 4), and counts
+feature updates as T/K (Definition 1). Here the same CNN is also trained with the adaptive rule
+of :func:`iterlin.relin.adaptive`: re-linearise after step t when the linear model has drifted
+from the network on the step's batch X_t,
+
+    |L(f_lin_s(θ_t), X_t) − L(f(θ_t), X_t)| > tol · L(f(θ_t), X_t),
+
+so that the features are updated where they have moved, not on a clock. The question: does
+placing the updates adaptively reach K = 1's accuracy with fewer of them than the fixed period that
+does, and where in training does the adaptive rule put them?
+
+Two sweeps (:func:`~iterlin.experiments._common.cnn_sweep`), each ONE vmapped program: every seed
+× fixed K of ``config["K"]`` (K = 1 always in), and every seed × tolerance of ``config["tol"]``
+(``adaptive(tol)``, ``min_period = 1``, no cap). The runs of one seed, in both sweeps, share the
+initialisation and the batches (:func:`~iterlin.experiments._common.seed_keys`), so every
+comparison is paired by seed and by test image.
+
+Scoring: the network f(θ_T) for every run (the linear model f_lin_0(θ_T) for a fixed K = ∞, the
+model it trains: :func:`~iterlin.experiments._common.trained_final`). The number of feature
+updates of a run is its final ``n_relin``: ⌊T/K⌋ for a fixed K, data-dependent for an adaptive one
+(it may differ between seeds).
+
+Config keys: ``K`` (list of periods, 1 always included), ``tol`` (list of tolerances, each a
+finite number > 0: tol = 0 would be K = 1 and tol = ∞ K = ∞, both already fixed periods), ``lr``,
+``steps`` (T), ``batch_size``, ``augment``, ``n_train``, ``n_test``, ``seed``, ``n_seeds``,
+``n_evals``, ``n_eval_train``. Conventions: :mod:`iterlin.experiments._common`.
+
+Results: ``"fixed"`` and ``"adaptive"``: the two sweep histories (seed-major; the adaptive one
+with ``tol`` (R_a,) and ``relin_step`` (R_a, J), the steps of each run's re-linearisations padded
+with −1); over the R = R_f + R_a runs, fixed first then adaptive: ``final_test_acc`` (R,),
+``final_test_correct`` (R, n_test) and ``n_relin`` (R,) (re-linearisations made); ``n_test``;
+``n_runs``; and ``wall_seconds`` (both sweeps, when computed; a cached result keeps it).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from ..claims import (
+    NA,
+    ON_PAR,
+    UNDECIDED,
+    Claim,
+    all_verdicts,
+    beyond,
+    divergence_row,
+    final_difference,
+    fmt_K,
+    on_par,
+    on_par_rule,
+    pct,
+    runs_of,
+    seed_interval,
+)
+from ..data import Dataset
+from ..relin import adaptive
+from ._common import Experiment, checkpoint_path, cnn_sweep, load_data, trained_final
+
+__all__ = ["SCALES", "EXPERIMENT", "load", "compute", "claims", "per_policy", "fewer_updates", "by_policy",
+           "placement", "even_fraction", "raster", "timing", "EARLY"]
+
+INF = math.inf
+
+
+
+SCALES = {
+    # smoke: ksweep's smoke run (256 images, 24 steps of 16, lr 0.05, one seed): fixed K = 1, 3, 8
+    # (24, 8, 3 re-linearisations) and three tolerances; training metrics on 128 images.
+    "smoke": dict(
+        K=[1, 3, 8], tol=[0.003, 0.01, 0.03], lr=0.05, steps=24, batch_size=16, augment=False, n_train=256,
+        n_test=200, seed=0, n_seeds=1, n_evals=3, n_eval_train=128,
+    ),
+    # cpu: every installed image (4,660 / 932), 2 seeds, lr 0.01 (ksweep's and fig3's cpu rate), no
+    # augmentation, T = 200 steps of 128: fixed K = 1, 10, 30, 100 (200, 20, 6, 2 re-linearisations)
+    # and three tolerances. The tolerances were picked from a measured run (this config's CNN, data,
+    # lr and batches, seed 0, T = 100, adaptive(tol) for tol = 0.001 … 0.1): the relative gap
+    # |L_lin − L_net| / L_net on the batch grows from 0 after a re-linearisation and passed 0.001
+    # after ~7 steps, 0.003 after ~12, 0.01 after ~30–50; in 100 steps tol = 0.001, 0.003, 0.01,
+    # 0.03, 0.1 re-linearised 15, 8, 3, 1, 1 times. Over T = 200, tol = 0.003, 0.01, 0.03 should
+    # make about 16, 6 and 2 updates: the range of the fixed K = 10, 30, 100 (20, 6, 2), so that
+    # each fixed period has an adaptive run with about as many updates to be compared with.
+    # ESTIMATE (per-step costs measured on this CPU, not this config): K = 1 ≈ 0.26 s a step, a
+    # linearised step ≈ 0.62 s, an adaptive one ≈ 0.72 s (one more forward pass of the batch).
+    # 2 seeds × 200 steps × (0.26 + 3 × 0.62 + 3 × 0.72) ≈ 1710 s, + 3 evaluations × 14 runs ×
+    # ~3 s (1,432 images, network and linear model) ≈ 130 s, + ~90 s fixed (two compilations)
+    # ≈ 1930 s, about 32 minutes. Measured under load: that tolerance run (5 adaptive runs × 100
+    # steps, one compilation, 2 evaluations) took 944 s of wall time with the 2 cores shared at a
+    # load average of ~9, ≈ 1.8 s per adaptive run-step, 2.5× the 0.72 s above: under such load
+    # this config would take about 80 minutes.
+    "cpu": dict(
+        K=[1, 10, 30, 100], tol=[0.003, 0.01, 0.03], lr=0.01, steps=200, batch_size=128, augment=False,
+        n_train=None, n_test=None, seed=0, n_seeds=2, n_evals=2, n_eval_train=500,
+    ),
+    # gpu: ESTIMATE (not measured) 3 seeds × 12 runs × 10 000 steps of 256 ≈ 9e7 image-steps on one
+    # H100, about ten minutes as ksweep's gpu scale; fixed K up to 1000 (10 re-linearisations).
+    "gpu": dict(
+        K=[1, 10, 100, 300, 1000], tol=[0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0], lr=1e-2, steps=10_000,
+        batch_size=256, augment=False, n_train=None, n_test=None, seed=0, n_seeds=3, n_evals=20,
+        n_eval_train=5000,
+    ),
+    # paper: all of CIFAR-10 at the paper's mini-batch rate 1e-4 and batch 256, T = 1e6 steps (our
+    # choice, as ksweep's; the paper ran no adaptive rule). An ESTIMATE of hundreds of GPU-hours.
+    "paper": dict(
+        K=[1, 100, 1000, 10_000, 100_000], tol=[0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0], lr=1e-4,
+        steps=1_000_000, batch_size=256, augment=False, n_train=50_000, n_test=10_000, seed=0, n_seeds=3,
+        n_evals=100, n_eval_train=10_000,
+    ),
+}
+
+load = load_data
+
+#: The fractions of training at which :func:`placement` counts the re-linearisations made so far;
+#: the placement row asks about the first half.
+EARLY = (0.25, 0.5)
+
+
+def compute(config: Mapping, data: Dataset, *, checkpoint_dir=None, progress: bool = False) -> dict:
+    """The fixed-period sweep and the adaptive sweep, same seeds (see the module docstring)."""
+    started = time.perf_counter()
+    fixed = cnn_sweep(config, data, K=list(config["K"]), checkpoint=checkpoint_path(checkpoint_dir, "fixed"),
+                      progress=progress)
+    adapt = cnn_sweep(config, data, K=[adaptive(t) for t in config["tol"]],
+                      checkpoint=checkpoint_path(checkpoint_dir, "adaptive"), progress=progress)
+    wall = time.perf_counter() - started
+    scored = trained_final(fixed)
+    acc = np.concatenate([scored["final_test_acc"], np.asarray(adapt["net_test_acc"], np.float64)[:, -1]])
+    correct = np.concatenate([scored["final_test_correct"], np.asarray(adapt["net_test_correct"], bool)])
+    n_relin = np.concatenate([np.asarray(fixed["n_relin"])[:, -1], np.asarray(adapt["n_relin"])[:, -1]])
+    return {"fixed": fixed, "adaptive": adapt, "final_test_acc": acc, "final_test_correct": correct,
+            "n_relin": n_relin.astype(np.int64), "n_test": np.asarray(data.x_test.shape[0]),
+            "n_runs": np.asarray(acc.shape[0]), "wall_seconds": np.asarray(wall)}
+
+
+# ------------------------------------------------------------------------------------------------
+# Claims
+
+
+def _fixed_runs(results: Mapping, K: float) -> np.ndarray:
+    """Indices (into the R runs, fixed first) of fixed period ``K``'s runs, one per seed, in seed order."""
+    return runs_of(results["fixed"], K)
+
+
+def _adaptive_runs(results: Mapping, tol: float) -> np.ndarray:
+    """Indices (into the R runs) of tolerance ``tol``'s adaptive runs, one per seed, in seed order."""
+    offset = len(np.asarray(results["fixed"]["K"]))
+    return offset + np.flatnonzero(np.asarray(results["adaptive"]["tol"], np.float64) == float(tol))
+
+
+def _diverged(results: Mapping) -> np.ndarray:
+    return np.concatenate([np.asarray(results["fixed"]["diverged"], bool),
+                           np.asarray(results["adaptive"]["diverged"], bool)])
+
+
+def per_policy(results: Mapping) -> tuple[list[dict], list[dict]]:
+    """Each setting against K = 1, paired by seed and test image (:func:`~iterlin.claims.final_difference`).
+
+    Returns ``(fixed, adaptive)``: for every fixed K > 1 (∞ included, as 0 re-linearisations) and
+    every tolerance, a dict with ``K`` or ``tol``, ``relin``: the most re-linearisations any of its
+    seeds made (int; a setting "uses fewer" only if it does in every seed), ``relin_seeds`` (S,),
+    ``diff``: its final test accuracy minus K = 1's (:class:`~iterlin.claims.Difference`) and
+    ``par``: :func:`~iterlin.claims.on_par` within :data:`~iterlin.claims.ON_PAR` ("no" when a run
+    of it or of K = 1 diverged). ``([], [])`` without a K = 1 run.
+    """
+    hf = results["fixed"]
+    i1 = _fixed_runs(results, 1)
+    if i1.size == 0:
+        return [], []
+    div = _diverged(results)
+    n = np.asarray(results["n_relin"])
+    K = np.asarray(hf["K"], np.float64)
+
+    def row(j, **what):
+        d = final_difference(results, i1, j)
+        return {**what, "relin": int(n[j].max()), "relin_seeds": n[j], "diff": d,
+                "par": "no" if div[np.concatenate([i1, j])].any() else on_par(d, ON_PAR)}
+
+    fixed = [row(_fixed_runs(results, k), K=float(k)) for k in sorted(set(K[K > 1].tolist()))]
+    tols = sorted(set(np.asarray(results["adaptive"]["tol"], np.float64).tolist()))
+    return fixed, [row(_adaptive_runs(results, t), tol=float(t)) for t in tols]
+
+
+def fewer_updates(fixed: Sequence[Mapping], adapt: Sequence[Mapping]) -> str:
+    """The verdict of "adaptive placement reaches K = 1's accuracy with fewer feature updates than
+    the fixed period that does", from :func:`per_policy`'s rows (each with ``relin`` and ``par``).
+
+    With par(·) the on-par verdict against K = 1 and n(·) the re-linearisations (the most over seeds):
+
+    * ``"yes"`` when some tolerance a has par(a) = yes and n(a) < n(K) for every fixed K > 1 whose
+      par(K) is yes or undecided (it beats every fixed period that is, or may be, on par; with no
+      such K, an adaptive run on par is enough);
+    * ``"no"`` when every tolerance a either has par(a) = no, or some fixed K with par(K) = yes has
+      n(K) ≤ n(a) (decided: no adaptive run on par uses fewer updates than a fixed period on par);
+    * :data:`~iterlin.claims.UNDECIDED` otherwise (the noise rule left a relevant row undecided);
+    * :data:`~iterlin.claims.NA` without a fixed K > 1 or without a tolerance.
+    """
+    if not fixed or not adapt:
+        return NA
+    maybe = [f["relin"] for f in fixed if f["par"] in ("yes", UNDECIDED)]
+    on = [f["relin"] for f in fixed if f["par"] == "yes"]
+    if any(a["par"] == "yes" and all(a["relin"] < m for m in maybe) for a in adapt):
+        return "yes"
+    if all(a["par"] == "no" or any(m <= a["relin"] for m in on) for a in adapt):
+        return "no"
+    return UNDECIDED
+
+
+def placement(results: Mapping, fractions: Sequence[float] = EARLY) -> dict:
+    """Where the adaptive runs put their re-linearisations over training, against an even placement.
+
+    For each adaptive run (tolerance × seed) with n re-linearisations at steps t_1 < … < t_n and each
+    fraction f of training: ``early`` = |{j : t_j ≤ f·T}| / n, the share made by step f·T, and
+    ``even`` = :func:`even_fraction` (n, f) = ⌊f·n⌋ / n, the same share for n updates spread evenly
+    (at T/n, 2T/n, …, as a fixed period K = T/n places them); ``excess`` = early − even (> 0: earlier
+    than even). NaN where n = 0.
+
+    Returns ``tol`` (N,), ``n`` (N, S) int, ``early``, ``even``, ``excess`` (N, S, F) float64,
+    ``fractions`` (F,) and ``steps`` T.
+    """
+    h = results["adaptive"]
+    T = int(np.asarray(h["step"])[-1])
+    tol = np.asarray(h["tol"], np.float64)
+    grid = np.asarray(sorted(set(tol.tolist())), np.float64)
+    f = np.asarray(fractions, np.float64)
+    steps = np.asarray(h["relin_step"]).reshape(len(tol), -1)
+    idx = [np.flatnonzero(tol == t) for t in grid]
+    n = np.asarray([[int((steps[i] >= 0).sum()) for i in ii] for ii in idx])
+    made = np.asarray([[[int(((steps[i] >= 0) & (steps[i] <= fr * T)).sum()) for fr in f] for i in ii] for ii in idx],
+                      np.float64).reshape(len(grid), -1, f.size)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        early = np.where(n[..., None] > 0, made / n[..., None], np.nan)
+    even = even_fraction(n[..., None], f)
+    return {"tol": grid, "n": n, "early": early, "even": even, "excess": early - even, "fractions": f, "steps": T}
+
+
+def even_fraction(n, f) -> np.ndarray:
+    """⌊f·n⌋ / n: the share of n evenly spaced re-linearisations (steps jT/n, j = 1 … n) made by step
+    f·T (NaN for n = 0); broadcasts over ``n`` and ``f``."""
+    n, f = np.asarray(n, np.float64), np.asarray(f, np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(n > 0, np.floor(f * n + 1e-9) / n, np.nan)
+
+
+def _divergence(results: Mapping) -> Claim:
+    """The divergence row, runs named ``K=10`` (fixed) or ``tol=0.01`` (adaptive)."""
+    bad = []
+    for name, h in (("K", results["fixed"]), ("tol", results["adaptive"])):
+        for i in np.flatnonzero(np.asarray(h["diverged"], bool)):
+            v = fmt_K(h["K"][i]) if name == "K" else f"{float(h['tol'][i]):g}"
+            bad.append(f"{name}={v} (seed {int(h['seed'][i]) if 'seed' in h else int(h['seed_index'][i])}) "
+                       f"at step {int(np.asarray(h['diverged_step'])[i])}")
+    return divergence_row(bad)
+
+
+def claims(results: Mapping) -> list[Claim]:
+    """Adaptive placement reaches K = 1 with fewer updates than the fixed period that does
+    (:func:`fewer_updates`); adaptive runs place their updates early (:func:`placement`); divergence.
+    Every accuracy comparison through the shared noise rule."""
+    fixed, adapt = per_policy(results)
+    T = int(np.asarray(results["fixed"]["step"])[-1])
+    noise = (fixed or adapt)[0]["diff"].counts() if (fixed or adapt) else ""
+
+    # 1. fewer feature updates at K = 1's accuracy
+    holds = fewer_updates(fixed, adapt)
+    on_f = [f for f in fixed if f["par"] == "yes"]
+    on_a = [a for a in adapt if a["par"] == "yes"]
+    if not fixed or not adapt:
+        measured = "needs K = 1, a fixed K > 1 and an adaptive tolerance"
+    else:
+        F = f"F = {min(f['relin'] for f in on_f)}" if on_f else "F: no fixed K > 1 on par"
+        A = f"A = {min(a['relin'] for a in on_a)}" if on_a else "A: no tolerance on par"
+        measured = f"{F}, {A}; " + "; ".join(
+            [f"K={fmt_K(f['K'])} ({f['relin']}): {f['diff'].short()} {f['par']}" for f in fixed]
+            + [f"tol={a['tol']:g} ({a['relin']}): {a['diff'].short()} {a['par']}" for a in adapt])
+    fewer = Claim(
+        "adaptive placement reaches K = 1's accuracy with fewer feature updates than the fixed period that does",
+        "(not in the paper: its K is a fixed period, T/K updates)", measured, holds,
+        f"per setting: final test acc. minus K = 1, {on_par_rule(ON_PAR)} ({noise}; a diverged run is 'no'); "
+        "updates n = the most re-linearisations over seeds; F, A = the fewest n on par among fixed K > 1, "
+        "among tolerances; 'yes' when a tolerance on par has n below every fixed K on par or undecided; "
+        f"'no' when each tolerance is not on par or uses ≥ n of a fixed K on par; else undecided; T = {T} steps",
+    )
+
+    # 2. where the adaptive runs put their updates (a measurement, decided over seeds)
+    p = placement(results)
+    half = int(np.flatnonzero(p["fractions"] == 0.5)[0]) if (p["fractions"] == 0.5).any() else -1
+    usable = [i for i in range(len(p["tol"])) if (p["n"][i] > 0).all()]
+    if half < 0 or not usable:
+        early = Claim("adaptive runs make more of their updates in the first half of training than an even period",
+                      "(not in the paper)", "no adaptive run re-linearised in every seed", NA,
+                      "needs a tolerance that re-linearised in every seed")
+    else:
+        verdicts, parts = [], []
+        for i in usable:
+            ex = p["excess"][i, :, half]
+            v = beyond(ex, 0.0, above=True)
+            verdicts.append(v)
+            m, _, lo, hi = seed_interval(ex)
+            interval = "" if not math.isfinite(lo) else f" [{pct(lo)}, {pct(hi)}]"
+            parts.append(f"tol={p['tol'][i]:g}: first half {pct(np.nanmean(p['early'][i, :, half]))} of "
+                         f"{np.mean(p['n'][i]):.0f} (even {pct(np.nanmean(p['even'][i, :, half]))}), "
+                         f"excess {pct(m)}{interval} {v}")
+        early = Claim(
+            "adaptive runs make more of their updates in the first half of training than an even period",
+            "(not in the paper; features move fastest early, Figs. 6-7)", "; ".join(parts), all_verdicts(verdicts),
+            "per tolerance that re-linearised in every seed: excess = share of its re-linearisations made by T/2 "
+            "minus ⌊n/2⌋/n (n spread evenly, as a fixed period); 'yes' when the 2 s.e. interval over seeds lies "
+            "above 0, 'no' when wholly at or below; undecided with one seed; 'yes' overall when every tolerance is",
+        )
+    return [fewer, early, _divergence(results)]
+
+
+EXPERIMENT = Experiment("adaptive", SCALES, load, compute, claims, __name__)
+
+
+# ------------------------------------------------------------------------------------------------
+# What the notebook draws: pure functions of the results (nothing here is part of ``compute``).
+
+
+def by_policy(results: Mapping) -> dict:
+    """The two sweeps arranged for the plot of accuracy against feature updates.
+
+    ``K`` (N_K,) the fixed periods, ``K_relin`` and ``K_acc`` (N_K, S): per seed, re-linearisations
+    made and final test accuracy; ``K_diverged`` (N_K,): any seed diverged; likewise ``tol`` (N_t,),
+    ``tol_relin``, ``tol_acc`` (N_t, S), ``tol_diverged`` (N_t,) for the adaptive runs; ``steps`` T.
+    """
+    acc = np.asarray(results["final_test_acc"], np.float64)
+    n = np.asarray(results["n_relin"])
+    div = _diverged(results)
+    K = sorted(set(np.asarray(results["fixed"]["K"], np.float64).tolist()), key=lambda k: (math.isinf(k), k))
+    tol = sorted(set(np.asarray(results["adaptive"]["tol"], np.float64).tolist()))
+    fk = [_fixed_runs(results, k) for k in K]
+    ft = [_adaptive_runs(results, t) for t in tol]
+    return {
+        "K": np.asarray(K), "K_relin": np.stack([n[j] for j in fk]), "K_acc": np.stack([acc[j] for j in fk]),
+        "K_diverged": np.asarray([bool(div[j].any()) for j in fk]),
+        "tol": np.asarray(tol), "tol_relin": np.stack([n[j] for j in ft]), "tol_acc": np.stack([acc[j] for j in ft]),
+        "tol_diverged": np.asarray([bool(div[j].any()) for j in ft]),
+        "steps": int(np.asarray(results["fixed"]["step"])[-1]),
+    }
+
+
+def raster(results: Mapping, K: Sequence[float] | None = None) -> tuple[list[str], list[np.ndarray]]:
+    """The re-linearisation steps of every adaptive run (labelled ``tol=0.01, seed 0``) and, for
+    comparison, of the first seed's fixed periods ``K`` (default: every finite K > 1 of the sweep;
+    steps K, 2K, …, ⌊T/K⌋·K). Returns ``(labels, steps)``, one (n,) int array per row."""
+    ha, hf = results["adaptive"], results["fixed"]
+    T = int(np.asarray(hf["step"])[-1])
+    Ks = np.asarray(hf["K"], np.float64)
+    if K is None:
+        K = sorted(set(Ks[np.isfinite(Ks) & (Ks > 1)].tolist()))
+    labels, rows = [], []
+    for k in K:
+        labels.append(f"K={fmt_K(k)}")
+        rows.append((np.arange(1, T // int(k) + 1) * int(k)).astype(int))
+    steps = np.asarray(ha["relin_step"]).reshape(len(np.asarray(ha["tol"])), -1)
+    seed = np.asarray(ha["seed"] if "seed" in ha else ha["seed_index"])
+    for i in np.lexsort((seed, np.asarray(ha["tol"], np.float64))):
+        labels.append(f"tol={float(ha['tol'][i]):g}, seed {int(seed[i])}")
+        rows.append(steps[i][steps[i] >= 0].astype(int))
+    return labels, rows
+
+
+def timing(results: Mapping) -> str:
+    """``14 runs (4 K + 3 tolerances × 2 seeds) in two sweeps, 1930 s of computation``."""
+    hf, ha = results["fixed"], results["adaptive"]
+    nK, nt = len(set(np.asarray(hf["K"]).tolist())), len(set(np.asarray(ha["tol"]).tolist()))
+    S = len(set(np.asarray(hf["seed_index"]).tolist()))
+    return (f"{int(results['n_runs'])} runs ({nK} K + {nt} tolerance{'s' if nt != 1 else ''} × {S} "
+            f"seed{'s' if S != 1 else ''}) in two sweeps, {float(results['wall_seconds']):.0f} s of computation")
