@@ -52,6 +52,23 @@
 #   grows as the network moves (30 at initialisation, over 2000 within a few thousand steps,
 #   measured), and once $\eta\sigma_{\max} > 2$ the linear model diverges within its $K$ steps,
 #   while plain GD survives at the edge of stability.
+# * **the real algorithm beside the closed form** (`iterlin.experiments.fig1.literal_runs`): at
+#   $K \in \{10, 100, 1000\}$ the literal algorithm is trained too, $T/2$ steps of full-batch gradient
+#   descent on the linearisations at two rates, the figure's `lr` and `lr`/4, every seed, next to the
+#   closed form at the same flow time per linearisation $\tau = K\,\mathrm{lr}/N$ and the same number of
+#   linearisations $T/(2K)$ (the closed form's own runs, $\ge$ `n_relin` linearisations of $K$ steps,
+#   would take up to $5\cdot 10^5$ literal steps at $K = 1000$). At each evaluation point the
+#   stability bound of the current linearisation is measured, $2/\lambda_{\max}(G(\theta_s))$ with
+#   $G = J_s^\top J_s/N$ the linear model's Hessian (`iterlin.stability.max_stable_lr`): gradient
+#   descent on a linearisation diverges exactly when the rate is above it.
+#
+#   **What the reader sees** (triangles in the first figure, and the figure under it): where literal
+#   gradient descent is stable its final test error lies on its closed form (filled on open
+#   triangles), so the closed form stands in for the real algorithm; at the figure's rate the bound
+#   starts far above it (about 1.3 at initialisation against `lr` = 0.02) but falls as the network
+#   sharpens, and the runs whose current linearisation's bound drops below the rate diverge (red
+#   crosses) within a few thousand steps (the bound then drops to nothing: the run's last
+#   linearisation lies far out), while at the quarter rate every run stays finite.
 # * $K = \infty$: never re-linearise; the linearisation at $\theta_0$ trained to convergence is its
 #   minimum-norm solution (Eq. 19), computed exactly. This is kernel regression with the initial
 #   NTK: no feature learning at all. Its point is the linear model's test error.
@@ -99,14 +116,14 @@
 # * `smoke` (default; a 2-core CPU, a few minutes): one seed, $K$ from 1 to $10^9$ and $\infty$,
 #   $T = 10^4$ at `lr` 0.02, at least 500 linearisations per closed-form run, 500 Gauss–Newton
 #   steps. A check that the pipeline works: with one seed no comparison can be decided.
-# * `cpu` (the committed reference run, shown first below; about 8 minutes of CPU time on a 2-core
-#   CPU, extrapolated from the same run with 3 seeds): the same training with $K = 3000$ added and
-#   10 seeds.
+# * `cpu` (the committed reference run, shown first below; 21 minutes on a 2-core CPU shared with
+#   other work before the literal runs were added, which add about 4 minutes): the same training
+#   with $K = 3000$ added and 10 seeds.
 # * `gpu` and `paper`: 10 and 30 seeds, $T = 2 \cdot 10^4$, at least 1000 linearisations, 2000
 #   Gauss–Newton steps (no GPU needed: the model is tiny, the cost is seeds × runs).
 
 # %% tags=["parameters"]
-scale = "smoke"  # "smoke" (CPU, minutes), "cpu" (CPU, ~8 min, 10 seeds), "gpu", "paper" (more seeds, longer)
+scale = "smoke"  # "smoke" (CPU, minutes), "cpu" (CPU, ~25 min, 10 seeds), "gpu", "paper" (more seeds, longer)
 K = None  # the K grid (a list; 1 is always included; inf: never re-linearise)
 lr = None  # GD learning rate for the mean loss (η is lr / n_train for the summed loss)
 steps = None  # T: literal GD steps; closed-form runs train at least as long
@@ -123,7 +140,19 @@ import numpy as np
 from iterlin.config import describe
 from iterlin.experiments import claims, reference, resolve_notebook, run
 from iterlin.experiments.fig1 import bridge_curves, diverged_K, seed_rmse, summary
-from iterlin.plotting import band, k1_and_largest, legend, mean_se, panels, plot_runs, rug, seed_points, set_K_axis
+from iterlin.plotting import (
+    band,
+    k1_and_largest,
+    legend,
+    mean_se,
+    panels,
+    plot_literal,
+    plot_runs,
+    plot_stability_bound,
+    rug,
+    seed_points,
+    set_K_axis,
+)
 
 # Every parameter is checked here, before anything is computed (None: the scale's default);
 # a name the notebook does not take (papermill -p step 50) fails here, naming it.
@@ -137,7 +166,11 @@ def plot(results):
     dots; filled for literal GD, open for closed-form linearisations. Square: K = ∞, the converged
     linear model at θ₀. Dashed line: Gauss–Newton (λ = 0). Stars: damped Gauss–Newton at
     K = 1/(λη) (± one standard error). Shaded: the K for which each linearisation is solved
-    (Kη·σ_min(θ₀) ≥ 10). A cross marks a diverged run. (2) The K ↔ λ bridge: spectral filters of
+    (Kη·σ_min(θ₀) ≥ 10). A cross marks a diverged run. Triangles: literal GD at large K (filled, solid)
+    beside its closed form at the same τ and number of linearisations (open, dashed), one colour per
+    rate; a red cross where seeds diverged. (1b) The stability bound 2/λ_max(G(θ_s)) of the literal
+    runs' current linearisation against the step, the rates as horizontal lines (absent from results
+    computed before the literal runs). (2) The K ↔ λ bridge: spectral filters of
     K GD steps and of damped GN on the NTK spectrum at θ₀ (left), and the fraction of the residual
     they remove (right)."""
     Ks, method, gn = results["K"], results["method"], results["gn"]
@@ -161,11 +194,20 @@ def plot(results):
                 + " (at K = 1/(λη))")
     ax.axhline(s["net_mean"][k1_and_largest(Ks)[0]], ls=":", color="C1", label="gradient descent (K = 1)")
     ax.axvspan(s["solved_from"], xs.max(), color="C3", alpha=0.08, label="each linearisation solved")
+    literal = results.get("literal")  # None in results computed before the literal runs
+    plot_literal(ax, literal)
     ax.set(yscale="log", ylabel="final test RMSE",
            title=f"Quintic, MLP 5×50: test RMSE against K ({results['config']['scale']} scale, "
                  f"{rmse.shape[1]} seed{'s' if rmse.shape[1] != 1 else ''})")
-    legend(ax, loc="upper left")
+    legend(ax, loc="upper left", fontsize=7, bbox_to_anchor=(1.01, 1))
     plt.show()
+
+    if literal is not None:
+        fig, ax = panels(panel_size=(8, 3.5))
+        plot_stability_bound(ax, literal)
+        ax.set(title="literal GD: stability bound of the current linearisation (lines: the rates; ×: divergence)")
+        legend(ax, fontsize=7)
+        plt.show()
 
     b, c = results["bridge"], bridge_curves(results)
     grid = c["sigma_grid"]

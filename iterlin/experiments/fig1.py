@@ -30,6 +30,14 @@ diverges within its K steps, while plain GD (K = 1) survives at the edge of stab
 where the closed form would need more than ``max_relin`` linearisations (:func:`plan`), is
 trained literally with :func:`iterlin.training.train_sweep`.
 
+The real algorithm beside the closed form (:func:`literal_runs`): at the K of the grid that are powers of ten
+and at most T/2 (10, 100, 1000 at every scale but gpu/paper), literal full-batch GD on the linearisations for
+T/2 steps at ``lr`` and ``lr``/4 (:data:`LITERAL_RATES`), every seed, next to the closed form at the same
+τ = K·lr'/N and R = T/(2K) linearisations (the closed form's own runs, R ≥ n_relin linearisations of K steps,
+are out of literal reach: 5·10⁵ steps at K = 1000). The stability bound 2/λ_max(G(θ_s)) of each run's current
+linearisation (:func:`iterlin.stability.max_stable_lr`) is measured at every evaluation point, so the results
+say which runs diverged, at which step, and on a linearisation with what bound.
+
 Losses in the Gauss–Newton steps are summed over examples (Eq. 6 literally); the gradient-descent
 learning rate ``lr`` is for the MEAN loss (as :func:`iterlin.training.train`), i.e. the summed-loss
 step is η = lr / N.
@@ -66,6 +74,10 @@ Results:
   residual coordinates, ``K`` (M,) = :data:`BRIDGE_K`, ``damping`` (M,) = 1/(Kη), ``damping_fit`` (M,) the λ whose
   residual filter best matches K GD steps on this spectrum (weights c²), ``sigma_grid`` (G,),
   ``gd_filter``/``gn_filter``/``gn_filter_fit`` (M, G).
+  ``literal``: the literal GD runs at large K and their closed form (:func:`literal_runs`: ``K`` (NL,),
+  ``lr`` (NR,), ``steps``, ``n_relin`` (NL,), ``tau`` (NR, NL), ``{net_test,net_train,lin_test}_rmse``,
+  ``diverged``, ``diverged_step``, ``flow_net_{test,train}_rmse``, ``flow_diverged`` (NR, NL, S),
+  ``bound_step`` (E,), ``bound`` (NR, NL, S, E)); absent from results computed before it existed.
   ``x_test``, ``y_test`` (n_test,), ``seeds`` (S,).
 """
 
@@ -87,6 +99,7 @@ from ..linearise import linearised_apply
 from ..models import quintic_model
 from ..plotting import mean_se
 from ..precision import x64
+from ..stability import max_stable_lr
 from ..training import train_sweep
 from ..tree import tree_index
 from ._common import Experiment, checkpoint_path, eval_points, index_of_K, load_quintic, rmse
@@ -95,6 +108,8 @@ __all__ = [
     "SCALES", "EXPERIMENT", "BRIDGE_K", "load", "compute", "claims", "plan", "converged", "summary",
     "seed_rmse", "diverged_K", "bridge_curves", "gn_damping", "seed_difference", "decide", "interval",
     "damping_pairs", "SMALL_K", "SMALL_TOL", "SOLVED", "GN_TOL", "PAIR_TOL", "SHIFT",
+    "literal_plan", "literal_runs", "LITERAL_RATES", "LITERAL_STEPS", "SHARPNESS_ITERS", "LITERAL_TOL",
+    "literal_difference", "LITERAL", "LITERAL_BOUND",
 ]
 
 INF = math.inf
@@ -164,6 +179,119 @@ def gn_damping(config: Mapping) -> list[float]:
     """The λ of the Gauss–Newton runs: 0 (Gauss–Newton, Eq. 5), then every λ > 0 of ``damping``
     (damped Gauss–Newton, Eq. 6), increasing, without repeats."""
     return [0.0] + sorted({float(v) for v in config["damping"] if v > 0})
+
+
+#: The literal runs at large K (:func:`literal_plan`): full-batch gradient descent on the linearisations at these
+#: multiples of ``lr``: the figure's own rate (1), at which literal GD at K ≥ 10 diverges once the NTK has sharpened
+#: (measured: every seed at K = 10 by step ~2500, most at K = 100 and half at K = 1000 by step 5000, on the cpu
+#: scale's 10 seeds), and a quarter of it, stable over the same steps for every seed (measured likewise).
+LITERAL_RATES = (1.0, 0.25)
+#: ... for this fraction of ``steps`` (T/2: 5000 steps at every scale but gpu/paper). The closed form's own runs
+#: (R ≥ n_relin linearisations of K steps: 5·10⁵ steps at K = 1000) are out of reach literally (about 0.5 ms per
+#: run and step on the 2-core CPU, vmapped); 2 rates × 3 K × 10 seeds × 5000 steps is about 4 minutes there. The
+#: comparison is with the closed form at the literal runs' own (τ = K·lr'/N, R = T'/K), computed beside them.
+LITERAL_STEPS = 0.5
+#: Power iterations for λ_max of the linear model's Hessian (:func:`iterlin.stability.max_stable_lr`).
+SHARPNESS_ITERS = 50
+
+
+def literal_plan(config: Mapping) -> dict:
+    """The literal gradient-descent runs at large K: ``{"K": [...], "lr": [...], "steps": T'}``.
+
+    T' = ⌊``LITERAL_STEPS`` · ``steps``⌋; K: every K of the grid trained by the closed form
+    (:func:`plan`'s ``"flow"``), K > 1, that is a power of ten and at most T' (at least one re-linearisation);
+    rates: ``LITERAL_RATES`` × ``lr`` (mean-loss rates; η' = lr'/N for the summed loss).
+    """
+    T = max(1, int(LITERAL_STEPS * config["steps"]))
+    Ks = [p["K"] for p in plan(config) if p["method"] == "flow" and 1 < p["K"] <= T
+          and abs(math.log10(p["K"]) - round(math.log10(p["K"]))) < 1e-9]
+    return {"K": Ks, "lr": [f * config["lr"] for f in LITERAL_RATES], "steps": T}
+
+
+def literal_runs(apply_fn, params, data, config: Mapping, *, checkpoint_dir=None, progress: bool = False) -> dict:
+    """Literal iterative linearisation (Algorithm 1) at large K beside its closed form (the small-lr limit).
+
+    For every rate lr' and K of :func:`literal_plan` and every seed (``params`` stacked (S, ...)):
+    T' steps of full-batch gradient descent at lr' on the mean loss of the linearisation at θ_s,
+    re-linearising every K steps (:func:`iterlin.training.train_sweep`, one program per rate, K-major
+    then seeds), and the same R = ⌊T'/K⌋ linearisations each trained by gradient flow for
+    τ = K·lr'/N in closed form (Eq. 18, :func:`iterlin.gauss_newton.gauss_newton_train` with
+    ``filter="flow"``): the limit lr' → 0 of the literal run at the same (τ, R), from which it differs
+    by O(lr') while it is stable.
+
+    Stability: with MSE each linearisation is a quadratic whose Hessian is G(θ_s) = J_sᵀJ_s/N (the
+    GGN, :mod:`iterlin.stability`); gradient descent on it diverges iff lr' > 2/λ_max(G(θ_s)) (along
+    the top direction, given error there), by a factor |1 − lr'λ_max| per step. The bound is measured
+    at the linearisation point θ_s of every run at each evaluation point (``SHARPNESS_ITERS`` power
+    iterations); a diverged run is frozen (:func:`iterlin.training.commit_step`) with the θ_s on which
+    it diverged, so its last value is the bound there.
+
+    ``data``: a :class:`iterlin.data.Dataset` (N training points). Returns, with NR rates, NL periods,
+    S seeds and E evaluation points: ``K`` (NL,), ``lr`` (NR,), ``steps`` T', ``n_relin`` (NL,) = R,
+    ``tau`` (NR, NL); literal: ``net_test_rmse``, ``net_train_rmse``, ``lin_test_rmse`` (NR, NL, S) at
+    step T' (NaN where diverged), ``diverged`` (NR, NL, S) bool, ``diverged_step`` (NR, NL, S) (−1 if
+    finite); ``bound_step`` (E,), ``bound`` (NR, NL, S, E) = 2/λ_max(G(θ_s)) (0 where λ_max is not
+    finite); closed form at the same (τ, R): ``flow_net_test_rmse``, ``flow_net_train_rmse``
+    (NR, NL, S), ``flow_diverged`` (NR, NL, S).
+    """
+    lp = literal_plan(config)
+    Ks, rates, T = lp["K"], lp["lr"], lp["steps"]
+    S = jax.tree.leaves(params)[0].shape[0]
+    NR, NL = len(rates), len(Ks)
+    x, y = data.x_train, data.y_train
+    N = x.shape[0]
+    test_d = (data.x_test, data.y_test)
+    out = {"K": np.asarray(Ks, np.float64), "lr": np.asarray(rates, np.float64), "steps": np.asarray(T),
+           "n_relin": np.asarray([int(T // k) for k in Ks]),
+           "tau": np.asarray([[k * r / N for k in Ks] for r in rates], np.float64)}
+    if not Ks:
+        return out
+    stacked = jax.tree.map(lambda a: jnp.concatenate([a] * NL), params)  # K-major, then seeds
+
+    def bound(t, state):  # 2/λ_max(G(θ_s)) of every run (R,), at the evaluation points
+        b = [max_stable_lr(apply_fn, tree_index(state.params_s, i), x, y, loss="mse", iters=SHARPNESS_ITERS)
+             for i in range(NL * S)]
+        return {"bound": np.nan_to_num(np.asarray(b, np.float64), nan=0.0, posinf=0.0, neginf=0.0)}
+
+    keys = ("net_test_rmse", "net_train_rmse", "lin_test_rmse")
+    lit = {k: np.full((NR, NL, S), np.nan) for k in keys}
+    div = np.zeros((NR, NL, S), bool)
+    div_step = np.full((NR, NL, S), -1)
+    bounds = None
+    for r, rate in enumerate(rates):
+        _, h = train_sweep(apply_fn, stacked, (x, y), K=[k for k in Ks for _ in range(S)], steps=T,
+                           optimizer=optax.sgd(rate), loss="mse", eval_data=test_d,
+                           eval_steps=eval_points(T, config["n_evals"]), callback=bound, progress=progress,
+                           config={**config, "literal_lr": rate},
+                           checkpoint=checkpoint_path(checkpoint_dir, f"literal{r}"))
+        E = len(h["step"])
+        div[r] = np.asarray(h["diverged"]).reshape(NL, S)
+        div_step[r] = np.asarray(h["diverged_step"]).reshape(NL, S)
+        for k in keys:
+            lit[k][r] = np.where(div[r], np.nan, np.asarray(h[k]).reshape(NL, S, E)[..., -1])
+        if bounds is None:
+            bounds = np.full((NR, NL, S, E), np.nan)
+            out["bound_step"] = np.asarray(h["step"])
+        bounds[r] = np.asarray(h["bound"]).reshape(NL, S, E)
+    out.update(lit, diverged=div, diverged_step=div_step, bound=bounds)
+
+    # The closed form at the same (τ, R): one program per distinct R (every rate and seed).
+    flow = {k: np.full((NR, NL, S), np.nan) for k in ("flow_net_test_rmse", "flow_net_train_rmse")}
+    fdiv = np.zeros((NR, NL, S), bool)
+    for R in sorted(set(out["n_relin"].tolist())):
+        idx = [j for j in range(NL) if out["n_relin"][j] == R]
+        taus = [out["tau"][r, j] for r in range(NR) for j in idx for _ in range(S)]
+        reps = NR * len(idx)
+        _, h = gauss_newton_train(apply_fn, jax.tree.map(lambda a: jnp.concatenate([a] * reps), params), (x, y),
+                                  damping=taus, filter="flow", steps=R, loss="mse", solver="kernel",
+                                  eval_data=test_d, eval_steps=[0, R], progress=progress, config=config,
+                                  checkpoint=checkpoint_path(checkpoint_dir, f"literal_flow{R}"))
+        for key in flow:
+            vals = np.asarray(h[key[5:]])[:, -1].reshape(NR, len(idx), S)
+            flow[key][:, idx] = vals
+        fdiv[:, idx] = np.asarray(h["diverged"]).reshape(NR, len(idx), S)
+    out.update(flow, flow_diverged=fdiv)
+    return out
 
 
 def _bridge(apply_fn, params0, data, config) -> dict:
@@ -273,6 +401,7 @@ def compute(config: Mapping, data: Dataset, *, checkpoint_dir=None, progress: bo
         }
 
         bridge = _bridge(apply_fn, tree_index(params, 0), data, config)
+        literal = literal_runs(apply_fn, params, data, config, checkpoint_dir=checkpoint_dir, progress=progress)
 
     time_ = [p["steps"] * eta if p["method"] == "gd" else (p["n_relin"] * p["K"] * eta if p["method"] == "flow"
              else math.inf) for p in runs]
@@ -285,6 +414,7 @@ def compute(config: Mapping, data: Dataset, *, checkpoint_dir=None, progress: bo
         "diverged": diverged,
         "gn": gn,
         "bridge": bridge,
+        "literal": literal,
         "x_test": np.asarray(data.x_test, np.float64).ravel(),
         "y_test": np.asarray(data.y_test, np.float64).ravel(),
         "seeds": np.asarray(seeds),
@@ -342,6 +472,82 @@ GN_TOL = 0.05
 PAIR_TOL = 0.25
 #: ... and the wrong pairings K = SHIFT/(λη) and K = 1/(SHIFT·λη) refuted.
 SHIFT = 10.0
+#: Literal GD at large K on par with its closed form (the same τ and R) within this fraction of the closed form's
+#: mean test RMSE. The two differ by the flow's discretisation error, O(lr'·λ_max) per linearisation (first order in
+#: the rate, Eq. 18 against K steps of (1 − ησ)); measured on the cpu scale at lr' = 0.005: under 1 % on average
+#: at K = 10 and 1000, a few % for single seeds at K = 100, so 5 % leaves room for lr' = 0.02 where stable.
+LITERAL_TOL = 0.05
+LITERAL = "literal GD at large K ≈ its closed form (the small-lr limit) where stable"
+LITERAL_BOUND = "literal GD diverges only above the stability bound lr > 2/λ_max(G(θ_s))"
+
+
+def literal_difference(lit: Mapping, r: int, j: int) -> Difference:
+    """Δ = literal − closed-form final test RMSE of rate r and period j (``results["literal"]``), paired by
+    seed over the seeds where the literal run stayed finite (:func:`seed_difference`)."""
+    a = np.asarray(lit["flow_net_test_rmse"], np.float64)[r, j]
+    b = np.where(np.asarray(lit["diverged"], bool)[r, j], np.nan, np.asarray(lit["net_test_rmse"], np.float64)[r, j])
+    return seed_difference(a, b)
+
+
+def _literal_rows(results: Mapping) -> list[Claim]:
+    """The literal-GD rows of :func:`claims`: literal ≈ closed form where stable; divergence vs the bound (check)."""
+    paper = "(not stated: this edition's closed form stands in for literal GD at large K)"
+    bound_rule = ("by construction: each linearisation is a quadratic with Hessian G(θ_s) = J_sᵀJ_s/N, on which GD "
+                  "diverges iff lr > 2/λ_max(G); every diverged run must have lr above the bound at the θ_s it "
+                  "diverged on (the last one measured: a diverged run is frozen there); n/a when none diverged")
+    lit = results.get("literal")
+    if lit is None or "bound" not in lit or np.asarray(lit["K"]).size == 0:
+        why = ("no literal runs in these results (computed before they were added, or no K of the grid "
+               "qualifies: literal_plan)")
+        return [Claim(LITERAL, paper, why, verdict(None), "needs results['literal']"),
+                Claim(LITERAL_BOUND, "(not stated)", why, verdict(None), bound_rule, kind="check")]
+    Ks, rates = np.asarray(lit["K"], np.float64), np.asarray(lit["lr"], np.float64)
+    div = np.asarray(lit["diverged"], bool)
+    flow = np.asarray(lit["flow_net_test_rmse"], np.float64)
+    net = np.asarray(lit["net_test_rmse"], np.float64)
+    S = div.shape[-1]
+    parts, verdicts = [], []
+    for r, rate in enumerate(rates):
+        for j, K in enumerate(Ks):
+            name = f"lr={rate:g} K={fmt_K(K)}"
+            n_div = int(div[r, j].sum())
+            if n_div == S:
+                parts.append(f"{name}: all {S} diverged")
+                continue
+            d = literal_difference(lit, r, j)
+            tol = LITERAL_TOL * float(np.nanmean(flow[r, j]))
+            verdicts.append(decide(d, on_par, tol))
+            with np.errstate(invalid="ignore"):
+                parts.append(f"{name}: {num(np.nanmean(np.where(div[r, j], np.nan, net[r, j])), 3)} vs "
+                             f"{num(np.nanmean(flow[r, j]), 3)}, {interval(d)}"
+                             + (f" ({n_div}/{S} diverged, left out)" if n_div else ""))
+    rows = [Claim(
+        LITERAL, paper, "literal vs closed form, final test RMSE: " + "; ".join(parts),
+        _all(verdicts) if verdicts else verdict(None),
+        f"for every rate and K with a finite seed: the 2 s.e. interval over the finite seeds of Δ = literal − closed "
+        f"form (the same τ = K·lr/N and number of linearisations, paired by seed) inside ±{LITERAL_TOL:.0%} of the "
+        "closed form's mean (the flow's O(lr) discretisation error); 'no' when one lies wholly outside; else "
+        "undecided (always with one seed); n/a when every run diverged",
+    )]
+    bound = np.asarray(lit["bound"], np.float64)  # (NR, NL, S, E)
+    last = bound[..., -1]
+    above = rates[:, None, None] > last
+    first = np.asarray(lit["bound"], np.float64)[..., 0]
+    parts = []
+    for r, rate in enumerate(rates):
+        for j, K in enumerate(Ks):
+            if div[r, j].any():
+                steps = np.asarray(lit["diverged_step"])[r, j][div[r, j]]
+                parts.append(f"lr={rate:g} K={fmt_K(K)}: {int(div[r, j].sum())}/{S} diverged (steps "
+                             f"{int(steps.min())}–{int(steps.max())}), bound there ≤ {float(last[r, j][div[r, j]].max()):.2g}")
+    finite_above = int((above & ~div).sum())
+    measured = ("; ".join(parts) if parts else "none diverged") + (
+        f"; bound at θ₀ {float(first.min()):.3g}–{float(first.max()):.3g}; finite runs ending above their last "
+        f"bound: {finite_above}/{int((~div).sum())} (K steps too few to blow up, growth |1 − lr·λ_max|^K)")
+    rows.append(Claim(
+        LITERAL_BOUND, "(not stated)", measured,
+        verdict(bool(np.all(above[div])) if div.any() else None), bound_rule, kind="check"))
+    return rows
 
 
 def seed_difference(a, b) -> Difference:
@@ -462,6 +668,8 @@ def claims(results: Mapping) -> list[Claim]:
     bad_div = [f"K={fmt_K(K[i])} seed {int(seeds[j])}" for i, j in zip(*np.nonzero(div))]
     bad_div += [f"GN λ={gn['damping'][i]:g} seed {int(seeds[j])}" for i, j in zip(*np.nonzero(gdiv))]
     rows.append(divergence_row(bad_div))
+    literal_claim, literal_check = _literal_rows(results)
+    rows.append(literal_claim)
 
     # Consistency checks: true by construction in this setting, listed apart, not evidence.
     large = "large K → Gauss–Newton, every larger K the same (each linearisation solved, Eq. 5)"
@@ -494,6 +702,7 @@ def claims(results: Mapping) -> list[Claim]:
         "1/(Kη) for every K drawn",
         kind="check",
     ))
+    rows.append(literal_check)
     return rows
 
 
