@@ -63,6 +63,10 @@ PYTEST_OPTS ?=
 # one core each); TEST_WORKERS=0 runs them in this process.
 TEST_WORKERS ?= 2
 
+# nbval runs the notebooks in TEST_WORKERS processes too, each notebook's cells in order in one
+# worker (--dist loadscope, as nbval's README asks).
+NBVAL_WORKERS := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadscope)
+
 test-unit: env
 	$(PY) -m pytest -q -n $(TEST_WORKERS) $(PYTEST_OPTS) tests
 
@@ -76,7 +80,7 @@ test-doctest: env
 # Runs only when notebooks exist; exit code 5 (nothing collected) is not a failure.
 test-notebooks: env
 ifneq ($(NOTEBOOKS),)
-	$(PY) -m pytest -q --nbval $(NBVAL_OPTS) $(NOTEBOOKS) || { rc=$$?; [ $$rc -eq 5 ] || exit $$rc; echo "nbval: no cells collected"; }
+	$(PY) -m pytest -q --nbval $(NBVAL_OPTS) $(NBVAL_WORKERS) $(NOTEBOOKS) || { rc=$$?; [ $$rc -eq 5 ] || exit $$rc; echo "nbval: no cells collected"; }
 else
 	@echo "test-notebooks: no notebooks/*.ipynb yet, nothing to check"
 endif
