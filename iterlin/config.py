@@ -247,6 +247,7 @@ VALIDATORS: dict[str, Callable[[Any, str, Any], Any]] = {
     "n_relin": _int(1, MAX_STEPS, "it is a number of Gauss-Newton steps, and step counters are int32"),
     "max_relin": _int(1, MAX_STEPS, "it is a number of Gauss-Newton steps, and step counters are int32"),
     "gn_steps": _int(1, MAX_STEPS, _STEPS_WHY),
+    "cg_maxiter": _int(1, 1000, "it is the number of conjugate-gradient iterations (each a jvp and a vjp) per Gauss-Newton step"),
     "x64": _bool,
     # Figs. 4, 6, 7 and ntk
     "K_bn": _v_K,

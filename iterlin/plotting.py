@@ -61,6 +61,8 @@ __all__ = [
     "placement_dots",
     "plot_literal",
     "plot_stability_bound",
+    "gn_baseline",
+    "sweep_colors",
 ]
 
 #: Marker size of the divergence cross.
@@ -1005,3 +1007,49 @@ def plot_stability_bound(ax: Axes, literal: Mapping[str, Any] | None, *, colors:
     ax.set(yscale="log", xlabel="step", ylabel="2/λ_max(G(θ_s)) (median over seeds)",
            ylim=(rates.min() / 100, max(top, rates.max()) * 3))
     return handles
+
+
+# ------------------------------------------------------------------------------------------------
+# The damped Gauss–Newton baseline (iterlin.experiments.gn)
+
+
+def gn_baseline(ax: Axes, K_equiv: Any, acc: Any, *, damping: Any = None, diverged: Any = None,
+                offset: float = 1.12, color: Any = "C2",
+                label: str | None = "damped Gauss–Newton at K(λ) = B/(λη)") -> Line2D | None:
+    """Damped Gauss–Newton runs on a K axis (:func:`set_K_axis`): at their equivalent K(λ) = B/(λη)
+    ``K_equiv`` ``(L,)`` finite > 0, × ``offset`` (drawn just right of the K run they match),
+    the final test accuracy ``acc`` ``(L, S)`` (fractions) as :func:`seed_curve` (mean ± one s.e.
+    over seeds, each seed a dot, diamonds), each point labelled ``λ=…`` when ``damping`` ``(L,)`` is
+    given; ``diverged`` ``(L,)`` marks points where a seed diverged. Returns the mean's Line2D, or
+    None when L = 0 (nothing drawn)."""
+    _check_axes(ax)
+    Ks = _as_1d(K_equiv, "K_equiv")
+    if Ks.size == 0:
+        return None
+    if not np.all(np.isfinite(Ks)) or np.any(Ks <= 0):
+        raise _bad("K_equiv", f"= {Ks.tolist()}", "finite and > 0 (λ > 0)")
+    values = _real_array(acc, "acc")
+    if values.ndim != 2 or values.shape[0] != Ks.size:
+        raise _bad("acc", f"of shape {values.shape}", f"(L, S) with L = len(K_equiv) = {Ks.size}")
+    xs = Ks * float(offset)
+    line = seed_curve(ax, xs, values, diverged=diverged, color=color, marker="D", ms=7, label=label,
+                      diverged_label=None)
+    if damping is not None:
+        lam = _as_1d(damping, "damping", Ks.size)
+        for x, y, v in zip(xs, 100.0 * np.nanmean(values, axis=1), lam):
+            ax.annotate(f"λ={v:.3g}", (x, y), textcoords="offset points", xytext=(4, -10), fontsize=7, color=color)
+    return line
+
+
+def sweep_colors(h: Mapping[str, Any], lines: Sequence[Any], K: Any) -> list[Any]:
+    """The colours of :func:`plot_sweep`'s ``lines`` (one per group of the sweep history ``h``,
+    :func:`seed_groups`) at each period of ``K`` ``(M,)``, so that another method's lines match the
+    K run they correspond to; a K the sweep does not have gets ``"gray"``."""
+    groups = seed_groups(h)
+    gK = np.asarray(h["K"], np.float64)[[g[0] for g in groups]]
+    out = []
+    for k in _as_1d(K, "K"):
+        i = np.flatnonzero(gK == k)
+        line = lines[i[0]] if i.size and i[0] < len(lines) else None
+        out.append(line.get_color() if isinstance(line, Line2D) else "gray")
+    return out
