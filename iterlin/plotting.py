@@ -832,7 +832,7 @@ def accuracy_against_updates(
         made and the final accuracy (a fraction; drawn × ``scale``).
       names: optional ``(N,)`` strings written next to each setting's mean (``"K=10"``, ``"tol=0.01"``).
       diverged: optional ``(N,)`` bool: a cross on the settings where a seed diverged.
-      label, color, marker, **plot_kwargs: of the line of means.
+      label, color, marker, plot_kwargs: of the line of means.
 
     Each seed is a dot at its own (updates, accuracy); each setting's mean over seeds
     (:func:`mean_se`) a marker at its mean number of updates, with ± one standard error of the
@@ -937,7 +937,7 @@ def placement_dots(
 
 def plot_literal(ax: Axes, literal: Mapping[str, Any] | None, *, colors: Sequence[Any] = ("C4", "C5"),
                  marker: str = "^") -> list:
-    """Literal GD at large K (``results["literal"]`` of :func:`iterlin.experiments.fig1.literal_runs`) on a K axis.
+    """Literal GD at large K (``results["literal"]`` of ``iterlin.experiments.fig1.literal_runs``) on a K axis.
 
     For each rate lr' (``literal["lr"]`` (NR,), colour ``colors[r]``): the literal runs' final test RMSE
     (``net_test_rmse`` (NR, NL, S)), mean over the seeds that stayed finite ± one standard error, filled

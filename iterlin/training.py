@@ -85,6 +85,9 @@ __all__ = [
     "make_eval_fn",
     "fit",
     "default_evaluation",
+    "DEFAULT_EVAL_BUDGET",
+    "DEFAULT_EVAL_POINTS",
+    "MIN_EVAL_TRAIN",
     "train",
     "train_sweep",
 ]
