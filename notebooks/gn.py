@@ -30,7 +30,9 @@
 # gradient by $(1 - e^{-\sigma\tau})/\sigma$ on each eigenvalue $\sigma$ of $A$; the damped step
 # $-(A + \lambda I)^{-1} g$ filters it by $1/(\sigma + \lambda)$. Both solve the directions with
 # $\sigma \gg 1/\tau, \lambda$ and scale the others by $\tau$ and $1/\lambda$: they agree when
+#
 # $$\lambda = \frac{B}{K\eta}\ \text{(summed loss)},\qquad \lambda_{\text{mean}} = \frac{1}{K\eta}\ \text{(mean loss)}.$$
+#
 # A Gauss–Newton run with damping $\lambda$ is drawn at its equivalent $K(\lambda) = B/(\lambda\eta)$.
 # One damped step matches $K$ linearised steps on *one* batch; at the same passes over the data (the
 # same $T$ steps of $B$ images, as here) Gauss–Newton re-linearises every step and makes a $K$-step
