@@ -76,7 +76,7 @@
 # %% tags=["parameters"]
 scale = "smoke"  # "smoke" (CPU, a minute), "cpu" (CPU, ~25 min), "gpu" (one H100, ~10 min), "paper" (the paper's settings)
 K = None  # the periods swept: a list (K 1 is always added; inf allowed); GN runs at λ(K) for every finite K > 1
-lr = None  # SGD learning rate η of the K runs (and of the correspondence λ = B/(Kη))
+lr = None  # SGD learning rate η of the K runs, and of the correspondence: λ is B/(Kη)
 steps = None  # number of steps T, the same for every K run and every GN run
 cg_maxiter = None  # conjugate-gradient iterations per Gauss-Newton step
 seed = None  # first seed (initialisation and batch order)
