@@ -536,15 +536,16 @@ DEFAULT_EVAL_POINTS = 21
 MIN_EVAL_TRAIN = 256
 
 
-def default_evaluation(steps: int, batch: int, n_train: int, n_test: int = 0) -> tuple[int, int]:
+def default_evaluation(steps: int, batch: int, n_train: int, n_test: int = 0,
+                       n_eval_train: int | None = None) -> tuple[int, int]:
     """The default evaluation schedule and training subset of :func:`fit`: ``(eval_every, n_eval_train)``.
 
     Evaluation is budgeted at :data:`DEFAULT_EVAL_BUDGET` of the images trained on, I = steps ·
     batch: every point evaluates the network and the linear model on the first ``n_eval_train``
     training images and on the ``n_test`` evaluation images. The training subset is
-    n_sub = min(n_train, max(:data:`MIN_EVAL_TRAIN`, ⌊0.1·I / 21⌋ − n_test)) and the number of points
-    n_pts = min(21, max(2, ⌊0.1·I / (n_sub + n_test)⌋)), spaced every ⌈steps / (n_pts − 1)⌉ steps
-    (the last step is always a point). A long run gets 21 points on the whole training split, a
+    n_sub = min(n_train, max(:data:`MIN_EVAL_TRAIN`, ⌊0.1·I / 21⌋ − n_test)) (or ``n_eval_train``
+    when given) and the number of points n_pts = min(21, max(2, ⌊0.1·I / (n_sub + n_test)⌋)),
+    spaced every ⌈steps / (n_pts − 1)⌉ steps (the last step is always a point). A long run gets 21 points on the whole training split, a
     shorter one a subset, a short one fewer points, so that evaluation stays a small share of the
     run. Only the two ends remain when even they exceed the budget (a run of a few steps).
 
@@ -556,7 +557,10 @@ def default_evaluation(steps: int, batch: int, n_train: int, n_test: int = 0) ->
       (14, 256)
     """
     budget = DEFAULT_EVAL_BUDGET * steps * batch
-    n_sub = min(n_train, max(MIN_EVAL_TRAIN, int(budget // DEFAULT_EVAL_POINTS) - n_test))
+    if n_eval_train is None:
+        n_sub = min(n_train, max(MIN_EVAL_TRAIN, int(budget // DEFAULT_EVAL_POINTS) - n_test))
+    else:
+        n_sub = n_eval_train
     n_pts = int(min(DEFAULT_EVAL_POINTS, max(2, budget // (n_sub + n_test))))
     return max(1, -(-steps // (n_pts - 1))), n_sub
 
@@ -1041,9 +1045,8 @@ def fit(
     (seeds trained side by side in one program). ``eval_train_size``: the training metrics are
     measured on the first ``eval_train_size`` training images (default: all of them when a schedule
     is given), so that evaluation stays a small share of a long run. Without ``eval_every`` and
-    ``eval_steps`` the schedule (and, unless given, the training subset) is
-    :func:`default_evaluation`'s: evaluation budgeted at a tenth of the images trained on, up to 21
-    points.
+    ``eval_steps`` the schedule is :func:`default_evaluation`'s (for ``eval_train_size`` when given,
+    else with its subset): evaluation budgeted at a tenth of the images trained on, up to 21 points.
     ``compiled_loop``: run the steps between evaluation points in one compiled ``fori_loop``
     (True) or one jitted step per dispatch (False); None picks the loop except on CPU.
     ``vectorise``: a sweep's runs ``vmap``-ed together (True) or stepped one after the other
@@ -1088,9 +1091,9 @@ def fit(
     loss = get_loss(loss)
     if eval_steps is None and eval_every is None:  # the default: budgeted (default_evaluation)
         n_test = 0 if eval_data is None else int(eval_data[0].shape[0])
-        eval_every, n_sub = default_evaluation(steps, x.shape[0] if batch_size is None else batch_size, x.shape[0],
-                                               n_test)
-        eval_train_size = n_sub if eval_train_size is None else eval_train_size
+        eval_every, eval_train_size = default_evaluation(
+            steps, x.shape[0] if batch_size is None else batch_size, x.shape[0], n_test,
+            None if eval_train_size is None else check_int(eval_train_size, "eval_train_size"))
     points = _eval_steps(steps, eval_every, eval_steps)
     eval_batch_size = check_int(eval_batch_size, "eval_batch_size")
     key = jax.random.PRNGKey(0) if key is None else jnp.asarray(key)

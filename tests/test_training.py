@@ -313,6 +313,10 @@ def test_fit_evaluates_on_the_default_schedule_unless_told(x64):
     default = run()
     assert default["step"].tolist() == _eval_steps(600, every, None) and 2 < len(default["step"]) < 21
     assert run(eval_every=200)["step"].tolist() == [0, 200, 400, 600]  # told: the schedule given
+    # told the subset only: the schedule budgeted for it (all 600 images: fewer points)
+    assert run(eval_train_size=600)["step"].tolist() == _eval_steps(600, default_evaluation(600, 32, 600, 0, 600)[0],
+                                                                    None)
+    assert len(run(eval_train_size=600)["step"]) < len(default["step"])
     # the default subset is the first n_sub images; given a schedule, all of them
     sub, full = run(eval_steps=[0, 600], eval_train_size=n_sub), run(eval_steps=[0, 600])
     assert n_sub < x.shape[0]
