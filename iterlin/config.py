@@ -247,7 +247,8 @@ VALIDATORS: dict[str, Callable[[Any, str, Any], Any]] = {
     "n_relin": _int(1, MAX_STEPS, "it is a number of Gauss-Newton steps, and step counters are int32"),
     "max_relin": _int(1, MAX_STEPS, "it is a number of Gauss-Newton steps, and step counters are int32"),
     "gn_steps": _int(1, MAX_STEPS, _STEPS_WHY),
-    "cg_maxiter": _int(1, 1000, "it is the number of conjugate-gradient iterations (each a jvp and a vjp) per Gauss-Newton step"),
+    "cg_maxiter": _int(1, 1000, "it is the number of conjugate-gradient iterations (each a jvp and a vjp) per "
+                       "Gauss-Newton step"),
     "x64": _bool,
     # Figs. 4, 6, 7 and ntk
     "K_bn": _v_K,
@@ -256,10 +257,10 @@ VALIDATORS: dict[str, Callable[[Any, str, Any], Any]] = {
     "bn_mode": _scalar(lambda v, n: check_choice(v, n, ("batch", "frozen"))),
     "n_probe": _count(1, True, MAX_TRAIN, "CIFAR-10 has 50000 training images"),
     # the learning-rate sweep (iterlin.experiments.lr): the stability bound 2/λ_max at θ_0
-    # when to re-linearise (iterlin.experiments.adaptive): the adaptive policy's tolerances
-    "tol": _v_tol,
     "n_sharpness": _count(1, False, MAX_TRAIN, "CIFAR-10 has 50000 training images"),
     "sharpness_iters": _int(1, MAX_STEPS, "it is a number of power-iteration steps, and step counters are int32"),
+    # when to re-linearise (iterlin.experiments.adaptive): the adaptive policy's tolerances
+    "tol": _v_tol,
 }
 
 

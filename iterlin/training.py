@@ -545,9 +545,10 @@ def default_evaluation(steps: int, batch: int, n_train: int, n_test: int = 0,
     training images and on the ``n_test`` evaluation images. The training subset is
     n_sub = min(n_train, max(:data:`MIN_EVAL_TRAIN`, ⌊0.1·I / 21⌋ − n_test)) (or ``n_eval_train``
     when given) and the number of points n_pts = min(21, max(2, ⌊0.1·I / (n_sub + n_test)⌋)),
-    spaced every ⌈steps / (n_pts − 1)⌉ steps (the last step is always a point). A long run gets 21 points on the whole training split, a
-    shorter one a subset, a short one fewer points, so that evaluation stays a small share of the
-    run. Only the two ends remain when even they exceed the budget (a run of a few steps).
+    spaced every ⌈steps / (n_pts − 1)⌉ steps (the last step is always a point). A long run gets 21
+    points on the whole training split, a shorter one a subset, a short one fewer points, so that
+    evaluation stays a small share of the run. Only the two ends remain when even they exceed the
+    budget (a run of a few steps).
 
       >>> default_evaluation(steps=100_000, batch=128, n_train=4660)   # 21 points, every image
       (5000, 4660)

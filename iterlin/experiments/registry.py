@@ -52,7 +52,8 @@ __all__ = [
 
 #: Every experiment by name, one module each.
 EXPERIMENTS: dict[str, Experiment] = {
-    m.EXPERIMENT.name: m.EXPERIMENT for m in (fig1, fig2, fig3, fig4, fig5, fig6, fig7, fig8, fig9, ntk, ksweep, lr, adaptive, gn)
+    m.EXPERIMENT.name: m.EXPERIMENT
+    for m in (fig1, fig2, fig3, fig4, fig5, fig6, fig7, fig8, fig9, ntk, ksweep, lr, adaptive, gn)
 }
 
 
