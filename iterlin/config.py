@@ -233,6 +233,8 @@ VALIDATORS: dict[str, Callable[[Any, str, Any], Any]] = {
     "epochs": _int(1, MAX_STEPS, _STEPS_WHY),
     "seed": _int(0, MAX_SEED, _SEED_WHY),
     "n_train": _count(1, True, MAX_TRAIN, "CIFAR-10 has 50000 training images"),
+    # Fig. 2: the full-batch panel's training images (the first n of n_train)
+    "n_train_full": _count(1, True, MAX_TRAIN, "CIFAR-10 has 50000 training images"),
     "n_test": _count(1, True, MAX_TEST, "CIFAR-10 has 10000 test images"),
     "batch_size": _count(1, True, MAX_TRAIN, "CIFAR-10 has 50000 training images"),
     "factor": _int(1, MAX_STEPS, "steps x factor steps are trained, and step counters are int32"),

@@ -1,7 +1,7 @@
 # ---
 # jupyter:
 #   jupytext:
-#     cell_metadata_filter: -papermill,-execution
+#     cell_metadata_filter: tags,-papermill,-execution
 #     formats: ipynb,py:percent
 #     text_representation:
 #       extension: .py
@@ -40,14 +40,16 @@
 #   for $K \in \{1, 8, \infty\}$. The paper's learning rates would show nothing in so few steps.
 #   So few images and steps leave every run near chance level: this scale checks that the pipeline
 #   works; it does not reproduce the figure.
-# * `cpu` (the reference run, shown first below once committed; about 20 minutes of a 2-core CPU):
-#   a full-batch step is a pass over the training set, so this scale uses 1,024 of the installed
-#   training images (all 4,660 would allow only a handful of steps) and 500 test images; 2 seeds;
-#   full batch: 30 steps at 0.03 for $K \in \{1, 10, \infty\}$ (below the linear model's stability
-#   bound $2/\lambda_{\max} \approx 0.054$ at initialisation; 0.1 is above it); mini-batch: `factor` 4,
-#   batches of 128, 120 steps at 0.0075 for $K \in \{1, 40, \infty\}$. So few steps leave $K = 1$
-#   far below the paper's accuracy (and below 35 %: reaching that by full-batch steps would take
-#   hours of this CPU), so this run tests the comparison early in training only.
+# * `cpu` (the reference run, shown first below once committed; about 45 minutes of a 2-core CPU):
+#   a full-batch step is a pass over its training set, so the full-batch panel uses the first
+#   1,024 installed training images (`n_train_full`; all 4,660 would allow only a handful of
+#   steps) and the mini-batch panel all of them; every test image; 2 seeds; full batch: 100
+#   steps at 0.03 for $K \in \{1, 10, \infty\}$ (below the linear model's stability bound
+#   $2/\lambda_{\max} \approx 0.054$ at initialisation; 0.1 is above it); mini-batch: `factor` 3,
+#   batches of 128, 300 steps at 0.01 for $K \in \{1, 30, \infty\}$. The two panels train on
+#   different sets here, so the right panel compares the same gradient-flow time
+#   (learning rate × steps), not the same objective. 100 full-batch steps on 1,024 images leave
+#   full-batch $K = 1$ far below the paper's accuracy (more would take hours of this CPU).
 # * `gpu` (one H100, about ten minutes by a FLOP estimate, not measured): every installed image,
 #   3 seeds, $K \in \{1, 5, 20, 50, \infty\}$, 100 full-batch steps at 0.05 and, with `factor`
 #   10, 1000 mini-batch steps of 256 at 0.005.
@@ -67,6 +69,7 @@ steps = None  # full-batch steps (the mini-batch runs make steps * factor)
 seed = None  # first seed (initialisation and batch order)
 n_seeds = None  # seeds seed, seed + 1, ...: each its own initialisation and batches
 n_train = None  # training images ("all": every installed image)
+n_train_full = None  # the full-batch panel's training images, the first of n_train ("all": every one)
 n_test = None  # test images
 batch_size = None  # mini-batch size of the centre panel (at most n_train)
 n_eval_train = None  # training images the training metrics are measured on ("all": every one)

@@ -39,11 +39,28 @@ def test_fig2_minibatch_runs_scale_lr_K_and_steps(fake_sweep):
     assert mini["steps"] == 15
     assert mini["batch_size"] == 4
     assert mini["eval_steps"] == [0, 3, 6, 9, 12, 15]  # the same n_evals points over the longer run
-    assert set(res) == {"full", "mini", "n_test"} and int(res["n_test"]) == 8
+    assert set(res) == {"full", "mini", "n_test", "n_train"} and int(res["n_test"]) == 8
+    assert full["n"] == mini["n"] == 16 and res["n_train"].tolist() == [16, 16]
     res["n_test"] = np.asarray(100_000)  # enough test images to decide "on par"
     rows = fig2.claims(res)
     assert [r.holds for r in rows] == ["yes", "yes", "yes"]
     assert "K=4 (1 re-linearisations)" in rows[0].measured and "K=12 (1 re-linearisations)" in rows[1].measured
+
+
+def test_fig2_full_batch_panel_trains_on_the_first_n_train_full_images(fake_sweep):
+    """n_train_full: the full-batch panel's images (the first n), the mini-batch panel keeps all."""
+    data = fake_cifar(16)
+    config = resolve("fig2", K=[1, 4], steps=2, factor=2, batch_size=4, n_train=16, n_train_full=6, n_evals=2)
+    res = fig2.compute(config, data)
+    full, mini = fake_sweep.calls
+    assert (full["n"], mini["n"]) == (6, 16) and res["n_train"].tolist() == [6, 16]
+    sub = fig2.full_batch_data(config, data)
+    np.testing.assert_array_equal(sub.x_train, data.x_train[:6])
+    np.testing.assert_array_equal(sub.y_train, data.y_train[:6])
+    assert sub.x_test is data.x_test
+    assert fig2.full_batch_data(dict(config, n_train_full=100), data) is data  # more than loaded: all
+    with pytest.raises(ValueError, match="n_train_full=0 is not allowed"):
+        resolve("fig2", n_train_full=0)
 
 
 def _results(full_acc, mini_acc, n_test=100_000, full_div=None, mini_div=None):
