@@ -1,7 +1,7 @@
 # ---
 # jupyter:
 #   jupytext:
-#     cell_metadata_filter: -papermill,-execution
+#     cell_metadata_filter: tags,-papermill,-execution
 #     formats: ipynb,py:percent
 #     text_representation:
 #       extension: .py
@@ -52,21 +52,20 @@
 #   $K = 2$ instead of $10^6$ / $10^5$ (2 re-linearisations). **This only demonstrates the
 #   pipeline** (both models, linearised training, evaluation, divergence bookkeeping): 4 steps on 16
 #   images say nothing about the claims, and 16 test images cannot tell two accuracies apart.
-# * `cpu` (the committed reference run, shown first below; about 20 minutes of a 2-core CPU, an
-#   estimate from measured step and evaluation costs, see `SCALES`). **ResNet-18 is far beyond this
-#   CPU, and this scale does not reproduce the figure.** Measured here: a linearised ResNet-18 step
-#   costs about 0.14 CPU-seconds per image (20 times the paper's CNN), one pass of the network over
-#   the 932 test images about 25 CPU-seconds (with the linear model, about 110). Within 20 minutes
-#   the 8 runs (2 seeds × 2 panels × 2 $K$) get 48 steps of 16 images each, a sixth of an epoch:
-#   every installed image (4,660 training and 932 test images of the shared subset), learning rate
-#   0.01 and $K = 12$ (4 re-linearisations) in both panels, so that the divergence counts compare
-#   like with like; the network's test accuracy at steps 0, 24 and 48, training losses on 64
-#   training images. A one-seed pilot (test accuracy on 300 images; chance is 10 %): $K = 1$
-#   reached about 21 % without and 28 % with BatchNorm after 40 steps (the best of three learning
-#   rates each); $K = 12$ after 48 steps reached 23 % with BatchNorm, but only 12 % without, its
-#   linearised loss rising from 2.4 to about 14 (11 % at learning rate 0.003). What this scale
-#   shows is the start of training at the full data size, whether large $K$ tracks $K = 1$ there,
-#   and whether any run diverges. It cannot show the paper's end points.
+# * `cpu` (the committed reference run, shown first below; about 40 minutes of a 2-core CPU, an
+#   estimate from measured step costs, see `SCALES`). **ResNet-18 is far beyond this CPU, and this
+#   scale does not reproduce the figure.** Measured here: a ResNet-18 step costs about 26 ms per
+#   image plain and 37 ms linearised (20 times the paper's CNN). The 8 runs (2 seeds × 2 panels ×
+#   2 $K$) get 120 steps of 64 images each (1.6 epochs of the 4,660 installed training images),
+#   learning rate 0.01 and $K = 20$ (6 re-linearisations) in both panels, so that the divergence
+#   counts compare like with like; the network's test accuracy on all 932 test images at steps 0,
+#   60 and 120, training losses on 64 training images. One-seed pilots without BatchNorm (60 steps
+#   of 64): $K = 1$ reached 24.9 % at learning rate 0.01 (22.2 % at 0.03), $K = 20$ only 13.9 %, its
+#   loss rising to 4.8: at a rate where SGD learns in so few steps, the linear model of the
+#   ResNet-18 without BatchNorm is unstable (the paper's rate, 7e-7, is a million times smaller,
+#   and at a stable rate 120 steps would leave $K = 1$ at chance). What this scale shows is the
+#   start of training at the full data size, whether large $K$ tracks $K = 1$ there, and whether
+#   any run diverges. It cannot show the paper's end points.
 # * `gpu` (one H100, about ten minutes by a FLOP estimate, not measured): every installed image,
 #   3 seeds, 4000 steps of 128, $K = 400$ (10 re-linearisations) in both panels, learning rates 1e-3
 #   (no BatchNorm) and 1e-2 (BatchNorm), our choices, not tuned.
@@ -82,7 +81,7 @@
 # model is evaluated on the training images).
 
 # %% tags=["parameters"]
-scale = "smoke"  # "smoke" (CPU, ~1.5 min), "cpu" (CPU, ~20 min), "gpu" (one H100, ~10 min), "paper"
+scale = "smoke"  # "smoke" (CPU, ~1.5 min), "cpu" (CPU, ~40 min), "gpu" (one H100, ~10 min), "paper"
 K = None  # no-BatchNorm panel: the large period compared with plain SGD (K 1 always runs); e.g. 1e6, or inf
 lr = None  # no-BatchNorm panel: SGD learning rate
 K_bn = None  # BatchNorm panel: the large period (K 1 always runs); e.g. 1e5
