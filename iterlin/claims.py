@@ -36,7 +36,7 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import Iterable, Mapping, NamedTuple
+from typing import Callable, Iterable, Mapping, NamedTuple
 
 import numpy as np
 
@@ -74,6 +74,7 @@ __all__ = [
     "beyond_noise",
     "divergence_row",
     "divergence_claim",
+    "run_label",
     "on_par_claim",
     "on_par_rule",
     "EXCEEDS_RULE",
@@ -519,15 +520,25 @@ def divergence_row(bad: Iterable[str]) -> Claim:
     )
 
 
-def divergence_claim(histories: Mapping[str, Mapping]) -> Claim:
-    """:func:`divergence_row` for sweep histories by panel name (runs labelled by ``K`` and ``lr``)."""
+def run_label(panel: str, h: Mapping, i: int) -> str:
+    """The default name of run ``i`` of a sweep history in :func:`divergence_claim`: ``K=…`` and,
+    when the history has one, ``lr=…``."""
+    lr = f", lr={_fmt_lr(h['lr'][i])}" if "lr" in h else ""
+    return f"K={fmt_K(h['K'][i])}{lr}"
+
+
+def divergence_claim(histories: Mapping[str, Mapping], label: Callable | None = None, *,
+                     prefix: bool = True) -> Claim:
+    """:func:`divergence_row` for sweep histories by panel name: each diverged run as
+    ``"<panel>: <label> at step <t>"`` (the panel only when ``prefix`` and there are several),
+    ``label(panel, history, i) -> str`` naming run ``i`` (default :func:`run_label`)."""
+    label = run_label if label is None else label
     bad = []
     for panel, h in histories.items():
         div, at = np.atleast_1d(h["diverged"]), np.atleast_1d(h["diverged_step"])
+        where = f"{panel}: " if prefix and len(histories) > 1 else ""
         for i in np.flatnonzero(div):
-            where = f"{panel}: " if len(histories) > 1 else ""
-            lr = f", lr={_fmt_lr(h['lr'][i])}" if "lr" in h else ""
-            bad.append(f"{where}K={fmt_K(h['K'][i])}{lr} at step {int(at[i])}")
+            bad.append(f"{where}{label(panel, h, i)} at step {int(at[i])}")
     return divergence_row(bad)
 
 

@@ -168,6 +168,9 @@ def test_divergence_claim_names_runs():
     assert divergence_claim({"full": ok, "mini": ok}) == divergence_row([])
     no_lr = {k: v for k, v in h.items() if k != "lr"}
     assert divergence_claim({"runs": no_lr}).measured == "diverged: K=5 at step 7; K=∞ at step 7"
+    # a label of the caller's, and no panel prefix
+    row = divergence_claim({"full": ok, "mini": h}, lambda panel, hist, i: f"{panel} run {i}", prefix=False)
+    assert row.measured == "diverged: mini run 1 at step 7; mini run 2 at step 7"
 
 
 def test_divergence_claim_prints_small_learning_rates():

@@ -49,7 +49,7 @@ from ..claims import (
     Claim,
     all_verdicts,
     beyond,
-    divergence_row,
+    divergence_claim,
     final_difference,
     fmt_K,
     on_par,
@@ -247,14 +247,13 @@ def even_fraction(n, f) -> np.ndarray:
 
 
 def _divergence(results: Mapping) -> Claim:
-    """The divergence row, runs named ``K=10`` (fixed) or ``tol=0.01`` (adaptive)."""
-    bad = []
-    for name, h in (("K", results["fixed"]), ("tol", results["adaptive"])):
-        for i in np.flatnonzero(np.asarray(h["diverged"], bool)):
-            v = fmt_K(h["K"][i]) if name == "K" else f"{float(h['tol'][i]):g}"
-            bad.append(f"{name}={v} (seed {int(h['seed'][i]) if 'seed' in h else int(h['seed_index'][i])}) "
-                       f"at step {int(np.asarray(h['diverged_step'])[i])}")
-    return divergence_row(bad)
+    """The divergence row, runs named ``K=10`` (fixed) or ``tol=0.01`` (adaptive), with their seed."""
+
+    def label(name: str, h: Mapping, i: int) -> str:
+        v = fmt_K(h["K"][i]) if name == "K" else f"{float(h['tol'][i]):g}"
+        return f"{name}={v} (seed {int(h['seed'][i]) if 'seed' in h else int(h['seed_index'][i])})"
+
+    return divergence_claim({"K": results["fixed"], "tol": results["adaptive"]}, label, prefix=False)
 
 
 def claims(results: Mapping) -> list[Claim]:

@@ -77,13 +77,14 @@ from ..claims import (
     NA,
     ON_PAR,
     Claim,
-    divergence_row,
+    divergence_claim,
     final_difference,
     fmt_K,
     num,
     on_par,
     on_par_rule,
     pct,
+    run_label,
     runs_of,
 )
 from ..data import Dataset
@@ -283,13 +284,15 @@ def claims(results: Mapping) -> list[Claim]:
     if not rows:
         rows.append(Claim("large K ends on par with damped GN at λ = B/(Kη)", "large K ≈ damped GN (Sec. 3.3)",
                           "no finite K > 1 was run", NA, "needs a finite K > 1 and its GN run"))
-    bad = [f"K={fmt_K(h['K'][i])}, lr={float(h['lr'][i]):g} at step {int(h['diverged_step'][i])}"
-           for i in np.flatnonzero(np.asarray(h["diverged"], bool))]
-    g = results.get("gn")
-    if g is not None:
-        bad += [f"GN λ={num(g['damping'][i], 1)} (K={fmt_K(g['K'][i])}) at step {int(g['diverged_step'][i])}"
-                for i in np.flatnonzero(np.asarray(g["diverged"], bool))]
-    return rows + [divergence_row(bad)]
+    runs = {"K": h} if results.get("gn") is None else {"K": h, "GN": results["gn"]}
+    return rows + [divergence_claim(runs, _run_label, prefix=False)]
+
+
+def _run_label(panel: str, h: Mapping, i: int) -> str:
+    """A run of the K sweep as ``K=…, lr=…``, a Gauss–Newton run as ``GN λ=… (K=…)``."""
+    if panel == "K":
+        return run_label(panel, h, i)
+    return f"GN λ={num(h['damping'][i], 1)} (K={fmt_K(h['K'][i])})"
 
 
 EXPERIMENT = Experiment("gn", SCALES, load, compute, claims, __name__)
