@@ -74,6 +74,7 @@ __all__ = [
     "beyond_noise",
     "divergence_row",
     "divergence_claim",
+    "EXPLODING",
     "run_label",
     "on_par_claim",
     "on_par_rule",
@@ -510,13 +511,22 @@ def _fmt_lr(v: float) -> str:
     return f"{float(v):g}"
 
 
-def divergence_row(bad: Iterable[str]) -> Claim:
-    """The row reporting diverged runs, each described by a string (e.g. ``"K=5 at step 12"``)."""
-    bad = list(bad)
+#: A run whose training loss (``net_train_loss`` of its history) rises above this many times its value
+#: at step 0 has an exploding loss although it stayed finite (:func:`divergence_claim`): the guard of
+#: :func:`iterlin.training.commit_step` stops only NaN, ±∞ and losses near the float range.
+EXPLODING = 10.0
+
+
+def divergence_row(bad: Iterable[str], exploded: Iterable[str] = ()) -> Claim:
+    """The row reporting diverged runs, each described by a string (e.g. ``"K=5 at step 12"``), and
+    finite runs whose loss exploded (e.g. ``"K=5: training loss 2.4 → 8.2e+04 at step 100"``)."""
+    bad, exploded = list(bad), list(exploded)
+    parts = (["diverged: " + "; ".join(bad)] if bad else []) + (
+        [f"loss exploded (finite, above {EXPLODING:g}× its value at step 0): " + "; ".join(exploded)] if exploded else [])
     return Claim(
         "every run stays finite (no NaN or exploding loss)", "no divergence reported",
-        "none diverged" if not bad else "diverged: " + "; ".join(bad),
-        verdict(not bad), "a diverged run is frozen at its last finite state and plotted with a cross",
+        "; ".join(parts) if parts else "none diverged",
+        verdict(not parts), "a diverged run is frozen at its last finite state and plotted with a cross",
     )
 
 
@@ -531,15 +541,26 @@ def divergence_claim(histories: Mapping[str, Mapping], label: Callable | None = 
                      prefix: bool = True) -> Claim:
     """:func:`divergence_row` for sweep histories by panel name: each diverged run as
     ``"<panel>: <label> at step <t>"`` (the panel only when ``prefix`` and there are several),
-    ``label(panel, history, i) -> str`` naming run ``i`` (default :func:`run_label`)."""
+    ``label(panel, history, i) -> str`` naming run ``i`` (default :func:`run_label`); and each run
+    that stayed finite but whose ``net_train_loss`` (R, E) rose above :data:`EXPLODING` times its
+    value at the first evaluation, with that value, its largest and the step of the largest."""
     label = run_label if label is None else label
-    bad = []
+    bad, exploded = [], []
     for panel, h in histories.items():
-        div, at = np.atleast_1d(h["diverged"]), np.atleast_1d(h["diverged_step"])
+        div, at = np.atleast_1d(np.asarray(h["diverged"], bool)), np.atleast_1d(h["diverged_step"])
         where = f"{panel}: " if prefix and len(histories) > 1 else ""
         for i in np.flatnonzero(div):
             bad.append(f"{where}{label(panel, h, i)} at step {int(at[i])}")
-    return divergence_row(bad)
+        loss = np.asarray(h.get("net_train_loss", np.zeros((0, 0))), np.float64)
+        if loss.ndim != 2 or loss.shape[0] != div.shape[0] or loss.shape[1] < 2:
+            continue
+        for i in np.flatnonzero(~div):
+            li = np.where(np.isfinite(loss[i]), loss[i], -np.inf)
+            j = int(np.argmax(li))
+            if li[j] > EXPLODING * abs(li[0]):
+                exploded.append(f"{where}{label(panel, h, i)}: training loss {li[0]:.3g} → {li[j]:.3g} "
+                                f"at step {int(np.asarray(h['step'])[j])}")
+    return divergence_row(bad, exploded)
 
 
 def runs_of(h: Mapping, K: float, lr: float | None = None) -> np.ndarray:

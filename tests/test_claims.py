@@ -168,6 +168,16 @@ def test_divergence_claim_names_runs():
     assert divergence_claim({"full": ok, "mini": ok}) == divergence_row([])
     no_lr = {k: v for k, v in h.items() if k != "lr"}
     assert divergence_claim({"runs": no_lr}).measured == "diverged: K=5 at step 7; K=∞ at step 7"
+    # a run that stays finite but whose training loss explodes counts too (EXPLODING × its start)
+    boom = dict(ok, net_train_loss=np.array([[2.4, 2.0, 1.9], [2.4, 30.0, 8.2e4]]), step=np.array([0, 25, 50]))
+    row = divergence_claim({"runs": boom})
+    assert row.holds == "no" and row.measured == (
+        "loss exploded (finite, above 10× its value at step 0): K=5, lr=0.1: training loss 2.4 → 8.2e+04 at step 50")
+    mild = dict(boom, net_train_loss=np.array([[2.4, 2.0, 1.9], [2.4, 20.0, 23.9]]))  # just under 10×
+    assert divergence_claim({"runs": mild}) == divergence_row([])
+    both = divergence_claim({"a": h, "b": boom})
+    assert both.measured.startswith("diverged: a: K=5, lr=0.0005 at step 7; a: K=∞, lr=0.2 at step 7; loss exploded")
+    assert both.measured.endswith("b: K=5, lr=0.1: training loss 2.4 → 8.2e+04 at step 50")
     # a label of the caller's, and no panel prefix
     row = divergence_claim({"full": ok, "mini": h}, lambda panel, hist, i: f"{panel} run {i}", prefix=False)
     assert row.measured == "diverged: mini run 1 at step 7; mini run 2 at step 7"
