@@ -71,7 +71,7 @@
 # start from the same initialisation and see the same batches.
 
 # %% tags=["parameters"]
-scale = "smoke"  # "smoke" (CPU, minutes), "cpu" (CPU, ~25 min), "gpu" (one H100, ~10 min), "paper" (the paper's settings)
+scale = "smoke"  # "smoke" (CPU, minutes), "cpu" (CPU, ~45 min), "gpu" (one H100, ~10 min), "paper" (the paper's settings)
 K = None  # full-batch periods: a list, or one K meaning the sweep [1, K] (K 1 is always kept); inf: never
 lr = None  # full-batch learning rate (the mini-batch runs use lr / factor)
 steps = None  # full-batch steps (the mini-batch runs make steps * factor)
