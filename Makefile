@@ -6,7 +6,7 @@
 #               (needs npm, for the MathJax served with the site)
 #   make check-site  open every page of _build/html in headless Chromium (images, maths, local files)
 #   make results  recompute the committed reference runs results/<name>/ that the pages show first:
-#                 SCALE=cpu (default; this 2-core CPU, 15-30 minutes a notebook) or SCALE=gpu (on a GPU
+#                 SCALE=cpu (default; this 2-core CPU, 10-75 minutes a notebook) or SCALE=gpu (on a GPU
 #                 machine); NAMES="fig3 fig2" for some notebooks only (default: every one);
 #                 RESULTS_OPTS=--skip-existing keeps those already at SCALE. Not part of `make book` or CI
 #   make claims-refresh  re-derive results/*/claims.json from the stored results with today's claims

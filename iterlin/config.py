@@ -19,9 +19,10 @@ Scales
     the number of steps so that the number of re-linearisations T/K (the paper's feature-learning
     proxy, Definition 1) stays comparable. Every notebook says what it changes.
 ``"cpu"``
-    Every installed image (4,660 train and 932 test with the shared subset), the paper's models, at
-    least two seeds, and as many steps as fit about 20–30 minutes of a 2-core CPU per notebook: the
-    scale of the book's committed reference runs (``results/<name>/``), well above chance.
+    Every installed image (4,660 train and 932 test with the shared subset; where a step is a pass
+    over the training set, a stated part), the paper's models, at least two seeds, and as many steps
+    as fit about 10–75 minutes of a 2-core CPU per notebook: the scale of the book's committed
+    reference runs (``results/<name>/``), well above chance.
 ``"gpu"``
     Every installed image and a step count estimated to fit about ten minutes of one H100.
 ``"paper"``
