@@ -75,6 +75,7 @@ __all__ = [
     "divergence_row",
     "divergence_claim",
     "EXPLODING",
+    "exploded_runs",
     "run_label",
     "on_par_claim",
     "on_par_rule",
@@ -537,6 +538,18 @@ def run_label(panel: str, h: Mapping, i: int) -> str:
     return f"K={fmt_K(h['K'][i])}{lr}"
 
 
+def exploded_runs(h: Mapping) -> np.ndarray:
+    """(R,) bool: the runs of a sweep history that did not diverge but whose ``net_train_loss`` (R, E)
+    rose above :data:`EXPLODING` times its value at the first evaluation (all False without a
+    training loss recorded at two points or more)."""
+    div = np.atleast_1d(np.asarray(h["diverged"], bool))
+    loss = np.asarray(h.get("net_train_loss", np.zeros((0, 0))), np.float64)
+    if loss.ndim != 2 or loss.shape[0] != div.shape[0] or loss.shape[1] < 2:
+        return np.zeros_like(div)
+    peak = np.max(np.where(np.isfinite(loss), loss, -np.inf), axis=1)
+    return ~div & (peak > EXPLODING * np.abs(loss[:, 0]))
+
+
 def divergence_claim(histories: Mapping[str, Mapping], label: Callable | None = None, *,
                      prefix: bool = True) -> Claim:
     """:func:`divergence_row` for sweep histories by panel name: each diverged run as
@@ -552,14 +565,11 @@ def divergence_claim(histories: Mapping[str, Mapping], label: Callable | None = 
         for i in np.flatnonzero(div):
             bad.append(f"{where}{label(panel, h, i)} at step {int(at[i])}")
         loss = np.asarray(h.get("net_train_loss", np.zeros((0, 0))), np.float64)
-        if loss.ndim != 2 or loss.shape[0] != div.shape[0] or loss.shape[1] < 2:
-            continue
-        for i in np.flatnonzero(~div):
+        for i in np.flatnonzero(exploded_runs(h)):
             li = np.where(np.isfinite(loss[i]), loss[i], -np.inf)
             j = int(np.argmax(li))
-            if li[j] > EXPLODING * abs(li[0]):
-                exploded.append(f"{where}{label(panel, h, i)}: training loss {li[0]:.3g} → {li[j]:.3g} "
-                                f"at step {int(np.asarray(h['step'])[j])}")
+            exploded.append(f"{where}{label(panel, h, i)}: training loss {li[0]:.3g} → {li[j]:.3g} "
+                            f"at step {int(np.asarray(h['step'])[j])}")
     return divergence_row(bad, exploded)
 
 

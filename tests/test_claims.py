@@ -28,6 +28,7 @@ from iterlin.claims import (
     difference,
     divergence_claim,
     divergence_row,
+    exploded_runs,
     exceeds,
     final_difference,
     fmt_K,
@@ -173,7 +174,11 @@ def test_divergence_claim_names_runs():
     row = divergence_claim({"runs": boom})
     assert row.holds == "no" and row.measured == (
         "loss exploded (finite, above 10× its value at step 0): K=5, lr=0.1: training loss 2.4 → 8.2e+04 at step 50")
+    assert exploded_runs(boom).tolist() == [False, True]
     mild = dict(boom, net_train_loss=np.array([[2.4, 2.0, 1.9], [2.4, 20.0, 23.9]]))  # just under 10×
+    assert exploded_runs(mild).tolist() == [False, False] and exploded_runs(ok).tolist() == [False, False]
+    stopped = dict(boom, diverged=np.array([False, True]))  # stopped by the guard: diverged, not "exploded"
+    assert exploded_runs(stopped).tolist() == [False, False]
     assert divergence_claim({"runs": mild}) == divergence_row([])
     both = divergence_claim({"a": h, "b": boom})
     assert both.measured.startswith("diverged: a: K=5, lr=0.0005 at step 7; a: K=∞, lr=0.2 at step 7; loss exploded")

@@ -54,7 +54,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from ..claims import UNDECIDED, Claim, divergence_claim, on_par_claim
+from ..claims import EXPLODING, UNDECIDED, Claim, divergence_claim, exploded_runs, on_par_claim
 from ..data import Dataset
 from ..losses import get_loss
 from ..models import make_model
@@ -191,8 +191,9 @@ def fisher_one_sided(a: int, n_a: int, b: int, n_b: int) -> float:
 
 
 def divergence_counts(results: Mapping) -> tuple[int, int, int, int]:
-    """``(diverged with BN, BN runs, diverged without BN, no-BN runs)``, counted over every seed and K."""
-    d_b, d_nb = np.asarray(results["bn"]["diverged"], bool), np.asarray(results["no_bn"]["diverged"], bool)
+    """``(diverged with BN, BN runs, diverged without BN, no-BN runs)``, counted over every seed and K:
+    a run diverged when the guard stopped it or its loss exploded (:func:`iterlin.claims.exploded_runs`)."""
+    d_b, d_nb = (np.asarray(results[p]["diverged"], bool) | exploded_runs(results[p]) for p in ("bn", "no_bn"))
     return int(d_b.sum()), int(d_b.size), int(d_nb.sum()), int(d_nb.size)
 
 
@@ -213,10 +214,11 @@ def bn_divergence_claim(results: Mapping) -> Claim:
                else "learning rates or K differ between the panels (as in the paper)")
     return Claim(
         "BatchNorm runs diverge more easily", "far more likely to diverge (no counts given)",
-        f"diverged: BN {a}/{n_a} runs (lr {lr['bn']}), no BN {b}/{n_b} runs (lr {lr['no_bn']}); "
+        f"diverged or loss exploded: BN {a}/{n_a} runs (lr {lr['bn']}), no BN {b}/{n_b} runs (lr {lr['no_bn']}); "
         f"one-sided Fisher p = {more:.2f} (BN more), {less:.2f} (BN fewer)",
         holds,
-        f"Fisher's exact test on the counts of diverged runs: yes when BN diverged more often at p < {ALPHA:g}, "
+        f"Fisher's exact test on the counts of diverged runs (stopped by the guard, or a loss above {EXPLODING:g}× its "
+        f"start): yes when BN diverged more often at p < {ALPHA:g}, "
         f"no when less often at p < {ALPHA:g}, else undecided (no divergence at all decides nothing); {setting}",
     )
 

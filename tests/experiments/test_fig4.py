@@ -121,7 +121,7 @@ def test_claims_hold_on_par_and_no_divergence():
     rows = fig4.claims(_results([0.5, 0.495], [0.6, 0.605]))
     assert [r.holds for r in rows] == ["yes", "yes", UNDECIDED, "yes"]  # no run diverged: "more easily" undecided
     assert rows[0].claim == "no BatchNorm: large K ≈ SGD (K = 1)"
-    assert rows[2].measured.startswith("diverged: BN 0/2 runs (lr 0.02), no BN 0/2 runs (lr 0.01)")
+    assert rows[2].measured.startswith("diverged or loss exploded: BN 0/2 runs (lr 0.02), no BN 0/2 runs (lr 0.01)")
     assert rows[2].rule.endswith("learning rates or K differ between the panels (as in the paper)")
     same = _results([0.5, 0.495], [0.6, 0.605])
     same["bn"]["lr"] = same["no_bn"]["lr"]
@@ -159,6 +159,13 @@ def test_bn_divergence_is_counted_and_tested():
     assert rows[2].holds == "no"
     rows = fig4.claims(_results(nb4, nb4, S=2, div_b=[False, True, False, False]))
     assert rows[2].holds == UNDECIDED and rows[3].holds == "no"  # 1 of 4 against 0 of 4: p = 0.5
+    # finite runs whose training loss exploded count as diverged (iterlin.claims.exploded_runs)
+    res = _results(nb4, nb4, S=2)
+    res["no_bn"]["net_train_loss"] = np.array([[2.3, 2.1]] * 4) * np.array([[1, 1], [1, 30], [1, 1], [1, 30]])
+    res["no_bn"]["step"] = np.array([0, 200])
+    rows = fig4.claims(res)
+    assert "no BN 2/4 runs" in rows[2].measured and "BN 0/4 runs" in rows[2].measured
+    assert rows[3].holds == "no" and "no BN: K=100, lr=0.01: training loss 2.3 → 63 at step 200" in rows[3].measured
 
 
 def test_fisher_one_sided():
