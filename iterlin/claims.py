@@ -522,8 +522,9 @@ def divergence_row(bad: Iterable[str], exploded: Iterable[str] = ()) -> Claim:
     """The row reporting diverged runs, each described by a string (e.g. ``"K=5 at step 12"``), and
     finite runs whose loss exploded (e.g. ``"K=5: training loss 2.4 → 8.2e+04 at step 100"``)."""
     bad, exploded = list(bad), list(exploded)
-    parts = (["diverged: " + "; ".join(bad)] if bad else []) + (
-        [f"loss exploded (finite, above {EXPLODING:g}× its value at step 0): " + "; ".join(exploded)] if exploded else [])
+    parts = ["diverged: " + "; ".join(bad)] if bad else []
+    if exploded:
+        parts.append(f"loss exploded (finite, above {EXPLODING:g}× its value at step 0): " + "; ".join(exploded))
     return Claim(
         "every run stays finite (no NaN or exploding loss)", "no divergence reported",
         "; ".join(parts) if parts else "none diverged",

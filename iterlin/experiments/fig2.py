@@ -43,7 +43,8 @@ SCALES = {
     # mini-batch: factor 3, so 300 steps of 128 at 0.01 with K in {1, 30, ∞} (the ksweep and lr
     # runs' setting, where K = 1 passes 35 %). Measured on this 2-core CPU: 2.2 ms per image for
     # a plain step, 3.2 ms linearised, so ESTIMATE ≈ 2 × (225 + 2 × 330) s full batch + 2 × (85 +
-    # 2 × 125) s mini-batch ≈ 40 min, plus 6 evaluations of each run.
+    # 2 × 125) s mini-batch ≈ 40 min, plus 6 evaluations of each run. Measured (results/fig2):
+    # 4,242 s with other jobs beside it; K = 1 31.6 % / 37.8 %, large K's loss exploded.
     "cpu": dict(
         K=[1, 10, INF], lr=0.03, steps=100, factor=3, batch_size=128, n_train=None, n_train_full=1024,
         n_test=None, seed=0, n_seeds=2, n_evals=5, n_eval_train=500,

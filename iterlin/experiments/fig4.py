@@ -78,7 +78,8 @@ SCALES = {
     # step costs 26 ms per image plain (K = 1) and 37 ms linearised (batch 32). 2 panels x 2 seeds
     # x 2 K x 120 steps of 64 (1.6 epochs), lr 0.01 and K = 20 (6 re-linearisations) in both
     # panels, so that the divergence counts compare like with like; 3 evaluations per run (the
-    # network on every test image, both models on 64 training images). ESTIMATE ~40 minutes.
+    # network on every test image, both models on 64 training images). ESTIMATE ~40 minutes;
+    # measured (results/fig4): 3,834 s with other jobs beside it.
     # One-seed pilots, no BN, 60 steps of 64 (test accuracy on the 932 test images): K = 1 24.9 %
     # at lr 0.01, 22.2 % at 0.03; K = 20 at 0.01 13.9 %, its loss 4.8 at step 60 (the linear model
     # at θ_s is unstable at this rate, as the earlier scale's K = 12 was: its linearised loss rose
