@@ -539,16 +539,28 @@ def run_label(panel: str, h: Mapping, i: int) -> str:
     return f"K={fmt_K(h['K'][i])}{lr}"
 
 
+def _loss_peaks(h: Mapping):
+    """``(first, peak, at)``, each (R,): each run's ``net_train_loss`` at the first evaluation, its
+    largest finite value and that value's evaluation index; None without a training loss recorded
+    at two points or more."""
+    loss = np.asarray(h.get("net_train_loss", np.zeros((0, 0))), np.float64)
+    if loss.ndim != 2 or loss.shape[0] != np.size(h["diverged"]) or loss.shape[1] < 2:
+        return None
+    finite = np.where(np.isfinite(loss), loss, -np.inf)
+    at = np.argmax(finite, axis=1)
+    return loss[:, 0], finite[np.arange(loss.shape[0]), at], at
+
+
 def exploded_runs(h: Mapping) -> np.ndarray:
     """(R,) bool: the runs of a sweep history that did not diverge but whose ``net_train_loss`` (R, E)
     rose above :data:`EXPLODING` times its value at the first evaluation (all False without a
     training loss recorded at two points or more)."""
     div = np.atleast_1d(np.asarray(h["diverged"], bool))
-    loss = np.asarray(h.get("net_train_loss", np.zeros((0, 0))), np.float64)
-    if loss.ndim != 2 or loss.shape[0] != div.shape[0] or loss.shape[1] < 2:
+    peaks = _loss_peaks(h)
+    if peaks is None:
         return np.zeros_like(div)
-    peak = np.max(np.where(np.isfinite(loss), loss, -np.inf), axis=1)
-    return ~div & (peak > EXPLODING * np.abs(loss[:, 0]))
+    first, peak, _ = peaks
+    return ~div & (peak > EXPLODING * np.abs(first))
 
 
 def divergence_claim(histories: Mapping[str, Mapping], label: Callable | None = None, *,
@@ -565,12 +577,12 @@ def divergence_claim(histories: Mapping[str, Mapping], label: Callable | None = 
         where = f"{panel}: " if prefix and len(histories) > 1 else ""
         for i in np.flatnonzero(div):
             bad.append(f"{where}{label(panel, h, i)} at step {int(at[i])}")
-        loss = np.asarray(h.get("net_train_loss", np.zeros((0, 0))), np.float64)
-        for i in np.flatnonzero(exploded_runs(h)):
-            li = np.where(np.isfinite(loss[i]), loss[i], -np.inf)
-            j = int(np.argmax(li))
-            exploded.append(f"{where}{label(panel, h, i)}: training loss {li[0]:.3g} → {li[j]:.3g} "
-                            f"at step {int(np.asarray(h['step'])[j])}")
+        boom = exploded_runs(h)
+        if boom.any():
+            first, peak, at_peak = _loss_peaks(h)
+            for i in np.flatnonzero(boom):
+                exploded.append(f"{where}{label(panel, h, i)}: training loss {first[i]:.3g} → {peak[i]:.3g} "
+                                f"at step {int(np.asarray(h['step'])[at_peak[i]])}")
     return divergence_row(bad, exploded)
 
 

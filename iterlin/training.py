@@ -1090,11 +1090,15 @@ def fit(
     placement, vectorise = _placement(devices, shard_runs, data_parallel, sweep=sweep, vectorise=vectorise,
                                       batch_size=batch_size, n_train=x.shape[0])
     loss = get_loss(loss)
+    if eval_train_size is not None:
+        eval_train_size = check_int(eval_train_size, "eval_train_size")
+        if eval_train_size > x.shape[0]:
+            raise ValueError(f"eval_train_size={eval_train_size} is not allowed: it must be <= the {x.shape[0]} "
+                             "training examples, or None for all of them")
     if eval_steps is None and eval_every is None:  # the default: budgeted (default_evaluation)
         n_test = 0 if eval_data is None else int(eval_data[0].shape[0])
         eval_every, eval_train_size = default_evaluation(
-            steps, x.shape[0] if batch_size is None else batch_size, x.shape[0], n_test,
-            None if eval_train_size is None else check_int(eval_train_size, "eval_train_size"))
+            steps, x.shape[0] if batch_size is None else batch_size, x.shape[0], n_test, eval_train_size)
     points = _eval_steps(steps, eval_every, eval_steps)
     eval_batch_size = check_int(eval_batch_size, "eval_batch_size")
     key = jax.random.PRNGKey(0) if key is None else jnp.asarray(key)
@@ -1107,12 +1111,7 @@ def fit(
                 f"key of shape {tuple(key_data.shape)} is not allowed: one key per run needs sweep=True and "
                 f"a leading axis equal to the number of runs ({runs}); else pass one key"
             )
-    n_eval_train = x.shape[0]
-    if eval_train_size is not None:
-        n_eval_train = check_int(eval_train_size, "eval_train_size")
-        if n_eval_train > x.shape[0]:
-            raise ValueError(f"eval_train_size={n_eval_train} is not allowed: it must be <= the {x.shape[0]} "
-                             "training examples, or None for all of them")
+    n_eval_train = x.shape[0] if eval_train_size is None else eval_train_size
     splits = {"train": (x[:n_eval_train], y[:n_eval_train])}
     if eval_data is not None:
         splits["test"] = eval_data
