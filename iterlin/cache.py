@@ -297,17 +297,46 @@ def save_results(path: str | os.PathLike, results: Mapping, *, key: str, config:
     return digest
 
 
-def load_results(path: str | os.PathLike, *, key: str | None = None) -> dict:
+#: The most an ``.npz`` member may expand on decompression (deflate's limit is about 1032:1).
+_MAX_EXPANSION = 1100
+
+
+def _check_sizes(path: str | os.PathLike) -> None:
+    """Each array's size as its ``.npy`` header states it, checked against the bytes the archive
+    holds before anything is allocated (a forged header claiming terabytes is refused here)."""
+    with zipfile.ZipFile(path) as zf:
+        for info in zf.infolist():
+            if info.compress_type == zipfile.ZIP_STORED:
+                limit = info.compress_size
+            else:
+                limit = info.compress_size * _MAX_EXPANSION + 4096
+            if info.file_size > limit:
+                raise ValueError(f"member {info.filename!r} claims {info.file_size} bytes from {info.compress_size}")
+            with zf.open(info) as f:
+                version = np.lib.format.read_magic(f)
+                read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+                shape, _, dtype = read(f)
+            if dtype.hasobject:
+                raise ValueError(f"member {info.filename!r} is an object array (would need pickle)")
+            nbytes = math.prod(shape) * dtype.itemsize
+            if nbytes > info.file_size:
+                raise ValueError(f"member {info.filename!r} claims shape {shape} of {dtype} ({nbytes} bytes) in "
+                                 f"{info.file_size} bytes")
+
+
+def load_results(path: str | os.PathLike, *, key: str | None = None, config: Mapping | None = None) -> dict:
     """Read an ``.npz`` written by :func:`save_results`; ``CheckpointError`` if unusable.
 
-    Every array is read in full (so a truncated member is detected here, not later), the stored
-    digest must match the arrays (:func:`results_digest`), and the stored key must equal ``key``
-    when given.
+    Every array's header is checked against the archive's size before it is allocated, every array
+    is read in full (so a truncated member is detected here, not later), the stored digest must
+    match the arrays (:func:`results_digest`), the stored key must equal ``key`` and the stored
+    config must equal ``config`` (as :func:`canonical_json`) when given.
     """
     try:
+        _check_sizes(path)
         with np.load(path, allow_pickle=False) as z:
             flat = {k: z[k] for k in z.files}
-    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, zlib.error) as e:
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, zlib.error, MemoryError) as e:
         raise CheckpointError(f"cache file {path} is unreadable or truncated ({type(e).__name__}: {e})") from e
     if "__key__" not in flat:
         raise CheckpointError(f"cache file {path} has no stored key: not written by iterlin.cache")
@@ -322,9 +351,12 @@ def load_results(path: str | os.PathLike, *, key: str | None = None) -> dict:
             f"{actual[:16]}...): the results were altered after they were written"
         )
     stored = flat.pop("__key__")
-    flat.pop("__config__", None)
+    stored_config = str(flat.pop("__config__", ""))
     if key is not None and str(stored) != key:
-        raise CheckpointError(f"cache file {path} holds key {str(stored)[:20]}..., expected {key[:20]}...")
+        raise CheckpointError(f"cache file {path} holds key {str(stored)[:40]}..., expected {key[:40]}...")
+    if config is not None and stored_config != canonical_json(config):
+        raise CheckpointError(f"cache file {path} holds the results of config {stored_config[:300]}, expected "
+                              f"{canonical_json(config)[:300]}")
     return unflatten(flat)
 
 
