@@ -25,7 +25,14 @@ processes on this machine, ``debug`` in this process. A preempted or timed-out S
 requeued (submitit's checkpointing protocol, :meth:`Job.checkpoint`) and resumes from its training
 checkpoints, which live in the sweep's folder (``<folder>/cache``: put the folder on a file system
 every node sees). Each finished job writes ``<folder>/jobs/<i>/`` like ``run --out``;
-``collect`` (or :func:`collect`) reads them back with the jobs' states, at any time.
+``collect`` (or :func:`collect`) reads them back with the jobs' states, at any time, each checked
+to hold the config ``sweep.json`` gives it.
+
+Bad input exits 2 with a message naming the parameter, the value and what is allowed, before
+anything runs: a sweep has at most :data:`MAX_JOBS` jobs; ``--out`` and ``--folder`` must be
+writable; a sweep's folder must be new or empty (``sweep.json`` is created exclusively, so two
+sweeps started into one folder cannot mix their jobs). On the local executor a job has no time
+limit unless ``--time`` is given, and ``--array-parallelism p`` runs the jobs in ``p`` processes.
 """
 
 from __future__ import annotations
@@ -46,7 +53,8 @@ from .checkpoint import CheckpointError, atomic_write_bytes
 from .claims import HOLDS, Claim, ClaimsTable, publish_claims
 from .config import SCALE_NAMES
 
-__all__ = ["parse_value", "parse_params", "grid", "Job", "JobResult", "collect", "summary_table", "main"]
+__all__ = ["parse_value", "parse_params", "parse_seeds", "grid", "Job", "Batch", "JobResult", "submit", "collect",
+           "summary_table", "writable_folder", "main"]
 
 #: The executors ``sweep`` can use (submitit's clusters).
 EXECUTORS = ("local", "slurm", "debug")

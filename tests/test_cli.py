@@ -301,7 +301,9 @@ def test_a_malformed_manifest_is_named(tmp_path, capsys, doc, message):
 
 
 def test_a_jobs_unreadable_claims_or_forged_results_make_it_invalid(tmp_path):
-    configs = cli.grid("fig9", "smoke", ["steps=3,4"])
+    import numpy as np
+
+    configs = cli.grid("fig9", "smoke", ["steps=3,4,5"])
     _manifest(tmp_path, configs)
     for i, c in enumerate(configs):
         _fake_job(tmp_path, i, c)
@@ -309,10 +311,12 @@ def test_a_jobs_unreadable_claims_or_forged_results_make_it_invalid(tmp_path):
     doc["rows"] = [{"claim": "c", "bogus": 1}]
     (tmp_path / "jobs/0/fig9.json").write_text(json.dumps(doc))
     _forge_huge_npz(tmp_path / "jobs/1/results.npz")
+    np.savez(tmp_path / "jobs/2/results.npz", x=np.asarray([{"a": 1}], dtype=object), allow_pickle=True)
     jobs = cli.collect(tmp_path)
-    assert [j.state for j in jobs] == ["invalid", "invalid"]
+    assert [j.state for j in jobs] == ["invalid", "invalid", "invalid"]
     assert "fig9.json is not this job's claims (TypeError" in jobs[0].error
     assert "claims shape" in jobs[1].error
+    assert "is an object array" in jobs[2].error
 
 
 def _forge_huge_npz(path):
@@ -326,3 +330,20 @@ def _forge_huge_npz(path):
     np.lib.format.write_array_header_1_0(buf, {"descr": "<f8", "fortran_order": False, "shape": (2**40,)})
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
         zf.writestr("x.npy", buf.getvalue() + b"\0" * 8)
+
+
+def test_run_outside_a_checkout_with_xdg_cache_home_a_file_warns_and_runs(tmp_path):
+    """Outside a checkout the caches are the user's (``$XDG_CACHE_HOME/iterlin``): a file there makes
+    them unusable, which a run says and survives (they are only caches)."""
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ITERLIN_CACHE", "ITERLIN_COMPILATION_CACHE",
+                                                                    "JAX_COMPILATION_CACHE"))}
+    env["XDG_CACHE_HOME"] = str(a_file)
+    code = ("import sys, iterlin.cache as c; c.repo_root = lambda: None; from iterlin.cli import main; "
+            "sys.exit(main(sys.argv[1:]))")
+    proc = subprocess.run([sys.executable, "-c", code, "run", "fig9", *TINY, "--out", str(tmp_path / "out")],
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr and "running without it" in proc.stderr
+    assert (tmp_path / "out" / "results.npz").is_file()
