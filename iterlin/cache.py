@@ -64,7 +64,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from .checkpoint import CheckpointError, atomic_write_bytes
+from .checkpoint import CheckpointError, atomic_write_bytes, check_npz_sizes
 
 __all__ = [
     "CacheWarning",
@@ -297,33 +297,6 @@ def save_results(path: str | os.PathLike, results: Mapping, *, key: str, config:
     return digest
 
 
-#: The most an ``.npz`` member may expand on decompression (deflate's limit is about 1032:1).
-_MAX_EXPANSION = 1100
-
-
-def _check_sizes(path: str | os.PathLike) -> None:
-    """Each array's size as its ``.npy`` header states it, checked against the bytes the archive
-    holds before anything is allocated (a forged header claiming terabytes is refused here)."""
-    with zipfile.ZipFile(path) as zf:
-        for info in zf.infolist():
-            if info.compress_type == zipfile.ZIP_STORED:
-                limit = info.compress_size
-            else:
-                limit = info.compress_size * _MAX_EXPANSION + 4096
-            if info.file_size > limit:
-                raise ValueError(f"member {info.filename!r} claims {info.file_size} bytes from {info.compress_size}")
-            with zf.open(info) as f:
-                version = np.lib.format.read_magic(f)
-                read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-                shape, _, dtype = read(f)
-            if dtype.hasobject:
-                raise ValueError(f"member {info.filename!r} is an object array (would need pickle)")
-            nbytes = math.prod(shape) * dtype.itemsize
-            if nbytes > info.file_size:
-                raise ValueError(f"member {info.filename!r} claims shape {shape} of {dtype} ({nbytes} bytes) in "
-                                 f"{info.file_size} bytes")
-
-
 def load_results(path: str | os.PathLike, *, key: str | None = None, config: Mapping | None = None) -> dict:
     """Read an ``.npz`` written by :func:`save_results`; ``CheckpointError`` if unusable.
 
@@ -333,7 +306,7 @@ def load_results(path: str | os.PathLike, *, key: str | None = None, config: Map
     config must equal ``config`` (as :func:`canonical_json`) when given.
     """
     try:
-        _check_sizes(path)
+        check_npz_sizes(path)
         with np.load(path, allow_pickle=False) as z:
             flat = {k: z[k] for k in z.files}
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, zlib.error, MemoryError) as e:
