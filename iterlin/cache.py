@@ -68,6 +68,7 @@ from .checkpoint import CheckpointError, atomic_write_bytes, check_npz_sizes
 
 __all__ = [
     "CacheWarning",
+    "ResultsMismatch",
     "cached",
     "cache_root",
     "cache_key",
@@ -86,6 +87,10 @@ __all__ = [
 PACKAGE_DIR = Path(__file__).resolve().parent
 _SEP = "/"
 _RESERVED = ("__key__", "__config__", "__digest__")
+
+
+class ResultsMismatch(CheckpointError):
+    """A results file is intact but holds another key or config than the one asked for."""
 
 
 class CacheWarning(UserWarning):
@@ -303,7 +308,8 @@ def load_results(path: str | os.PathLike, *, key: str | None = None, config: Map
     Every array's header is checked against the archive's size before it is allocated, every array
     is read in full (so a truncated member is detected here, not later), the stored digest must
     match the arrays (:func:`results_digest`), the stored key must equal ``key`` and the stored
-    config must equal ``config`` (as :func:`canonical_json`) when given.
+    config must equal ``config`` (as :func:`canonical_json`) when given (else
+    :class:`ResultsMismatch`, a ``CheckpointError``).
     """
     try:
         check_npz_sizes(path)
@@ -326,9 +332,9 @@ def load_results(path: str | os.PathLike, *, key: str | None = None, config: Map
     stored = flat.pop("__key__")
     stored_config = str(flat.pop("__config__", ""))
     if key is not None and str(stored) != key:
-        raise CheckpointError(f"cache file {path} holds key {str(stored)[:40]}..., expected {key[:40]}...")
+        raise ResultsMismatch(f"cache file {path} holds key {str(stored)[:40]}..., expected {key[:40]}...")
     if config is not None and stored_config != canonical_json(config):
-        raise CheckpointError(f"cache file {path} holds the results of config {stored_config[:300]}, expected "
+        raise ResultsMismatch(f"cache file {path} holds the results of config {stored_config[:300]}, expected "
                               f"{canonical_json(config)[:300]}")
     return unflatten(flat)
 

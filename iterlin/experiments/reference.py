@@ -42,8 +42,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
-from ..cache import load_results, repo_root, save_results
-from ..checkpoint import CheckpointError, atomic_write_bytes
+from ..cache import ResultsMismatch, load_results, repo_root, save_results
+from ..checkpoint import atomic_write_bytes
 from ..claims import Claim, ClaimsTable
 from ..fingerprint import code_fingerprint
 from . import registry
@@ -215,7 +215,7 @@ def load(name: str, *, base=None, check_claims: bool = True) -> Reference | None
     key = f"reference:{name}:{scale}:{provenance['code_fingerprint']}"
     try:
         results = load_results(d / "results.npz", key=key, config=config)
-    except CheckpointError as e:
+    except ResultsMismatch as e:
         raise ReferenceMismatch(f"{d / 'results.npz'} is not the run {where} describes: {e}") from None
     if list(provenance["seeds"]) != _seeds(config):
         raise ReferenceMismatch(f"{where}: seeds {provenance['seeds']!r} are not the stored config's {_seeds(config)!r}")
