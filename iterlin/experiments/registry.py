@@ -68,7 +68,7 @@ def get(name: str) -> Experiment:
     return EXPERIMENTS[name]
 
 
-def resolve(name: str, scale: str = "smoke", **overrides: Any) -> dict:
+def resolve(name: str, scale: str = "smoke", /, **overrides: Any) -> dict:
     """The config of experiment ``name`` at ``scale`` with ``overrides`` applied, every value checked.
 
     ``None`` for an override keeps the scale's default. See :func:`iterlin.config.resolve`.
