@@ -236,7 +236,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{name}: reference run at scale {args.scale!r} exists, skipped")
             continue
         print(f"{name}: computing at scale {args.scale!r}", flush=True)
-        out = write(name, args.scale, base=args.results, progress=sys.stderr.isatty())
+        out = write(name, args.scale, base=args.results, progress=True)
         ref = load(name, base=args.results)
         print(ref.caption())
         print(ref.claims())
