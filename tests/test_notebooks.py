@@ -61,8 +61,10 @@ def test_parameters_cell_names_are_the_experiments(stem):
 
 @pytest.mark.parametrize("stem", PAIRS)
 def test_py_and_ipynb_parameters_cells_agree(stem):
+    import re
+
     py = (NOTEBOOKS / f"{stem}.py").read_text(encoding="utf-8")
-    start = py.index('# %% tags=["parameters"]\n') + len('# %% tags=["parameters"]\n')
+    start = re.search(r'^# %% tags=\[[^\]]*"parameters"[^\]]*\]\n', py, flags=re.M).end()
     end = py.index("# %%", start)
     assert _assigned(py[start:end]) == _assigned(_parameters_cell(stem))
 
@@ -92,10 +94,45 @@ def test_reference_cells_are_not_compared_by_nbval(stem):
     marker (``# NBVAL_IGNORE_OUTPUT (why)`` is silently compared), so ask nbval itself."""
     from nbval.plugin import find_comment_markers
 
-    cells = [src for src in _code_cells(stem) if "reference.show(" in src]
+    cells = [src for src in _code_cells(stem) if "reference.show" in src]
     assert cells, f"{stem}.ipynb has no reference-run cell"
     for src in cells:
         assert ("check", False) in list(find_comment_markers(src)), f"{stem}: nbval compares\n{src}"
+
+
+@pytest.mark.parametrize("stem", PAIRS)
+def test_a_figure_page_opens_with_its_reference_figure_and_verdict(stem):
+    """The page shows the title, then the reference run's plot and verdict (its code removed), then
+    the explanation with each scale's settings folded; the parameters and imports are collapsed
+    (jupyter-book's hide-cell), still run by papermill and nbval (the ``parameters`` tag kept)."""
+    nb = json.loads((NOTEBOOKS / f"{stem}.ipynb").read_text(encoding="utf-8"))
+    cells = nb["cells"]
+
+    def src(c):
+        return "".join(c["source"]) if isinstance(c["source"], list) else c["source"]
+
+    def tags(c):
+        return c.get("metadata", {}).get("tags") or []
+
+    title = src(cells[0]).strip()
+    assert cells[0]["cell_type"] == "markdown" and title.startswith("# ") and "\n" not in title
+    first = next(i for i, c in enumerate(cells) if "remove-input" in tags(c) or c["cell_type"] == "markdown" and i)
+    shown_before = cells[1:first]
+    assert all(c["cell_type"] == "code" and "hide-cell" in tags(c) for c in shown_before), stem
+    assert "parameters" in tags(shown_before[0])
+    ref = cells[first]
+    assert "remove-input" in tags(ref) and "reference.show(" in src(ref) and "table=False" in src(ref)
+    outputs = ref.get("outputs", [])
+    kinds = [("image" if any(k.startswith("image/") for k in o.get("data", {})) else
+              "verdict" if "Verdict of the reference run" in "".join(o.get("data", {}).get("text/plain", "")) else
+              o.get("output_type")) for o in outputs]
+    # the plot (its figures, and what it prints beside them), then the verdict, then the provenance
+    k = kinds.index("verdict") if "verdict" in kinds else 0
+    assert k > 0 and kinds[0] == "image" and "verdict" not in kinds[k + 1:], (stem, kinds)
+    assert "".join(outputs[k + 1].get("text", "")).startswith("Reference run: "), stem
+    explanation = src(cells[first + 1])
+    assert cells[first + 1]["cell_type"] == "markdown"
+    assert "<details>" in explanation and "<summary>What each scale runs" in explanation
 
 
 # --- nbval's comparison (notebooks/conftest.py, notebooks/nbval_sanitize.cfg) -------------------
