@@ -972,10 +972,10 @@ def _run(
 
     bar = None
     if progress:
-        from tqdm.auto import tqdm
+        from .progress import progress_bar  # a bar on a terminal, plain lines elsewhere
 
         # ``done`` points are recorded, the last at step points[done - 1]: the state's step.
-        bar = tqdm(total=points[-1], initial=points[done - 1] if done > 0 else 0, unit="step")
+        bar = progress_bar(points[-1], initial=points[done - 1] if done > 0 else 0)
 
     def record(state, t):
         vals = _means(evaluate(state), {name: c.n for name, c in evaluation.splits.items()})

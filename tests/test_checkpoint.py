@@ -468,11 +468,11 @@ class _Bar:
 
 @pytest.mark.parametrize("at", [4, 6], ids=["after-2", "after-4"])
 def test_the_progress_bar_of_a_resumed_run_starts_where_it_stopped_and_ends_at_the_total(tmp_path, monkeypatch, at):
-    import tqdm.auto
+    import iterlin.progress
 
     path = tmp_path / "run.npz"
     _killed(path, at=at)  # the checkpoint holds the points before ``at``
-    monkeypatch.setattr(tqdm.auto, "tqdm", _Bar)
+    monkeypatch.setattr(iterlin.progress, "progress_bar", _Bar)
     _Bar.bars = []
     _train(path, steps=6, progress=True)
     (bar,) = _Bar.bars

@@ -236,22 +236,36 @@ def load(name: str, *, base=None, check_claims: bool = True) -> Reference | None
     return Reference(name, results, rows, provenance)
 
 
-def show(name: str, plot: Callable[[Mapping], Any], *, base=None) -> Reference | None:
-    """A notebook's reference-run cell: ``plot(results)`` of the committed run, its provenance line
-    (:meth:`Reference.caption`) and its claims table (HTML in a notebook); or one line saying that
-    none is committed. Returns the :class:`Reference` (None without one)."""
+def _display(obj) -> None:
+    try:
+        from IPython.display import display
+    except ImportError:  # outside IPython: as text
+        display = print
+    display(obj)
+
+
+def show(name: str, plot: Callable[[Mapping], Any], *, base=None, table: bool = True) -> Reference | None:
+    """A notebook's reference-run cell, the first thing its page shows: ``plot(results)`` of the
+    committed run, the one-line verdict of its claims (:meth:`~iterlin.claims.ClaimsTable.verdict`),
+    its provenance line (:meth:`Reference.caption`) and, unless ``table=False`` (then
+    :func:`show_claims` shows it further down), its claims table (HTML in a notebook); or one line
+    saying that none is committed. Returns the :class:`Reference` (None without one)."""
     ref = load(name, base=base)
     if ref is None:
         print("No reference run is committed yet: make results SCALE=cpu")
         return None
     plot(ref.results)
+    _display(ref.claims().verdict())
     print(ref.caption())
-    try:
-        from IPython.display import display
-    except ImportError:  # outside IPython: the table as text
-        display = print
-    display(ref.claims())
+    if table:
+        _display(ref.claims())
     return ref
+
+
+def show_claims(ref: Reference | None) -> None:
+    """The claims table of the reference run ``ref`` that :func:`show` returned (nothing without one)."""
+    if ref is not None:
+        _display(ref.claims())
 
 
 def rewrite_claims(name: str, *, base=None) -> bool:
@@ -313,7 +327,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{name}: reference run at scale {args.scale!r} exists, skipped")
             continue
         print(f"{name}: computing at scale {args.scale!r}", flush=True)
-        out = write(name, args.scale, base=args.results, progress=sys.stderr.isatty())
+        out = write(name, args.scale, base=args.results, progress=True)
         ref = load(name, base=args.results)
         print(ref.caption())
         print(ref.claims())

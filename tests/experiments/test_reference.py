@@ -65,7 +65,7 @@ def test_write_and_load_a_reference_run_with_its_provenance(toy, tmp_path):
     assert reference.load("toy", base=tmp_path / "elsewhere") is None
 
 
-def test_show_plots_the_reference_run_then_its_provenance_and_claims(toy, tmp_path, capsys):
+def test_show_plots_the_reference_run_then_its_verdict_provenance_and_claims(toy, tmp_path, capsys):
     base = tmp_path / "results"
     plotted = []
     assert reference.show("toy", plotted.append, base=base) is None and plotted == []
@@ -74,7 +74,15 @@ def test_show_plots_the_reference_run_then_its_provenance_and_claims(toy, tmp_pa
     ref = reference.show("toy", plotted.append, base=base)
     assert len(plotted) == 1 and plotted[0] is ref.results
     out = capsys.readouterr().out
-    assert out.startswith(ref.caption() + "\n") and "Claims of the reference run of toy at scale 'cpu':" in out
+    verdict = ref.claims().verdict()
+    assert verdict.startswith("Verdict of the reference run of toy at scale 'cpu': of ")
+    assert out.startswith(f"{verdict}\n{ref.caption()}\n") and "Claims of the reference run of toy at scale 'cpu':" in out
+    ref = reference.show("toy", plotted.append, base=base, table=False)  # the table further down the page
+    assert capsys.readouterr().out == f"{verdict}\n{ref.caption()}\n"
+    reference.show_claims(ref)
+    assert capsys.readouterr().out.startswith("Claims of the reference run of toy at scale 'cpu':")
+    reference.show_claims(None)
+    assert capsys.readouterr().out == ""
 
 
 def test_a_changed_library_is_said_and_claims_are_re_derived(toy, tmp_path, monkeypatch):
