@@ -4,9 +4,16 @@
   a GN step with each solver (kernel, kernel CG, primal CG) and the 20×20 NTK.
 * The paper's CNN (P = 227 484) at a small N of real CIFAR-10 images: a GN step (cross-entropy,
   generalised GN, kernel solver) and the (N·10 × N·10) NTK.
+* The CNN's empirical NTK at the sizes of the exact-limit experiments (``--n-ntk``, default 256 and
+  1,000 images): its time, and its share of the ceiling: useful FLOP/s over the FLOP/s of a
+  ``--matmul``-sized float32 matrix product timed just before and just after it (the mean of the
+  two). The useful FLOPs are those of the symmetric kernel's products, (N·O)²·P (one half of
+  ϕϕᵀ, 2 FLOPs a multiply-add), and of the N per-example Jacobians (XLA's cost analysis of one
+  chunk's); the recomputed Jacobians, the copies and the padding are not counted. Target ≥ 0.3.
 
-Times are medians of ``--reps`` calls after one compiling call, on the default JAX device.
-Usage: ``python benchmarks/bench_second_order.py [--n-cnn 16] [--reps 7]``
+Times are medians of ``--reps`` calls after one compiling call, on the default JAX device (the
+large NTKs: one call after a compiling call on 32 images).
+Usage: ``python benchmarks/bench_second_order.py [--n-cnn 16] [--reps 7] [--n-ntk 256 1000]``
 """
 
 from __future__ import annotations
@@ -16,10 +23,12 @@ import statistics
 import time
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 import iterlin
-from iterlin.models import make_model
+from iterlin.jacobian import example_jacobians
+from iterlin.models import make_model, resolve_conv
 
 
 def _median(fn, reps):
@@ -36,10 +45,36 @@ def _fmt(seconds):
     return f"{seconds * 1e3:8.2f} ms"
 
 
+def _matmul_flops(n: int, reps: int = 3) -> float:
+    """FLOP/s of an n×n float32 matrix product (median of ``reps`` after a compiling call)."""
+    a = jax.random.normal(jax.random.PRNGKey(1), (n, n), jnp.float32)
+    mm = jax.jit(jnp.dot)
+    return 2.0 * n**3 / _median(lambda: mm(a, a), reps)
+
+
+def ntk_share(model, x, n_mm: int):
+    """(seconds, useful FLOPs, ceiling FLOP/s) of ``empirical_ntk`` of ``model`` on x (module docstring)."""
+    n, P = len(x), iterlin.count_params(model.params)
+    jax.block_until_ready(iterlin.empirical_ntk(model.apply_fn, model.params, x[:32]))  # compiles
+    jac = jax.jit(lambda p, xs: example_jacobians(model.apply_fn, p, xs)).lower(model.params, x[:8]).compile()
+    ca = jac.cost_analysis()
+    ca = ca[0] if isinstance(ca, (list, tuple)) else ca
+    n_out = 10
+    useful = (n * n_out) ** 2 * P + n * float(ca["flops"]) / 8
+    before = _matmul_flops(n_mm)
+    t = time.perf_counter()
+    jax.block_until_ready(iterlin.empirical_ntk(model.apply_fn, model.params, x))
+    seconds = time.perf_counter() - t
+    return seconds, useful, (before + _matmul_flops(n_mm)) / 2
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n-cnn", type=int, default=16)
     ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--n-ntk", type=int, nargs="*", default=[256, 1000],
+                    help="images of the large CNN NTKs timed against the ceiling (none: skip)")
+    ap.add_argument("--matmul", type=int, default=2048, help="matrix size of the measured ceiling")
     args = ap.parse_args()
     print(f"device: {jax.devices()[0].device_kind} ({jax.default_backend()}), jax {jax.__version__}")
 
@@ -54,21 +89,30 @@ def main():
     t = _median(lambda: iterlin.empirical_ntk(mlp.apply_fn, mlp.params, x), args.reps)
     print(f"  NTK {len(x)}×{len(x)}:                 {_fmt(t)}")
 
+    n_load = max([args.n_cnn, *args.n_ntk])
     try:
-        xc = iterlin.load_cifar10(n_train=args.n_cnn, n_test=1).x_train
+        xc_all = iterlin.load_cifar10(n_train=n_load, n_test=1, download=False).x_train
+        xc = xc_all[: args.n_cnn]
         source = "CIFAR-10"
     except Exception as e:  # noqa: BLE001 - speed does not depend on the pixels
-        xc = np.random.default_rng(0).standard_normal((args.n_cnn, 32, 32, 3), dtype=np.float32)
+        xc_all = np.random.default_rng(0).standard_normal((n_load, 32, 32, 3), dtype=np.float32)
+        xc = xc_all[: args.n_cnn]
         source = f"random images ({type(e).__name__})"
     yc = np.arange(args.n_cnn, dtype=np.int32) % 10
     cnn = make_model("cnn", jax.random.PRNGKey(0))
     n = args.n_cnn
-    print(f"CNN of the paper, P = {iterlin.count_params(cnn.params)}, N = {n} ({source})")
+    print(f"CNN of the paper, P = {iterlin.count_params(cnn.params)}, N = {n} ({source}), "
+          f"convolutions {resolve_conv('auto')!r}")
     t = _median(lambda: iterlin.gauss_newton_step(cnn.apply_fn, cnn.params, xc, yc, damping=1e-3, loss="ce",
                                                   solver="kernel"), args.reps)
     print(f"  GN step (kernel, CE, λ = 1e-3):  {_fmt(t)}")
     t = _median(lambda: iterlin.empirical_ntk(cnn.apply_fn, cnn.params, xc), args.reps)
     print(f"  NTK {n * 10}×{n * 10}:               {_fmt(t)}")
+    for n in args.n_ntk:
+        seconds, useful, ceiling = ntk_share(cnn, xc_all[:n], args.matmul)
+        print(f"  NTK {n * 10}×{n * 10} ({n} images): {seconds:.1f} s, useful {useful / 1e12:.2f} TFLOP, "
+              f"{useful / seconds / 1e9:.1f} GFLOP/s; ceiling ({args.matmul}² matmul before and after) "
+              f"{ceiling / 1e9:.1f} GFLOP/s; share {useful / seconds / ceiling:.2f} (target >= 0.3)")
 
 
 if __name__ == "__main__":

@@ -13,8 +13,12 @@ Three ways to compute it, all exact (they agree to rounding):
 
 * :func:`empirical_ntk` (host-driven, ``mode="jacobian"``): per-example Jacobians (``jax.jacrev`` of
   one example's outputs, ``jax.vmap``-ed over a chunk of ``chunk_size`` examples), contracted block by
-  block, Θ[i, j] = Σ_leaves J_i J_jᵀ. Memory on the device is about 2·chunk_size·O·P numbers plus
-  the kernel; for ``x2=None`` only the blocks j ≥ i are computed (the kernel is symmetric).
+  block, Θ[i, j] = Σ_leaves J_i J_jᵀ. The rows are walked a panel of ``panel_chunks`` chunks at a
+  time (at most :data:`PANEL_NUMBERS` Jacobian numbers, computed once and held), each panel
+  contracted with one column chunk at a time, so that the column chunks' Jacobians are recomputed
+  once per panel, not once per row chunk. Memory on the device is about (panel_chunks +
+  1)·chunk_size·O·P numbers plus the kernel; for ``x2=None`` only the panels' blocks right of the
+  panel's start are computed (the kernel is symmetric).
 * ``mode="ntvp"``: column block by column block with NTK-vector products: the columns of block j
   are ϕ(X₂)ᵀe (one vjp per column, per example) and the block is ϕ(X₁_i)·(ϕᵀe) by ``jax.jvp``; ϕ(X₁)
   is never materialised. More compute, less memory when P is huge.
@@ -62,6 +66,10 @@ NTK_MODES = ("jacobian", "ntvp")
 # With ``chunk_size=None`` the chunk is chosen so that one chunk's Jacobian holds at most
 # AUTO_CHUNK_NUMBERS numbers (2**26: 256 MiB in float32; :mod:`iterlin.jacobian`). Contractions use
 # the one precision policy of :mod:`iterlin.precision` (HIGHEST: no TF32 / bf16 passes on GPU).
+
+#: With ``panel_chunks=None``, :func:`empirical_ntk` holds panels of at most this many Jacobian
+#: numbers (2**29: 2 GiB in float32), and at least one chunk.
+PANEL_NUMBERS = 2**29
 
 
 # ----------------------------------------------------------------------------------------------
@@ -184,6 +192,20 @@ def _jacobian_at(apply_fn, params, x, i, c):
 _contract_jit = jax.jit(_contract)
 
 
+@functools.partial(jax.jit, static_argnames=("apply_fn", "c", "g"))
+def _panel_at(apply_fn, params, x, i0, c, g):
+    """The Jacobians of chunks i0 … i0 + g − 1 (traced i0), one after the other (``lax.map``),
+    stacked: leaves (g·c·O, leaf.size), row (i − i0)·c·O + n·O + o."""
+    chunks = jax.lax.map(lambda i: _jacobian(apply_fn, params, _chunk_at(x, i, c)), i0 + jnp.arange(g))
+    return jax.tree.map(lambda j: j.reshape(-1, j.shape[-1]), chunks)
+
+
+@functools.partial(jax.jit, static_argnames=("rows",))
+def _panel_rows(panel, start, rows):
+    """Rows start … start + rows − 1 of every leaf of a panel (traced start)."""
+    return jax.tree.map(lambda j: jax.lax.dynamic_slice_in_dim(j, start, rows), panel)
+
+
 @functools.partial(jax.jit, static_argnames=("apply_fn", "c"))
 def _ntvp_block_at(apply_fn, params, xa, xb, i, j, c):
     return _ntvp_block(apply_fn, params, _chunk_at(xa, i, c), _chunk_at(xb, j, c))
@@ -282,13 +304,16 @@ def empirical_ntk(
     *,
     chunk_size: int | None = None,
     mode: str = "jacobian",
+    panel_chunks: int | None = None,
 ):
     """The empirical NTK Θ̂_θ(X₁, X₂) = ϕ(X₁)ϕ(X₂)ᵀ (Eq. 2), computed chunk by chunk.
 
-    Host-driven: a Python loop over pairs of chunks of ``chunk_size`` examples, each block computed
-    by one jitted function (one compilation: the last chunk is padded). ``mode="jacobian"``:
+    Host-driven: a Python loop over blocks of chunks of ``chunk_size`` examples, each computed by
+    one jitted function (one compilation: the last chunk is padded). ``mode="jacobian"``:
     per-example Jacobians (``jax.vmap`` of ``jax.jacrev`` of one example's outputs), Θ[i, j] = Σ over
-    parameter leaves of J_i J_jᵀ; device memory ≈ 2·chunk_size·O·P numbers plus the kernel.
+    parameter leaves of J_i J_jᵀ, the rows a panel of ``panel_chunks`` chunks at a time (their
+    Jacobians computed once and held, each column chunk's once per panel); device memory ≈
+    (panel_chunks + 1)·chunk_size·O·P numbers plus the kernel.
     ``mode="ntvp"``: NTK-vector products (columns ϕᵀe by vjp, then jvp), never holding ϕ(X₁).
     With ``x2=None`` (x2 = x1) only the blocks j ≥ i are computed and the rest mirrored, and with a
     single chunk the Jacobian is computed once. For a version usable inside ``jax.jit`` see
@@ -302,6 +327,8 @@ def empirical_ntk(
       x2: (N₂, ...) inputs, or None for x2 = x1 (the symmetric N₁·O × N₁·O kernel).
       chunk_size: examples per chunk; ``None`` picks the largest chunk with chunk·O·P ≤ 2**26.
       mode: ``"jacobian"`` or ``"ntvp"``.
+      panel_chunks: chunks per panel (``mode="jacobian"``); ``None``: as many as hold at most
+        :data:`PANEL_NUMBERS` numbers, at least one.
 
     Returns:
       Θ̂ of shape (N₁·O, N₂·O), example-major (row n·O + o is output o of example n), in the
@@ -327,14 +354,18 @@ def empirical_ntk(
     mode = check_choice(mode, "mode", NTK_MODES)
     if chunk_size is not None:
         check_int(chunk_size, "chunk_size", minimum=1)
+    if panel_chunks is not None:
+        check_int(panel_chunks, "panel_chunks", minimum=1)
     x1, x2 = _check_pair(x1, x2)
     n_out = _n_outputs(apply_fn, params, x1)
     sym = x2 is None
     x2 = x1 if sym else x2
     n1, n2 = x1.shape[0], x2.shape[0]
-    c = _chunk(chunk_size, max(n1, n2), n_out, tree_size(params))
+    n_params = tree_size(params)
+    c = _chunk(chunk_size, max(n1, n2), n_out, n_params)
     nb1, nb2 = -(-n1 // c), -(-n2 // c)
     m = c * n_out
+    g = min(nb1, panel_chunks or max(1, PANEL_NUMBERS // (m * n_params)))
     k = None  # assembled on the host, block by block
 
     def put(i, j, blk):
@@ -346,11 +377,17 @@ def empirical_ntk(
     # Chunk i is gathered inside the compiled functions from a traced index (rows past the end
     # repeat the last example and are dropped), so every block uses the same compiled code.
     if mode == "jacobian":
-        for i in range(nb1):
-            ja = _jacobian_at(apply_fn, params, x1, i, c)
-            for j in range(i if sym else 0, nb2):
-                jb = ja if (sym and j == i) else _jacobian_at(apply_fn, params, x2, j, c)
-                put(i, j, _contract_jit(ja, jb))
+        for i0 in range(0, nb1, g):  # a panel: row chunks i0 … i0 + g − 1 (past nb1: padding, dropped)
+            rows = min(g, nb1 - i0)
+            panel = _panel_at(apply_fn, params, x1, i0, c, g)
+            for j in range(i0 if sym else 0, nb2):
+                if sym and j < i0 + g:  # a chunk of the panel itself
+                    jb = _panel_rows(panel, (j - i0) * m, m)
+                else:
+                    jb = _jacobian_at(apply_fn, params, x2, j, c)
+                blk = np.asarray(_contract_jit(panel, jb))  # (g·m, m)
+                for r in range(rows):
+                    put(i0 + r, j, blk[r * m:(r + 1) * m])
     else:
         for i in range(nb1):
             for j in range(i if sym else 0, nb2):

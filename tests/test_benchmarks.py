@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_train.py"
-RATIO_LINE = re.compile(r"^ratio (\d)(b?)\s+.*?=\s*(\S+)", re.MULTILINE)
+RATIO_LINE = re.compile(r"^ratio (\d)([a-d]?)\s+.*?=\s*(\S+)", re.MULTILINE)
 
 
 def test_bench_train_quick_prints_five_ratios():

@@ -83,6 +83,17 @@ def test_ntk_equals_dense_jacobian_product(x64, kind, n_out, chunk_size, with_x2
         np.testing.assert_allclose(traced, ref, rtol=1e-10, atol=1e-12, err_msg=f"traced {mode}")
 
 
+@pytest.mark.parametrize("with_x2", [False, True])
+@pytest.mark.parametrize("panel_chunks", [1, 2, 3, 10])
+def test_ntk_panels_equal_the_dense_jacobian_product(x64, panel_chunks, with_x2):
+    """Panels of 1, 2 (a partial last panel), 3 and more chunks than there are (N = 7, chunk 2: 4 chunks)."""
+    apply_fn, params, x = _problem("conv", 3)
+    x2 = x[1:6] * 0.5 - 0.2 if with_x2 else None
+    ref = _dense_ntk(apply_fn, params, x, x if x2 is None else x2)
+    got = empirical_ntk(apply_fn, params, x, x2, chunk_size=2, panel_chunks=panel_chunks)
+    np.testing.assert_allclose(got, ref, rtol=1e-10, atol=1e-12)
+
+
 def test_ntk_is_example_major(x64):
     """Row n·O + o is output o of example n: block (n, m) of the reshaped kernel is Θ(x_n, x_m)."""
     apply_fn, params, x = _problem("mlp", 3)
@@ -132,6 +143,8 @@ def test_bad_arguments_are_named():
         empirical_ntk(apply_fn, params, x, mode="dense")
     with pytest.raises(ValueError, match="chunk_size"):
         empirical_ntk(apply_fn, params, x, chunk_size=0)
+    with pytest.raises(ValueError, match="panel_chunks"):
+        empirical_ntk(apply_fn, params, x, panel_chunks=0)
     with pytest.raises(ValueError, match="chunk_size"):
         empirical_ntk_fn(apply_fn, chunk_size=2.5)
     with pytest.raises(ValueError, match="x2"):

@@ -4,8 +4,8 @@ The multi-device checks run in ONE subprocess on CPU with four host devices
 (``XLA_FLAGS=--xla_force_host_platform_device_count=4``, which must be set before JAX starts) in
 float64; it writes its measurements as JSON and the tests below assert on them:
 
-* ``train_sweep`` with R = 4 runs (shared key) and R = 3 runs (one key per run: R is padded to 4)
-  sharded over the four devices equals the same sweep on one device (``devices=[jax.devices()[0]]``)
+* ``train_sweep`` with its defaults, R = 4 runs (shared key) and R = 3 runs (one key per run: R is
+  padded to 4), sharded over the four devices equals the same sweep on one device (``devices=[jax.devices()[0]]``)
   and with sharding off (``shard_runs=False``): parameters and every history entry;
 * the state really is spread over four devices (the callback sees it; padding is not visible);
 * data-parallel ``train`` equals ``train`` on one device, and each step's batch really is split
@@ -82,7 +82,7 @@ SCRIPT = textwrap.dedent(
             leaf = st.params["Dense_0"]["kernel"]
             seen.append([int(leaf.shape[0]), len(leaf.sharding.device_set)])
 
-        kw = dict(K=Ks, key=key, vectorise=True, **common)
+        kw = dict(K=Ks, key=key, **common)  # train_sweep's defaults: vmapped, sharded over the 4 devices
         p4, h4 = train_sweep(apply_fn, params, (x, y), callback=cb, **kw)
         p1, h1 = train_sweep(apply_fn, params, (x, y), devices=one, **kw)
         p0, h0 = train_sweep(apply_fn, params, (x, y), shard_runs=False, **kw)
