@@ -3,6 +3,7 @@ claims re-derived, and the command line."""
 
 from __future__ import annotations
 
+import ast
 import json
 
 import numpy as np
@@ -137,3 +138,60 @@ def _fake_write(name, scale, base):
         "scale": scale, "device": "cpu: 1 cores", "seeds": [0], "iterlin_commit": "abc", "jax_version": "0",
         "date": "2026-01-01T00:00:00Z", "wall_seconds": 1.0, "config": {"steps": 3}, "code_fingerprint": "x"})
     return out
+
+
+def _git(cwd, *args):
+    import subprocess
+
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t",
+           "HOME": str(cwd), "PATH": __import__("os").environ["PATH"]}
+    return subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True, check=True).stdout.strip()
+
+
+def test_refingerprint_re_derives_at_the_runs_commit(toy, tmp_path, monkeypatch, capsys):
+    """A run recorded under other fingerprint rules reads as changed; re-derived at its commit (a
+    checkout holding today's code, then one where fig3's compute differs) it does not, then does."""
+    import shutil
+
+    from iterlin.fingerprint import PACKAGE_DIR
+
+    repo = tmp_path / "repo"
+    shutil.copytree(PACKAGE_DIR, repo / "iterlin", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    _git(repo, "init", "-q")
+    _git(repo, "add", "iterlin")
+    _git(repo, "commit", "-q", "-m", "today's code")
+    same = _git(repo, "rev-parse", "HEAD")
+    fig3 = repo / "iterlin" / "experiments" / "fig3.py"
+    lines = fig3.read_text().splitlines(keepends=True)
+    compute = next(n for n in ast.parse("".join(lines)).body if getattr(n, "name", None) == "compute")
+    lines.insert(compute.body[-1].lineno - 1, " " * compute.body[-1].col_offset + "print('edited')\n")
+    fig3.write_text("".join(lines))
+    _git(repo, "commit", "-q", "-am", "compute differs")
+    other = _git(repo, "rev-parse", "HEAD")
+    monkeypatch.setattr(reference, "repo_root", lambda: repo)
+
+    results = tmp_path / "results"
+    reference.write("toy", "cpu", base=results, checkpoint_root=tmp_path / "ckpt", progress=False)
+    path = results / "toy" / "provenance.json"
+    prov = json.loads(path.read_text())
+    for commit, changed in [(same, False), (other, True), ("f" * 40, None)]:
+        path.write_text(json.dumps({**prov, "iterlin_commit": commit, "code_fingerprint": "0" * 64}))
+        r = reference.refingerprint("toy", base=results)
+        assert r.changed_as_recorded and r.changed is changed, commit
+        assert reference.load("toy", base=results).changed_since
+    assert reference.refingerprint("fig3", base=results) is None  # no run committed
+
+    path.write_text(json.dumps({**prov, "iterlin_commit": same, "code_fingerprint": "0" * 64}))
+    assert reference.main(["toy", "--refingerprint", "--results", str(results)]) == 0
+    out = capsys.readouterr().out
+    assert "toy: " in out and "code unchanged since" in out and "1 read as changed with the recorded" in out
+    assert "0 with fingerprints re-derived" in out and json.loads(path.read_text())["code_fingerprint"] == "0" * 64
+    assert reference.main(["toy", "--refingerprint", "--write", "--results", str(results)]) == 0
+    assert not reference.load("toy", base=results).changed_since  # re-derived: today's code is the commit's
+    for commit in (other, same + "+dirty"):  # code that differs, or is not known: left as recorded
+        path.write_text(json.dumps({**prov, "iterlin_commit": commit, "code_fingerprint": "0" * 64}))
+        reference.main(["toy", "--refingerprint", "--write", "--results", str(results)])
+        changed = reference.load("toy", base=results).changed_since
+        assert changed, commit
+    with pytest.raises(SystemExit):
+        reference.main(["--write"])
