@@ -68,7 +68,11 @@ from .augment import flip_and_crop
 from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from .linearise import linearised_apply
 from .losses import Loss, get_loss
-from .relin import RelinInfo, RelinPolicy, _check_state, _one_rule, _Rule, as_policy, every, log_size
+from .memo import memoise as _memoise
+from .relin import RelinInfo, RelinPolicy, as_policy, every, log_size
+from .relin import Rule as _Rule
+from .relin import check_state as _check_state
+from .relin import one_rule as _one_rule
 from .relin import history as relin_history
 from .tree import tree_all_finite, tree_index, tree_stack, tree_where
 from .validate import MAX_STEPS, check_int, check_K, check_steps, check_xy
@@ -91,35 +95,6 @@ __all__ = [
     "train",
     "train_sweep",
 ]
-
-#: How many entries each memo of step functions and of compiled programs keeps (the least recently
-#: used is dropped first): what they hold alive (``apply_fn``, optimizers, executables) is bounded.
-CACHE_SIZE = 64
-
-
-def _memoise(fn: Callable) -> Callable:
-    """``fn`` memoised on its positional arguments (at most :data:`CACHE_SIZE` entries, LRU).
-
-    Arguments are compared as Python compares them: functions (``apply_fn``, ``refresh``, the
-    ``init``/``update`` functions of an optax transformation, which is a tuple of them) by identity,
-    numbers (typed: 1 is not 1.0), strings, tuples and :class:`~iterlin.losses.Loss` by value; so a
-    different optimizer object, loss or option never shares an entry. Unhashable arguments bypass the
-    memo (a fresh result, as without it). ``fn.cache_clear()`` empties it.
-    """
-    cached = functools.lru_cache(maxsize=CACHE_SIZE, typed=True)(fn)
-
-    @functools.wraps(fn)
-    def memoised(*args):
-        try:
-            hash(args)
-        except TypeError:
-            return fn(*args)
-        return cached(*args)
-
-    memoised.cache_clear = cached.cache_clear
-    memoised.cache_info = cached.cache_info
-    return memoised
-
 
 class TrainState(NamedTuple):
     """Everything a run needs to continue (one run; a sweep stacks runs on a leading axis).
