@@ -16,33 +16,35 @@ definition (all its methods and fields: a Flax module's fields and body). A modu
 (``f(_common)``) reaches all its statements. Modules outside ``iterlin`` (jax, numpy, ...) are not
 hashed: record their versions elsewhere.
 
-**What is hashed.** For each reached definition, a record of
+**What is hashed.** Each reached definition's **normal form**: its syntax tree with docstrings and
+other bare string statements removed (comments are not in the tree), imports inside it removed,
+function parameter and return annotations removed (class-level annotations stay: they are a
+dataclass's or a Flax module's fields), and every local name of a function, lambda or comprehension
+(its parameters where the body uses them, assigned names, loop and ``with`` targets, nested
+definitions) renamed canonically in order of appearance; a parameter's own name stays in the
+signature (callers may pass it by keyword). Source positions are not part of it. Then every global
+name in it is replaced by what it refers to: a name from outside the package by its identity
+(``ext jax.numpy``, ``ext functools:partial``, ``builtin len``), a definition of the package by a
+numbered slot, and its own name by ``<self>``. A definition's label hashes that text and, refined
+until stable (colour refinement over the graph of slots, so recursion and cycles are fine), the
+labels of what its slots refer to. The fingerprint is the sha256 of the sorted labels (and of what
+the entry points refer to).
 
-1. the names it binds (``fit``; not its module, so moving it to another module changes nothing);
-2. its **normalised** syntax tree: docstrings and other bare string statements removed (comments are
-   not in the tree), imports inside it removed (see 3.), function parameter and return annotations removed (class-level annotations
-   stay: they are a dataclass's or a Flax module's fields), and every local name of a function,
-   lambda or comprehension (its parameters where the body uses them, its assigned names, loop and
-   ``with`` targets, nested definitions) renamed canonically in order of appearance. A parameter's
-   own name stays in the signature (callers may pass it by keyword). Source positions are not part
-   of it;
-3. what each global name it uses resolves to: a reached definition (its names and the hash of its
-   normalised tree), an outside module or member (``ext:jax.numpy``, ``ext:functools:partial``), a
-   builtin, or nothing (``unresolved``).
-
-The fingerprint is the sha256 of the sorted records (and of what the entry points resolve to). So a
-docstring or comment edit, a reformatting, a renamed local, a reordering of definitions, or a
-definition moved to another module (its users' imports updated) leaves it unchanged; any change to
-the tree of a reached definition (an operator, a constant, a called function's body, a class's
-fields or methods, a default argument, a decorator) or to what one of its names resolves to
-(``from .training import train as fit``, ``import numpy as jnp``) changes it. The serialisation of
-trees is our own (node type and non-empty fields by name, constants by ``repr``), so the hash is the
-same on every machine and from Python 3.10 on (fields that newer Pythons add, e.g. ``type_params``,
-are left out when empty).
+So neither the name nor the module of a definition of the package is hashed, only what it does and
+what it uses: a docstring or comment edit, a reformatting, a renamed local, a reordering of
+definitions, a definition moved to another module, a module split into a package, a module-level
+name renamed everywhere it is used, ``from m import f; f()`` for ``m.f()``, all leave it unchanged;
+any change to the tree of a reached definition (an operator, a constant, a called function's body, a
+class's fields or methods, a default argument, a decorator, a parameter's name) or to what one of
+its names refers to (``from .training import train as fit``, ``import numpy as jnp``) changes it. The
+serialisation of trees is our own (node type and non-empty fields by name, constants by ``repr``), so
+the hash is the same on every machine and from Python 3.10 on (fields that newer Pythons add, e.g.
+``type_params``, are left out when empty).
 
 Not seen: code reached only through strings (``getattr(m, "f")``, ``globals()[...]``,
 ``importlib.import_module``), mutations of a module's globals done by other modules or from inside
-functions, and behaviour of code outside ``iterlin``. Statements under
+functions, a name read as data (``f.__name__``: a rename is no change), and behaviour of code
+outside ``iterlin``. Statements under
 ``if __name__ == "__main__":`` are never reached.
 
 Functions:
@@ -65,7 +67,7 @@ __all__ = ["code_fingerprint", "code_dependencies", "PACKAGE", "PACKAGE_DIR"]
 PACKAGE_DIR = Path(__file__).resolve().parent
 #: The top-level package whose modules are hashed; imports of anything else are recorded by name.
 PACKAGE = PACKAGE_DIR.name
-_VERSION = b"iterlin.fingerprint/2"
+_VERSION = b"iterlin.fingerprint/3"
 _BUILTINS = frozenset(dir(builtins))
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
@@ -294,9 +296,27 @@ class _Rename(ast.NodeTransformer):
         return node
 
 
-def _dump(node) -> str:
+def _dump(node, ref=None) -> str:
     """A serialisation of a syntax tree that is the same on every Python from 3.10 on: node type and
-    non-empty fields by name (positions are not fields), constants by ``repr``."""
+    non-empty fields by name (positions are not fields), constants by ``repr``.
+
+    ``ref(name, attrs) -> (token, consumed)``, if given, replaces each global name (with the first
+    ``consumed`` attributes of the chain after it, ``a.b.c``) by ``token`` (None: kept as written)."""
+    if ref is not None and isinstance(node, (ast.Name, ast.Attribute)):
+        chain = []
+        inner = node
+        while isinstance(inner, ast.Attribute):
+            chain.append(inner)
+            inner = inner.value
+        if isinstance(inner, ast.Name):
+            chain.reverse()  # innermost attribute first
+            token, consumed = ref(inner.id, tuple(a.attr for a in chain))
+            if token is not None:
+                last = chain[consumed - 1] if consumed else inner
+                out = f"(Ref ctx={_dump(last.ctx)} token={token!r})"
+                for a in chain[consumed:]:
+                    out = f"(Attribute attr={a.attr!r} ctx={_dump(a.ctx)} value={out})"
+                return out
     if isinstance(node, ast.AST):
         parts = [type(node).__name__]
         for field in sorted(node._fields):
@@ -305,10 +325,10 @@ def _dump(node) -> str:
             value = getattr(node, field, None)
             if value is None or (isinstance(value, list) and not value):
                 continue
-            parts.append(f"{field}={_dump(value)}")
+            parts.append(f"{field}={_dump(value, ref)}")
         return "(" + " ".join(parts) + ")"
     if isinstance(node, list):
-        return "[" + ",".join(_dump(v) for v in node) + "]"
+        return "[" + ",".join(_dump(v, ref) for v in node) + "]"
     return repr(node)
 
 
@@ -351,7 +371,7 @@ class _Module:
                     continue
                 for name in _bound_or_mutated(node):
                     self.defs.setdefault(name, []).append(i)
-        self._normal: dict[int, tuple[str, str, list[tuple[str, tuple[str, ...]]]]] = {}
+        self._normal: dict[int, tuple[ast.stmt, list[tuple[str, tuple[str, ...]]]]] = {}
         self.import_table: dict[str, list[_Binding]] | None = None  # filled by _Walker
         self._to_normalise: list[ast.stmt] | None = None  # a second parse, normalised in place
 
@@ -362,18 +382,16 @@ class _Module:
         names = sorted(n for n, idx in self.defs.items() if i in idx)
         return ",".join(names) if names else f"<statement {i}>"
 
-    def normal(self, i: int) -> tuple[str, str, list[tuple[str, tuple[str, ...]]]]:
-        """``(serialised normal form, its sha256, references)`` of top-level statement ``i``;
-        references: ``(global name, attribute chain)`` for every non-local name it uses, sorted."""
+    def normal(self, i: int) -> tuple[ast.stmt, list[tuple[str, tuple[str, ...]]]]:
+        """``(normalised tree, references)`` of top-level statement ``i``; references: ``(global
+        name, attribute chain)`` for every non-local name it uses, sorted."""
         if i not in self._normal:
             if self._to_normalise is None:
                 self._to_normalise = self._parse()
             tree = normalise(self._to_normalise[i])
-            text = _dump(tree)
             collector = _References()
             collector.visit(tree)
-            refs = sorted(r for r in collector.refs if not r[0].startswith("<"))
-            self._normal[i] = (text, hashlib.sha256(text.encode()).hexdigest(), refs)
+            self._normal[i] = (tree, sorted(r for r in collector.refs if not r[0].startswith("<")))
         return self._normal[i]
 
 
@@ -497,7 +515,7 @@ class _Walker:
         self.modules: dict[str, _Module | None] = {}
         self.defs: set[tuple[str, int]] = set()
         self.whole: set[str] = set()  # modules used as values
-        self.resolved: dict[tuple[str, int], list[str]] = {}  # def -> "name.attrs -> targets" lines
+        self.resolved: dict[tuple[str, int], tuple[dict, tuple]] = {}  # def -> (its names' targets, stars)
         self._todo: list[tuple[str, int]] = []
 
     # ---- modules ---------------------------------------------------------------------------
@@ -571,53 +589,59 @@ class _Walker:
         return mod.import_table
 
     # ---- resolution ------------------------------------------------------------------------
-    def reach(self, mod: _Module, i: int) -> str:
-        """Queue statement ``i`` of ``mod``; return its identity (names it binds, normal form's hash)."""
+    def reach(self, mod: _Module, i: int) -> tuple[str, int]:
+        """Queue statement ``i`` of ``mod`` (once); return its key."""
         if (mod.name, i) not in self.defs:
             self.defs.add((mod.name, i))
             self._todo.append((mod.name, i))
-        return f"def {mod.label(i)} {mod.normal(i)[1]}"
+        return (mod.name, i)
 
     def targets(self, mod: _Module, name: str, attrs: tuple[str, ...],
-                local: dict[str, list[_Binding]] | None = None, chain: frozenset = frozenset()) -> list[str]:
+                local: dict[str, list[_Binding]] | None = None, chain: frozenset = frozenset()) -> _Targets:
         """What ``name`` (followed by ``.attrs``) used in ``mod`` refers to, each reached definition queued."""
         if (mod.name, name) in chain:  # a cycle of re-exports: an import error at run time
-            return [f"cycle {name}"]
+            return _Targets((f"cycle {name}",), 0)
         chain = chain | {(mod.name, name)}
-        out = [self.reach(mod, i) for i in mod.defs.get(name, [])]
+        found: list = [self.reach(mod, i) for i in mod.defs.get(name, [])]
+        consumed = 0
         imports = self.top_level_imports(mod)
         bindings = (local or {}).get(name, []) + imports.get(name, [])
-        if not out and not bindings:
+        if not found and not bindings:
             if name in _BUILTINS:
-                return [f"builtin {name}"]
+                return _Targets((f"builtin {name}",), 0)
             bindings = [_Binding(star.module, name) for star in imports.get("*", [])]
         for binding in bindings:
-            out += self.follow(binding, attrs, chain)
-        return sorted(set(out)) or [f"unresolved {name}"]
+            more = self.follow(binding, attrs, chain)
+            found += more.keys
+            consumed = max(consumed, more.consumed)
+        keys = sorted(set(found), key=repr)
+        return _Targets(tuple(keys), consumed) if keys else _Targets((f"unresolved {name}",), 0)
 
-    def follow(self, binding: _Binding, attrs: tuple[str, ...], chain: frozenset) -> list[str]:
-        """What a use of an imported name refers to (``attrs``: the attribute chain after it)."""
+    def follow(self, binding: _Binding, attrs: tuple[str, ...], chain: frozenset) -> _Targets:
+        """What a use of an imported name refers to (``attrs``: the attribute chain after it);
+        ``consumed``: how many of ``attrs`` name modules or the member reached."""
         if binding.external:
-            return [f"ext {binding.module}" + (f":{binding.member}" if binding.member else "")]
+            return _Targets((f"ext {binding.module}" + (f":{binding.member}" if binding.member else ""),), 0)
         if binding.member is not None:
             mod = self.module(binding.module)
             if mod is None:
-                return [f"missing {binding.module}"]
+                return _Targets((f"missing {binding.module}",), 0)
             return self.targets(mod, binding.member, attrs, None, chain)
-        module = binding.module
-        while attrs and self.exists(f"{module}.{attrs[0]}"):
-            module, attrs = f"{module}.{attrs[0]}", attrs[1:]
+        module, steps = binding.module, 0
+        while steps < len(attrs) and self.exists(f"{module}.{attrs[steps]}"):
+            module, steps = f"{module}.{attrs[steps]}", steps + 1
         mod = self.module(module)
         if mod is None:
-            return [f"missing {module}"]
-        if attrs:
-            return self.targets(mod, attrs[0], attrs[1:], None, chain)
+            return _Targets((f"missing {module}",), steps)
+        if steps < len(attrs):
+            inner = self.targets(mod, attrs[steps], attrs[steps + 1:], None, chain)
+            return inner._replace(consumed=steps + 1 + inner.consumed)
         if module not in self.whole:  # a module used as a value: all of it
             self.whole.add(module)
             for i, stmt in enumerate(mod.stmts):
                 if not (isinstance(stmt, (ast.Import, ast.ImportFrom)) or _is_bare_string(stmt)):
                     self.reach(mod, i)
-        return [f"module {module}"]
+        return _Targets((f"module {module}",), steps)
 
     def process(self, mod: _Module, i: int) -> None:
         """Resolve every global name statement ``i`` of ``mod`` uses (queueing what it reaches)."""
@@ -626,41 +650,96 @@ class _Walker:
             if isinstance(node, (ast.Import, ast.ImportFrom)):
                 for name, binding in self.bindings(mod, node):
                     local.setdefault(name, []).append(binding)
-        lines = []
-        for star in local.pop("*", []):
-            lines.append(f"* -> {self.follow(star, (), frozenset())}")
-        for name, attrs in mod.normal(i)[2]:
-            lines.append(f"{'.'.join((name,) + attrs)} -> {' '.join(self.targets(mod, name, attrs, local))}")
-        self.resolved[(mod.name, i)] = lines
+        resolved = {}
+        stars = [self.follow(star, (), frozenset()) for star in local.pop("*", [])]
+        for name, attrs in mod.normal(i)[1]:
+            resolved[(name, attrs)] = self.targets(mod, name, attrs, local)
+        self.resolved[(mod.name, i)] = (resolved, tuple(k for t in stars for k in t.keys))
 
-    def run(self, module: str, entry_points: Iterable[str]) -> list[str]:
+    def run(self, module: str, entry_points: Iterable[str]) -> dict[str, _Targets]:
         mod = self.module(module)
         if mod is None or mod.path is None:
             raise ValueError(f"module={module!r} is not allowed: no file for it under {self.root}")
-        entries = []
+        entries = {}
         for name in entry_points:
             found = self.targets(mod, name, ())
-            if found[0].startswith(("unresolved", "builtin")):
+            if all(isinstance(k, str) and k.startswith(("unresolved", "builtin")) for k in found.keys):
                 raise ValueError(
                     f"entry point {name!r} is not allowed: {module} ({mod.path}) neither defines nor imports it at top level"
                 )
-            entries.append(f"{name} -> {' '.join(found)}")
+            entries[name] = found
         while self._todo:
             m, i = self._todo.pop()
             self.process(self.modules[m], i)
         return entries
 
     # ---- output ----------------------------------------------------------------------------
-    def records(self) -> list[bytes]:
-        """One record per reached definition (no module name, no position: moves change nothing), sorted."""
-        out = []
-        for m, i in self.defs:
-            mod = self.modules[m]
-            out.append("\0".join([mod.label(i), mod.normal(i)[0], *self.resolved[(m, i)]]).encode())
-        return sorted(out)
+    def form(self, m: str, i: int) -> tuple[str, list[tuple]]:
+        """The normal form of a reached definition with every global name replaced by what it
+        refers to: an outside module, a builtin, ... as such; a definition of the package by a
+        numbered slot (first use first). Its own name is ``<self>``. Returns the text and, per slot,
+        the keys it refers to. No name of the package's own is left: renames and moves are no change."""
+        tree, _ = self.modules[m].normal(i)
+        resolved, stars = self.resolved[(m, i)]
+        slots: list[tuple] = []
+        index: dict[tuple, int] = {}
+
+        def ref(name: str, attrs: tuple[str, ...]):
+            if name.startswith("<") or (name, attrs) not in resolved:
+                return None, 0
+            keys, consumed = resolved[(name, attrs)]
+            if all(isinstance(k, str) for k in keys):  # outside the package: its identity as such
+                return " ".join(keys), consumed
+            if keys not in index:
+                index[keys] = len(slots)
+                slots.append(keys)
+            return f"<slot {index[keys]}>", consumed
+
+        own = isinstance(tree, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+        name = tree.name if own else None
+        if own:
+            tree.name = "<self>"
+        try:
+            text = _dump(tree, ref)
+        finally:
+            if own:
+                tree.name = name
+        if stars:
+            slots.append(stars)
+        return text, slots
+
+    def labels(self) -> dict[tuple[str, int], str]:
+        """A label per reached definition that hashes its form and, refined until stable (colour
+        refinement over the graph of slots), the labels of what its slots refer to."""
+        nodes = sorted(self.defs)
+        forms = {v: self.form(*v) for v in nodes}
+
+        def h(text: str) -> str:
+            return hashlib.sha256(text.encode()).hexdigest()
+
+        label = {v: h(forms[v][0]) for v in nodes}
+        for _ in range(len(nodes) + 1):
+            new = {}
+            for v in nodes:
+                slots = [",".join(sorted(h(k) if isinstance(k, str) else label[k] for k in keys))
+                         for keys in forms[v][1]]
+                new[v] = h(label[v] + "|" + ";".join(slots))
+            stable = len(set(new.values())) == len(set(label.values()))
+            label = new
+            if stable:
+                break
+        return label
 
 
-def _walk(module, entry_points, root) -> tuple[_Walker, list[str]]:
+class _Targets(NamedTuple):
+    """What a name refers to: reached definitions ``(module, statement)`` and identities outside the
+    package (strings); ``consumed``: how many attributes after the name the reference covers."""
+
+    keys: tuple
+    consumed: int
+
+
+def _walk(module, entry_points, root) -> tuple[_Walker, dict[str, _Targets]]:
     name = module.__name__ if isinstance(module, ModuleType) else module
     if not isinstance(name, str) or not _Walker.is_ours(name):
         raise ValueError(f"module={module!r} is not allowed: it must be {PACKAGE!r} or one of its modules")
@@ -687,9 +766,14 @@ def code_fingerprint(module: str | ModuleType, entry_points: Sequence[str], *, r
         is neither defined nor imported at its top level.
     """
     walker, entries = _walk(module, entry_points, root)
+    label = walker.labels()
+    records = [f"{name} -> " + ",".join(sorted(k if isinstance(k, str) else label[k] for k in found.keys))
+               for name, found in sorted(entries.items())]
+    records += sorted(label.values())
     h = hashlib.sha256(_VERSION)
-    for record in [e.encode() for e in entries] + walker.records():
-        h.update(len(record).to_bytes(8, "little") + record)
+    for record in records:
+        data = record.encode()
+        h.update(len(data).to_bytes(8, "little") + data)
     return h.hexdigest()
 
 

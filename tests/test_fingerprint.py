@@ -318,7 +318,7 @@ def test_the_same_on_every_machine_and_python(tree):
     """Pinned: the serialisation is our own (no positions, no ``ast.dump``), so this value is the
     same on every machine and Python >= 3.10. A deliberate change of the normal form or of the
     records changes every key: bump ``_VERSION`` and update this value in the same commit."""
-    assert fp(tree) == "e019a5529bb980c06285f3d971be617226ca63926247029b5c7f12df10a2d861"
+    assert fp(tree) == "ae0aeb53d96a01ff7fcb4118a1ac51234f8fb51d51849c60d71cb8136376e777"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -384,6 +384,27 @@ def test_a_definition_moved_to_another_module_keeps_the_fingerprint(tree):
     assert "iterlin.tree:_helper" in code_dependencies("iterlin.experiments.figa", ENTRY, root=tree)
     assert fp(tree) == h
     edit(tree, "tree.py", "math.sqrt(value)", "math.sqrt(value + 1)")  # and it is still followed there
+    assert fp(tree) != h
+
+
+def test_a_renamed_global_keeps_the_fingerprint(tree):
+    """A module-level name renamed everywhere it is used (as a split into modules does, when a private
+    helper becomes public) is no change: what a name refers to is hashed, not the name."""
+    h = fp(tree)
+    edit(tree, "training.py", "def _helper(values", "def sum_of_roots(values")
+    edit(tree, "experiments/_common.py", "from ..training import _helper, fit", "from ..training import fit, sum_of_roots")
+    edit(tree, "experiments/_common.py", "[_helper(data)]", "[sum_of_roots(data)]")
+    assert fp(tree) == h
+    edit(tree, "training.py", "SCALE = 2.0", "STEP_SCALE = 2.0")  # a constant, in its definition and its use
+    edit(tree, "training.py", "lr * SCALE", "lr * STEP_SCALE")
+    assert fp(tree) == h
+    edit(tree, "training.py", "import math", "import math as m")  # an alias of an outside module
+    edit(tree, "training.py", "math.sqrt", "m.sqrt")
+    assert fp(tree) == h
+    edit(tree, "experiments/figa.py", "_common.train_runs(", "train_runs(")  # a member, not through its module
+    edit(tree, "experiments/figa.py", "from ._common import describe", "from ._common import describe, train_runs")
+    assert fp(tree) == h
+    edit(tree, "training.py", "STEP_SCALE = 2.0", "STEP_SCALE = 2.5")  # and the renamed code is followed
     assert fp(tree) != h
 
 
