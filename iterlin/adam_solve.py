@@ -53,106 +53,24 @@ import functools
 import math
 from typing import Any, Callable
 
-import jax.numpy as jnp
 import numpy as np
 import optax
 
 from .losses import Loss, get_loss
 from .relin import MAX_LOG, RELIN_REASONS, SolveState, until_solved  # noqa: F401 (MAX_LOG: re-exported)
-from .relin import history as relin_history
-from .training import TrainState, _lin_means, init_state, make_chunked_metrics, make_step, train
+from .training import train
 from .validate import check_int, check_K, check_positive, check_steps, check_xy
 
 # SolveState and RELIN_REASONS (defined in iterlin.relin) stay importable from here.
 __all__ = [
-    "init_solve_state",
-    "make_solve_step",
-    "make_train_check",
-    "relin_log",
     "train_adam_solved",
 ]
-
-def init_solve_state(params, optimizer: optax.GradientTransformation, K, log_size: int, *,
-                     target_acc: float | None = 1.0, check_every: int = 100, plateau_tol: float = 1e-4) -> TrainState:
-    """A fresh run linearised at ``params``: ``opt_state = optimizer.init(params)``, ``policy`` a fresh
-    :class:`~iterlin.relin.SolveState` with a log of ``log_size`` entries and the criterion's parameters.
-
-    ``K`` (the most steps per linearisation) is stored in ``TrainState.K`` (0 encodes ∞). The same
-    state as ``init_state(params, optimizer, relin.until_solved(target_acc=…, check_every=…,
-    plateau_tol=…, max_period=K), steps=…)``, with the log's size given directly.
-    """
-    log_size = check_int(log_size, "log_size")
-    policy = until_solved(target_acc=target_acc, check_every=check_every, plateau_tol=plateau_tol, max_period=K)
-    return init_state(params, optimizer, policy.K, policy=policy.init(log_size))
-
-
-def make_train_check(apply_fn: Callable, loss: str | Loss, x, y, batch_size: int = 1000) -> Callable:
-    """Return ``check(params_s, params) -> (loss, acc)`` of the linear model on the whole set (x, y).
-
-    loss = (1/N) Σ_n ℓ(f_lin_s(θ, x_n), y_n); acc = fraction of argmax f_lin_s(θ, x_n) = y_n for
-    integer labels y (N,), nan for real targets (N, O). Evaluated in chunks of ``batch_size``
-    examples by :func:`iterlin.training.make_chunked_metrics` (the loop ``fit`` evaluates with).
-    """
-    metrics = make_chunked_metrics(loss, x, y, batch_size)
-    classify = jnp.issubdtype(jnp.asarray(y).dtype, jnp.integer)
-    return lambda params_s, params: _lin_means(apply_fn, metrics, metrics.size, classify, params_s, params)
-
-
-def make_solve_step(
-    apply_fn: Callable,
-    optimizer: optax.GradientTransformation,
-    loss: str | Loss,
-    train_data: tuple,
-    *,
-    target_acc: float | None = 1.0,
-    check_every: int = 100,
-    plateau_tol: float = 1e-4,
-    refresh: Callable | None = None,
-    check_batch_size: int = 1000,
-) -> Callable:
-    """Return ``step(state, (x, y)) -> (state, {"loss": ...})`` for :func:`iterlin.training.fit`.
-
-    ``state`` comes from :func:`init_solve_state` (with the same ``optimizer``). The step is
-    :func:`iterlin.training.make_step` with the policy :func:`iterlin.relin.until_solved` and
-    ``reset_optimizer=True``, reading ``train_data = (x_train, y_train)``: one inner step of
-    ``optimizer`` on the current linear model (Eq. 3), then the convergence check (see the module
-    docstring) when k % check_every == 0 or k = K, and, if it passes, re-linearisation: θ_s ← θ_{t+1}
-    (after ``refresh(θ_{t+1}, x)`` when given), the optimizer state re-initialised, ``n_relin`` + 1,
-    k ← 0. The criterion's parameters are this function's (they replace those in ``state.policy``
-    at every step). The whole proposal (θ_{t+1}, θ_s, inner optimizer state, :class:`~iterlin.relin.SolveState`) is
-    committed once through :func:`iterlin.training.commit_step`: a diverging loss or θ_{t+1} freezes
-    all of it, so a diverged run never re-linearises or logs.
-    """
-    policy = until_solved(target_acc=target_acc, check_every=check_every, plateau_tol=plateau_tol,
-                          check_batch_size=check_int(check_batch_size, "eval_batch_size"))
-    get_loss(loss)
-    x_train, y_train = (jnp.asarray(a) for a in train_data)
-    check_xy(x_train, y_train)
-    step = make_step(apply_fn, optimizer, loss, refresh=refresh, reset_optimizer=True, policy=policy)
-    own = policy.init(0)  # the parameters as arrays (an empty log)
-
-    def step_on_train_data(state: TrainState, batch):
-        solve = state.policy._replace(target_acc=own.target_acc, plateau_tol=own.plateau_tol,
-                                      check_every=own.check_every)
-        return step(state._replace(policy=solve), batch, (x_train, y_train))
-
-    return step_on_train_data
 
 
 @functools.lru_cache(maxsize=64)
 def _adam(lr: float) -> optax.GradientTransformation:
     """``optax.adam(lr)``, one object per learning rate (so its steps and programs are reused)."""
     return optax.adam(lr)
-
-
-def relin_log(state: TrainState) -> dict:
-    """The re-linearisation log of a run as host arrays, one entry per logged re-linearisation.
-
-    Keys ``relin_step``, ``relin_inner_steps``, ``relin_acc``, ``relin_loss`` and ``relin_reason``
-    (strings from :data:`iterlin.relin.RELIN_REASONS`: ``"target"``, ``"plateau"`` or ``"K"``);
-    :func:`iterlin.relin.history` of a run with a :class:`~iterlin.relin.SolveState`.
-    """
-    return relin_history(state)
 
 
 def train_adam_solved(
@@ -207,7 +125,7 @@ def train_adam_solved(
       ``(params, history)``: θ_T and :func:`iterlin.training.fit`'s history (per evaluation point:
       ``step``, ``n_relin``, ``{net,lin}_{train,test}_*``, …) plus ``inner_steps`` (steps into the
       current linearisation at each evaluation point) and, one entry per re-linearisation, the
-      log of :func:`relin_log`: ``relin_step``, ``relin_inner_steps``, ``relin_acc``,
+      log of :func:`iterlin.relin.history`: ``relin_step``, ``relin_inner_steps``, ``relin_acc``,
       ``relin_loss``, ``relin_reason``.
     """
     lr = check_positive(lr, "lr")

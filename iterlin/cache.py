@@ -65,6 +65,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from .checkpoint import CheckpointError, atomic_write_bytes, check_npz_sizes
+from .data import user_cache_dir
 
 __all__ = [
     "CacheWarning",
@@ -197,15 +198,8 @@ def repo_root() -> Path | None:
     return root if (root / "pyproject.toml").is_file() else None
 
 
-def user_cache_dir() -> Path:
-    """The user's cache folder for iterlin outside a checkout: ``$XDG_CACHE_HOME/iterlin``, else
-    ``~/.cache/iterlin`` (never inside site-packages)."""
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg).expanduser() if xdg else Path("~/.cache").expanduser()) / "iterlin"
-
-
 def cache_root() -> Path:
-    """The project's cache folder: ``<repo>/.cache`` inside a checkout, else :func:`user_cache_dir`."""
+    """The project's cache folder: ``<repo>/.cache`` inside a checkout, else :func:`iterlin.data.user_cache_dir`."""
     root = repo_root()
     return root / ".cache" if root is not None else user_cache_dir()
 

@@ -42,6 +42,7 @@ import numpy as np
 
 from .cache import repo_root
 from .checkpoint import atomic_write_bytes
+from .relin import fmt_K
 
 __all__ = [
     "Claim",
@@ -154,17 +155,6 @@ def num(x: float, digits: int = 2) -> str:
     if not math.isfinite(x):
         return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
     return f"{round(x, digits) + 0.0:.{digits}f}"
-
-
-def fmt_K(K: float) -> str:
-    """``1``, ``100``, ``5e6``, ``∞``: K as the paper writes it."""
-    K = float(K)
-    if math.isinf(K):
-        return "∞"
-    if K >= 10_000:
-        mant, exp = f"{K:.0e}".split("e")
-        return f"{mant}e{int(exp)}"
-    return str(int(K))
 
 
 def _rows(rows: Iterable[Claim]) -> list[Claim]:

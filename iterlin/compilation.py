@@ -5,7 +5,7 @@ program (same computation, shapes, devices, JAX and XLA versions), so rerunning 
 CLI or the test suite on a warm machine skips XLA's compilation (tracing still happens).
 
 Where: ``$ITERLIN_COMPILATION_CACHE`` if set to a folder; else ``jax/`` in the user's cache folder
-(:func:`iterlin.cache.user_cache_dir`: ``$XDG_CACHE_HOME/iterlin/jax`` or
+(:func:`iterlin.data.user_cache_dir`: ``$XDG_CACHE_HOME/iterlin/jax`` or
 ``~/.cache/iterlin/jax``), never a checkout's ``.cache`` that other users may share.
 ``ITERLIN_COMPILATION_CACHE=0`` (or ``off``/``false``/``no``) turns it off. A folder already set
 through JAX's own ``jax_compilation_cache_dir`` (e.g. ``JAX_COMPILATION_CACHE_DIR``) is used, with
@@ -35,7 +35,7 @@ import tempfile
 import warnings
 from pathlib import Path
 
-from .cache import user_cache_dir
+from .data import user_cache_dir
 
 __all__ = ["ENV_VAR", "OFF", "MIN_COMPILE_SECONDS", "CompilationCacheWarning", "SignedCache", "compilation_cache_dir",
            "enable_compilation_cache"]

@@ -19,7 +19,7 @@ Where the data comes from (:func:`find_cifar10`), first match wins:
 
    A relative path is taken relative to the current directory; an empty value counts as unset.
 3. The cache directory (``cache_dir=``, default the user cache folder
-   :func:`iterlin.cache.user_cache_dir`: ``$XDG_CACHE_HOME/iterlin``, else ``~/.cache/iterlin``):
+   :func:`user_cache_dir`: ``$XDG_CACHE_HOME/iterlin``, else ``~/.cache/iterlin``):
    its extracted ``cifar-10-batches-py/``, else its ``cifar-10-python.tar.gz``, which is verified
    and extracted there.
 4. A download: the official archive is downloaded into the cache directory with a progress bar
@@ -90,7 +90,6 @@ from typing import Any, NamedTuple
 import numpy as np
 from tqdm import tqdm
 
-from iterlin.cache import user_cache_dir
 from iterlin.checkpoint import new_file_mode
 from iterlin.validate import check_int
 
@@ -123,7 +122,16 @@ __all__ = [
     "read_cifar10",
     "safe_unpickle",
     "standardise",
+    "user_cache_dir",
 ]
+
+
+def user_cache_dir() -> Path:
+    """The user's cache folder for iterlin outside a checkout: ``$XDG_CACHE_HOME/iterlin``, else
+    ``~/.cache/iterlin`` (never inside site-packages)."""
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg).expanduser() if xdg else Path("~/.cache").expanduser()) / "iterlin"
+
 
 # --------------------------------------------------------------------------------------------
 # Constants
@@ -325,7 +333,7 @@ def download_archive(
     progress: bool = False,
 ) -> Path:
     """Download ``url`` into ``dest_dir/filename`` (default: the URL's last path component;
-    ``dest_dir`` default: :func:`iterlin.cache.user_cache_dir`), with a progress bar on stderr if
+    ``dest_dir`` default: :func:`user_cache_dir`), with a progress bar on stderr if
     ``progress``.
 
     The bytes go to a temporary file in ``dest_dir``; only when the size (if ``expected_size``)

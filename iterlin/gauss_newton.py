@@ -99,7 +99,8 @@ from .jacobian import (  # noqa: F401 (flat_jacobian re-exported)
 )
 from .losses import Loss, get_loss, mse_targets
 from .precision import matmul
-from .training import TrainState, _check_train_args, _memoise, commit_step, fit, init_state
+from .memo import memoise
+from .training import TrainState, _check_train_args, commit_step, fit, init_state
 from .tree import tree_size
 from .validate import check_choice, check_int, check_nonnegative, check_positive, check_xy
 
@@ -506,7 +507,7 @@ def make_gauss_newton_step(
 _STEP_OPTIONS = ("loss", "filter", "solver", "damping_mode", "step_size", "cg_tol", "cg_maxiter")
 
 
-@_memoise
+@memoise
 def _make_gauss_newton_step(apply_fn, loss, filter, solver, damping_mode, step_size, cg_tol, cg_maxiter):
     kw = dict(loss=loss, filter=filter, solver=solver, damping_mode=damping_mode, cg_tol=cg_tol,
               cg_maxiter=cg_maxiter)
@@ -527,7 +528,7 @@ def _make_gauss_newton_step(apply_fn, loss, filter, solver, damping_mode, step_s
     return step
 
 
-@_memoise
+@memoise
 def _jitted(fn: Callable) -> Callable:
     """``jax.jit(fn)``, one wrapper per function (``jax.eval_shape(fn, ...)`` would trace it at every call)."""
     return jax.jit(fn)

@@ -28,7 +28,8 @@ empirical NTK is Θ = JJᵀ (N·O × N·O, Eq. 2). Everything here uses the one 
   minimum-norm step), φ(σ) = (1 − e^{−στ})/σ gradient flow for time τ (Eq. 18), and so on
   (:mod:`iterlin.closed_form`). Directions whose shifted eigenvalue σ + λ is at most
   N·O·ε·(max σ + λ) are dropped (pseudo-inverse semantics).
-* :func:`maybe_jit`: one compiled function per (function, ``apply_fn``, static arguments).
+* :func:`maybe_jit`: ``jax.jit`` with ``apply_fn`` and the named options static (jit's own cache:
+  one compiled program per function, ``apply_fn``, static values and shapes).
 """
 
 from __future__ import annotations
@@ -71,24 +72,20 @@ AUTO_CHUNK_NUMBERS = 2**26
 # Compilation cache
 # ------------------------------------------------------------------------------------------
 
-_JITTED: dict = {}
-
 
 def maybe_jit(fn: Callable, apply_fn: Callable, **static) -> Callable:
     """``fn`` compiled with its argument 0 (``apply_fn``) and the named arguments ``static`` static.
 
-    One ``jax.jit`` wrapper per ``fn`` is kept (so a second call with the same ``apply_fn``, shapes
-    and static values reuses the compiled code). ``fn`` itself is returned when ``apply_fn`` is not
-    hashable (then it is traced op by op, or inside the caller's jit).
+    ``jax.jit`` caches its traces and programs on the function and the static values, so a second
+    call with the same ``fn``, ``apply_fn``, shapes and static values compiles nothing, with no memo
+    of ours. ``fn`` itself is returned when ``apply_fn`` is not hashable (then it is traced op by
+    op, or inside the caller's jit).
     """
     try:
         hash(apply_fn)
     except TypeError:
         return fn
-    key = (fn, tuple(sorted(static)))
-    if key not in _JITTED:
-        _JITTED[key] = jax.jit(fn, static_argnums=(0,), static_argnames=tuple(static))
-    return _JITTED[key]
+    return jax.jit(fn, static_argnums=(0,), static_argnames=tuple(static))
 
 
 # ------------------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ Conventions shared by the notebooks:
   it diverged, at its last finite value (:func:`plot_runs`).
 * Colours: run i is drawn in ``"C{i}"`` by default, so the same run has the same colour in every
   panel and in every series of one panel (the network solid, its linear model dashed).
-* K is written as the paper writes it, with :func:`iterlin.claims.fmt_K` (``∞`` for K = ∞); a K
+* K is written as the paper writes it, with :func:`iterlin.relin.fmt_K` (``∞`` for K = ∞); a K
   axis places K = ∞ at the right edge of a log axis (:func:`set_K_axis`).
 * Accuracies are stored as fractions and drawn in percent: :func:`plot_runs` multiplies by
   ``scale=100`` by default (pass ``scale=1`` for losses, norms, kernel distances).
@@ -33,8 +33,8 @@ from matplotlib.figure import Figure
 from matplotlib.legend import Legend
 from matplotlib.lines import Line2D
 
-from .claims import fmt_K
 from .probes import filters_to_image
+from .relin import fmt_K
 
 __all__ = [
     "mean_se",
@@ -599,7 +599,7 @@ def set_K_axis(
     """A log x axis over the K grid ``(N,)`` with K = ∞ at the right edge, labelled ``∞``.
 
     Ticks at the K that are powers of ten (``ticks="decades"``) or at every K (``"all"``), labelled
-    with :func:`~iterlin.claims.fmt_K`, plus ``∞`` when the grid has it. Returns the positions
+    with :func:`~iterlin.relin.fmt_K`, plus ``∞`` when the grid has it. Returns the positions
     ``(N,)`` to draw the grid's values at (:func:`log_positions`).
     """
     _check_axes(ax)

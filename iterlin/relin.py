@@ -73,6 +73,7 @@ __all__ = [
     "history",
     "MAX_LOG",
     "RELIN_REASONS",
+    "fmt_K",
 ]
 
 #: The most re-linearisations a run logs (a :func:`log_size` is capped here; further ones are still
@@ -112,7 +113,7 @@ class RelinInfo(NamedTuple):
     check: Callable | None = None
 
 
-class _Rule(NamedTuple):
+class Rule(NamedTuple):
     """The static part of a policy (what the compiled step depends on): hashable, one per kind and options."""
 
     kind: str
@@ -154,9 +155,9 @@ class RelinPolicy(NamedTuple):
     check_batch_size: int | None = None
 
     @property
-    def rule(self) -> _Rule:
+    def rule(self) -> Rule:
         """Its static part (kind, ``decide``, flags): policies with the same rule share one compiled step."""
-        return _Rule(self.kind, self.decide, self.net_loss, self.train_check, self.check_batch_size)
+        return Rule(self.kind, self.decide, self.net_loss, self.train_check, self.check_batch_size)
 
     def describe(self) -> dict:
         """``{"kind": …, "K": …, <hyperparams>}``, JSON-serialisable (∞ as ``math.inf``, disabled as None)."""
@@ -491,7 +492,7 @@ def as_policy(K, name: str = "K") -> RelinPolicy:
             from None
 
 
-def _one_rule(policies: Sequence[RelinPolicy], name: str = "K") -> _Rule:
+def one_rule(policies: Sequence[RelinPolicy], name: str = "K") -> Rule:
     """The one static rule of a sweep's policies, or a ValueError: a vmapped sweep is one program, so
     its runs' policies must be of one kind with the same static options (their parameters may differ)."""
     rules = {p.rule for p in policies}
@@ -504,7 +505,7 @@ def _one_rule(policies: Sequence[RelinPolicy], name: str = "K") -> _Rule:
     return rules.pop()
 
 
-def _check_state(rule: _Rule, state) -> None:
+def check_state(rule: Rule, state) -> None:
     """Raise a TypeError (at trace time) if ``state`` is not the state ``rule``'s kind decides on."""
     want = _STATE_TYPES.get(rule.kind)
     if want is not None and not isinstance(state, want):
@@ -512,6 +513,17 @@ def _check_state(rule: _Rule, state) -> None:
             f"state.policy is a {type(state).__name__}, but a {rule.kind} policy needs a {want.__name__}: make the "
             f"state with iterlin.training.init_state(params, optimizer, policy, steps=steps) (or train/train_sweep)."
         )
+
+
+def fmt_K(K: float) -> str:
+    """``1``, ``100``, ``5e6``, ``∞``: K as the paper writes it."""
+    K = float(K)
+    if math.isinf(K):
+        return "∞"
+    if K >= 10_000:
+        mant, exp = f"{K:.0e}".split("e")
+        return f"{mant}e{int(exp)}"
+    return str(int(K))
 
 
 def log_size(policies: Sequence[RelinPolicy], steps: int) -> int:

@@ -69,7 +69,11 @@ from .augment import flip_and_crop
 from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from .linearise import linearised_apply
 from .losses import Loss, get_loss
-from .relin import RelinInfo, RelinPolicy, _check_state, _one_rule, _Rule, as_policy, every, log_size
+from .memo import memoise as _memoise
+from .relin import RelinInfo, RelinPolicy, as_policy, every, log_size
+from .relin import Rule as _Rule
+from .relin import check_state as _check_state
+from .relin import one_rule as _one_rule
 from .relin import history as relin_history
 from .tree import tree_all_finite, tree_index, tree_stack, tree_where
 from .validate import MAX_STEPS, check_int, check_K, check_steps, check_xy
@@ -82,8 +86,6 @@ __all__ = [
     "make_linearised_update",
     "make_step",
     "make_batch_fn",
-    "make_chunked_metrics",
-    "make_eval_fn",
     "fit",
     "default_evaluation",
     "DEFAULT_EVAL_BUDGET",
@@ -92,35 +94,6 @@ __all__ = [
     "train",
     "train_sweep",
 ]
-
-#: How many entries each memo of step functions and of compiled programs keeps (the least recently
-#: used is dropped first): what they hold alive (``apply_fn``, optimizers, executables) is bounded.
-CACHE_SIZE = 64
-
-
-def _memoise(fn: Callable) -> Callable:
-    """``fn`` memoised on its positional arguments (at most :data:`CACHE_SIZE` entries, LRU).
-
-    Arguments are compared as Python compares them: functions (``apply_fn``, ``refresh``, the
-    ``init``/``update`` functions of an optax transformation, which is a tuple of them) by identity,
-    numbers (typed: 1 is not 1.0), strings, tuples and :class:`~iterlin.losses.Loss` by value; so a
-    different optimizer object, loss or option never shares an entry. Unhashable arguments bypass the
-    memo (a fresh result, as without it). ``fn.cache_clear()`` empties it.
-    """
-    cached = functools.lru_cache(maxsize=CACHE_SIZE, typed=True)(fn)
-
-    @functools.wraps(fn)
-    def memoised(*args):
-        try:
-            hash(args)
-        except TypeError:
-            return fn(*args)
-        return cached(*args)
-
-    memoised.cache_clear = cached.cache_clear
-    memoised.cache_info = cached.cache_info
-    return memoised
-
 
 class TrainState(NamedTuple):
     """Everything a run needs to continue (one run; a sweep stacks runs on a leading axis).
@@ -233,7 +206,6 @@ def make_linearised_update(apply_fn: Callable, optimizer: optax.GradientTransfor
     One step of ``optimizer`` on the mean loss of the linear model at θ_s,
     value = (1/B) Σ_n ℓ(f_lin_s(θ_t, x_n), y_n), θ_{t+1} = θ_t + optimizer update of ∇_θ value.
     A proposal only: the caller decides about re-linearisation and commits with :func:`commit_step`.
-    Shared by :func:`make_step` and :func:`iterlin.adam_solve.make_solve_step`.
     """
     loss = get_loss(loss)
 
@@ -435,26 +407,6 @@ def _chunked(x, y, batch_size) -> _Chunks:
     return _Chunks(x.reshape((nc, bs) + x.shape[1:]), y.reshape((nc, bs) + y.shape[1:]), int(n))
 
 
-def make_chunked_metrics(loss: str | Loss, x, y, batch_size: int = 1000) -> Callable:
-    """Return ``metrics(models) -> {"<model>_<metric>": sum over (x, y)}``: THE evaluation loop.
-
-    ``models`` maps a name to ``fn(x_chunk) -> outputs`` (e.g. the network f(θ_t, ·) and the linear
-    model f_lin_s(θ_t, ·)); every model is evaluated on the same chunks of ``batch_size`` examples
-    (the last zero-padded and masked out) in one ``lax.scan``, so memory is O(batch_size). The
-    metrics are ``loss.metrics``' sums: ``loss`` and ``acc`` (integer labels) or ``loss`` and
-    ``sq_err`` (real targets). ``metrics.size`` is the number of examples N (divide to get means).
-    Used by :func:`make_eval_fn` (``fit``'s evaluation) and the Adam-solved loop's criterion.
-    """
-    loss = get_loss(loss)
-    chunks = _split_chunks(x, y, batch_size)
-
-    def metrics(models: dict) -> dict:
-        return _metric_sums(loss, models, chunks)
-
-    metrics.size = chunks.n
-    return metrics
-
-
 def _split_chunks(x, y, batch_size) -> _Chunks:
     """``_chunked(x, y, batch_size)``, the arguments checked (an evaluation split, made once)."""
     x, y = jnp.asarray(x), jnp.asarray(y)
@@ -464,8 +416,10 @@ def _split_chunks(x, y, batch_size) -> _Chunks:
 
 
 def _metric_sums(loss: Loss, models: dict, chunks: _Chunks) -> dict:
-    """:func:`make_chunked_metrics`' ``metrics(models)`` on ``chunks = _chunked(x, y, batch_size)``:
-    pure in the chunks, so a compiled program takes them as an argument."""
+    """``{"<model>_<metric>": sum over the chunks}`` for every model of ``models`` (a name to
+    ``fn(x_chunk) -> outputs``), all on the same chunks in one ``lax.scan`` (memory O(chunk size)):
+    THE evaluation loop, pure in ``chunks = _chunked(x, y, batch_size)``, so a compiled program takes
+    them as an argument."""
     xc, yc, wc = chunks.x, chunks.y, chunks.weights
     names = ("loss", "acc") if jnp.issubdtype(yc.dtype, jnp.integer) else ("loss", "sq_err")
 
@@ -479,25 +433,9 @@ def _metric_sums(loss: Loss, models: dict, chunks: _Chunks) -> dict:
     return sums
 
 
-def make_eval_fn(apply_fn: Callable, loss: str | Loss, splits: dict, batch_size: int = 1000) -> Callable:
-    """Return ``eval_fn(state) -> {"{net,lin}_{split}_{metric}": sum}`` over whole splits.
-
-    ``splits`` maps a name ("train", "test") to ``(x, y)``. Each split is evaluated by
-    :func:`make_chunked_metrics` for the network f(θ_t) and for the current linear model
-    f_lin_s(θ_t). Values are sums; :func:`_means` turns them into means/accuracies/RMSEs.
-    """
-    loss = get_loss(loss)
-    chunks = {name: _split_chunks(x, y, batch_size) for name, (x, y) in splits.items()}
-
-    def eval_fn(state: TrainState):
-        return _eval_sums(apply_fn, loss, state, chunks)
-
-    eval_fn.sizes = {name: c.n for name, c in chunks.items()}
-    return eval_fn
-
-
 def _eval_sums(apply_fn: Callable, loss: Loss, state: TrainState, chunks: dict) -> dict:
-    """:func:`make_eval_fn`'s ``eval_fn(state)`` on ``chunks = {split: _chunked(x, y, batch_size)}``."""
+    """``{"{net,lin}_{split}_{metric}": sum}`` of the network f(θ_t) and the linear model
+    f_lin_s(θ_t) on ``chunks = {split: _chunked(x, y, batch_size)}`` (``fit``'s evaluation)."""
     models = {
         "net": lambda xb: apply_fn(state.params, xb),
         "lin": lambda xb: linearised_apply(apply_fn, state.params_s, state.params, xb),

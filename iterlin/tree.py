@@ -12,8 +12,6 @@ __all__ = [
     "tree_add",
     "tree_sub",
     "tree_scale",
-    "tree_vdot",
-    "tree_norm",
     "tree_where",
     "tree_all_finite",
     "tree_size",
@@ -33,15 +31,6 @@ def tree_sub(a, b):
 
 def tree_scale(s, a):
     return jax.tree.map(lambda x: s * x, a)
-
-
-def tree_vdot(a, b):
-    """Σ over leaves of ⟨a, b⟩ (real)."""
-    return sum(jnp.vdot(x, y) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
-
-
-def tree_norm(a):
-    return jnp.sqrt(tree_vdot(a, a))
 
 
 def tree_where(cond, a, b):

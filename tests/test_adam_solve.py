@@ -10,19 +10,12 @@ import numpy as np
 import optax
 import pytest
 
-from iterlin.adam_solve import (
-    RELIN_REASONS,
-    SolveState,
-    init_solve_state,
-    make_solve_step,
-    make_train_check,
-    relin_log,
-    train_adam_solved,
-)
+from iterlin.adam_solve import RELIN_REASONS, SolveState, train_adam_solved
 from iterlin.checkpoint import CheckpointError
 from iterlin.linearise import linearised_apply
 from iterlin.losses import get_loss
 from iterlin.models import make_model
+from iterlin.relin import history, until_solved
 from iterlin.training import fit, init_state, make_step
 from iterlin.tree import tree_allclose
 
@@ -96,14 +89,16 @@ def test_equals_periodic_K_with_adam_reset_when_criterion_never_passes(mlp, hard
 
 
 def test_state_matches_reference_including_adam_state(mlp, hard, reference):
-    """The lower-level API, with the accuracy test disabled (target_acc=None): the paper's constant K."""
+    """The lower-level API train_adam_solved is made of, with the accuracy test disabled
+    (target_acc=None): make_step with the policy until_solved and reset_optimizer, through fit."""
     ref_state, _ = reference
     adam = optax.adam(LR)
-    state = init_solve_state(mlp.params, adam, K_HARD, log_size=16)
+    policy = until_solved(target_acc=None, check_every=3, plateau_tol=0.0, max_period=K_HARD)
+    state = init_state(mlp.params, adam, policy, steps=STEPS_HARD)
     # the criterion rides in TrainState.policy; opt_state is the inner optimizer's own state
-    assert isinstance(state.policy, SolveState) and state.policy.relin_step.shape == (16,)
+    assert isinstance(state.policy, SolveState) and state.policy.relin_step.shape[0] >= STEPS_HARD // K_HARD
     assert jax.tree.structure(state.opt_state) == jax.tree.structure(adam.init(mlp.params))
-    step = make_solve_step(mlp.apply_fn, adam, "ce", hard, target_acc=None, check_every=3, plateau_tol=0.0)
+    step = make_step(mlp.apply_fn, adam, "ce", reset_optimizer=True, policy=policy)
     state, _ = fit(step, state, mlp.apply_fn, hard, steps=STEPS_HARD, batch_size=8, eval_every=5)
     assert tree_allclose(state.params_s, ref_state.params_s, rtol=1e-6, atol=1e-7)
     assert tree_allclose(state.opt_state, ref_state.opt_state, rtol=1e-6, atol=1e-7)
@@ -277,26 +272,35 @@ def test_bad_data_raises(mlp, easy):
         train_adam_solved(mlp.apply_fn, mlp.params, x, lr=LR, steps=10)
 
 
-def test_relin_log_and_reasons(mlp, easy):
-    state = init_solve_state(mlp.params, optax.adam(LR), math.inf, log_size=3)
+def test_an_empty_relin_log_and_the_reasons(mlp):
+    state = init_state(mlp.params, optax.adam(LR), until_solved(max_period=math.inf), steps=10)
     assert int(state.K) == 0  # K = ∞
-    log = relin_log(state)
+    log = history(state)
+    assert set(log) == {"relin_step", "relin_inner_steps", "relin_acc", "relin_loss", "relin_reason"}
     assert all(len(v) == 0 for v in log.values())
     assert RELIN_REASONS[1:] == ("target", "plateau", "K")
-    with pytest.raises(ValueError, match="log_size"):
-        init_solve_state(mlp.params, optax.adam(LR), 5, log_size=0)
 
 
 @pytest.mark.parametrize("batch_size", [5, 16, 1000])  # padded chunks, exact tiling, one chunk
-def test_train_check_matches_direct_metrics(mlp, easy, batch_size):
+def test_the_criterion_checks_the_linear_model_on_the_whole_training_set(mlp, easy, batch_size):
+    """What a re-linearisation logs is f_lin at θ_s = θ_0, evaluated at θ_K, on all of (x, y) in
+    chunks of ``eval_batch_size``, computed directly here; no accuracy for real targets (MSE)."""
     x, y = easy
-    params = jax.tree.map(lambda p: p + 0.1, mlp.params)
-    loss, acc = make_train_check(mlp.apply_fn, "ce", x, y, batch_size)(mlp.params, params)
-    m = _lin_metrics(mlp.apply_fn, mlp.params, params, x, y)
-    np.testing.assert_allclose(float(loss), m["loss"], rtol=1e-5)
-    assert float(acc) == pytest.approx(m["acc"], abs=1e-7)
-    yr = jax.nn.one_hot(y, 2)  # real targets: MSE, no accuracy
-    loss, acc = make_train_check(mlp.apply_fn, "mse", x, yr, batch_size)(mlp.params, params)
-    np.testing.assert_allclose(float(loss), _lin_metrics(mlp.apply_fn, mlp.params, params, x, yr, "mse")["loss"],
-                               rtol=1e-5)
-    assert np.isnan(float(acc))
+    K = 3
+    for loss, targets in (("ce", y), ("mse", jax.nn.one_hot(y, 2))):
+        params_at = {}
+
+        def callback(t, state):
+            params_at[t] = state.params
+
+        _, hist = train_adam_solved(mlp.apply_fn, mlp.params, (x, targets), lr=0.05, steps=K, K=K, target_acc=None,
+                                    check_every=K, plateau_tol=0.0, loss=loss, eval_every=K,
+                                    eval_batch_size=batch_size, callback=callback)
+        assert list(hist["relin_step"]) == [K] and list(hist["relin_reason"]) == ["K"]
+        m = _lin_metrics(mlp.apply_fn, mlp.params, params_at[K], x, targets, loss)
+        assert not tree_allclose(params_at[K], mlp.params)  # θ_K moved: the check is not at θ_s
+        np.testing.assert_allclose(float(hist["relin_loss"][0]), m["loss"], rtol=1e-5)
+        if loss == "ce":
+            assert float(hist["relin_acc"][0]) == pytest.approx(m["acc"], abs=1e-7)
+        else:
+            assert np.isnan(float(hist["relin_acc"][0]))

@@ -192,3 +192,28 @@ def test_no_array_is_baked_into_the_programs(problem):
     with compilations() as other_shapes:
         _train(apply_fn, params2, smaller, eval2)
     assert any(kind == "lower" for kind, _ in other_shapes)
+
+
+def test_the_jitted_single_calls_compile_once(problem):
+    """flat_jacobian, gauss_newton_step and the closed forms jit through ``jacobian.maybe_jit`` (jit's
+    own cache, no memo of ours): a second call with other values of θ and the data traces nothing."""
+    from iterlin.closed_form import gradient_flow_limit
+    from iterlin.gauss_newton import gauss_newton_step
+    from iterlin.jacobian import flat_jacobian
+
+    apply_fn, ((x, y), _), ((x2, y2), _) = problem
+    targets, targets2 = jax.nn.one_hot(y, 3), jax.nn.one_hot(y2, 3)
+    calls = {
+        "flat_jacobian": lambda p, x, t: flat_jacobian(apply_fn, p, x),
+        "gauss_newton_step": lambda p, x, t: gauss_newton_step(apply_fn, p, x, t, damping=0.5),
+        "gradient_flow_limit": lambda p, x, t: gradient_flow_limit(apply_fn, p, x, t),
+    }
+    params1, params2 = init_params(0), init_params(1)
+    for name, call in calls.items():
+        with compilations() as first:
+            out1 = call(params1, x, targets)
+        assert any(kind == "lower" for kind, _ in first), name
+        with compilations() as second:
+            out2 = call(params2, x2, targets2)
+        assert second == [], f"the second call of {name} traced/compiled {second}"
+        assert _differ((out1, {}), (out2, {})), name

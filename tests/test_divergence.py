@@ -2,7 +2,7 @@
 
 Contract (:func:`iterlin.training.commit_step`, through which every step function commits once:
 :func:`iterlin.training.make_step`, :func:`iterlin.gauss_newton.make_gauss_newton_step` with either
-filter, :func:`iterlin.adam_solve.make_solve_step`): at step t the loss is L(θ_t); if it is not
+filter, and with :func:`iterlin.relin.until_solved`, the Adam-solved step): at step t the loss is L(θ_t); if it is not
 finite or its magnitude exceeds :func:`iterlin.training.divergence_bound` (√ of the dtype's largest
 finite value), or the update it produces is not finite, the run is frozen at that state (θ_t, θ_s,
 optimizer state, policy), ``diverged`` becomes True and ``diverged_step`` = t. Training stops at the next
@@ -183,22 +183,22 @@ def _overflow_problem():
 
 def _step_kinds(x, y):
     """(name, step_fn, fresh state) for every kind of step function in the library."""
-    from iterlin.adam_solve import init_solve_state, make_solve_step
     from iterlin.gauss_newton import init_gauss_newton_state, make_gauss_newton_step
+    from iterlin.relin import until_solved
     from iterlin.training import init_state, make_step
 
     params = {"w": jnp.zeros((3, 1))}
     sgd = optax.sgd(0.05, momentum=0.9)
     adam = optax.adam(1e-2)
+    solved = until_solved(target_acc=None, check_every=1, plateau_tol=0.0, max_period=1)
     return [
         ("linearised SGD", make_step(_scaled_jacobian, sgd, "mse"), init_state(params, sgd, 1)),
         ("Gauss-Newton damped", make_gauss_newton_step(_scaled_jacobian, step_size=0.5),
          init_gauss_newton_state(params, 0.1)),
         ("Gauss-Newton flow", make_gauss_newton_step(_scaled_jacobian, filter="flow"),
          init_gauss_newton_state(params, 1.0, filter="flow")),
-        ("Adam-solved", make_solve_step(_scaled_jacobian, adam, "mse", (x, y), target_acc=None, check_every=1,
-                                        plateau_tol=0.0),
-         init_solve_state(params, adam, 1, log_size=16)),
+        ("Adam-solved", make_step(_scaled_jacobian, adam, "mse", reset_optimizer=True, policy=solved),
+         init_state(params, adam, solved, steps=16)),
     ]
 
 
@@ -218,7 +218,8 @@ def test_every_step_kind_freezes_an_overflowing_update_at_the_last_finite_state(
 
     before, h_before = fit(step_fn, state0, _scaled_jacobian, (x, y), steps=t_star, **kw)
     assert not bool(h_before["diverged"]) and _finite(before.params), name
-    value = jax.jit(step_fn)(before, batch_fn(t_star))[1]["loss"]
+    data = ((x, y),) if getattr(step_fn, "takes_data", False) else ()  # the Adam-solved check reads (x, y)
+    value = jax.jit(step_fn)(before, batch_fn(t_star), *data)[1]["loss"]
     assert np.isfinite(float(value)), f"{name}: the loss at θ_t* must be finite (an overflowing update, not a NaN loss)"
 
     after, h_after = fit(step_fn, state0, _scaled_jacobian, (x, y), steps=t_star + 4, **kw)  # 3 steps past it

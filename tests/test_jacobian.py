@@ -68,13 +68,29 @@ def test_the_ntk_and_gauss_newton_use_the_same_jacobian(x64):
                                    np.trace(J @ J.T) / J.shape[0], rtol=1e-12)
 
 
-def test_maybe_jit_caches_per_function_and_passes_unhashable_apply_fns_through():
+def test_maybe_jit_compiles_once_per_setting_and_passes_unhashable_apply_fns_through():
+    """No memo of ours: jit's own cache, keyed on the function and the static values, traces ``fn``
+    once per (apply_fn, static values, shapes) however many wrappers ``maybe_jit`` returns."""
+    from _compiles import compilations
+
     def fn(apply_fn, a, *, twice):
         return apply_fn(a) * (2 if twice else 1)
 
-    jitted = maybe_jit(fn, jnp.sin, twice=True)
-    assert jitted is maybe_jit(fn, jnp.cos, twice=False)  # one wrapper per function
-    assert float(jitted(jnp.sin, jnp.asarray(0.5), twice=True)) == pytest.approx(2 * math.sin(0.5), rel=1e-6)
+    def traces(seen):
+        return sum(1 for kind, name in seen if kind == "trace" and name == "fn")
+
+    a, b = jnp.asarray(0.5), jnp.asarray(0.25)
+    with compilations() as seen:
+        first = maybe_jit(fn, jnp.sin, twice=True)(jnp.sin, a, twice=True)
+    assert traces(seen) == 1 and float(first) == pytest.approx(2 * math.sin(0.5), rel=1e-6)
+    with compilations() as seen:  # a fresh wrapper, other values: nothing traced
+        again = maybe_jit(fn, jnp.sin, twice=True)(jnp.sin, b, twice=True)
+    assert traces(seen) == 0 and float(again) == pytest.approx(2 * math.sin(0.25), rel=1e-6)
+    with compilations() as seen:  # another static value, another apply_fn: traced, right values
+        other = maybe_jit(fn, jnp.sin, twice=False)(jnp.sin, a, twice=False)
+        cos = maybe_jit(fn, jnp.cos, twice=True)(jnp.cos, a, twice=True)
+    assert traces(seen) == 2
+    assert float(other) == pytest.approx(math.sin(0.5), rel=1e-6) and float(cos) == pytest.approx(2 * math.cos(0.5), rel=1e-6)
 
     class Unhashable:
         __hash__ = None

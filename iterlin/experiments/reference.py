@@ -21,23 +21,35 @@ One command regenerates them (``make results SCALE=cpu``)::
     python -m iterlin.experiments.reference --scale cpu            # every notebook
     python -m iterlin.experiments.reference --scale cpu fig3 fig2  # some
     python -m iterlin.experiments.reference --claims-only          # re-derive claims.json
+    python -m iterlin.experiments.reference --refingerprint        # which runs' code has changed
 
 A reference run always computes (it never reads the result cache, so that its wall time is its
 own); an interrupted one resumes from its training checkpoints (``.cache/reference/``) when rerun
 with the same config. ``--claims-only`` re-derives every ``claims.json`` from the stored results
 with today's claims code (a changed rule needs no new run). Files are written atomically.
+
+``--refingerprint`` re-derives each run's code fingerprint with today's fingerprint rules from the
+code at the run's commit (``git archive`` of ``iterlin/``), compares it with today's code, and
+prints which runs read as changed with the recorded fingerprints and with the re-derived ones (after
+a change of :mod:`iterlin.fingerprint`'s rules every recorded one reads as changed); ``--write``
+then stores the re-derived fingerprints in ``provenance.json`` and the key of ``results.npz`` (the
+same arrays; runs whose commit had uncommitted changes, ``+dirty``, are left as they are: the code
+that ran is not known).
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import io
 import json
 import os
 import platform
 import shutil
 import subprocess
 import sys
+import tarfile
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, NamedTuple, Sequence
@@ -48,7 +60,9 @@ from ..claims import Claim, ClaimsTable
 from ..fingerprint import code_fingerprint
 from . import registry
 
-__all__ = ["Reference", "ReferenceMismatch", "results_dir", "write", "load", "show", "rewrite_claims", "provenance_line", "device_name", "main"]
+__all__ = ["Reference", "ReferenceMismatch", "Refingerprint", "results_dir", "write", "load", "show", "rewrite_claims",
+           "refingerprint", "provenance_line", "device_name", "main"]
+_ENTRY_POINTS = ("load", "compute")
 
 
 class Reference(NamedTuple):
@@ -63,7 +77,7 @@ class Reference(NamedTuple):
     def changed_since(self) -> bool:
         """Whether the code that computes this figure differs from the code that ran it."""
         exp = registry.get(self.name)
-        return self.provenance.get("code_fingerprint") != code_fingerprint(exp.module, ("load", "compute"))
+        return self.provenance.get("code_fingerprint") != code_fingerprint(exp.module, _ENTRY_POINTS)
 
     def claims(self) -> ClaimsTable:
         """The run's claims table (HTML in a notebook, fixed-width text elsewhere)."""
@@ -132,7 +146,7 @@ def write(name: str, scale: str = "cpu", *, base=None, checkpoint_root=None, pro
     ckpt = ckpt_root / f"{name}-{scale}"
     resumed = ckpt.is_dir() and any(ckpt.iterdir())
     ckpt.mkdir(parents=True, exist_ok=True)
-    code = code_fingerprint(exp.module, ("load", "compute"))
+    code = code_fingerprint(exp.module, _ENTRY_POINTS)
     commit = _commit()  # the code that runs, not whatever is checked out when it ends
     started = time.perf_counter()
     results = exp.compute(config, data, checkpoint_dir=ckpt, progress=progress)
@@ -279,6 +293,95 @@ def rewrite_claims(name: str, *, base=None) -> bool:
     return True
 
 
+class Refingerprint(NamedTuple):
+    """A reference run's code fingerprint re-derived (see :func:`refingerprint`)."""
+
+    name: str
+    commit: str  #: ``iterlin_commit`` as recorded (``+dirty``: with uncommitted changes)
+    recorded: str  #: ``code_fingerprint`` as recorded in ``provenance.json``
+    at_commit: str | None  #: today's rules applied to the code at ``commit`` (None: not available)
+    today: str  #: today's rules applied to today's code
+
+    @property
+    def dirty(self) -> bool:
+        return self.commit.endswith("+dirty")
+
+    @property
+    def changed_as_recorded(self) -> bool:
+        """Whether the run reads as changed today (:attr:`Reference.changed_since`)."""
+        return self.recorded != self.today
+
+    @property
+    def changed(self) -> bool | None:
+        """Whether the code the run reaches differs from today's (None: unknown)."""
+        return None if self.at_commit is None else self.at_commit != self.today
+
+
+def _package_at(commit: str, dest: Path) -> bool:
+    """Extract ``iterlin/`` as it was at ``commit`` into ``dest`` (False when git or the commit is missing)."""
+    root = repo_root()
+    if root is None:
+        return False
+    try:
+        tar = subprocess.run(["git", "archive", "--format=tar", commit, "--", "iterlin"], cwd=root,
+                             capture_output=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return False
+    with tarfile.open(fileobj=io.BytesIO(tar)) as archive:
+        if hasattr(tarfile, "data_filter"):
+            archive.extractall(dest, filter="data")
+        else:  # Python < 3.10.12: git's own archive of a commit
+            archive.extractall(dest)
+    return (dest / "iterlin").is_dir()
+
+
+def refingerprint(name: str, *, base=None) -> Refingerprint | None:
+    """Re-derive the code fingerprint of ``name``'s reference run with today's rules from the code at
+    its recorded commit (None when no run is committed)."""
+    exp = registry.get(name)
+    path = results_dir(base) / name / "provenance.json"
+    if not path.is_file():
+        return None
+    prov = json.loads(path.read_text(encoding="utf-8"))
+    commit = str(prov.get("iterlin_commit", ""))
+    at_commit = None
+    with tempfile.TemporaryDirectory() as tmp:
+        if _package_at(commit.removesuffix("+dirty"), Path(tmp)):
+            try:
+                at_commit = code_fingerprint(exp.module, _ENTRY_POINTS, root=tmp)
+            except ValueError:  # the experiment's module did not exist then
+                at_commit = None
+    return Refingerprint(name, commit, str(prov.get("code_fingerprint")), at_commit,
+                         code_fingerprint(exp.module, _ENTRY_POINTS))
+
+
+def _refingerprint_all(names: Sequence[str], base, write_back: bool) -> None:
+    rows = [r for r in (refingerprint(n, base=base) for n in names) if r is not None]
+    for r in rows:
+        state = {None: "unknown (the commit's code is not available)", True: "changed", False: "unchanged"}[r.changed]
+        note = " (commit had uncommitted changes: derived from the commit)" if r.dirty else ""
+        print(f"{r.name}: {r.commit[:10]}{'+dirty' if r.dirty else ''}: code {state} since{note}; "
+              f"recorded fingerprint {'differs from' if r.changed_as_recorded else 'matches'} today's")
+    print(f"{len(rows)} reference runs: {sum(r.changed_as_recorded for r in rows)} read as changed with the recorded "
+          f"fingerprints, {sum(r.changed is not False for r in rows)} with fingerprints re-derived at their commits")
+    if write_back:
+        for r in rows:
+            if r.at_commit is None or r.dirty or r.at_commit == r.recorded:
+                continue
+            d = results_dir(base) / r.name
+            prov = json.loads((d / "provenance.json").read_text(encoding="utf-8"))
+            scale, config = prov["scale"], prov["config"]
+            new_key = f"reference:{r.name}:{scale}:{r.at_commit}"
+            try:  # results.npz's stored key names the code fingerprint (load checks it): the same arrays, re-keyed
+                results = load_results(d / "results.npz", key=f"reference:{r.name}:{scale}:{r.recorded}", config=config)
+                save_results(d / "results.npz", results, key=new_key, config=config)
+            except ResultsMismatch:  # re-keyed by an interrupted --write: only the provenance is left to do
+                load_results(d / "results.npz", key=new_key, config=config)
+            prov["code_fingerprint"] = r.at_commit
+            _write_json(d / "provenance.json", prov)
+            print(f"{r.name}: code_fingerprint re-derived in {d / 'provenance.json'} and results.npz's key")
+
+
 def provenance_line(prov: Mapping, *, changed: bool = False) -> str:
     """One line under a reference plot: scale, device, seeds, date, commit, wall time."""
     seeds = prov.get("seeds") or []
@@ -303,10 +406,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--claims-only", action="store_true", help="only re-derive claims.json from stored results")
     parser.add_argument("--skip-existing", action="store_true",
                         help="skip an experiment whose reference run at this scale exists")
+    parser.add_argument("--refingerprint", action="store_true",
+                        help="re-derive the runs' code fingerprints at their commits with today's rules; compare")
+    parser.add_argument("--write", action="store_true",
+                        help="with --refingerprint: store the re-derived fingerprints in provenance.json")
     args = parser.parse_args(argv)
+    if args.write and not args.refingerprint:
+        parser.error("--write is only allowed with --refingerprint")
     names = args.names or list(registry.names())
     for name in names:
         registry.get(name)
+    if args.refingerprint:
+        _refingerprint_all(names, args.results, args.write)
+        return 0
     if args.claims_only and not results_dir(args.results).is_dir():
         print(f"error: --claims-only: the results folder {str(results_dir(args.results))!r} does not exist "
               "(--results or $ITERLIN_RESULTS)", file=sys.stderr)

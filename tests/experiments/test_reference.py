@@ -3,11 +3,13 @@ claims re-derived, and the command line."""
 
 from __future__ import annotations
 
+import ast
 import json
 
 import numpy as np
 import pytest
 
+from iterlin.cache import load_results, save_results
 from iterlin.claims import Claim
 from iterlin.experiments import _common, reference, registry
 from iterlin.fingerprint import code_fingerprint
@@ -148,6 +150,70 @@ def _fake_write(name, scale, base):
         "jax_version": "0", "date": "2026-01-01T00:00:00Z", "wall_seconds": 1.0, "config": config,
         "code_fingerprint": "x"})
     return out
+
+
+def _git(cwd, *args):
+    import subprocess
+
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t",
+           "HOME": str(cwd), "PATH": __import__("os").environ["PATH"]}
+    return subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True, check=True).stdout.strip()
+
+
+def test_refingerprint_re_derives_at_the_runs_commit(toy, tmp_path, monkeypatch, capsys):
+    """A run recorded under other fingerprint rules reads as changed; re-derived at its commit (a
+    checkout holding today's code, then one where fig3's compute differs) it does not, then does."""
+    import shutil
+
+    from iterlin.fingerprint import PACKAGE_DIR
+
+    repo = tmp_path / "repo"
+    shutil.copytree(PACKAGE_DIR, repo / "iterlin", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    _git(repo, "init", "-q")
+    _git(repo, "add", "iterlin")
+    _git(repo, "commit", "-q", "-m", "today's code")
+    same = _git(repo, "rev-parse", "HEAD")
+    fig3 = repo / "iterlin" / "experiments" / "fig3.py"
+    lines = fig3.read_text().splitlines(keepends=True)
+    compute = next(n for n in ast.parse("".join(lines)).body if getattr(n, "name", None) == "compute")
+    lines.insert(compute.body[-1].lineno - 1, " " * compute.body[-1].col_offset + "print('edited')\n")
+    fig3.write_text("".join(lines))
+    _git(repo, "commit", "-q", "-am", "compute differs")
+    other = _git(repo, "rev-parse", "HEAD")
+    monkeypatch.setattr(reference, "repo_root", lambda: repo)
+
+    results = tmp_path / "results"
+    reference.write("toy", "cpu", base=results, checkpoint_root=tmp_path / "ckpt", progress=False)
+    path = results / "toy" / "provenance.json"
+    prov = json.loads(path.read_text())
+
+    def recorded(commit, code="0" * 64):  # a run made at `commit`, its fingerprint by other rules
+        arrays = load_results(results / "toy" / "results.npz")
+        save_results(results / "toy" / "results.npz", arrays, key=f"reference:toy:cpu:{code}", config=prov["config"])
+        path.write_text(json.dumps({**prov, "iterlin_commit": commit, "code_fingerprint": code}))
+
+    for commit, changed in [(same, False), ("f" * 40, None), (other, True)]:
+        recorded(commit)
+        r = reference.refingerprint("toy", base=results)
+        assert r.changed_as_recorded and r.changed is changed, commit
+    assert reference.load("toy", base=results).changed_since  # (the commit of `other`, recorded)
+    assert reference.refingerprint("fig3", base=results) is None  # no run committed
+
+    recorded(same)
+    assert reference.main(["toy", "--refingerprint", "--results", str(results)]) == 0
+    out = capsys.readouterr().out
+    assert "toy: " in out and "code unchanged since" in out and "1 read as changed with the recorded" in out
+    assert "0 with fingerprints re-derived" in out and json.loads(path.read_text())["code_fingerprint"] == "0" * 64
+    assert reference.main(["toy", "--refingerprint", "--write", "--results", str(results)]) == 0
+    ref = reference.load("toy", base=results)  # results.npz re-keyed with it: it still loads, the same arrays
+    assert not ref.changed_since  # re-derived: today's code is the commit's
+    np.testing.assert_array_equal(ref.results["nested"]["steps"], np.arange(3))
+    for commit in (other, same + "+dirty"):  # code that differs, or is not known: reads as changed
+        recorded(commit)
+        reference.main(["toy", "--refingerprint", "--write", "--results", str(results)])
+        assert reference.load("toy", base=results).changed_since, commit
+    with pytest.raises(SystemExit):
+        reference.main(["--write"])
 
 
 def test_claims_only_fails_without_the_results_folder(toy, tmp_path, monkeypatch, capsys):
