@@ -87,6 +87,7 @@ from ..claims import (
     num,
     on_par,
     pct,
+    verdict,
 )
 from ..closed_form import flow_filter, gn_filter
 from ..data import Dataset, load_cifar10
@@ -221,7 +222,7 @@ def lanczos_apply(mv: Callable, r, phi: Callable, iters: int) -> np.ndarray:
     V = [r / beta0]
     alphas, betas = [], []
     for k in range(int(iters)):
-        w = np.asarray(mv(jnp.asarray(V[-1], jnp.float32)), np.float64).reshape(-1)
+        w = np.asarray(mv(jnp.asarray(V[-1])), np.float64).reshape(-1)
         alpha = float(V[-1] @ w)
         Vm = np.stack(V, 1)
         w = w - Vm @ (Vm.T @ w)
@@ -571,10 +572,11 @@ def claims(results: Mapping) -> list[Claim]:
         Claim("τ → ∞ equals the Gauss–Newton step", "Eq. 5, 19",
               f"relative distance {num(float(c['gn_vs_flow_inf']), 4)}",
               "yes" if float(c["gn_vs_flow_inf"]) < CHECK_TOL else "no", f"< {CHECK_TOL:g}", kind="check"),
-        Claim("GD on the network ≈ the iterated flow (R = 2) over a short time", "Sec. 3",
-              f"relative distance {num(float(c['network_gd_vs_flow']), 4)} (one flow, R = 1: "
-              f"{num(float(c['network_gd_vs_one_flow']), 4)}; time 2τ)",
-              "yes" if float(c["network_gd_vs_flow"]) < CHECK_TOL else "no", f"< {CHECK_TOL:g}", kind="check"),
+        Claim("re-linearising moves the flow towards GD on the network (τ → 0)", "Sec. 3",
+              f"relative distance to 2K GD steps on the network: R = 2 {num(float(c['network_gd_vs_flow']), 4)}, "
+              f"R = 1 {num(float(c['network_gd_vs_one_flow']), 4)} (time 2τ)",
+              verdict(float(c["network_gd_vs_flow"]) < float(c["network_gd_vs_one_flow"])),
+              "R = 2 closer than R = 1", kind="check"),
     ]
     return rows
 
