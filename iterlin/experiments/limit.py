@@ -115,7 +115,7 @@ SCALES = {
     # per seed 27 + 14 re-linearisations at N = 128 and 16 at N ≤ 64, about 20 minutes a seed at the
     # measured 20–25 s per re-linearisation at N = 128 (module docstring): about an hour.
     "cpu": dict(n_train=[32, 64, 128], n_test=None, total_time=0.5, relins=[1, 2, 4, 8, 16], n_relin=8, seed=0,
-                n_seeds=3, n_check=32, gd_steps=400),
+                n_seeds=3, n_check=32, gd_steps=200),
     # gpu: N up to 1,000 (the kernel is 10⁴ × 10⁴), R up to 64 (an estimate, not run).
     "gpu": dict(n_train=[125, 250, 500, 1000], n_test=None, total_time=0.5, relins=[1, 2, 4, 8, 16, 32, 64],
                 n_relin=8, seed=0, n_seeds=3, n_check=64, gd_steps=2000),
