@@ -78,7 +78,7 @@ scale = "smoke"  # "smoke" (CPU, ~1.5 min), "cpu" (CPU, ~1 h), "gpu", "paper"
 n_train = None  # the doubling grid of training-set sizes N (the largest is the main runs')
 n_test = None  # test images ("all": every installed one)
 total_time = None  # total flow time T (summed loss, unit rate)
-relins = None  # the re-linearisation counts R of the iterated flow (τ = T/R)
+relins = None  # the re-linearisation counts R of the iterated flow (period τ: T/R)
 n_relin = None  # R of Gauss–Newton, damped GN and the scaling runs
 seed = None  # first seed
 n_seeds = None  # seeds: seed, seed + 1, ...
