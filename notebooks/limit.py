@@ -54,13 +54,25 @@
 # iterative linearisation (full-batch GD, $K$ steps of rate $\eta$ with $K\eta = \tau$); $\tau \to \infty$
 # equals the Gauss–Newton step; re-linearising brings the flow closer to GD on the network.
 #
-# **Precision and cost.** $\phi$ and $\Theta$ in float32; the eigendecomposition and the filters in
-# float64 ($1/\sigma$ over a spectrum spanning four decades). One re-linearisation (per-example Jacobians,
-# $\phi\phi^\top$, eigendecomposition) costs tens of seconds at $N = 128$ on a 2-core CPU and grows as
-# $N^2$ to $N^3$ (measured numbers: `relin_seconds` below and the module docstring); the matrix-free route
-# (Lanczos on $\Theta v$ by one VJP and one JVP, `iterlin.experiments.limit.lanczos_apply`) needs
-# $\sim\sqrt{\tau\sigma_{\max}}$ products per flow and many more for Gauss–Newton, so the kernel route is
-# used at these $N$. An interrupted run resumes from its last re-linearisation.
+# **Precision.** $\phi$ and $\Theta$ in float32 (every contraction at HIGHEST precision); the
+# eigendecomposition, the filters and the coefficients $U\,\mathrm{diag}(\varphi)\,U^\top r_0$ in float64:
+# $1/\sigma$ acts on a spectrum that spans four decades (measured at $\theta_0$: $\sigma$ from about 5 to
+# $5\cdot10^4$ at $N = 128$, 3.6 to $10^5$ at $N = 256$). Directions below the rounding of a float32
+# $\Theta$ ($\sigma \le 10N\,\varepsilon_{32}\max\sigma$) count as null.
+#
+# **Cost, measured** on the shared 2-core CPU while other jobs ran (load average 6–15, so these are
+# upper ends). One re-linearisation by the *kernel route* (per-example Jacobians, $\phi\phi^\top$,
+# float64 eigendecomposition; every filter at $\theta_s$ then costs nothing more): 1.4 s at $N = 8$,
+# 2.2 s at $N = 16$, 38 s at $N = 64$ (with compilation), 25–45 s at $N = 128$ (Jacobian 18–24 s,
+# $\phi\phi^\top$ 3–15 s, eigendecomposition 0.2–8 s), 150 s at $N = 256$ (112 + 35 + 5 s); at $N = 500$
+# (a 5,000 × 5,000 kernel, a 4.5 GB Jacobian) it did not finish within the 5 minutes allowed. The
+# *matrix-free route* (Lanczos on $\Theta v$ by one VJP and one JVP,
+# `iterlin.experiments.limit.lanczos_apply`): one product costs 0.28 s at $N = 64$, 1.0 s at $N = 256$
+# (lightly loaded), 9–19 s at $N = 500$ and 36–39 s at $N = 1{,}000$ (heavily loaded); at $N = 64$ a
+# flow of $\tau = T/16$ needs about 40 products (relative error $10^{-5}$; 20 products: $4\cdot10^{-2}$),
+# and large $\tau$ and $\tau = \infty$ need many more (the spectrum's four decades). The kernel route wins
+# at every $N$ this CPU can afford in an hour and is what runs here; the matrix-free route wins for
+# small $\tau$ at $N \gtrsim 1{,}000$. An interrupted run resumes from its last re-linearisation.
 #
 # **Scales.** $T = 0.5$ (summed loss, unit rate): the NTK's eigenvalues at $\theta_0$ span about
 # $5 \ldots 5\cdot10^4$ at $N = 128$, so one flow of time $T$ has fitted the training set (the runs'

@@ -39,17 +39,18 @@ with rate η).
 
 Precision. J and Θ are computed in float32 (the model's dtype, every contraction at HIGHEST
 precision); the eigendecomposition, the filters and the coefficients U diag(φ) Uᵀ r₀ in float64 on
-the host: for τ → ∞ the filter is 1/σ over a spectrum that spans about four decades (measured:
-σ ≈ 5 … 5·10⁴ at N = 128), where a float32 eigensolver loses the small eigenvalues. Directions with
+the host: for τ → ∞ the filter is 1/σ over a spectrum that spans several decades, where a float32
+eigensolver loses the small eigenvalues. Directions with
 σ ≤ N·O·ε₃₂·max σ (below the rounding of a float32 Θ) are treated as null (the pseudo-inverse
 semantics of :mod:`iterlin.jacobian`).
 
-Cost (measured on the shared 2-core CPU, loaded, see the notebook): the kernel route (per-example
-Jacobians, JJᵀ, eigh) costs about 25 s per re-linearisation at N = 128 and 60–80 s at N = 256; the
-matrix-free route (:func:`lanczos_apply`, Θv by one VJP and one JVP, ≈ 1 s per product at
-N = 256) needs about √(τ·max σ) products per flow and far more for τ = ∞, so at these N the kernel
-route is used. A run interrupted resumes from its last finished re-linearisation (one checkpoint
-per run, written atomically after every re-linearisation).
+Cost. The kernel route (per-example Jacobians, JJᵀ, eigh) costs O(N·O·P) for J, O((N·O)²·P) for
+Θ and O((N·O)³) for the eigendecomposition per re-linearisation, and then gives every filter at
+θ_s for free. The matrix-free route (:func:`lanczos_apply`: Θv by one VJP and one JVP, O(N) per
+product) needs about √(τ·max σ) products for the flow and about √(max σ / min σ) for τ = ∞. The
+kernel route is used here (the notebook gives the measured costs of both and where they cross).
+A run interrupted resumes from its last finished re-linearisation (one checkpoint per run, written
+atomically after every re-linearisation).
 
 Config keys: ``n_train`` (list, doubling grid), ``n_test`` (None: every installed test image),
 ``total_time`` (T), ``relins`` (list of R), ``n_relin`` (R of GN, damped GN and the scaling runs),
@@ -113,7 +114,7 @@ SCALES = {
                   n_seeds=1, n_check=8, gd_steps=40),
     # cpu: N = 32, 64, 128, R ∈ {1, 2, 4, 8, 16}, GN / damped GN / scaling at R = 8, three seeds:
     # per seed 27 + 14 re-linearisations at N = 128 and 16 at N ≤ 64, about 20 minutes a seed at the
-    # measured 20–25 s per re-linearisation at N = 128 (module docstring): about an hour.
+    # measured 20–25 s per re-linearisation at N = 128 (the notebook): about an hour.
     "cpu": dict(n_train=[32, 64, 128], n_test=None, total_time=0.5, relins=[1, 2, 4, 8, 16], n_relin=8, seed=0,
                 n_seeds=3, n_check=32, gd_steps=200),
     # gpu: N up to 1,000 (the kernel is 10⁴ × 10⁴), R up to 64 (an estimate, not run).
