@@ -278,7 +278,7 @@ def run_specs(config: Mapping) -> list[Spec]:
             specs.append(Spec("flow", R, T / R, 0.0, n, seed))
         specs.append(Spec("gn", Rn, INF, 0.0, n, seed))
         specs.append(Spec("damped", Rn, INF, Rn / T, n, seed))
-        for m in sizes:
+        for m in reversed(sizes):  # the largest first: its kernel at θ₀ is still at hand
             specs.append(Spec("kernel", 1, INF, 0.0, m, seed))
             if m != n:
                 specs.append(Spec("flow", Rn, T / Rn, 0.0, m, seed))
