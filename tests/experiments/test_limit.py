@@ -114,6 +114,11 @@ def test_config_validation():
     assert {s.method for s in specs} == {"flow", "gn", "damped", "kernel"}
 
 
+def test_n_check_above_the_images_loaded_is_refused(cifar_subset_path):
+    with pytest.raises(ValueError, match="n_check=20 is not allowed"):
+        limit.load(resolve("limit", n_train=[8, 16], n_check=20, n_test=4))
+
+
 def _tiny_run(tmp_path, **kw):
     return run("limit", n_train=[4, 8], n_test=16, relins=[1, 2], n_relin=2, n_check=4, gd_steps=3,
                cache_dir=tmp_path, progress=False, verbose=False, **kw)
