@@ -68,11 +68,15 @@
 # (a 5,000 × 5,000 kernel, a 4.5 GB Jacobian) it did not finish within the 5 minutes allowed. The
 # *matrix-free route* (Lanczos on $\Theta v$ by one VJP and one JVP,
 # `iterlin.experiments.limit.lanczos_apply`): one product costs 0.28 s at $N = 64$, 1.0 s at $N = 256$
-# (lightly loaded), 9–19 s at $N = 500$ and 36–39 s at $N = 1{,}000$ (heavily loaded); at $N = 64$ a
-# flow of $\tau = T/16$ needs about 40 products (relative error $10^{-5}$; 20 products: $4\cdot10^{-2}$),
-# and large $\tau$ and $\tau = \infty$ need many more (the spectrum's four decades). The kernel route wins
-# at every $N$ this CPU can afford in an hour and is what runs here; the matrix-free route wins for
-# small $\tau$ at $N \gtrsim 1{,}000$. An interrupted run resumes from its last re-linearisation.
+# (lightly loaded), 9–19 s at $N = 500$ and 36–39 s at $N = 1{,}000$ (heavily loaded). At $N = 64$
+# ($\sigma$ from 6.9 to $2.7\cdot10^4$) a flow of $\tau = T/16$ needs about 40 products (relative error
+# $10^{-5}$; 20 products: $4\cdot10^{-2}$), $\tau = T = 0.5$ about 80 ($5\cdot10^{-5}$; 40: $3\cdot10^{-2}$),
+# and $\tau = \infty$ more than 40 (40: $3\cdot10^{-2}$). So per re-linearisation the two routes cost about
+# the same at $N = 128$ (40–80 products of about 0.5 s against 25–45 s), and the matrix-free route wins
+# for finite $\tau$ from $N \approx 256$ on (40–80 s against 150 s), by far at $N = 1{,}000$; the kernel
+# route keeps Gauss–Newton and damped GN exact, and gives every filter at $\theta_0$ from one
+# eigendecomposition. At the `cpu` scale's $N \le 128$ the kernel route runs.
+# An interrupted run resumes from its last re-linearisation.
 #
 # **Scales.** $T = 0.5$ (summed loss, unit rate): the NTK's eigenvalues at $\theta_0$ span about
 # $5 \ldots 5\cdot10^4$ at $N = 128$, so one flow of time $T$ has fitted the training set (the runs'
