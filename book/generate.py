@@ -30,7 +30,9 @@ and its page must show no progress bar and no local path (a warning naming a fil
 machine, e.g. tqdm's ``TqdmWarning``): otherwise this exits non-zero naming what is wrong, rather
 than building a claims page that silently lacks a notebook or pages that show the build machine.
 A notebook without a reference run is listed as such (``make results NAMES=<name>`` computes one);
-a reference run that cannot be read is an error.
+a reference run that cannot be read, or whose provenance or claims are not what its
+``results.npz`` stores (:func:`iterlin.experiments.reference.load` checks them), is an error
+naming the file.
 
 Usage: ``python book/generate.py [--root .] [--results results]``.
 """
@@ -139,6 +141,9 @@ def read_reference(name: str, results: Path) -> dict | None:
             return None
         changed = ref.changed_since  # the code that computes the figure differs from the run's
         caption = reference.provenance_line(ref.provenance, changed=changed)
+    except reference.ReferenceMismatch as e:
+        raise GenerateError(f"{e} (the book would print what was not computed: recompute it with "
+                            f"`make results NAMES={name}`)") from e
     except (OSError, ValueError, KeyError, TypeError, CheckpointError) as e:
         raise GenerateError(f"{where}: unreadable reference run ({type(e).__name__}: {e}); recompute it with "
                             f"`make results NAMES={name}`") from e

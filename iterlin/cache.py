@@ -64,10 +64,11 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from .checkpoint import CheckpointError, atomic_write_bytes
+from .checkpoint import CheckpointError, atomic_write_bytes, check_npz_sizes
 
 __all__ = [
     "CacheWarning",
+    "ResultsMismatch",
     "cached",
     "cache_root",
     "cache_key",
@@ -86,6 +87,10 @@ __all__ = [
 PACKAGE_DIR = Path(__file__).resolve().parent
 _SEP = "/"
 _RESERVED = ("__key__", "__config__", "__digest__")
+
+
+class ResultsMismatch(CheckpointError):
+    """A results file is intact but holds another key or config than the one asked for."""
 
 
 class CacheWarning(UserWarning):
@@ -297,17 +302,20 @@ def save_results(path: str | os.PathLike, results: Mapping, *, key: str, config:
     return digest
 
 
-def load_results(path: str | os.PathLike, *, key: str | None = None) -> dict:
+def load_results(path: str | os.PathLike, *, key: str | None = None, config: Mapping | None = None) -> dict:
     """Read an ``.npz`` written by :func:`save_results`; ``CheckpointError`` if unusable.
 
-    Every array is read in full (so a truncated member is detected here, not later), the stored
-    digest must match the arrays (:func:`results_digest`), and the stored key must equal ``key``
-    when given.
+    Every array's header is checked against the archive's size before it is allocated, every array
+    is read in full (so a truncated member is detected here, not later), the stored digest must
+    match the arrays (:func:`results_digest`), the stored key must equal ``key`` and the stored
+    config must equal ``config`` (as :func:`canonical_json`) when given (else
+    :class:`ResultsMismatch`, a ``CheckpointError``).
     """
     try:
+        check_npz_sizes(path)
         with np.load(path, allow_pickle=False) as z:
             flat = {k: z[k] for k in z.files}
-    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, zlib.error) as e:
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, zlib.error, MemoryError) as e:
         raise CheckpointError(f"cache file {path} is unreadable or truncated ({type(e).__name__}: {e})") from e
     if "__key__" not in flat:
         raise CheckpointError(f"cache file {path} has no stored key: not written by iterlin.cache")
@@ -322,9 +330,12 @@ def load_results(path: str | os.PathLike, *, key: str | None = None) -> dict:
             f"{actual[:16]}...): the results were altered after they were written"
         )
     stored = flat.pop("__key__")
-    flat.pop("__config__", None)
+    stored_config = str(flat.pop("__config__", ""))
     if key is not None and str(stored) != key:
-        raise CheckpointError(f"cache file {path} holds key {str(stored)[:20]}..., expected {key[:20]}...")
+        raise ResultsMismatch(f"cache file {path} holds key {str(stored)[:40]}..., expected {key[:40]}...")
+    if config is not None and stored_config != canonical_json(config):
+        raise ResultsMismatch(f"cache file {path} holds the results of config {stored_config[:300]}, expected "
+                              f"{canonical_json(config)[:300]}")
     return unflatten(flat)
 
 

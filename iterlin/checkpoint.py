@@ -10,6 +10,7 @@ are checked leaf by leaf, and anything truncated or inconsistent raises :class:`
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 import zipfile
@@ -19,7 +20,8 @@ from typing import Any
 import jax
 import numpy as np
 
-__all__ = ["CheckpointError", "save_checkpoint", "load_checkpoint", "atomic_write_bytes", "new_file_mode"]
+__all__ = ["CheckpointError", "save_checkpoint", "load_checkpoint", "atomic_write_bytes", "new_file_mode",
+           "check_npz_sizes"]
 
 
 class CheckpointError(RuntimeError):
@@ -70,6 +72,33 @@ def atomic_write_bytes(path: str | os.PathLike, write) -> None:
         raise
 
 
+#: The most an ``.npz`` member may expand on decompression (deflate's limit is about 1032:1).
+_MAX_EXPANSION = 1100
+
+
+def check_npz_sizes(path: str | os.PathLike) -> None:
+    """Each array's size as its ``.npy`` header states it, checked against the bytes the archive
+    holds before anything is allocated (a forged header claiming terabytes is refused here)."""
+    with zipfile.ZipFile(path) as zf:
+        for info in zf.infolist():
+            if info.compress_type == zipfile.ZIP_STORED:
+                limit = info.compress_size
+            else:
+                limit = info.compress_size * _MAX_EXPANSION + 4096
+            if info.file_size > limit:
+                raise ValueError(f"member {info.filename!r} claims {info.file_size} bytes from {info.compress_size}")
+            with zf.open(info) as f:
+                version = np.lib.format.read_magic(f)
+                read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+                shape, _, dtype = read(f)
+            if dtype.hasobject:
+                raise ValueError(f"member {info.filename!r} is an object array (would need pickle)")
+            nbytes = math.prod(shape) * dtype.itemsize
+            if nbytes > info.file_size:
+                raise ValueError(f"member {info.filename!r} claims shape {shape} of {dtype} ({nbytes} bytes) in "
+                                 f"{info.file_size} bytes")
+
+
 def save_checkpoint(path: str | os.PathLike, tree: Any, meta: dict) -> None:
     """Atomically write the leaves of ``tree`` and the JSON-serialisable ``meta`` to ``path``."""
     leaves = [np.asarray(x) for x in jax.tree.leaves(tree)]
@@ -82,13 +111,14 @@ def load_checkpoint(path: str | os.PathLike, template: Any) -> tuple[Any, dict]:
     """Read a checkpoint written by :func:`save_checkpoint` into the structure of ``template``."""
     leaves_t, treedef = jax.tree.flatten(template)
     try:
+        check_npz_sizes(path)
         with np.load(path, allow_pickle=False) as z:
             meta = json.loads(str(z["meta"]))
             n_saved = len(z.files) - 1
             if n_saved != len(leaves_t):  # a different structure, not a damaged file: say so
                 raise CheckpointError(f"checkpoint {path} holds {n_saved} leaves, expected {len(leaves_t)}")
             leaves = [z[f"leaf_{i}"] for i in range(n_saved)]
-    except (OSError, KeyError, ValueError, zipfile.BadZipFile, EOFError) as e:
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile, EOFError, MemoryError) as e:
         raise CheckpointError(f"checkpoint {path} is unreadable or truncated ({type(e).__name__}: {e})") from e
     for i, (a, t) in enumerate(zip(leaves, leaves_t)):
         if np.shape(a) != np.shape(t) or np.asarray(a).dtype != np.asarray(t).dtype:

@@ -240,6 +240,25 @@ class ClaimsTable:
 
     __repr__ = __str__
 
+    def verdict(self) -> "Verdict":
+        """The table in one line: how many of the paper's claims hold, do not, are undecided and are
+        not judged at this scale (consistency checks apart), e.g. ``Verdict of the reference run of
+        fig3 at scale 'cpu': of 3 claims, 0 hold, 2 do not, 1 not judged at this scale.``"""
+        claims, checks = _split(self.rows)
+
+        def count(holds, one, many):
+            n = sum(r.holds == holds for r in claims)
+            return n, f"{n} {one if n == 1 else many}"
+
+        parts = [count("yes", "holds", "hold"), count("no", "does not", "do not"), count(UNDECIDED, "undecided", "undecided"),
+                 count(NA, "not judged at this scale", "not judged at this scale")]
+        text = ", ".join([parts[0][1]] + [words for n, words in parts[1:] if n])
+        what = f"the reference run of {self.name}" if self.reference else self.name
+        line = f"Verdict of {what} at scale {self.scale!r}: of {len(claims)} claim{'s' * (len(claims) != 1)}, {text}"
+        if checks:
+            line += f"; consistency checks: {sum(r.holds == 'yes' for r in checks)} of {len(checks)} hold"
+        return Verdict(line + ".")
+
     def _repr_html_(self) -> str:
         esc = html.escape
 
@@ -257,6 +276,15 @@ class ClaimsTable:
         if checks:
             out += f"<p><em>{esc(CHECKS_HEADING)}</em></p>" + table(checks)
         return out
+
+
+class Verdict(str):
+    """A claims table's one-line verdict (:meth:`ClaimsTable.verdict`): plain text, in bold in HTML."""
+
+    __repr__ = str.__str__
+
+    def _repr_html_(self) -> str:
+        return f"<p class='iterlin-verdict'><strong>{html.escape(self)}</strong></p>"
 
 
 def default_claims_dir() -> Path:

@@ -25,7 +25,14 @@ processes on this machine, ``debug`` in this process. A preempted or timed-out S
 requeued (submitit's checkpointing protocol, :meth:`Job.checkpoint`) and resumes from its training
 checkpoints, which live in the sweep's folder (``<folder>/cache``: put the folder on a file system
 every node sees). Each finished job writes ``<folder>/jobs/<i>/`` like ``run --out``;
-``collect`` (or :func:`collect`) reads them back with the jobs' states, at any time.
+``collect`` (or :func:`collect`) reads them back with the jobs' states, at any time, each checked
+to hold the config ``sweep.json`` gives it.
+
+Bad input exits 2 with a message naming the parameter, the value and what is allowed, before
+anything runs: a sweep has at most :data:`MAX_JOBS` jobs; ``--out`` and ``--folder`` must be
+writable; a sweep's folder must be new or empty (``sweep.json`` is created exclusively, so two
+sweeps started into one folder cannot mix their jobs). On the local executor a job has no time
+limit unless ``--time`` is given, and ``--array-parallelism p`` runs the jobs in ``p`` processes.
 """
 
 from __future__ import annotations
@@ -34,23 +41,32 @@ import argparse
 import ast
 import itertools
 import json
+import math
 import os
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any, Mapping, NamedTuple, Sequence
 
 from .cache import default_cache_dir, load_results, save_results
-from .checkpoint import atomic_write_bytes
+from .checkpoint import CheckpointError, atomic_write_bytes
 from .claims import HOLDS, Claim, ClaimsTable, publish_claims
 from .config import SCALE_NAMES
 
-__all__ = ["parse_value", "parse_params", "grid", "Job", "JobResult", "collect", "summary_table", "main"]
+__all__ = ["parse_value", "parse_params", "parse_seeds", "grid", "Job", "Batch", "JobResult", "submit", "collect",
+           "summary_table", "writable_folder", "main"]
 
 #: The executors ``sweep`` can use (submitit's clusters).
 EXECUTORS = ("local", "slurm", "debug")
 
 #: The manifest a sweep writes into its folder.
 MANIFEST = "sweep.json"
+
+#: The most jobs one sweep may have (``--seeds`` × every ``-p`` value list).
+MAX_JOBS = 10_000
+
+#: The deepest a ``-p`` value's brackets may nest (``[[1]]`` is 2).
+MAX_DEPTH = 16
 
 
 # ------------------------------------------------------------------------------------------------
@@ -64,8 +80,16 @@ def parse_value(text: str) -> Any:
 
     >>> parse_value("5e6"), parse_value("inf"), parse_value("1,50"), parse_value("[1,inf]"), parse_value("abc")
     (5000000.0, inf, [1, 50], [1, inf], 'abc')
+
+    Brackets nested deeper than :data:`MAX_DEPTH` are refused (ValueError).
     """
     s = text.strip()
+    depth = deepest = 0
+    for c in s:
+        depth += (c in "([{") - (c in ")]}")
+        deepest = max(deepest, depth)
+    if deepest > MAX_DEPTH:
+        raise ValueError(f"a value nested {deepest} brackets deep is not allowed: at most {MAX_DEPTH}")
     if s.lower() in ("inf", "+inf", "infinity", "-inf", "-infinity", "nan"):
         return float(s)
     try:
@@ -87,6 +111,20 @@ def _split(text: str, option: str) -> tuple[str, str]:
     return name, value
 
 
+def _parsed(name: str, value: str, parse=None) -> Any:
+    """``parse(value)`` (default :func:`parse_value`), its error naming ``-p name=value``."""
+    try:
+        return (parse or parse_value)(value)
+    except ValueError as e:
+        shown = value if len(value) <= 60 else value[:60] + "..."
+        raise ValueError(f"-p {name}={shown}: {e}") from None
+
+
+def _check_scale(names) -> None:
+    if "scale" in names:
+        raise ValueError("-p scale is not allowed: give the scale with --scale, one of " + ", ".join(SCALE_NAMES))
+
+
 def parse_params(items: Sequence[str]) -> dict[str, Any]:
     """``["K=5e6", "seed=1"]`` → ``{"K": 5000000.0, "seed": 1}`` (a name given twice is an error)."""
     params: dict[str, Any] = {}
@@ -94,7 +132,8 @@ def parse_params(items: Sequence[str]) -> dict[str, Any]:
         name, value = _split(item, "-p")
         if name in params:
             raise ValueError(f"-p {name} is given twice ({params[name]!r} and {value!r}): give it once")
-        params[name] = parse_value(value)
+        params[name] = _parsed(name, value)
+    _check_scale(params)
     return params
 
 
@@ -107,14 +146,19 @@ def _grid_values(text: str) -> list[Any]:
 
 
 def parse_seeds(text: str) -> list[int]:
-    """``0,1,2`` or ``0-4`` (inclusive) → a list of seeds; a clear error otherwise."""
-    seeds: list[int] = []
+    """``0,1,2`` or ``0-4`` (inclusive) → a list of seeds; a clear error otherwise (also for more
+    than :data:`MAX_JOBS` seeds)."""
+    ranges: list[range] = []
     for part in text.split(","):
         lo, dash, hi = part.strip().partition("-")
         try:
-            seeds += list(range(int(lo), int(hi) + 1)) if dash else [int(lo)]
+            ranges.append(range(int(lo), int(hi) + 1) if dash else range(int(lo), int(lo) + 1))
         except ValueError:
             raise ValueError(f"--seeds {text!r} is not allowed: seeds are integers >= 0, e.g. 0,1,2 or 0-4") from None
+    count = sum(len(r) for r in ranges)
+    if count > MAX_JOBS:
+        raise ValueError(f"--seeds {text!r} is not allowed: {count} seeds, more than a sweep's bound of {MAX_JOBS} jobs")
+    seeds = [seed for r in ranges for seed in r]
     if not seeds or min(seeds) < 0 or len(set(seeds)) != len(seeds):
         raise ValueError(f"--seeds {text!r} is not allowed: seeds are distinct integers >= 0, e.g. 0,1,2 or 0-4")
     return seeds
@@ -134,7 +178,8 @@ def grid(name: str, scale: str, params: Sequence[str] = (), seeds: Sequence[int]
         key, value = _split(item, "-p")
         if key in axes:
             raise ValueError(f"-p {key} is given twice: give one list of values, e.g. -p {key}=1,100,inf")
-        axes[key] = _grid_values(value)
+        axes[key] = _parsed(key, value, _grid_values)
+    _check_scale(axes)
     allowed = registry.notebook_parameters(name)
     if seeds is not None:
         if "seed" not in allowed:
@@ -145,6 +190,10 @@ def grid(name: str, scale: str, params: Sequence[str] = (), seeds: Sequence[int]
         axes["seed"] = list(seeds)
         if "n_seeds" in allowed:
             axes["n_seeds"] = [1]
+    count = math.prod(len(v) for v in axes.values())
+    if count > MAX_JOBS:
+        raise ValueError(f"a sweep of {count} jobs (" + " × ".join(f"{len(v)} {k}" for k, v in axes.items())
+                         + f") is not allowed: at most {MAX_JOBS} jobs")
     configs = []
     for point in itertools.product(*axes.values()):
         configs.append(registry.resolve(name, scale, **dict(zip(axes, point))))
@@ -197,6 +246,40 @@ class Job:
         return submitit.helpers.DelayedSubmission(Job(self.folder), index, config)
 
 
+class Batch:
+    """Several jobs of a local sweep run one after another in one process: ``--array-parallelism p``
+    on the local executor makes ``p`` batches (submitit's local executor has no array limit)."""
+
+    def __init__(self, folder: str | os.PathLike):
+        self.folder = str(folder)
+
+    def __call__(self, indices: Sequence[int], configs: Sequence[Mapping]) -> list[str]:
+        return [Job(self.folder)(i, c) for i, c in zip(indices, configs)]
+
+    def checkpoint(self, indices: Sequence[int], configs: Sequence[Mapping]):
+        import submitit
+
+        return submitit.helpers.DelayedSubmission(Batch(self.folder), indices, configs)
+
+
+#: A local job's time limit when ``--time`` is not given: none, in effect (submitit's local default is 2 min).
+LOCAL_UNLIMITED_MIN = 60 * 24 * 365
+
+
+def writable_folder(path: str | os.PathLike, option: str) -> Path:
+    """``path`` created if needed and checked writable (a probe file), before anything is computed."""
+    path = Path(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=path, prefix=".write-test-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise ValueError(f"{option} {str(path)!r} is not allowed: it cannot be written ({type(e).__name__}: "
+                         f"{e.strerror or e}); give a writable folder") from None
+    return path
+
+
 def _executor(kind: str, folder: Path, options: Mapping[str, Any]):
     import submitit
 
@@ -207,6 +290,8 @@ def _executor(kind: str, folder: Path, options: Mapping[str, Any]):
     params: dict[str, Any] = {"name": options.get("job_name") or "iterlin"}
     if options.get("time") is not None:
         params["timeout_min"] = options["time"]
+    elif kind == "local":
+        params["timeout_min"] = LOCAL_UNLIMITED_MIN
     if options.get("gpus") is not None:
         params["gpus_per_node"] = options["gpus"]
     if options.get("cpus") is not None:
@@ -222,19 +307,58 @@ def _executor(kind: str, folder: Path, options: Mapping[str, Any]):
     return executor
 
 
+def _write_manifest(path: Path, manifest: Mapping, *, new: bool = False) -> None:
+    text = json.dumps(manifest, indent=1, allow_nan=True).encode()
+    if not new:
+        atomic_write_bytes(path, lambda f: f.write(text))
+        return
+    with open(path, "xb") as f:  # exclusive: of two sweeps started into one folder, one gets it
+        f.write(text)
+
+
 def submit(name: str, scale: str, configs: Sequence[Mapping], *, folder: str | os.PathLike, executor: str = "local",
            options: Mapping[str, Any] | None = None) -> list:
-    """Submit one job per config (a job array on Slurm); write ``<folder>/sweep.json``; return the jobs."""
+    """Submit one job per config (a job array on Slurm); write ``<folder>/sweep.json``; return the jobs.
+
+    The folder must be new or empty: a folder that holds a sweep (its ``sweep.json``, or ``jobs/``)
+    is refused, and ``sweep.json`` is created exclusively before anything is submitted, so two
+    sweeps started into one folder at once cannot mix their jobs (the second is refused).
+    On the local executor, ``array_parallelism`` ``p`` runs the jobs in ``p`` processes (:class:`Batch`),
+    and a job has no time limit unless ``time`` is given.
+    """
     if executor not in EXECUTORS:
         raise ValueError(f"executor={executor!r} is not allowed: one of " + ", ".join(map(repr, EXECUTORS)))
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    ex = _executor(executor, folder, options or {})
-    jobs = ex.map_array(Job(folder), list(range(len(configs))), list(configs))
-    manifest = {"name": name, "scale": scale, "executor": executor, "configs": list(configs),
-                "job_ids": [str(j.job_id) for j in jobs]}
-    text = json.dumps(manifest, indent=1, allow_nan=True).encode()
-    atomic_write_bytes(folder / MANIFEST, lambda f: f.write(text))
+    if len(configs) > MAX_JOBS:
+        raise ValueError(f"a sweep of {len(configs)} jobs is not allowed: at most {MAX_JOBS} jobs")
+    options = options or {}
+    folder = writable_folder(folder, "--folder")
+    used = [p.name for p in (folder / MANIFEST, folder / "jobs") if p.exists()]
+    if used:
+        raise ValueError(f"--folder {str(folder)!r} is not allowed: it already holds a sweep ({', '.join(used)}); "
+                         "give a new or empty folder")
+    ex = _executor(executor, folder, options)
+    manifest = {"name": name, "scale": scale, "executor": executor, "configs": list(configs), "job_ids": []}
+    path = folder / MANIFEST
+    try:
+        _write_manifest(path, manifest, new=True)
+    except FileExistsError:
+        raise ValueError(f"--folder {str(folder)!r} is not allowed: another sweep has just started in it "
+                         f"({MANIFEST}); give a new or empty folder") from None
+    try:
+        indices = list(range(len(configs)))
+        parallel = options.get("array_parallelism")
+        if executor == "local" and parallel is not None and parallel < len(configs):
+            chunks = [indices[k::parallel] for k in range(parallel)]
+            batches = ex.map_array(Batch(folder), chunks, [[configs[i] for i in c] for c in chunks])
+            ids = {i: str(b.job_id) for b, c in zip(batches, chunks) for i in c}
+            jobs, job_ids = batches, [ids[i] for i in indices]
+        else:
+            jobs = ex.map_array(Job(folder), indices, list(configs))
+            job_ids = [str(j.job_id) for j in jobs]
+    except BaseException:
+        path.unlink(missing_ok=True)
+        raise
+    _write_manifest(path, {**manifest, "job_ids": job_ids})
     return jobs
 
 
@@ -244,46 +368,115 @@ def submit(name: str, scale: str, configs: Sequence[Mapping], *, folder: str | o
 
 
 class JobResult(NamedTuple):
-    """One job of a sweep: its ``config``, ``state`` (``"done"``, or submitit's state, or
-    ``"unknown"``), its ``results`` and claims ``rows`` (None until done)."""
+    """One job of a sweep: its ``config``, ``state`` (``"done"``, ``"invalid"`` when its files do not
+    hold this job's results, or the scheduler's state, or ``"unknown"``), its ``results`` and claims
+    ``rows`` (None until done) and, when invalid, the ``error``."""
 
     index: int
     config: dict
     state: str
     results: dict | None
     rows: list | None
+    error: str | None = None
 
 
-def _state(folder: Path, job_id: str | None) -> str:
-    if job_id is None:
+def _state(folder: Path, executor: str, job_id: str | None) -> str:
+    """A job's state without its submitit handle: Slurm asks ``sacct``; a local job is its process."""
+    if job_id is None or executor == "debug":
         return "unknown"
     try:
         import submitit
+        from submitit.core.utils import JobPaths
 
-        return str(submitit.Job(folder / "submitit", job_id).state)
+        if executor == "slurm":
+            return str(submitit.SlurmJob(folder / "submitit", job_id).state)
+        if JobPaths(folder / "submitit", job_id).result_pickle.exists():
+            return "FAILED"  # submitit stored its outcome, but no results: it raised
+        try:
+            os.kill(int(job_id), 0)
+        except ProcessLookupError:
+            return "STOPPED"
+        except PermissionError:
+            pass
+        return "RUNNING"
     except Exception as e:  # noqa: BLE001 - a missing scheduler (sacct) or folder: report, do not fail
         return f"unknown ({type(e).__name__})"
 
 
-def collect(folder: str | os.PathLike) -> list[JobResult]:
-    """Every job of the sweep in ``folder``: finished ones with their results and claims rows."""
-    folder = Path(folder)
+def _manifest(folder: Path) -> dict:
+    """``<folder>/sweep.json``, every field checked (a ValueError naming the file and the field)."""
+    from .experiments import registry
+
     path = folder / MANIFEST
     if not path.is_file():
         raise ValueError(f"folder={str(folder)!r} is not allowed: it holds no {MANIFEST} (not a sweep's folder)")
-    manifest = json.loads(path.read_text(encoding="utf-8"))
-    name, ids = manifest["name"], manifest.get("job_ids") or []
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise ValueError(f"{path} is not a sweep's manifest: unreadable ({type(e).__name__}: {e})") from None
+
+    def bad(what: str) -> ValueError:
+        return ValueError(f"{path} is not a sweep's manifest: {what}")
+
+    if not isinstance(manifest, dict):
+        raise bad(f"a JSON {type(manifest).__name__}, expected an object")
+    for key in ("name", "scale", "configs"):
+        if key not in manifest:
+            raise bad(f"it has no {key!r}")
+    name, configs, ids = manifest["name"], manifest["configs"], manifest.get("job_ids") or []
+    if name not in registry.names():
+        raise bad(f"name={name!r} is not an experiment (one of {', '.join(registry.names())})")
+    if manifest["scale"] not in SCALE_NAMES:
+        raise bad(f"scale={manifest['scale']!r} is not one of {', '.join(SCALE_NAMES)}")
+    if not isinstance(configs, list) or not all(isinstance(c, dict) for c in configs):
+        raise bad("'configs' must be a list of configs (objects)")
+    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+        raise bad("'job_ids' must be a list of strings")
+    for i, c in enumerate(configs):
+        if c.get("experiment") != name or c.get("scale") != manifest["scale"]:
+            raise bad(f"configs[{i}] is not a config of {name} at scale {manifest['scale']!r}")
+    return manifest
+
+
+def _finished(job: Path, name: str, config: Mapping) -> tuple[dict, list]:
+    """A finished job's results and claims rows, checked to be this config's (else ValueError)."""
+    try:
+        results = load_results(job / "results.npz", key=f"run:{name}", config=config)
+    except CheckpointError as e:
+        raise ValueError(str(e)) from None
+    results["config"] = dict(config)
+    path = job / f"{name}.json"
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        rows = [Claim(**r) for r in doc["rows"]]
+        if doc.get("name") != name:
+            raise ValueError(f"it holds the claims of {doc.get('name')!r}, expected {name!r}")
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"{path} is not this job's claims ({type(e).__name__}: {e})") from None
+    return results, rows
+
+
+def collect(folder: str | os.PathLike) -> list[JobResult]:
+    """Every job of the sweep in ``folder``: finished ones with their results and claims rows.
+
+    A finished job's ``results.npz`` must hold the config the manifest gives it (the stored config
+    is compared); one that does not, or that cannot be read, is ``"invalid"`` with its ``error``.
+    """
+    folder = Path(folder)
+    manifest = _manifest(folder)
+    name, ids, executor = manifest["name"], manifest.get("job_ids") or [], manifest.get("executor", "local")
     out = []
     for i, config in enumerate(manifest["configs"]):
         job = folder / "jobs" / str(i)
         if (job / "results.npz").is_file() and (job / f"{name}.json").is_file():
-            results = load_results(job / "results.npz")
-            results["config"] = config
-            doc = json.loads((job / f"{name}.json").read_text(encoding="utf-8"))
-            rows = [Claim(**r) for r in doc["rows"]]
+            try:
+                results, rows = _finished(job, name, config)
+            except ValueError as e:
+                out.append(JobResult(i, config, "invalid", None, None, str(e)))
+                continue
             out.append(JobResult(i, config, "done", results, rows))
         else:
-            out.append(JobResult(i, config, _state(folder, ids[i] if i < len(ids) else None), None, None))
+            out.append(JobResult(i, config, _state(folder, executor, ids[i] if i < len(ids) else None), None, None))
     return out
 
 
@@ -394,13 +587,17 @@ def _main(args) -> int:
     if args.command == "collect":
         jobs = collect(args.folder)
         print(summary_table(jobs))
+        for j in jobs:
+            if j.error:
+                print(f"job {j.index} is invalid: {j.error}", file=sys.stderr)
         return 0 if all(j.state == "done" for j in jobs) else 1
     from .experiments import registry
 
     registry.get(args.name)
     if args.command == "run":
         config = registry.resolve(args.name, args.scale, **parse_params(args.params))
-        out = Path(args.out) if args.out else Path.cwd() / "iterlin-runs" / f"{args.name}-{args.scale}"
+        out = writable_folder(Path(args.out) if args.out else Path.cwd() / "iterlin-runs" / f"{args.name}-{args.scale}",
+                              "--out")
         cache = args.cache if args.cache is not None else default_cache_dir()
         table = run_one(config, out=out, cache_dir=cache)
         print(table)

@@ -47,7 +47,9 @@ What is verified, per source (nothing is ever trusted blindly):
   ``(n, 3072)``, ``1 <= n <= 10000``, and ``b"labels"`` a list of ``n`` ints in ``0..9``.
 * **Downloads**: written to a temporary file in the cache directory, size and md5 checked, then
   moved into place with :func:`os.replace`; an interrupted or corrupt download leaves nothing
-  that looks complete.
+  that looks complete, and the ``.part`` file of a killed one is deleted by the next download
+  (once untouched for :data:`STALE_PART_SECONDS`). A cached archive whose md5 is wrong is
+  downloaded again; if that fails, the error names the mismatch too.
 
 Any failure raises :class:`DataError` (a :class:`ValueError`) naming the file and, for checksums,
 the expected and actual values; a missing dataset raises :class:`DatasetNotFoundError` listing
@@ -66,6 +68,7 @@ the same image gives the same input whichever copy it came from.
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import io
 import math
@@ -76,6 +79,7 @@ import shutil
 import sys
 import tarfile
 import tempfile
+import time
 import urllib.error
 import urllib.request
 import zlib
@@ -337,13 +341,47 @@ def download_archive(
     if not filename or "/" in filename or filename in (".", ".."):
         raise ValueError(f"filename={filename!r} is not allowed: must be a plain file name")
     final = dest_dir / filename
+    stale: DataError | None = None
     if final.is_file():
         try:
             _check_md5(final, expected_md5)
             return final
-        except DataError:
-            pass  # stale or corrupt: download again and replace it once verified
+        except DataError as e:
+            stale = e  # corrupt or altered: download again and replace it once verified
     dest_dir.mkdir(parents=True, exist_ok=True)
+    _remove_stale_parts(dest_dir, f".{filename}.")
+    try:
+        return _download(url, dest_dir, final, expected_md5, expected_size, timeout, progress)
+    except DataError as e:
+        if stale is None:
+            raise
+        raise DataError(f"{e} The file already in the cache was not used: {stale}") from e
+
+
+#: A temporary ``.part`` file or folder untouched this long is a killed download's or extraction's.
+STALE_PART_SECONDS = 600.0
+
+
+def _remove_stale_parts(folder: Path, prefix: str) -> None:
+    """Delete ``<prefix>*.part`` files and folders in ``folder`` not modified for
+    :data:`STALE_PART_SECONDS` (left by a killed process; a live one keeps writing to its own)."""
+    now = time.time()
+    for part in folder.glob(f"{glob.escape(prefix)}*.part"):
+        try:
+            if now - part.stat().st_mtime < STALE_PART_SECONDS:
+                continue
+            if part.is_dir() and not part.is_symlink():
+                shutil.rmtree(part)
+            else:
+                part.unlink()
+        except OSError:
+            pass  # another process removed it, or it cannot be: it is only left-over space
+
+
+def _download(url: str, dest_dir: Path, final: Path, expected_md5: str, expected_size: int | None, timeout: float,
+              progress: bool) -> Path:
+    """The download itself: a temporary ``.part`` file, checked, then renamed to ``final``."""
+    filename = final.name
     fd, tmp_name = tempfile.mkstemp(dir=dest_dir, prefix=f".{filename}.", suffix=".part")
     tmp = Path(tmp_name)
     try:
@@ -453,6 +491,7 @@ def extract_archive(
         return target
     _check_md5(archive, expected_md5)
     dest_dir.mkdir(parents=True, exist_ok=True)
+    _remove_stale_parts(dest_dir, f".{CIFAR10_DIRNAME}.")
     tmp = Path(tempfile.mkdtemp(dir=dest_dir, prefix=f".{CIFAR10_DIRNAME}.", suffix=".part"))
     try:
         staged = tmp / CIFAR10_DIRNAME

@@ -53,6 +53,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .conv import CONV_LOWERINGS, matmul_conv_general_dilated, max_pool_2x2
 from .tree import tree_size, tree_stack
 from .validate import MAX_SEED, check_choice, check_int
 
@@ -69,12 +70,45 @@ __all__ = [
     "quintic_model",
     "MODEL_NAMES",
     "BN_MODES",
+    "CONV_CHOICES",
+    "resolve_conv",
 ]
 
 MODEL_NAMES = ("cnn", "resnet18", "resnet18_bn", "mlp")
 BN_MODES = ("batch", "frozen")
+#: ``make_model``'s ``conv`` values: a lowering of :data:`iterlin.conv.CONV_LOWERINGS`, or the rule "auto".
+CONV_CHOICES = ("auto",) + CONV_LOWERINGS
 
 Dtype = Any
+
+
+def resolve_conv(conv: str, name: str = "cnn") -> str:
+    """The lowering ``make_model`` uses for ``conv`` (validated): ``"xla"``, ``"matmul"``, or the rule ``"auto"``.
+
+    ``"auto"`` is ``"matmul"`` (:mod:`iterlin.conv`: slices and one matrix product) when JAX's
+    default backend is the CPU, where XLA's convolutions run well below the matrix-product ceiling
+    and its vmapped convolutions slower still (for the CNN and for ResNet-18 alike:
+    ``benchmarks/bench_train.py`` measures it), and ``"xla"`` (``lax.conv_general_dilated``, cuDNN's
+    convolutions on a GPU) on accelerators. The MLP has no convolution: its value is ``"xla"``.
+    """
+    check_choice(conv, "conv", CONV_CHOICES)
+    if conv != "auto":
+        return conv
+    return "matmul" if name != "mlp" and jax.default_backend() == "cpu" else "xla"
+
+
+def _conv_layer(conv: str, *args, **kwargs) -> nn.Conv:
+    """``nn.Conv(*args, **kwargs)`` lowered as ``conv`` says; the same parameters either way."""
+    if conv == "matmul":
+        kwargs["conv_general_dilated"] = matmul_conv_general_dilated
+    return nn.Conv(*args, **kwargs)
+
+
+def _max_pool(conv: str, h):
+    """2×2 max-pooling with stride 2, as a reshape and a max under the ``"matmul"`` lowering."""
+    if conv == "matmul":
+        return max_pool_2x2(h)
+    return nn.max_pool(h, (2, 2), strides=(2, 2), padding="VALID")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -100,6 +134,10 @@ class CNN(nn.Module):
     Parameters live at stable paths: ``params["conv1"]["kernel"]`` has shape (5, 5, 3, 50) (the
     first-layer filters of Fig. 7), then ``conv2``, ``fc1``, ``fc2``, ``fc3``.
 
+    ``conv`` lowers the convolutions and poolings: ``"xla"`` (``lax.conv_general_dilated`` and
+    ``lax.reduce_window``) or ``"matmul"`` (:mod:`iterlin.conv`: slices and one matrix product, a
+    reshape and a max); the same parameters and, to rounding, the same function.
+
     Call: ``CNN().apply({"params": p}, x)`` returns logits (N, num_classes);
     ``apply(..., return_features=True)`` returns a dict with the features for the linear probes of
     Fig. 6: ``"layer1"`` (after conv1 + ReLU + pool, flattened, (N, 14·14·50) = (N, 9800)),
@@ -108,15 +146,16 @@ class CNN(nn.Module):
 
     num_classes: int = 10
     dtype: Dtype = jnp.float32
+    conv: str = "xla"
 
     @nn.compact
     def __call__(self, x, return_features: bool = False):
         kw = dict(dtype=self.dtype, param_dtype=self.dtype)
-        h = nn.Conv(50, (5, 5), padding="VALID", name="conv1", **kw)(x)
-        h = nn.max_pool(nn.relu(h), (2, 2), strides=(2, 2), padding="VALID")
+        h = _conv_layer(self.conv, 50, (5, 5), padding="VALID", name="conv1", **kw)(x)
+        h = _max_pool(self.conv, nn.relu(h))
         layer1 = h.reshape((h.shape[0], -1))
-        h = nn.Conv(50, (5, 5), padding="VALID", name="conv2", **kw)(h)
-        h = nn.max_pool(nn.relu(h), (2, 2), strides=(2, 2), padding="VALID")
+        h = _conv_layer(self.conv, 50, (5, 5), padding="VALID", name="conv2", **kw)(h)
+        h = _max_pool(self.conv, nn.relu(h))
         layer2 = h.reshape((h.shape[0], -1))
         h = nn.relu(nn.Dense(120, name="fc1", **kw)(layer2))
         h = nn.relu(nn.Dense(84, name="fc2", **kw)(h))
@@ -163,17 +202,19 @@ class BasicBlock(nn.Module):
     stride: int = 1
     norm: bool = True
     dtype: Dtype = jnp.float32
+    conv: str = "xla"
 
     @nn.compact
     def __call__(self, x, train: bool = False):
         kw = dict(use_bias=not self.norm, dtype=self.dtype, param_dtype=self.dtype)
         s = (self.stride, self.stride)
-        h = nn.Conv(self.features, (3, 3), strides=s, padding=((1, 1), (1, 1)), name="conv1", **kw)(x)
+        h = _conv_layer(self.conv, self.features, (3, 3), strides=s, padding=((1, 1), (1, 1)), name="conv1", **kw)(x)
         h = nn.relu(_norm_layer(self.norm, train, self.dtype, "bn1")(h))
-        h = nn.Conv(self.features, (3, 3), padding=((1, 1), (1, 1)), name="conv2", **kw)(h)
+        h = _conv_layer(self.conv, self.features, (3, 3), padding=((1, 1), (1, 1)), name="conv2", **kw)(h)
         h = _norm_layer(self.norm, train, self.dtype, "bn2")(h)
         if self.stride != 1 or x.shape[-1] != self.features:
-            x = nn.Conv(self.features, (1, 1), strides=s, padding="VALID", name="shortcut_conv", **kw)(x)
+            x = _conv_layer(self.conv, self.features, (1, 1), strides=s, padding="VALID", name="shortcut_conv",
+                            **kw)(x)
             x = _norm_layer(self.norm, train, self.dtype, "shortcut_bn")(x)
         return nn.relu(h + x)
 
@@ -198,16 +239,18 @@ class ResNet18(nn.Module):
 
     ``train`` selects the BatchNorm statistics: True normalises with the batch's statistics (and,
     with ``mutable=["batch_stats"]``, writes them, exactly, to ``batch_stats``); False uses the
-    stored ``batch_stats``. It has no effect when ``norm=False``.
+    stored ``batch_stats``. It has no effect when ``norm=False``. ``conv``: as :class:`CNN`'s.
     """
 
     num_classes: int = 10
     norm: bool = True
     dtype: Dtype = jnp.float32
+    conv: str = "xla"
 
     @nn.compact
     def __call__(self, x, train: bool = False):
-        h = nn.Conv(
+        h = _conv_layer(
+            self.conv,
             64,
             (3, 3),
             padding=((1, 1), (1, 1)),
@@ -224,6 +267,7 @@ class ResNet18(nn.Module):
                     stride=stride if j == 0 else 1,
                     norm=self.norm,
                     dtype=self.dtype,
+                    conv=self.conv,
                     name=f"layer{i}_{j}",
                 )(h, train=train)
         h = jnp.mean(h, axis=(1, 2))
@@ -286,6 +330,7 @@ def make_model(
     num_classes: int | None = None,
     bn_mode: str | None = None,
     dtype: Dtype = jnp.float32,
+    conv: str = "auto",
 ) -> Model:
     """Build one of the paper's models and return ``Model(apply_fn, params, refresh)``.
 
@@ -301,15 +346,20 @@ def make_model(
         bn_mode: only for ``"resnet18_bn"``: ``"batch"`` (default) or ``"frozen"``; see the
             module docstring. Must be None for the other models.
         dtype: parameter and computation dtype (e.g. ``jnp.float64`` with x64 enabled).
+        conv: how the convolutions and poolings are computed: ``"xla"``, ``"matmul"`` (slices and
+            one matrix product, :mod:`iterlin.conv`) or ``"auto"`` (default: the rule of
+            :func:`resolve_conv`, ``"matmul"`` for the CNN on the CPU). The parameters are the same
+            either way, and the function too, to rounding.
 
     Returns:
         :class:`Model`. ``apply_fn(params, x)`` maps x of shape ``(N, *input_shape)`` to (N, O).
 
     Raises:
-        ValueError: unknown ``name`` or ``bn_mode``, ``bn_mode`` given for a model without
+        ValueError: unknown ``name``, ``bn_mode`` or ``conv``, ``bn_mode`` given for a model without
             BatchNorm, bad ``input_shape`` / ``num_classes`` / ``dtype``.
     """
     check_choice(name, "name", MODEL_NAMES)
+    conv = resolve_conv(conv, name)
     if name == "resnet18_bn":
         if bn_mode is None:
             bn_mode = "batch"
@@ -348,11 +398,11 @@ def make_model(
     dummy = jnp.zeros((1,) + input_shape, dtype)
 
     if name == "cnn":
-        module = CNN(num_classes=num_classes, dtype=dtype)
+        module = CNN(num_classes=num_classes, dtype=dtype, conv=conv)
     elif name == "mlp":
         module = MLP(num_outputs=num_classes, dtype=dtype)
     else:
-        module = ResNet18(num_classes=num_classes, norm=(name == "resnet18_bn"), dtype=dtype)
+        module = ResNet18(num_classes=num_classes, norm=(name == "resnet18_bn"), dtype=dtype, conv=conv)
 
     variables = module.init(key, dummy)
 
@@ -399,13 +449,14 @@ def make_model(
     return Model(apply_fn, params, refresh)
 
 
-def cnn_features(params, x, *, num_classes: int | None = None) -> dict:
+def cnn_features(params, x, *, num_classes: int | None = None, conv: str = "auto") -> dict:
     """Layer-1 and layer-2 features of :class:`CNN` for the linear probes of Fig. 6.
 
     Args:
         params: the CNN's ``params`` collection (as from ``make_model("cnn", ...)``).
         x: images (N, H, W, 3).
         num_classes: number of logits; default: read from ``params["fc3"]["bias"]``.
+        conv: the lowering, as :func:`make_model`'s.
 
     Returns:
         ``{"layer1": (N, 9800), "layer2": (N, 1250), "logits": (N, num_classes)}`` for 32×32 inputs.
@@ -413,7 +464,8 @@ def cnn_features(params, x, *, num_classes: int | None = None) -> dict:
     if num_classes is None:
         num_classes = params["fc3"]["bias"].shape[-1]
     dtype = params["conv1"]["kernel"].dtype
-    return CNN(num_classes=num_classes, dtype=dtype).apply({"params": params}, x, return_features=True)
+    module = CNN(num_classes=num_classes, dtype=dtype, conv=resolve_conv(conv))
+    return module.apply({"params": params}, x, return_features=True)
 
 
 def count_params(params) -> int:

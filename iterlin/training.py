@@ -24,7 +24,8 @@ Design:
   Batches are therefore a pure function of (key, t): every run of a sweep sees the same batches,
   and a resumed run sees exactly the batches it would have seen.
 * Between evaluation points the steps run in one ``lax.fori_loop`` with traced bounds (one
-  compilation for every chunk length); on CPU, one jitted step per dispatch (see ``_run``).
+  compilation for every chunk length), on every backend; a sweep's runs are ``vmap``-ed into one
+  program, on every backend (see ``_run``).
 * Compile once: the step factories (``make_step``, the Gauss–Newton and Adam-solved steps) are
   memoised on what their steps close over (``apply_fn``, the optimizer, the loss, the static
   options), and the compiled programs of the loop and of evaluation are cached on their step
@@ -717,7 +718,7 @@ def _placement(devices, shard_runs, data_parallel, *, sweep: bool, vectorise, ba
     ``shard_runs``: None shards a sweep's runs when they are vmapped and there is more than one
     device; True asks for it (and makes ``vectorise=None`` vmap); False never shards.
     ``data_parallel``: one run's batches split over the devices. ``vectorise`` comes back resolved
-    (None: vmap except on CPU, or where ``shard_runs=True``).
+    (None: vmap).
     The mesh is built with ``jax.sharding.Mesh`` (automatic axes: jit propagates the inputs'
     shardings), not ``jax.make_mesh``, whose default axis types differ between JAX versions.
     """
@@ -738,7 +739,7 @@ def _placement(devices, shard_runs, data_parallel, *, sweep: bool, vectorise, ba
                          "devices (shard_runs); data_parallel splits the batch of a single run (train, or fit "
                          "with sweep=False)")
     if vectorise is None:
-        vectorise = bool(shard_runs) or jax.default_backend() != "cpu"
+        vectorise = True
     if data_parallel:
         n = len(devices)
         examples = n_train if batch_size is None else int(batch_size)
@@ -777,15 +778,19 @@ class _Evaluation(NamedTuple):
 
 
 @_memoise
-def _eval_program(apply_fn: Callable, loss: Loss, vmapped: bool) -> Callable:
-    """The compiled ``evaluate(state, splits) -> sums`` (:func:`_eval_sums`; ``vmapped``: over the
-    state's run axis, the splits shared). The splits are an argument: one program for every value
-    of the data, compiled once per shape."""
+def _eval_program(apply_fn: Callable, loss: Loss, over_runs: str | None) -> Callable:
+    """The compiled ``evaluate(state, splits) -> sums`` (:func:`_eval_sums`). ``over_runs``: None
+    (one run), ``"map"`` (the state's run axis evaluated one run after the other with ``lax.map``:
+    one run's memory) or ``"vmap"`` (vmapped, for a run axis sharded over devices); the splits are
+    shared. The splits are an argument: one program for every value of the data, compiled once per
+    shape."""
 
     def evaluate(state, splits):
         return _eval_sums(apply_fn, loss, state, splits)
 
-    return jax.jit(jax.vmap(evaluate, in_axes=(0, None)) if vmapped else evaluate)
+    if over_runs == "map":
+        return jax.jit(lambda state, splits: jax.lax.map(lambda st: evaluate(st, splits), state))
+    return jax.jit(jax.vmap(evaluate, in_axes=(0, None)) if over_runs == "vmap" else evaluate)
 
 
 class _Programs(NamedTuple):
@@ -861,10 +866,11 @@ def _run(
     ``key`` is one key, or with ``per_run_batches`` one key per run (leading run axis). The
     programs are cached (:func:`_step_programs`, :func:`_eval_program`) and take the data, the key,
     the evaluation splits and the state as arguments. A sweep's runs are ``vmap``-ed
-    (``vectorise``), or, on CPU by default, stepped one run after the other between evaluation
-    points: XLA:CPU turns a ``vmap`` over the parameters of a convolution into a grouped
-    convolution that runs 1.5-2x slower than the runs one by one (``benchmarks/bench_train.py``).
-    Either way the results are the same (tests compare them in float64).
+    (``vectorise``, the default), or stepped one run after the other between evaluation points;
+    the steps between evaluation points run in one ``fori_loop`` (``compiled_loop``, the default)
+    or one dispatch each. Every way the results are the same (tests compare them in float64).
+    A vmapped sweep on one device is evaluated one run after the other inside one program
+    (``lax.map``: the memory of one run's evaluation); sharded over devices, vmapped.
 
     ``placement`` (:func:`_placement`): with axis ``"runs"`` the R runs are padded to R' (the next
     multiple of the device count, repeating the last run and its key) and placed with
@@ -893,8 +899,8 @@ def _run(
         history, done = saved.get("history"), saved.get("done")
         _check_progress(checkpoint, history, done, state, points)
 
-    on_cpu = jax.default_backend() == "cpu"
-    vectorise = (not on_cpu) if vectorise is None else bool(vectorise)
+    vectorise = True if vectorise is None else bool(vectorise)
+    use_loop = True if compiled_loop is None else bool(compiled_loop)
     loop_runs = sweep and not vectorise
     runs = np.shape(jax.tree.leaves(state)[0])[0] if sweep else 1
     padded = runs  # R': the runs stepped, ≥ R (see ``placement``)
@@ -929,16 +935,16 @@ def _run(
     else:
         programs = _step_programs(step_fn, batch_size, augment, vmapped, bool(per_run_batches and vmapped),
                                   batch_sharding)
-    veval = _eval_program(evaluation.apply_fn, evaluation.loss, vmapped)
+    veval = _eval_program(evaluation.apply_fn, evaluation.loss,
+                          ("vmap" if placement is not None and placement.axis == "runs" else "map") if vmapped
+                          else None)
 
     def run_key(i):
         return key[i] if per_run_batches else key
 
     def run_chunk(state, t0, t1):
-        """Steps t0 … t1 − 1. On accelerators one compiled ``fori_loop``; on CPU one jitted step per
-        dispatch (batch still drawn on device), because XLA:CPU runs convolutions inside while
-        loops several times slower than outside them (jax-ml/jax#12868)."""
-        use_loop = compiled_loop if compiled_loop is not None else not on_cpu
+        """Steps t0 … t1 − 1: one compiled ``fori_loop`` (``use_loop``) or one jitted step per
+        dispatch (the batch still drawn on device)."""
         if loop_runs:
             out = []
             for i in range(runs):
@@ -966,10 +972,10 @@ def _run(
 
     bar = None
     if progress:
-        from tqdm.auto import tqdm
+        from .progress import progress_bar  # a bar on a terminal, plain lines elsewhere
 
         # ``done`` points are recorded, the last at step points[done - 1]: the state's step.
-        bar = tqdm(total=points[-1], initial=points[done - 1] if done > 0 else 0, unit="step")
+        bar = progress_bar(points[-1], initial=points[done - 1] if done > 0 else 0)
 
     def record(state, t):
         vals = _means(evaluate(state), {name: c.n for name, c in evaluation.splits.items()})
@@ -1049,10 +1055,12 @@ def fit(
     ``eval_steps`` the schedule is :func:`default_evaluation`'s (for ``eval_train_size`` when given,
     else with its subset): evaluation budgeted at a tenth of the images trained on, up to 21 points.
     ``compiled_loop``: run the steps between evaluation points in one compiled ``fori_loop``
-    (True) or one jitted step per dispatch (False); None picks the loop except on CPU.
-    ``vectorise``: a sweep's runs ``vmap``-ed together (True) or stepped one after the other
-    between evaluation points (False, the same results); None: vmap except on CPU, where a vmapped
-    convolution runs slower than its runs one by one (and except where ``shard_runs=True``).
+    (True, or None: the default) or one jitted step per dispatch (False, the same results).
+    ``vectorise``: a sweep's runs ``vmap``-ed together (True, or None: the default) or stepped one
+    after the other between evaluation points (False, the same results). (XLA:CPU runs a
+    convolution slower inside a loop, jax-ml/jax#12868, and a vmapped one slower than its runs one
+    by one; the models of :func:`iterlin.models.make_model` lower their convolutions to matrix
+    products on the CPU, which have neither penalty: ``benchmarks/bench_train.py`` measures both.)
 
     Several devices (one process; placement only, the results equal one device's up to the order
     of floating-point sums):
@@ -1064,10 +1072,9 @@ def fit(
       P("runs"))``; the data and a shared key are replicated. R is padded up to the next multiple
       R' of the device count by repeating the last run (its θ_0, K and key); the padding is computed
       and dropped: the history, ``callback``, the checkpoint and the returned state hold the R runs.
-      None (default): shard when the runs are vmapped (``vectorise``) and there is more than one
-      device, so one device (or CPU's default ``vectorise=False``) runs exactly as before; True:
-      shard (vmapping the runs when ``vectorise`` is None; ``vectorise=False`` is refused); False:
-      never. Runs stepped one after the other (``vectorise=False``) stay on the default device.
+      None (default): shard when the runs are vmapped (``vectorise``, the default) and there is
+      more than one device; True: shard (``vectorise=False`` is refused); False: never. Runs
+      stepped one after the other (``vectorise=False``) stay on the default device.
     * ``data_parallel`` (a single run, ``sweep=False``): the state (θ, θ_s, optimizer state) and the
       data are replicated (``P()``) and each step's batch (B, ...) is split over ``devices`` on its
       example axis (``P("batch")``); the compiled step computes the same mean gradient, each device
@@ -1308,7 +1315,7 @@ def train_sweep(
     they differ only in K and θ_0; run i equals ``train`` of run i alone. A diverged run is frozen
     while the others continue.
 
-    With more than one local device and the runs vmapped (``vectorise=True``, the default off CPU),
+    With more than one local device and the runs vmapped (``vectorise``, the default on every backend),
     the run axis is sharded over the devices (``NamedSharding(mesh, P("runs"))``; R padded to a
     multiple of the device count by repeating the last run, the padding dropped from the results);
     ``devices=[...]`` picks the devices, ``shard_runs=True/False`` forces it on/off (see :func:`fit`).

@@ -16,61 +16,8 @@
 
 # %% [markdown]
 # # Figure 2: iterative linearisation for several K, full batch and mini-batch
-#
-# **What the figure shows.** The paper's CNN is trained on CIFAR-10 by iterative linearisation
-# (Algorithm 1): between re-linearisations the linear model
-# $f^{\mathrm{lin}}_{s}(\theta) = f_{\theta_s} + \nabla_\theta f_{\theta_s}^\top (\theta - \theta_s)$
-# is trained by gradient descent, and every $K$ steps $\theta_s \leftarrow \theta$. $K = 1$ is
-# ordinary (S)GD, $K = \infty$ trains the linearisation at initialisation (fixed empirical NTK).
-# The panels show the network's test accuracy over training for several $K$: full-batch gradient
-# descent (left), mini-batch SGD (centre), and both on a common axis (right).
-#
-# **What the paper claims** (Sec. 4.1, Fig. 2). Large $K$ performs on par with $K = 1$, both full
-# batch and mini-batch. The full-batch runs use learning rate 1e-3; the mini-batch runs (batches
-# of 256) use 1e-4 "for stability", so $K$ is scaled up by 10 as well; for the comparison plot the
-# full-batch steps are scaled by the same factor. Here `factor` plays that role: the mini-batch
-# runs use `lr / factor`, `K × factor` (for $K > 1$: $K = 1$, plain SGD, stays 1) and
-# `steps × factor`, and the right panel plots the mini-batch runs against `step / factor`.
-#
-# **What each scale runs** (`SCALES` in `iterlin/experiments/fig2.py`).
-#
-# * `smoke` (default; a 2-core CPU, a few minutes: see `notebooks/README.md`): 128 real CIFAR-10
-#   training images and 150 test images; full batch: 8 steps at learning rate 0.05 for
-#   $K \in \{1, 4, \infty\}$; mini-batch: batches of 32, `factor` 2 (not 10), so 16 steps at 0.025
-#   for $K \in \{1, 8, \infty\}$. The paper's learning rates would show nothing in so few steps.
-#   So few images and steps leave every run near chance level: this scale checks that the pipeline
-#   works; it does not reproduce the figure.
-# * `cpu` (the reference run, shown first below once committed; about 45 minutes of a 2-core CPU):
-#   a full-batch step is a pass over its training set, so the full-batch panel uses the first
-#   1,024 installed training images (`n_train_full`; all 4,660 would allow only a handful of
-#   steps) and the mini-batch panel all of them; every test image; 2 seeds; full batch: 100
-#   steps at 0.03 for $K \in \{1, 10, \infty\}$ (below the linear model's stability bound
-#   $2/\lambda_{\max} \approx 0.054$ at initialisation; 0.1 is above it); mini-batch: `factor` 3,
-#   batches of 128, 300 steps at 0.01 for $K \in \{1, 30, \infty\}$. The two panels train on
-#   different sets here, so the right panel compares the same gradient-flow time
-#   (learning rate × steps), not the same objective. 100 full-batch steps on 1,024 images leave
-#   full-batch $K = 1$ far below the paper's accuracy (more would take hours of this CPU). The
-#   committed run took 70 minutes (4,242 s, with other jobs beside it). What it shows: $K = 1$
-#   reaches 31.6 % (full batch) and 37.8 % (mini-batch); full-batch $K = 10$ tracks it for 40
-#   steps, then its training loss explodes (to 500–80,000 by step 100, finite) and it ends at
-#   chance, and mini-batch $K = 30$ ends 7 points behind. The rates here are 30–100 times the
-#   paper's, and the network sharpens as it trains: the bound $2/\lambda_{\max}$ that the linear
-#   model at $\theta_s$ needs falls below the rate, which gradient descent itself survives (it
-#   trains at the edge of stability) but $K$ steps on a fixed linear model do not. The paper's
-#   claim is made at rates far below this bound; the learning-rate notebook (`lr`) measures the
-#   same effect.
-# * `gpu` (one H100, about ten minutes by a FLOP estimate, not measured): every installed image,
-#   3 seeds, $K \in \{1, 5, 20, 50, \infty\}$, 100 full-batch steps at 0.05 and, with `factor`
-#   10, 1000 mini-batch steps of 256 at 0.005.
-# * `paper`: learning rates 1e-3 / 1e-4, batches of 256, `factor` 10 (the paper's); the paper's
-#   $K$ values and step counts are not in its text: we use $K \in \{1, 10^2, 10^3, 10^4, \infty\}$
-#   and $10^5$ full-batch steps.
-#
-# Shared details: CNN of Appendix C (2×2 max-pooling after each convolution), Flax default
-# initialisation, softmax cross-entropy on the linearised logits, plain SGD; the runs of one seed
-# start from the same initialisation and see the same batches.
 
-# %% tags=["parameters"]
+# %% tags=["parameters", "hide-cell"]
 scale = "smoke"  # "smoke" (CPU, minutes), "cpu" (CPU, ~45 min), "gpu" (one H100, ~10 min), "paper" (the paper's settings)
 K = None  # full-batch periods: a list, or one K meaning the sweep [1, K] (K 1 is always kept); inf: never
 lr = None  # full-batch learning rate (the mini-batch runs use lr / factor)
@@ -83,7 +30,7 @@ n_test = None  # test images
 batch_size = None  # mini-batch size of the centre panel (at most n_train)
 n_eval_train = None  # training images the training metrics are measured on ("all": every one)
 
-# %%
+# %% tags=["hide-cell"]
 import matplotlib.pyplot as plt
 
 from iterlin.config import describe
@@ -121,17 +68,82 @@ def plot(results):
     plt.show()
 
 
-# %% [markdown]
-# ## The reference run
-#
-# The committed run at the largest scale this project could afford (`results/fig2/`, regenerated
-# by `make results SCALE=cpu`), plotted by the same code as this build's run below, with its
-# provenance and its claims.
-
-# %%
+# %% tags=["remove-input"]
 # NBVAL_IGNORE_OUTPUT
 # (the committed run, and whether the library changed since, change apart from this notebook)
-ref = reference.show("fig2", plot)
+ref = reference.show("fig2", plot, table=False)
+
+# %% [markdown]
+# **Above: the reference run.** The committed run at the largest scale this project could afford (`results/fig2/`, regenerated
+# by `make results SCALE=cpu`), plotted by the same code as this build's run below, with its
+# provenance and its claims.
+#
+# **What the figure shows.** The paper's CNN is trained on CIFAR-10 by iterative linearisation
+# (Algorithm 1): between re-linearisations the linear model
+# $f^{\mathrm{lin}}_{s}(\theta) = f_{\theta_s} + \nabla_\theta f_{\theta_s}^\top (\theta - \theta_s)$
+# is trained by gradient descent, and every $K$ steps $\theta_s \leftarrow \theta$. $K = 1$ is
+# ordinary (S)GD, $K = \infty$ trains the linearisation at initialisation (fixed empirical NTK).
+# The panels show the network's test accuracy over training for several $K$: full-batch gradient
+# descent (left), mini-batch SGD (centre), and both on a common axis (right).
+#
+# **What the paper claims** (Sec. 4.1, Fig. 2). Large $K$ performs on par with $K = 1$, both full
+# batch and mini-batch. The full-batch runs use learning rate 1e-3; the mini-batch runs (batches
+# of 256) use 1e-4 "for stability", so $K$ is scaled up by 10 as well; for the comparison plot the
+# full-batch steps are scaled by the same factor. Here `factor` plays that role: the mini-batch
+# runs use `lr / factor`, `K × factor` (for $K > 1$: $K = 1$, plain SGD, stays 1) and
+# `steps × factor`, and the right panel plots the mini-batch runs against `step / factor`.
+#
+# <details>
+# <summary>What each scale runs (smoke, cpu, gpu, paper)</summary>
+#
+# From `SCALES` in `iterlin/experiments/fig2.py`.
+#
+# * `smoke` (default; a 2-core CPU, a few minutes: see `notebooks/README.md`): 128 real CIFAR-10
+#   training images and 150 test images; full batch: 8 steps at learning rate 0.05 for
+#   $K \in \{1, 4, \infty\}$; mini-batch: batches of 32, `factor` 2 (not 10), so 16 steps at 0.025
+#   for $K \in \{1, 8, \infty\}$. The paper's learning rates would show nothing in so few steps.
+#   So few images and steps leave every run near chance level: this scale checks that the pipeline
+#   works; it does not reproduce the figure.
+# * `cpu` (the reference run, shown at the top of this page; about 45 minutes of a 2-core CPU):
+#   a full-batch step is a pass over its training set, so the full-batch panel uses the first
+#   1,024 installed training images (`n_train_full`; all 4,660 would allow only a handful of
+#   steps) and the mini-batch panel all of them; every test image; 2 seeds; full batch: 100
+#   steps at 0.03 for $K \in \{1, 10, \infty\}$ (below the linear model's stability bound
+#   $2/\lambda_{\max} \approx 0.054$ at initialisation; 0.1 is above it); mini-batch: `factor` 3,
+#   batches of 128, 300 steps at 0.01 for $K \in \{1, 30, \infty\}$. The two panels train on
+#   different sets here, so the right panel compares the same gradient-flow time
+#   (learning rate × steps), not the same objective. 100 full-batch steps on 1,024 images leave
+#   full-batch $K = 1$ far below the paper's accuracy (more would take hours of this CPU). The
+#   committed run took 70 minutes (4,242 s, with other jobs beside it). What it shows: $K = 1$
+#   reaches 31.6 % (full batch) and 37.8 % (mini-batch); full-batch $K = 10$ tracks it for 40
+#   steps, then its training loss explodes (to 500–80,000 by step 100, finite) and it ends at
+#   chance, and mini-batch $K = 30$ ends 7 points behind. The rates here are 30–100 times the
+#   paper's, and the network sharpens as it trains: the bound $2/\lambda_{\max}$ that the linear
+#   model at $\theta_s$ needs falls below the rate, which gradient descent itself survives (it
+#   trains at the edge of stability) but $K$ steps on a fixed linear model do not. The paper's
+#   claim is made at rates far below this bound; the learning-rate notebook (`lr`) measures the
+#   same effect.
+# * `gpu` (one H100, about ten minutes by a FLOP estimate, not measured): every installed image,
+#   3 seeds, $K \in \{1, 5, 20, 50, \infty\}$, 100 full-batch steps at 0.05 and, with `factor`
+#   10, 1000 mini-batch steps of 256 at 0.005.
+# * `paper`: learning rates 1e-3 / 1e-4, batches of 256, `factor` 10 (the paper's); the paper's
+#   $K$ values and step counts are not in its text: we use $K \in \{1, 10^2, 10^3, 10^4, \infty\}$
+#   and $10^5$ full-batch steps.
+#
+# Shared details: CNN of Appendix C (2×2 max-pooling after each convolution), Flax default
+# initialisation, softmax cross-entropy on the linearised logits, plain SGD; the runs of one seed
+# start from the same initialisation and see the same batches.
+#
+# </details>
+
+# %% [markdown]
+# ## The reference run's claims
+#
+# The claims table of the reference run above, by the rules in its last column.
+
+# %% tags=["hide-input"]
+# NBVAL_IGNORE_OUTPUT
+reference.show_claims(ref)
 
 # %% [markdown]
 # ## This build's run

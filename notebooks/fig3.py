@@ -16,56 +16,8 @@
 
 # %% [markdown]
 # # Figure 3: SGD with data augmentation, K = 1 against a very large K
-#
-# **What the figure shows.** The paper's CNN is trained on CIFAR-10 with mini-batch SGD and data
-# augmentation (random horizontal flips and random crops of the 4-pixel-padded image) by iterative
-# linearisation (Algorithm 1): the linear model
-# $f^{\mathrm{lin}}_{s}(\theta) = f_{\theta_s} + \nabla_\theta f_{\theta_s}^\top (\theta - \theta_s)$
-# is trained, and every $K$ steps it is re-linearised, $\theta_s \leftarrow \theta$. $K = 1$ is
-# ordinary SGD. The plot shows the test accuracy of the network $f_\theta$ for $K = 1$ and for a
-# large $K$, and the test accuracy of the linear model being trained for the large $K$ (it drops
-# back to the network's at each re-linearisation).
-#
-# **What the paper claims** (Sec. 4.1). With augmentation the final test accuracies differ by
-# under one point: 82.3 % for $K = 1$ and 81.4 % for $K = 5 \cdot 10^6$; "we get enough feature
-# learning in 8–12 feature updates to achieve comparable generalisation to hundreds of thousands
-# of feature updates when $K = 1$".
-#
-# **What each scale runs** (`SCALES` in `iterlin/experiments/fig3.py`).
-#
-# * `smoke` (default; a 2-core CPU, a few minutes: see `notebooks/README.md`): 256 real CIFAR-10
-#   training images and 200 test images, 24 steps of SGD with batches of 32 and learning rate
-#   0.05 (the paper's rates would show nothing in 24 steps), and $K = 3$ instead of
-#   $5 \cdot 10^6$, so that the large-$K$ run makes 8 re-linearisations, as many feature updates
-#   as the paper's. Both runs are still at the very start of training, where the large-$K$ run
-#   typically lags (the paper's large-$K$ runs need "enough time to train"): this scale checks
-#   that the pipeline works; it does not reproduce 82.3 %.
-# * `cpu` (the committed reference run, shown first below; about 25 minutes of a 2-core CPU):
-#   every installed image (4,660 training and 932 test images of the shared subset), 2 seeds,
-#   500 steps of 128 at learning rate 0.01 (about 14 epochs), $K = 50$ (10 re-linearisations;
-#   at 0.1 and at 0.03 both $K = 50$ runs diverged or blew up while $K = 1$ trained: see the
-#   method chapter, "How large a learning rate the linear model takes");
-#   the training metrics on 1,000 training images. What the reference run shows: $K = 50$ follows
-#   $K = 1$ within 1–5 points for 375 steps (7 re-linearisations), then its accuracy falls in both
-#   seeds (to 23 % and 19 % at step 500, against 38 % and 37 %) although no loss becomes
-#   non-finite. Learning rate 0.01 is below the linear model's stability bound $2/\lambda_{\max}$
-#   at initialisation (0.054), so this late instability is not the initial bound; a bound that
-#   shrinks as training sharpens the model would explain it, but this edition has not measured
-#   that. At this scale the paper's "on par" does not hold at the end of training.
-# * `gpu` (one H100, about ten minutes by a FLOP estimate, not measured): every installed image,
-#   3 seeds, 40 000 steps of 256 at learning rate 0.01, $K = 4000$ (10 re-linearisations).
-# * `paper`: $K = 5 \cdot 10^6$ as in the paper; the paper states neither the learning rate nor the
-#   number of steps for this figure: we use 1e-4 (its mini-batch rate of Fig. 2) and
-#   $T = 12K = 6 \cdot 10^7$ steps (12 feature updates). Far beyond a CPU.
-#
-# Model and training details shared by all scales: CNN of Appendix C (two 5×5 convolutions with 50
-# channels, 2×2 max-pooling, dense 120 and 84), Flax default initialisation, softmax
-# cross-entropy on the linearised logits (the loss is not linearised), plain SGD; the runs of one
-# seed start from the same initialisation and see the same batches, so $K = 1$ and large $K$ are
-# compared seed by seed and on the same test images (the claims' noise rule,
-# `iterlin.claims.difference`).
 
-# %% tags=["parameters"]
+# %% tags=["parameters", "hide-cell"]
 scale = "smoke"  # "smoke" (CPU, minutes), "cpu" (CPU, ~25 min), "gpu" (one H100, ~10 min), "paper" (the paper's settings)
 K = None  # the large period compared with plain SGD (K 1 always runs too); e.g. 5e6, or inf (never)
 lr = None  # SGD learning rate
@@ -77,7 +29,7 @@ n_test = None  # test images
 batch_size = None  # mini-batch size (at most n_train)
 n_eval_train = None  # training images the training metrics are measured on ("all": every one)
 
-# %%
+# %% tags=["hide-cell"]
 import matplotlib.pyplot as plt
 
 from iterlin.config import describe
@@ -105,19 +57,79 @@ def plot(results):
     plt.show()
 
 
+# %% tags=["remove-input"]
+# NBVAL_IGNORE_OUTPUT
+# (the committed run, and whether the library changed since, change apart from this notebook)
+ref = reference.show("fig3", plot, table=False)
+
 # %% [markdown]
-# ## The reference run
-#
-# The committed run at the largest scale this project could afford (`results/fig3/`, regenerated
+# **Above: the reference run.** The committed run at the largest scale this project could afford (`results/fig3/`, regenerated
 # by `make results SCALE=cpu`), plotted by the same code as this build's run below, with its
 # provenance and its claims. Solid lines: the network $f_\theta$; dashed: the linear model
 # $f^{\mathrm{lin}}_s(\theta)$ trained between re-linearisations; bands: ± one standard error over
 # seeds; a cross marks a run that diverged.
+#
+# **What the figure shows.** The paper's CNN is trained on CIFAR-10 with mini-batch SGD and data
+# augmentation (random horizontal flips and random crops of the 4-pixel-padded image) by iterative
+# linearisation (Algorithm 1): the linear model
+# $f^{\mathrm{lin}}_{s}(\theta) = f_{\theta_s} + \nabla_\theta f_{\theta_s}^\top (\theta - \theta_s)$
+# is trained, and every $K$ steps it is re-linearised, $\theta_s \leftarrow \theta$. $K = 1$ is
+# ordinary SGD. The plot shows the test accuracy of the network $f_\theta$ for $K = 1$ and for a
+# large $K$, and the test accuracy of the linear model being trained for the large $K$ (it drops
+# back to the network's at each re-linearisation).
+#
+# **What the paper claims** (Sec. 4.1). With augmentation the final test accuracies differ by
+# under one point: 82.3 % for $K = 1$ and 81.4 % for $K = 5 \cdot 10^6$; "we get enough feature
+# learning in 8–12 feature updates to achieve comparable generalisation to hundreds of thousands
+# of feature updates when $K = 1$".
+#
+# <details>
+# <summary>What each scale runs (smoke, cpu, gpu, paper)</summary>
+#
+# From `SCALES` in `iterlin/experiments/fig3.py`.
+#
+# * `smoke` (default; a 2-core CPU, a few minutes: see `notebooks/README.md`): 256 real CIFAR-10
+#   training images and 200 test images, 24 steps of SGD with batches of 32 and learning rate
+#   0.05 (the paper's rates would show nothing in 24 steps), and $K = 3$ instead of
+#   $5 \cdot 10^6$, so that the large-$K$ run makes 8 re-linearisations, as many feature updates
+#   as the paper's. Both runs are still at the very start of training, where the large-$K$ run
+#   typically lags (the paper's large-$K$ runs need "enough time to train"): this scale checks
+#   that the pipeline works; it does not reproduce 82.3 %.
+# * `cpu` (the committed reference run, shown at the top of this page; about 25 minutes of a 2-core CPU):
+#   every installed image (4,660 training and 932 test images of the shared subset), 2 seeds,
+#   500 steps of 128 at learning rate 0.01 (about 14 epochs), $K = 50$ (10 re-linearisations;
+#   at 0.1 and at 0.03 both $K = 50$ runs diverged or blew up while $K = 1$ trained: see the
+#   method chapter, "How large a learning rate the linear model takes");
+#   the training metrics on 1,000 training images. What the reference run shows: $K = 50$ follows
+#   $K = 1$ within 1–5 points for 375 steps (7 re-linearisations), then its accuracy falls in both
+#   seeds (to 23 % and 19 % at step 500, against 38 % and 37 %) although no loss becomes
+#   non-finite. Learning rate 0.01 is below the linear model's stability bound $2/\lambda_{\max}$
+#   at initialisation (0.054), so this late instability is not the initial bound; a bound that
+#   shrinks as training sharpens the model would explain it, but this edition has not measured
+#   that. At this scale the paper's "on par" does not hold at the end of training.
+# * `gpu` (one H100, about ten minutes by a FLOP estimate, not measured): every installed image,
+#   3 seeds, 40 000 steps of 256 at learning rate 0.01, $K = 4000$ (10 re-linearisations).
+# * `paper`: $K = 5 \cdot 10^6$ as in the paper; the paper states neither the learning rate nor the
+#   number of steps for this figure: we use 1e-4 (its mini-batch rate of Fig. 2) and
+#   $T = 12K = 6 \cdot 10^7$ steps (12 feature updates). Far beyond a CPU.
+#
+# Model and training details shared by all scales: CNN of Appendix C (two 5×5 convolutions with 50
+# channels, 2×2 max-pooling, dense 120 and 84), Flax default initialisation, softmax
+# cross-entropy on the linearised logits (the loss is not linearised), plain SGD; the runs of one
+# seed start from the same initialisation and see the same batches, so $K = 1$ and large $K$ are
+# compared seed by seed and on the same test images (the claims' noise rule,
+# `iterlin.claims.difference`).
+#
+# </details>
 
-# %%
+# %% [markdown]
+# ## The reference run's claims
+#
+# The claims table of the reference run above, by the rules in its last column.
+
+# %% tags=["hide-input"]
 # NBVAL_IGNORE_OUTPUT
-# (the committed run, and whether the library changed since, change apart from this notebook)
-ref = reference.show("fig3", plot)
+reference.show_claims(ref)
 
 # %% [markdown]
 # ## This build's run

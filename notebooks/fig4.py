@@ -16,76 +16,8 @@
 
 # %% [markdown]
 # # Figure 4: ResNet-18, without and with BatchNorm, K = 1 against a large K
-#
-# **What the figure shows.** Iterative linearisation (Algorithm 1) on a deeper network: the usual
-# CIFAR variant of ResNet-18 (3×3 stem, no max-pooling, four stages of two basic blocks, global
-# average pooling). Between re-linearisations the linear model
-# $f^{\mathrm{lin}}_{s}(\theta) = f_{\theta_s} + \nabla_\theta f_{\theta_s}^\top (\theta - \theta_s)$
-# is trained with SGD; every $K$ steps $\theta_s \leftarrow \theta$; $K = 1$ is ordinary SGD. Left:
-# ResNet-18 without BatchNorm and without data augmentation. Right: with BatchNorm and data
-# augmentation (random flips and 4-pixel crops). Top: the network's test accuracy; bottom: the
-# training loss of the network (solid) and of the linear model being trained (dashed, large $K$).
-#
-# **What the paper claims** (Sec. 4.1, Fig. 4, Appendix C). Large-$K$ iterative linearisation
-# "again achieves similar test performance to SGD"; without BatchNorm at learning rate
-# $7\cdot10^{-7}$ and $K = 10^6$, with BatchNorm and augmentation at $10^{-5}$ and $K = 10^5$.
-# "Runs with BatchNorm are far more likely to diverge due to linearising the BatchNorm layer
-# hence why $K$ is much smaller for that run." The paper gives no accuracy numbers and no count of
-# diverged runs for this figure. This edition counts them: the claims row "BatchNorm runs diverge
-# more easily" reports how many runs diverged with and without BatchNorm, and decides the claim only
-# when the counts differ beyond chance (Fisher's exact test).
-#
-# **BatchNorm under linearisation** (`bn_mode`). The paper linearises the BatchNorm layers with
-# the rest of the network. `bn_mode="batch"` (default) does that: each batch is normalised by its
-# own statistics inside $f(\theta, x)$, and the statistics are linearised too (evaluation
-# normalises each chunk of up to 1000 images by its own statistics). `bn_mode="frozen"` is our
-# alternative: the statistics are constants frozen at $\theta_s$ and re-estimated from the current
-# batch at each re-linearisation (`iterlin.models.make_model(..., bn_mode="frozen")`, whose
-# `refresh` is passed to the training loop). Divergence (a NaN or exploding loss) is a result: a
-# diverged run is frozen at its last finite state, marked with a cross, and counted in the claims.
-#
-# **What each scale runs** (`SCALES` in `iterlin/experiments/fig4.py`).
-#
-# * `smoke` (default; a 2-core CPU, about a minute and a half, most of it JAX start-up, ResNet-18
-#   initialisation and compiling: see `notebooks/README.md`): 16 real CIFAR-10 training images and
-#   16 test images, one seed, 4 SGD steps with batches of 4 at learning rate 0.01 in both panels, and
-#   $K = 2$ instead of $10^6$ / $10^5$ (2 re-linearisations). **This only demonstrates the
-#   pipeline** (both models, linearised training, evaluation, divergence bookkeeping): 4 steps on 16
-#   images say nothing about the claims, and 16 test images cannot tell two accuracies apart.
-# * `cpu` (the committed reference run, shown first below; about 40 minutes of a 2-core CPU, an
-#   estimate from measured step costs, see `SCALES`). **ResNet-18 is far beyond this CPU, and this
-#   scale does not reproduce the figure.** Measured here: a ResNet-18 step costs about 26 ms per
-#   image plain and 37 ms linearised (20 times the paper's CNN). The 8 runs (2 seeds × 2 panels ×
-#   2 $K$) get 120 steps of 64 images each (1.6 epochs of the 4,660 installed training images),
-#   learning rate 0.01 and $K = 20$ (6 re-linearisations) in both panels, so that the divergence
-#   counts compare like with like; the network's test accuracy on all 932 test images at steps 0,
-#   60 and 120, training losses on 64 training images. One-seed pilots without BatchNorm (60 steps
-#   of 64): $K = 1$ reached 24.9 % at learning rate 0.01 (22.2 % at 0.03), $K = 20$ only 13.9 %, its
-#   loss rising to 4.8: at a rate where SGD learns in so few steps, the linear model of the
-#   ResNet-18 without BatchNorm is unstable (the paper's rate, 7e-7, is a million times smaller,
-#   and at a stable rate 120 steps would leave $K = 1$ at chance). What this scale shows is the
-#   start of training at the full data size, whether large $K$ tracks $K = 1$ there, and whether
-#   any run diverges. It cannot show the paper's end points. The committed run took 64 minutes
-#   (3,834 s, with other jobs beside it) and found: without BatchNorm $K = 1$ reaches 25.4 % and
-#   $K = 20$ 12.3 %, its training loss exploding (to 26 and 159, finite); with BatchNorm and
-#   augmentation $K = 1$ reaches 36.4 % and $K = 20$ 35.2 %, within 2 points but not decided on
-#   par (the interval is [−3.1, +0.6]). At this rate the runs *without* BatchNorm are the unstable
-#   ones, the reverse of the paper's report for its rates.
-# * `gpu` (one H100, about ten minutes by a FLOP estimate, not measured): every installed image,
-#   3 seeds, 4000 steps of 128, $K = 400$ (10 re-linearisations) in both panels, learning rates 1e-3
-#   (no BatchNorm) and 1e-2 (BatchNorm), our choices, not tuned.
-# * `paper`: the paper's $K$ and learning rates; the number of steps ($10^7$: 10 re-linearisations
-#   of the no-BatchNorm run), batches of 256 and 3 seeds are ours. Far beyond a CPU.
-#
-# Shared details: Flax default initialisation, softmax cross-entropy on the linearised logits (the
-# loss is not linearised), plain SGD. In each panel the runs of one seed start from the same
-# initialisation and see the same batches, so $K = 1$ and the large $K$ are compared seed by seed
-# and on the same test images (the claims' noise rule, `iterlin.claims.difference`). Each panel's
-# runs are one sweep (one compilation; on a CPU stepped one after the other). The test set is
-# evaluated for the network only (the paper's Fig. 4 shows the network's test accuracy; the linear
-# model is evaluated on the training images).
 
-# %% tags=["parameters"]
+# %% tags=["parameters", "hide-cell"]
 scale = "smoke"  # "smoke" (CPU, ~1.5 min), "cpu" (CPU, ~40 min), "gpu" (one H100, ~10 min), "paper"
 K = None  # no-BatchNorm panel: the large period compared with plain SGD (K 1 always runs); e.g. 1e6, or inf
 lr = None  # no-BatchNorm panel: SGD learning rate
@@ -100,7 +32,7 @@ n_test = None  # test images
 batch_size = None  # mini-batch size (at most n_train)
 n_eval_train = None  # training images the training metrics are measured on ("all": every one)
 
-# %%
+# %% tags=["hide-cell"]
 import matplotlib.pyplot as plt
 
 from iterlin.config import describe
@@ -135,18 +67,98 @@ def plot(results):
     plt.show()
 
 
+# %% tags=["remove-input"]
+# NBVAL_IGNORE_OUTPUT
+# (the committed run, and whether the library changed since, change apart from this notebook)
+ref = reference.show("fig4", plot, table=False)
+
 # %% [markdown]
-# ## The reference run
-#
-# The committed run at the largest scale this project could afford (`results/fig4/`, regenerated
+# **Above: the reference run.** The committed run at the largest scale this project could afford (`results/fig4/`, regenerated
 # by `make results SCALE=cpu`), plotted by the same code as this build's run below, with its
 # provenance and its claims. Lines: the mean over seeds; bands: ± one standard error over seeds; a
 # cross marks a run that diverged.
+#
+# **What the figure shows.** Iterative linearisation (Algorithm 1) on a deeper network: the usual
+# CIFAR variant of ResNet-18 (3×3 stem, no max-pooling, four stages of two basic blocks, global
+# average pooling). Between re-linearisations the linear model
+# $f^{\mathrm{lin}}_{s}(\theta) = f_{\theta_s} + \nabla_\theta f_{\theta_s}^\top (\theta - \theta_s)$
+# is trained with SGD; every $K$ steps $\theta_s \leftarrow \theta$; $K = 1$ is ordinary SGD. Left:
+# ResNet-18 without BatchNorm and without data augmentation. Right: with BatchNorm and data
+# augmentation (random flips and 4-pixel crops). Top: the network's test accuracy; bottom: the
+# training loss of the network (solid) and of the linear model being trained (dashed, large $K$).
+#
+# **What the paper claims** (Sec. 4.1, Fig. 4, Appendix C). Large-$K$ iterative linearisation
+# "again achieves similar test performance to SGD"; without BatchNorm at learning rate
+# $7\cdot10^{-7}$ and $K = 10^6$, with BatchNorm and augmentation at $10^{-5}$ and $K = 10^5$.
+# "Runs with BatchNorm are far more likely to diverge due to linearising the BatchNorm layer
+# hence why $K$ is much smaller for that run." The paper gives no accuracy numbers and no count of
+# diverged runs for this figure. This edition counts them: the claims row "BatchNorm runs diverge
+# more easily" reports how many runs diverged with and without BatchNorm, and decides the claim only
+# when the counts differ beyond chance (Fisher's exact test).
+#
+# **BatchNorm under linearisation** (`bn_mode`). The paper linearises the BatchNorm layers with
+# the rest of the network. `bn_mode="batch"` (default) does that: each batch is normalised by its
+# own statistics inside $f(\theta, x)$, and the statistics are linearised too (evaluation
+# normalises each chunk of up to 1000 images by its own statistics). `bn_mode="frozen"` is our
+# alternative: the statistics are constants frozen at $\theta_s$ and re-estimated from the current
+# batch at each re-linearisation (`iterlin.models.make_model(..., bn_mode="frozen")`, whose
+# `refresh` is passed to the training loop). Divergence (a NaN or exploding loss) is a result: a
+# diverged run is frozen at its last finite state, marked with a cross, and counted in the claims.
+#
+# <details>
+# <summary>What each scale runs (smoke, cpu, gpu, paper)</summary>
+#
+# From `SCALES` in `iterlin/experiments/fig4.py`.
+#
+# * `smoke` (default; a 2-core CPU, about a minute and a half, most of it JAX start-up, ResNet-18
+#   initialisation and compiling: see `notebooks/README.md`): 16 real CIFAR-10 training images and
+#   16 test images, one seed, 4 SGD steps with batches of 4 at learning rate 0.01 in both panels, and
+#   $K = 2$ instead of $10^6$ / $10^5$ (2 re-linearisations). **This only demonstrates the
+#   pipeline** (both models, linearised training, evaluation, divergence bookkeeping): 4 steps on 16
+#   images say nothing about the claims, and 16 test images cannot tell two accuracies apart.
+# * `cpu` (the committed reference run, shown at the top of this page; about 40 minutes of a 2-core CPU, an
+#   estimate from measured step costs, see `SCALES`). **ResNet-18 is far beyond this CPU, and this
+#   scale does not reproduce the figure.** Measured here: a ResNet-18 step costs about 26 ms per
+#   image plain and 37 ms linearised (20 times the paper's CNN). The 8 runs (2 seeds × 2 panels ×
+#   2 $K$) get 120 steps of 64 images each (1.6 epochs of the 4,660 installed training images),
+#   learning rate 0.01 and $K = 20$ (6 re-linearisations) in both panels, so that the divergence
+#   counts compare like with like; the network's test accuracy on all 932 test images at steps 0,
+#   60 and 120, training losses on 64 training images. One-seed pilots without BatchNorm (60 steps
+#   of 64): $K = 1$ reached 24.9 % at learning rate 0.01 (22.2 % at 0.03), $K = 20$ only 13.9 %, its
+#   loss rising to 4.8: at a rate where SGD learns in so few steps, the linear model of the
+#   ResNet-18 without BatchNorm is unstable (the paper's rate, 7e-7, is a million times smaller,
+#   and at a stable rate 120 steps would leave $K = 1$ at chance). What this scale shows is the
+#   start of training at the full data size, whether large $K$ tracks $K = 1$ there, and whether
+#   any run diverges. It cannot show the paper's end points. The committed run took 64 minutes
+#   (3,834 s, with other jobs beside it) and found: without BatchNorm $K = 1$ reaches 25.4 % and
+#   $K = 20$ 12.3 %, its training loss exploding (to 26 and 159, finite); with BatchNorm and
+#   augmentation $K = 1$ reaches 36.4 % and $K = 20$ 35.2 %, within 2 points but not decided on
+#   par (the interval is [−3.1, +0.6]). At this rate the runs *without* BatchNorm are the unstable
+#   ones, the reverse of the paper's report for its rates.
+# * `gpu` (one H100, about ten minutes by a FLOP estimate, not measured): every installed image,
+#   3 seeds, 4000 steps of 128, $K = 400$ (10 re-linearisations) in both panels, learning rates 1e-3
+#   (no BatchNorm) and 1e-2 (BatchNorm), our choices, not tuned.
+# * `paper`: the paper's $K$ and learning rates; the number of steps ($10^7$: 10 re-linearisations
+#   of the no-BatchNorm run), batches of 256 and 3 seeds are ours. Far beyond a CPU.
+#
+# Shared details: Flax default initialisation, softmax cross-entropy on the linearised logits (the
+# loss is not linearised), plain SGD. In each panel the runs of one seed start from the same
+# initialisation and see the same batches, so $K = 1$ and the large $K$ are compared seed by seed
+# and on the same test images (the claims' noise rule, `iterlin.claims.difference`). Each panel's
+# runs are one sweep (one compilation; on a CPU stepped one after the other). The test set is
+# evaluated for the network only (the paper's Fig. 4 shows the network's test accuracy; the linear
+# model is evaluated on the training images).
+#
+# </details>
 
-# %%
+# %% [markdown]
+# ## The reference run's claims
+#
+# The claims table of the reference run above, by the rules in its last column.
+
+# %% tags=["hide-input"]
 # NBVAL_IGNORE_OUTPUT
-# (the committed run, and whether the library changed since, change apart from this notebook)
-ref = reference.show("fig4", plot)
+reference.show_claims(ref)
 
 # %% [markdown]
 # ## This build's run

@@ -16,53 +16,8 @@
 
 # %% [markdown]
 # # Figure 5: data scaling for several K
-#
-# **What the figure shows.** The paper's CNN is trained by iterative linearisation (Algorithm 1,
-# re-linearising every $K$ steps) on training subsets of CIFAR-10 of increasing size, and the test
-# accuracy with optimal early stopping (the best test accuracy over training) is plotted against
-# the size of the training set. $K = \infty$ never re-linearises: it trains the linearisation at
-# initialisation, the fixed empirical NTK, and so learns no features.
-#
-# **What the paper claims** (Sec. 4.1, Fig. 5). "The rate at which performance improves as the
-# dataset size increases is equivalent for all finite $K$ and worse for the case where
-# $K = \infty$": some feature learning is needed to generalise, but any finite $K$ gets enough
-# before it fits the training set. The runs use learning rate 1e-5, except $K = \infty$, which used
-# 1e-3 "for computational reasons"; a $K = 1$ run at 1e-3 is the control showing the higher
-# learning rate is not what makes $K = \infty$ worse. Runs are trained to convergence.
-#
-# Here the runs of `K` use `lr`, and $K = \infty$ and its $K = 1$ control use `lr_inf`; a run
-# that `lr_inf == lr` makes identical is run once. "Gain" in the claims is the early-stopped test
-# accuracy at the largest training set minus that at the smallest.
-#
-# **What each scale runs** (`SCALES` in `iterlin/experiments/fig5.py`).
-#
-# * `smoke` (default; a 2-core CPU, a few minutes: see `notebooks/README.md`): 16, 32 and 64 real
-#   CIFAR-10 training images, 100 test images, 10 full-batch steps at learning rate 0.1 for
-#   $K \in \{1, 4, \infty\}$ (one rate for all, so no separate control), evaluated at steps 0, 5
-#   and 10. Far from convergence and from the paper's sizes: this scale checks that the pipeline
-#   works; it does not reproduce the figure.
-# * `cpu` (the committed reference run, shown first below; about 25 minutes of a 2-core CPU): 100,
-#   200 and 400 training images, small enough for SGD to fit them as the paper's runs did, 500 test
-#   images, 2 seeds, 500 steps of 50 at learning rate 0.01 for $K \in \{1, 30, \infty\}$ (one rate,
-#   so no separate control). At 0.05 for 300 steps (this edition's first reference run) every
-#   $K = 30$ run diverged, between steps 151 and 180; at 0.01 they diverged too, later (steps
-#   390–481), while $K = 1$ trained: on these small sets the linear model's stable rate falls as
-#   training goes on, so the set-size claims are n/a at this scale.
-# * `gpu` (one H100, about ten minutes by a FLOP estimate, not measured): six sizes derived from the
-#   installed copy (every training image and its halvings down to 1/32, printed), 3 seeds, batches
-#   of 256, 4000 steps, $K \in \{1, 100, 1000\}$ at 0.01, $K = \infty$ and the control at 0.05.
-# * `paper`: learning rates 1e-5 and 1e-3 (the paper's); the $K$ values, sizes and step count are
-#   not in the paper's text: we use $K \in \{1, 10^3, 10^5\}$, 1 000 to 50 000 images and
-#   $2 \cdot 10^6$ steps of 256.
-#
-# Shared details: CNN of Appendix C, Flax default initialisation, softmax cross-entropy on the
-# linearised logits, plain SGD; the runs of one seed start from the same initialisation and see
-# the same batches; the early-stopped accuracy is the maximum over the evaluation points
-# (`n_evals + 1` of them), selected on the test set as "optimal early stopping" implies, of the
-# model each run trains: the network for finite $K$, the linear model for $K = \infty$ (the fixed
-# empirical NTK: its network is never the model being trained).
 
-# %% tags=["parameters"]
+# %% tags=["parameters", "hide-cell"]
 scale = "smoke"  # "smoke" (CPU, minutes), "cpu" (CPU, ~25 min), "gpu" (one H100, ~10 min), "paper" (the paper's settings)
 K = None  # periods trained at lr: a list, or one K meaning [1, K] (K 1 is always kept)
 lr = None  # learning rate of the runs of K
@@ -75,7 +30,7 @@ n_test = None  # test images
 batch_size = None  # mini-batch size (at most the smallest n_train); None: full batch
 n_eval_train = None  # training images the training metrics are measured on ("all": every one)
 
-# %%
+# %% tags=["hide-cell"]
 import matplotlib.pyplot as plt
 
 from iterlin.config import describe
@@ -106,17 +61,74 @@ def plot(results):
     plt.show()
 
 
-# %% [markdown]
-# ## The reference run
-#
-# The committed run at the largest scale this project could afford (`results/fig5/`, regenerated
-# by `make results SCALE=cpu`), plotted by the same code as this build's run below, with its
-# provenance and its claims.
-
-# %%
+# %% tags=["remove-input"]
 # NBVAL_IGNORE_OUTPUT
 # (the committed run, and whether the library changed since, change apart from this notebook)
-ref = reference.show("fig5", plot)
+ref = reference.show("fig5", plot, table=False)
+
+# %% [markdown]
+# **Above: the reference run.** The committed run at the largest scale this project could afford (`results/fig5/`, regenerated
+# by `make results SCALE=cpu`), plotted by the same code as this build's run below, with its
+# provenance and its claims.
+#
+# **What the figure shows.** The paper's CNN is trained by iterative linearisation (Algorithm 1,
+# re-linearising every $K$ steps) on training subsets of CIFAR-10 of increasing size, and the test
+# accuracy with optimal early stopping (the best test accuracy over training) is plotted against
+# the size of the training set. $K = \infty$ never re-linearises: it trains the linearisation at
+# initialisation, the fixed empirical NTK, and so learns no features.
+#
+# **What the paper claims** (Sec. 4.1, Fig. 5). "The rate at which performance improves as the
+# dataset size increases is equivalent for all finite $K$ and worse for the case where
+# $K = \infty$": some feature learning is needed to generalise, but any finite $K$ gets enough
+# before it fits the training set. The runs use learning rate 1e-5, except $K = \infty$, which used
+# 1e-3 "for computational reasons"; a $K = 1$ run at 1e-3 is the control showing the higher
+# learning rate is not what makes $K = \infty$ worse. Runs are trained to convergence.
+#
+# Here the runs of `K` use `lr`, and $K = \infty$ and its $K = 1$ control use `lr_inf`; a run
+# that `lr_inf == lr` makes identical is run once. "Gain" in the claims is the early-stopped test
+# accuracy at the largest training set minus that at the smallest.
+#
+# <details>
+# <summary>What each scale runs (smoke, cpu, gpu, paper)</summary>
+#
+# From `SCALES` in `iterlin/experiments/fig5.py`.
+#
+# * `smoke` (default; a 2-core CPU, a few minutes: see `notebooks/README.md`): 16, 32 and 64 real
+#   CIFAR-10 training images, 100 test images, 10 full-batch steps at learning rate 0.1 for
+#   $K \in \{1, 4, \infty\}$ (one rate for all, so no separate control), evaluated at steps 0, 5
+#   and 10. Far from convergence and from the paper's sizes: this scale checks that the pipeline
+#   works; it does not reproduce the figure.
+# * `cpu` (the committed reference run, shown at the top of this page; about 25 minutes of a 2-core CPU): 100,
+#   200 and 400 training images, small enough for SGD to fit them as the paper's runs did, 500 test
+#   images, 2 seeds, 500 steps of 50 at learning rate 0.01 for $K \in \{1, 30, \infty\}$ (one rate,
+#   so no separate control). At 0.05 for 300 steps (this edition's first reference run) every
+#   $K = 30$ run diverged, between steps 151 and 180; at 0.01 they diverged too, later (steps
+#   390–481), while $K = 1$ trained: on these small sets the linear model's stable rate falls as
+#   training goes on, so the set-size claims are n/a at this scale.
+# * `gpu` (one H100, about ten minutes by a FLOP estimate, not measured): six sizes derived from the
+#   installed copy (every training image and its halvings down to 1/32, printed), 3 seeds, batches
+#   of 256, 4000 steps, $K \in \{1, 100, 1000\}$ at 0.01, $K = \infty$ and the control at 0.05.
+# * `paper`: learning rates 1e-5 and 1e-3 (the paper's); the $K$ values, sizes and step count are
+#   not in the paper's text: we use $K \in \{1, 10^3, 10^5\}$, 1 000 to 50 000 images and
+#   $2 \cdot 10^6$ steps of 256.
+#
+# Shared details: CNN of Appendix C, Flax default initialisation, softmax cross-entropy on the
+# linearised logits, plain SGD; the runs of one seed start from the same initialisation and see
+# the same batches; the early-stopped accuracy is the maximum over the evaluation points
+# (`n_evals + 1` of them), selected on the test set as "optimal early stopping" implies, of the
+# model each run trains: the network for finite $K$, the linear model for $K = \infty$ (the fixed
+# empirical NTK: its network is never the model being trained).
+#
+# </details>
+
+# %% [markdown]
+# ## The reference run's claims
+#
+# The claims table of the reference run above, by the rules in its last column.
+
+# %% tags=["hide-input"]
+# NBVAL_IGNORE_OUTPUT
+reference.show_claims(ref)
 
 # %% [markdown]
 # ## This build's run

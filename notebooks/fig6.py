@@ -16,59 +16,8 @@
 
 # %% [markdown]
 # # Figure 6: linear probes on the first two layers' features, K = 1 against a large K
-#
-# **What the figure shows.** How useful the features of the paper's CNN are for the task while it
-# is trained by iterative linearisation (Algorithm 1; $K = 1$ is ordinary SGD, a large $K$ updates
-# the features only every $K$ steps). At each evaluation point a *linear probe* (Alain and Bengio,
-# 2017), a linear classifier, is fitted on the activations of the first convolutional layer
-# (after ReLU and pooling, 14×14×50 = 9800 features) and, separately, of the second (5×5×50 = 1250
-# features) of the network $f_{\theta_t}$, and its test accuracy is plotted: left layer 1, right
-# layer 2.
-#
-# **What the paper claims** (Sec. 4.1, Fig. 6). "As training progresses, the linear separability
-# of the feature representations learnt at these layers improves, with the large $K$ features
-# improving slower and levelling off at a lower point", for $K = 5\cdot10^6$ against $K = 1$:
-# "increasing $K$ reduces the amount of feature learning, not simply the frequency". The paper
-# gives no numbers for this figure.
-#
-# **The probe** (the paper does not describe its own; ours: `iterlin.probes`). Ridge regression
-# onto one-hot labels, closed form, on features standardised with the training mean and standard
-# deviation; the ridge penalty is chosen from $10^{-4}, \dots, 10^2$ by accuracy on a held-out
-# fifth of the probe's training images, then the probe is refitted on all of them. Deterministic:
-# no inner optimisation to tune. Fitted on the first `n_probe` training images (default: all of
-# them, at most 2,000: the probe on layer 1's 9800 features is solved through an eigendecomposition
-# whose cost grows as the cube of its images), scored on the test images.
-#
-# **What each scale runs** (`SCALES` in `iterlin/experiments/fig6.py`).
-#
-# * `smoke` (default; a 2-core CPU, about a minute: see `notebooks/README.md`): 256 real CIFAR-10
-#   training images and 200 test images, one seed, 24 SGD steps with batches of 32 at learning
-#   rate 0.05 (the paper's rates would show nothing in 24 steps), no augmentation, and $K = 8$
-#   instead of $5\cdot10^6$ (3 feature updates); probes on all 256 training images at 7 points. 24
-#   steps barely move the features, and 200 test images measure a probe's accuracy to about ±6
-#   points: this scale checks that the pipeline works; its claims are mostly undecided.
-# * `cpu` (the reference run, shown first below once committed; about 17 minutes of a 2-core CPU):
-#   every installed image (4,660 training and 932 test images of the shared subset), 2 seeds, 200
-#   steps of 128 at learning rate 0.01, as Figure 3's (about 5.5 epochs), no augmentation, $K = 20$ (10 feature
-#   updates); probes on the first 2,000 training images (`n_probe` = None: every training image
-#   loaded, at most 2,000) at 6 points; the training metrics on 1,000 training images.
-# * `gpu` (one H100, about ten minutes by an estimate, not measured: no GPU was available when this
-#   was written): every installed image, 3 seeds, 10 000 steps of 256 at 0.01 with augmentation,
-#   $K = 1000$ (10 feature updates), probes on every installed training image up to 2,000 at 21
-#   points.
-# * `paper`: $K = 5\cdot10^6$ (the paper's); learning rate 1e-4, $6\cdot10^7$ steps of 256 with
-#   augmentation (12 feature updates) as our Fig. 3 `paper` settings: we assume Fig. 6 probes the
-#   runs of Fig. 3, which the paper does not say. 3 seeds; probes on 10 000 training images.
-#
-# Shared details: CNN of Appendix C (2×2 max-pooling after each convolution), Flax default
-# initialisation, softmax cross-entropy on the linearised logits, plain SGD; the runs of one seed
-# start from the same initialisation and see the same batches, so $K = 1$ and the large $K$ are
-# compared seed by seed (the claims' noise rule, `iterlin.claims.difference`, combines the spread
-# over seeds and the test set's noise). The probes read the *network*'s hidden activations at
-# $\theta_t$ (not the linear model's), as the paper: "this measure of features looks at hidden
-# layer activations rather than the Jacobian of the network".
 
-# %% tags=["parameters"]
+# %% tags=["parameters", "hide-cell"]
 scale = "smoke"  # "smoke" (CPU, ~1 min), "cpu" (CPU, ~17 min), "gpu" (one H100, ~10 min), "paper" (the paper's settings)
 K = None  # the large period compared with plain SGD (K 1 always runs too); e.g. 5e6, or inf (never)
 lr = None  # SGD learning rate
@@ -81,7 +30,7 @@ batch_size = None  # mini-batch size (at most n_train)
 n_probe = None  # training images the probes are fitted on (the first ones; "all": every one, at most 2000)
 n_eval_train = None  # training images the training metrics are measured on ("all": every one)
 
-# %%
+# %% tags=["hide-cell"]
 import matplotlib.pyplot as plt
 
 from iterlin.config import describe
@@ -114,18 +63,81 @@ def plot(results):
     print(probe_table(results))
 
 
+# %% tags=["remove-input"]
+# NBVAL_IGNORE_OUTPUT
+# (the committed run, and whether the library changed since, change apart from this notebook)
+ref = reference.show("fig6", plot, table=False)
+
 # %% [markdown]
-# ## The reference run
-#
-# The committed run at the largest scale this project could afford (`results/fig6/`, regenerated
+# **Above: the reference run.** The committed run at the largest scale this project could afford (`results/fig6/`, regenerated
 # by `make results SCALE=cpu`), plotted by the same code as this build's run below, with its
 # provenance and its claims. Lines: the mean over seeds of the probes' test accuracy; bands: ± one
 # standard error over seeds; a cross marks a run that diverged.
+#
+# **What the figure shows.** How useful the features of the paper's CNN are for the task while it
+# is trained by iterative linearisation (Algorithm 1; $K = 1$ is ordinary SGD, a large $K$ updates
+# the features only every $K$ steps). At each evaluation point a *linear probe* (Alain and Bengio,
+# 2017), a linear classifier, is fitted on the activations of the first convolutional layer
+# (after ReLU and pooling, 14×14×50 = 9800 features) and, separately, of the second (5×5×50 = 1250
+# features) of the network $f_{\theta_t}$, and its test accuracy is plotted: left layer 1, right
+# layer 2.
+#
+# **What the paper claims** (Sec. 4.1, Fig. 6). "As training progresses, the linear separability
+# of the feature representations learnt at these layers improves, with the large $K$ features
+# improving slower and levelling off at a lower point", for $K = 5\cdot10^6$ against $K = 1$:
+# "increasing $K$ reduces the amount of feature learning, not simply the frequency". The paper
+# gives no numbers for this figure.
+#
+# **The probe** (the paper does not describe its own; ours: `iterlin.probes`). Ridge regression
+# onto one-hot labels, closed form, on features standardised with the training mean and standard
+# deviation; the ridge penalty is chosen from $10^{-4}, \dots, 10^2$ by accuracy on a held-out
+# fifth of the probe's training images, then the probe is refitted on all of them. Deterministic:
+# no inner optimisation to tune. Fitted on the first `n_probe` training images (default: all of
+# them, at most 2,000: the probe on layer 1's 9800 features is solved through an eigendecomposition
+# whose cost grows as the cube of its images), scored on the test images.
+#
+# <details>
+# <summary>What each scale runs (smoke, cpu, gpu, paper)</summary>
+#
+# From `SCALES` in `iterlin/experiments/fig6.py`.
+#
+# * `smoke` (default; a 2-core CPU, about a minute: see `notebooks/README.md`): 256 real CIFAR-10
+#   training images and 200 test images, one seed, 24 SGD steps with batches of 32 at learning
+#   rate 0.05 (the paper's rates would show nothing in 24 steps), no augmentation, and $K = 8$
+#   instead of $5\cdot10^6$ (3 feature updates); probes on all 256 training images at 7 points. 24
+#   steps barely move the features, and 200 test images measure a probe's accuracy to about ±6
+#   points: this scale checks that the pipeline works; its claims are mostly undecided.
+# * `cpu` (the reference run, shown at the top of this page; about 17 minutes of a 2-core CPU):
+#   every installed image (4,660 training and 932 test images of the shared subset), 2 seeds, 200
+#   steps of 128 at learning rate 0.01, as Figure 3's (about 5.5 epochs), no augmentation, $K = 20$ (10 feature
+#   updates); probes on the first 2,000 training images (`n_probe` = None: every training image
+#   loaded, at most 2,000) at 6 points; the training metrics on 1,000 training images.
+# * `gpu` (one H100, about ten minutes by an estimate, not measured: no GPU was available when this
+#   was written): every installed image, 3 seeds, 10 000 steps of 256 at 0.01 with augmentation,
+#   $K = 1000$ (10 feature updates), probes on every installed training image up to 2,000 at 21
+#   points.
+# * `paper`: $K = 5\cdot10^6$ (the paper's); learning rate 1e-4, $6\cdot10^7$ steps of 256 with
+#   augmentation (12 feature updates) as our Fig. 3 `paper` settings: we assume Fig. 6 probes the
+#   runs of Fig. 3, which the paper does not say. 3 seeds; probes on 10 000 training images.
+#
+# Shared details: CNN of Appendix C (2×2 max-pooling after each convolution), Flax default
+# initialisation, softmax cross-entropy on the linearised logits, plain SGD; the runs of one seed
+# start from the same initialisation and see the same batches, so $K = 1$ and the large $K$ are
+# compared seed by seed (the claims' noise rule, `iterlin.claims.difference`, combines the spread
+# over seeds and the test set's noise). The probes read the *network*'s hidden activations at
+# $\theta_t$ (not the linear model's), as the paper: "this measure of features looks at hidden
+# layer activations rather than the Jacobian of the network".
+#
+# </details>
 
-# %%
+# %% [markdown]
+# ## The reference run's claims
+#
+# The claims table of the reference run above, by the rules in its last column.
+
+# %% tags=["hide-input"]
 # NBVAL_IGNORE_OUTPUT
-# (the committed run, and whether the library changed since, change apart from this notebook)
-ref = reference.show("fig6", plot)
+reference.show_claims(ref)
 
 # %% [markdown]
 # ## This build's run

@@ -16,52 +16,8 @@
 
 # %% [markdown]
 # # Figure 7: how the first-layer filters evolve, K = 1 against a large K
-#
-# **What the figure shows.** The change of the first convolutional layer's filters of the paper's
-# CNN from their initial values, $\Delta W_t = W_t - W_0$, during training by iterative
-# linearisation (Algorithm 1; $K = 1$ is ordinary SGD, a large $K$ updates the features only every
-# $K$ steps). Each 5×5 RGB filter change is drawn as an image, mapping $[-0.5, 0.5]$ to $[0, 1]$
-# (grey = no change); one column per evaluation point, and for each of the first three filters a
-# row for $K = 1$ and a row for the large $K$.
-#
-# **What the paper claims** (Sec. 4.1, Fig. 7). "The filters evolve faster for $K = 1$ and after
-# training is finished for $K = 5\cdot10^6$, the features are similar to those of $K = 1$ at about
-# 10 % of the way through training" (one column per 10 000 epochs). The claim is read off the
-# images; we measure it: the size $\lVert\Delta W_t\rVert$ (Frobenius norm over all 50 filters) of
-# both runs over training, the ratio of the final sizes (large $K$ / $K = 1$), the fraction of
-# training at which $K = 1$'s change first reaches the size of the large-$K$ run's final change
-# (the paper: about 10 %), and the cosine between the two changes there (whether they also point
-# the same way, i.e. "look like" each other).
-#
-# **What each scale runs** (`SCALES` in `iterlin/experiments/fig7.py`).
-#
-# * `smoke` (default; a 2-core CPU, about a minute: see `notebooks/README.md`): 256 real CIFAR-10
-#   training images and 200 test images, one seed, 24 SGD steps with batches of 32 at learning
-#   rate 0.05, no augmentation, $K = 8$ instead of $5\cdot10^6$ (3 feature updates), 13 columns.
-#   The filters move by less than 0.01 per weight in 24 steps, far less than the $[-0.5, 0.5]$
-#   scale of the paper's figure: the images are also shown with a scale stretched to this run's
-#   largest change. At this scale the runs are at the very start of training, where a linear model
-#   and the network move their first layer almost alike; with one seed the spread over seeds
-#   cannot be estimated, so the claims are undecided; and the "10 %" is judged only at the `paper`
-#   scale (it depends on how long training runs).
-# * `cpu` (the reference run, shown first below once committed; about 16-18 minutes of a 2-core CPU):
-#   every installed image (4,660 training and 932 test images of the shared subset), 2 seeds, 250
-#   steps of 128 at learning rate 0.01, as Figure 3's (about 7 epochs), no augmentation, $K = 25$ (10 feature
-#   updates), 11 columns (one per re-linearisation); the training metrics on 1,000 training images.
-# * `gpu` (one H100, about ten minutes by an estimate, not measured: no GPU was available when this
-#   was written): every installed image, 3 seeds, 20 000 steps of 256 at 0.01 with augmentation,
-#   $K = 2000$ (10 feature updates), 21 columns.
-# * `paper`: $K = 5\cdot10^6$ (the paper's), learning rate 1e-4, $6\cdot10^7$ steps of 256 with
-#   augmentation as our Fig. 3 `paper` settings (we assume Fig. 7 shows the runs of Fig. 3), 3
-#   seeds; 30 columns of about 10 000 epochs of 50 000 images, as the paper's.
-#
-# Shared details: CNN of Appendix C, Flax default initialisation (LeCun normal, so initial weights
-# have standard deviation $1/\sqrt{75} \approx 0.12$), softmax cross-entropy on the linearised
-# logits, plain SGD; the runs of one seed start from the same initialisation and see the same
-# batches, so the filter changes are compared seed by seed, and the claims decide on the 2
-# standard-error interval of the per-seed measures over seeds.
 
-# %% tags=["parameters"]
+# %% tags=["parameters", "hide-cell"]
 scale = "smoke"  # "smoke" (CPU, ~1 min), "cpu" (CPU, ~17 min), "gpu" (one H100, ~10 min), "paper" (the paper's settings)
 K = None  # the large period compared with plain SGD (K 1 always runs too); e.g. 5e6, or inf (never)
 lr = None  # SGD learning rate
@@ -73,7 +29,7 @@ n_test = None  # test images
 batch_size = None  # mini-batch size (at most n_train)
 n_eval_train = None  # training images the training metrics are measured on ("all": every one)
 
-# %%
+# %% tags=["hide-cell"]
 import matplotlib.pyplot as plt
 import numpy as np
 
@@ -117,18 +73,74 @@ def plot(results):
     print(match_report(results))
 
 
+# %% tags=["remove-input"]
+# NBVAL_IGNORE_OUTPUT
+# (the committed run, and whether the library changed since, change apart from this notebook)
+ref = reference.show("fig7", plot, table=False)
+
 # %% [markdown]
-# ## The reference run
-#
-# The committed run at the largest scale this project could afford (`results/fig7/`, regenerated
+# **Above: the reference run.** The committed run at the largest scale this project could afford (`results/fig7/`, regenerated
 # by `make results SCALE=cpu`), plotted by the same code as this build's run below, with its
 # provenance and its claims. Filter images: the first seed (images are not averaged); the size of
 # the change: the mean over seeds, bands ± one standard error.
+#
+# **What the figure shows.** The change of the first convolutional layer's filters of the paper's
+# CNN from their initial values, $\Delta W_t = W_t - W_0$, during training by iterative
+# linearisation (Algorithm 1; $K = 1$ is ordinary SGD, a large $K$ updates the features only every
+# $K$ steps). Each 5×5 RGB filter change is drawn as an image, mapping $[-0.5, 0.5]$ to $[0, 1]$
+# (grey = no change); one column per evaluation point, and for each of the first three filters a
+# row for $K = 1$ and a row for the large $K$.
+#
+# **What the paper claims** (Sec. 4.1, Fig. 7). "The filters evolve faster for $K = 1$ and after
+# training is finished for $K = 5\cdot10^6$, the features are similar to those of $K = 1$ at about
+# 10 % of the way through training" (one column per 10 000 epochs). The claim is read off the
+# images; we measure it: the size $\lVert\Delta W_t\rVert$ (Frobenius norm over all 50 filters) of
+# both runs over training, the ratio of the final sizes (large $K$ / $K = 1$), the fraction of
+# training at which $K = 1$'s change first reaches the size of the large-$K$ run's final change
+# (the paper: about 10 %), and the cosine between the two changes there (whether they also point
+# the same way, i.e. "look like" each other).
+#
+# <details>
+# <summary>What each scale runs (smoke, cpu, gpu, paper)</summary>
+#
+# From `SCALES` in `iterlin/experiments/fig7.py`.
+#
+# * `smoke` (default; a 2-core CPU, about a minute: see `notebooks/README.md`): 256 real CIFAR-10
+#   training images and 200 test images, one seed, 24 SGD steps with batches of 32 at learning
+#   rate 0.05, no augmentation, $K = 8$ instead of $5\cdot10^6$ (3 feature updates), 13 columns.
+#   The filters move by less than 0.01 per weight in 24 steps, far less than the $[-0.5, 0.5]$
+#   scale of the paper's figure: the images are also shown with a scale stretched to this run's
+#   largest change. At this scale the runs are at the very start of training, where a linear model
+#   and the network move their first layer almost alike; with one seed the spread over seeds
+#   cannot be estimated, so the claims are undecided; and the "10 %" is judged only at the `paper`
+#   scale (it depends on how long training runs).
+# * `cpu` (the reference run, shown at the top of this page; about 16-18 minutes of a 2-core CPU):
+#   every installed image (4,660 training and 932 test images of the shared subset), 2 seeds, 250
+#   steps of 128 at learning rate 0.01, as Figure 3's (about 7 epochs), no augmentation, $K = 25$ (10 feature
+#   updates), 11 columns (one per re-linearisation); the training metrics on 1,000 training images.
+# * `gpu` (one H100, about ten minutes by an estimate, not measured: no GPU was available when this
+#   was written): every installed image, 3 seeds, 20 000 steps of 256 at 0.01 with augmentation,
+#   $K = 2000$ (10 feature updates), 21 columns.
+# * `paper`: $K = 5\cdot10^6$ (the paper's), learning rate 1e-4, $6\cdot10^7$ steps of 256 with
+#   augmentation as our Fig. 3 `paper` settings (we assume Fig. 7 shows the runs of Fig. 3), 3
+#   seeds; 30 columns of about 10 000 epochs of 50 000 images, as the paper's.
+#
+# Shared details: CNN of Appendix C, Flax default initialisation (LeCun normal, so initial weights
+# have standard deviation $1/\sqrt{75} \approx 0.12$), softmax cross-entropy on the linearised
+# logits, plain SGD; the runs of one seed start from the same initialisation and see the same
+# batches, so the filter changes are compared seed by seed, and the claims decide on the 2
+# standard-error interval of the per-seed measures over seeds.
+#
+# </details>
 
-# %%
+# %% [markdown]
+# ## The reference run's claims
+#
+# The claims table of the reference run above, by the rules in its last column.
+
+# %% tags=["hide-input"]
 # NBVAL_IGNORE_OUTPUT
-# (the committed run, and whether the library changed since, change apart from this notebook)
-ref = reference.show("fig7", plot)
+reference.show_claims(ref)
 
 # %% [markdown]
 # ## This build's run

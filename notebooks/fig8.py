@@ -16,60 +16,8 @@
 
 # %% [markdown]
 # # Figure 8: solving every linearisation with Adam generalises worse
-#
-# **What the figure shows.** Sec. 3.1 shows that iterative linearisation with each linearisation
-# solved exactly is (generalised) Gauss–Newton. Sec. 4.3 runs that algorithm on the paper's CNN on
-# CIFAR-10 with softmax cross-entropy, where the convex problem of each linearisation has no closed
-# form: it is solved numerically with Adam (moments reset at every re-linearisation), for a large
-# constant $K$, then the model is re-linearised. It is compared with $K = 1$ SGD (ordinary
-# training) and with an Adam baseline ($K = 1$ with Adam). Left: test accuracy over training.
-# Right: training accuracy of the network and of the linear model being optimised.
-#
-# **What the paper claims** (Sec. 4.3). The Adam-solved run "converges to a solution which
-# generalises much less well with 61.3 % accuracy vs 69.4 % for $K = 1$"; "Adam by itself achieves
-# over 70 % on this task so the reduction in performance is due to fully optimising the linearised
-# model and not due to swapping the optimiser": "the network has achieved a low enough train loss
-# before it has a chance to learn features". The paper uses $K = 2 \cdot 10^5$, "a large constant $K$
-# rather than a varying $K$, intended to make sure that it reaches 100 % train accuracy with each
-# re-linearisation and that these are spaced regularly in the graph".
-#
-# **Our choice of the re-linearisation rule.** `iterlin.adam_solve.train_adam_solved` can also
-# re-linearise as soon as the linear model reaches 100 % train accuracy (its default). We use the
-# paper's constant $K$ (`target_acc=None, plateau_tol=0`): with the accuracy rule, once the
-# *network* itself classifies the training set, every new linear model starts at 100 % and the
-# run would re-linearise at its first check, i.e. turn into iterative linearisation with a small
-# $K$, the opposite of "fully solved". Whether $K$ was large enough is checked, not assumed: the
-# claims report the linear model's train accuracy (on every training image) just before each
-# re-linearisation.
-#
-# **What each scale runs** (`SCALES` in `iterlin/experiments/fig8.py`).
-#
-# * `smoke` (default; a 2-core CPU, about a minute): 12 real CIFAR-10 training images and 60 test
-#   images, full batch, 30 steps; $K = 15$ (two linearisations), Adam learning rate 1e-3 (Adam's
-#   default), SGD learning rate 0.05, one seed. Far too few images for meaningful test accuracies
-#   (chance is 10 %, and 60 test images give about ±6 points of noise): this scale shows the
-#   mechanism on the training set (each linear model reaches 100 % while the network lags far
-#   behind) and checks the pipeline; the test-accuracy comparisons read "undecided".
-# * `cpu` (the committed reference run, shown first below; about 17 minutes of a 2-core CPU, an
-#   estimate from measured step and evaluation costs, see `SCALES`): every installed image (4,660
-#   training and 932 test images of the shared subset), 2 seeds, 240 steps of 128 (about 6.6
-#   epochs) for each of the three runs, $K = 80$ (three linearisations of 80 Adam steps), SGD at
-#   0.05; the training metrics on 500 training images, evaluated every 40 steps. **Not the paper's
-#   regime:** 80 Adam steps do not solve a linearisation on 4,660 images (the linear model stays
-#   far below 100 % train accuracy, which the claims' "K is large enough" row reports), so this run
-#   compares Adam with its moments reset every 80 steps against plain SGD and Adam, early in
-#   training; solving every linearisation on every image is beyond this CPU.
-# * `gpu` (one H100; not measured): every installed image, 3 seeds, batches of 256, 20 000 steps,
-#   $K = 2000$ (10 linearisations), SGD at 0.01; about $1.5 \cdot 10^{15}$ FLOP per seed.
-# * `paper`: $K = 2 \cdot 10^5$ (the paper's); the paper states neither the learning rates nor the
-#   number of steps: we use Adam's default 1e-3, SGD at 1e-3 (as Fig. 2) and $T = 10K$; 3 seeds.
-#
-# Shared details: CNN of Appendix C, Flax default initialisation, softmax cross-entropy on the
-# linearised logits (the loss is not linearised); the three runs of one seed start from the same
-# initialisation and see the same batches, so they are compared seed by seed and on the same test
-# images (the claims' noise rule, `iterlin.claims.difference`).
 
-# %% tags=["parameters"]
+# %% tags=["parameters", "hide-cell"]
 scale = "smoke"  # "smoke" (CPU, ~1 min), "cpu" (CPU, ~17 min), "gpu" (one H100, ~10 min), "paper"
 K = None  # the constant period of the Adam-solved run (the paper: 2e5)
 lr = None  # SGD learning rate of the plain-SGD run (K 1)
@@ -82,7 +30,7 @@ n_test = None  # test images
 batch_size = None  # mini-batch size (at most n_train); None: full batch
 n_eval_train = None  # training images the training metrics are measured on ("all": every one)
 
-# %%
+# %% tags=["hide-cell"]
 import matplotlib.pyplot as plt
 
 from iterlin.config import describe
@@ -123,18 +71,82 @@ def plot(results):
     plt.show()
 
 
+# %% tags=["remove-input"]
+# NBVAL_IGNORE_OUTPUT
+# (the committed run, and whether the library changed since, change apart from this notebook)
+ref = reference.show("fig8", plot, table=False)
+
 # %% [markdown]
-# ## The reference run
-#
-# The committed run at the largest scale this project could afford (`results/fig8/`, regenerated
+# **Above: the reference run.** The committed run at the largest scale this project could afford (`results/fig8/`, regenerated
 # by `make results SCALE=cpu`), plotted by the same code as this build's run below, with its
 # provenance and its claims. Lines: the mean over seeds; bands: ± one standard error over seeds; a
 # cross marks a run that diverged.
+#
+# **What the figure shows.** Sec. 3.1 shows that iterative linearisation with each linearisation
+# solved exactly is (generalised) Gauss–Newton. Sec. 4.3 runs that algorithm on the paper's CNN on
+# CIFAR-10 with softmax cross-entropy, where the convex problem of each linearisation has no closed
+# form: it is solved numerically with Adam (moments reset at every re-linearisation), for a large
+# constant $K$, then the model is re-linearised. It is compared with $K = 1$ SGD (ordinary
+# training) and with an Adam baseline ($K = 1$ with Adam). Left: test accuracy over training.
+# Right: training accuracy of the network and of the linear model being optimised.
+#
+# **What the paper claims** (Sec. 4.3). The Adam-solved run "converges to a solution which
+# generalises much less well with 61.3 % accuracy vs 69.4 % for $K = 1$"; "Adam by itself achieves
+# over 70 % on this task so the reduction in performance is due to fully optimising the linearised
+# model and not due to swapping the optimiser": "the network has achieved a low enough train loss
+# before it has a chance to learn features". The paper uses $K = 2 \cdot 10^5$, "a large constant $K$
+# rather than a varying $K$, intended to make sure that it reaches 100 % train accuracy with each
+# re-linearisation and that these are spaced regularly in the graph".
+#
+# **Our choice of the re-linearisation rule.** `iterlin.adam_solve.train_adam_solved` can also
+# re-linearise as soon as the linear model reaches 100 % train accuracy (its default). We use the
+# paper's constant $K$ (`target_acc=None, plateau_tol=0`): with the accuracy rule, once the
+# *network* itself classifies the training set, every new linear model starts at 100 % and the
+# run would re-linearise at its first check, i.e. turn into iterative linearisation with a small
+# $K$, the opposite of "fully solved". Whether $K$ was large enough is checked, not assumed: the
+# claims report the linear model's train accuracy (on every training image) just before each
+# re-linearisation.
+#
+# <details>
+# <summary>What each scale runs (smoke, cpu, gpu, paper)</summary>
+#
+# From `SCALES` in `iterlin/experiments/fig8.py`.
+#
+# * `smoke` (default; a 2-core CPU, about a minute): 12 real CIFAR-10 training images and 60 test
+#   images, full batch, 30 steps; $K = 15$ (two linearisations), Adam learning rate 1e-3 (Adam's
+#   default), SGD learning rate 0.05, one seed. Far too few images for meaningful test accuracies
+#   (chance is 10 %, and 60 test images give about ±6 points of noise): this scale shows the
+#   mechanism on the training set (each linear model reaches 100 % while the network lags far
+#   behind) and checks the pipeline; the test-accuracy comparisons read "undecided".
+# * `cpu` (the committed reference run, shown at the top of this page; about 17 minutes of a 2-core CPU, an
+#   estimate from measured step and evaluation costs, see `SCALES`): every installed image (4,660
+#   training and 932 test images of the shared subset), 2 seeds, 240 steps of 128 (about 6.6
+#   epochs) for each of the three runs, $K = 80$ (three linearisations of 80 Adam steps), SGD at
+#   0.05; the training metrics on 500 training images, evaluated every 40 steps. **Not the paper's
+#   regime:** 80 Adam steps do not solve a linearisation on 4,660 images (the linear model stays
+#   far below 100 % train accuracy, which the claims' "K is large enough" row reports), so this run
+#   compares Adam with its moments reset every 80 steps against plain SGD and Adam, early in
+#   training; solving every linearisation on every image is beyond this CPU.
+# * `gpu` (one H100; not measured): every installed image, 3 seeds, batches of 256, 20 000 steps,
+#   $K = 2000$ (10 linearisations), SGD at 0.01; about $1.5 \cdot 10^{15}$ FLOP per seed.
+# * `paper`: $K = 2 \cdot 10^5$ (the paper's); the paper states neither the learning rates nor the
+#   number of steps: we use Adam's default 1e-3, SGD at 1e-3 (as Fig. 2) and $T = 10K$; 3 seeds.
+#
+# Shared details: CNN of Appendix C, Flax default initialisation, softmax cross-entropy on the
+# linearised logits (the loss is not linearised); the three runs of one seed start from the same
+# initialisation and see the same batches, so they are compared seed by seed and on the same test
+# images (the claims' noise rule, `iterlin.claims.difference`).
+#
+# </details>
 
-# %%
+# %% [markdown]
+# ## The reference run's claims
+#
+# The claims table of the reference run above, by the rules in its last column.
+
+# %% tags=["hide-input"]
 # NBVAL_IGNORE_OUTPUT
-# (the committed run, and whether the library changed since, change apart from this notebook)
-ref = reference.show("fig8", plot)
+reference.show_claims(ref)
 
 # %% [markdown]
 # ## This build's run

@@ -16,64 +16,8 @@
 
 # %% [markdown]
 # # Beyond the paper: a damped Gauss–Newton baseline
-#
-# **What the reviewers asked.** Sec. 3.3 of the paper argues that iterative linearisation with a
-# large $K$ behaves like damped Gauss–Newton (Eq. 6), more damping $\lambda$ going with a smaller
-# $K$, but the paper never runs Gauss–Newton on CIFAR-10. Its reviewers asked for an actual damped
-# Gauss–Newton baseline: does the large-$K$ end of the $K$ sweep end where damped Gauss–Newton at
-# the corresponding $\lambda$ ends?
-#
-# **The correspondence** (our derivation; `iterlin/experiments/gn.py`). On one linearisation, with
-# $A = J^\top H J$ the generalised Gauss–Newton matrix of the *summed* cross-entropy over a batch of
-# $B$ images and $g$ its gradient, $K$ SGD steps of size $\eta$ on the *mean* cross-entropy are, for
-# small steps, gradient flow for the time $\tau = K\eta/B$ on the quadratic model, which filters the
-# gradient by $(1 - e^{-\sigma\tau})/\sigma$ on each eigenvalue $\sigma$ of $A$; the damped step
-# $-(A + \lambda I)^{-1} g$ filters it by $1/(\sigma + \lambda)$. Both solve the directions with
-# $\sigma \gg 1/\tau, \lambda$ and scale the others by $\tau$ and $1/\lambda$: they agree when
-#
-# $$\lambda = \frac{B}{K\eta}\ \text{(summed loss)},\qquad \lambda_{\text{mean}} = \frac{1}{K\eta}\ \text{(mean loss)}.$$
-#
-# A Gauss–Newton run with damping $\lambda$ is drawn at its equivalent $K(\lambda) = B/(\lambda\eta)$.
-# One damped step matches $K$ linearised steps on *one* batch; at the same passes over the data (the
-# same $T$ steps of $B$ images, as here) Gauss–Newton re-linearises every step and makes a $K$-step
-# move on every batch, so it is not the same computation as the $K$ run, and $K = \infty$ has no
-# partner ($\lambda = 0$: the Gauss–Newton step solves the quadratic model, while gradient descent on the
-# linearised cross-entropy keeps growing the margins).
-#
-# **What this notebook runs.** The paper's CNN on CIFAR-10 (i) by iterative linearisation for
-# $K = 1$, a few large $K$ and $K = \infty$ (exactly as the $K$-sweep notebook: one program, the runs
-# of one seed from the same initialisation and with the same batches), and (ii) by mini-batch damped
-# generalised Gauss–Newton (softmax cross-entropy, conjugate gradients in parameter space truncated
-# at `cg_maxiter` iterations) at $\lambda(K)$ for every finite $K > 1$: batches of the same size, the
-# same number of steps $T$, the same initialisation and batches per seed, every $\lambda$ and seed in
-# one program. Scored by the final test accuracy of the network (the linear model for $K = \infty$).
-#
-# **The claim.** Per large $K$: "$K$ ends on par with damped Gauss–Newton at $\lambda = B/(K\eta)$",
-# by the shared noise rule: the 2 s.e. interval of the difference (Gauss–Newton minus $K$, paired
-# over seeds and test images) inside ±2 points is "yes", wholly outside "no", else "undecided"; a
-# diverged run is "no".
-#
-# **What each scale runs** (`SCALES` in `iterlin/experiments/gn.py`).
-#
-# * `smoke` (default; a 2-core CPU, about a minute): 256 real CIFAR-10 training images and 200 test
-#   images, 24 steps of 16 at learning rate 0.05, $K \in \{1, 8, \infty\}$, Gauss–Newton at
-#   $\lambda(8) = 40$ with 2 CG iterations, one seed. A check that the pipeline works, not a result.
-# * `cpu` (the reference run, about 25 minutes of a 2-core CPU by an estimate from measured step
-#   costs; see the module): every installed image (4,660 training and 932 test images), 2 seeds,
-#   $T = 70$ steps of 128 at learning rate 0.01, $K \in \{1, 10, 35, \infty\}$, Gauss–Newton at
-#   $\lambda(10) = 1280$ and $\lambda(35) \approx 366$ with ONE CG iteration per step (the damped
-#   step restricted to the gradient direction). On this CPU a CG iteration costs about six
-#   linearised SGD steps, which forced both the short $T$ and the single iteration.
-# * `gpu` (one H100, about ten minutes: an estimate, not measured): 3 seeds, $T = 2000$ steps of 256,
-#   $K \in \{1, 100, 300, 1000, \infty\}$, Gauss–Newton with 10 CG iterations.
-# * `paper`: all of CIFAR-10 at the paper's mini-batch rate 1e-4, $T = 10^6$ steps of 256, $K$ up to
-#   $10^6$, 20 CG iterations (our choices: the paper ran no such baseline).
-#
-# Shared details: CNN of Appendix C (two 5×5 convolutions with 50 channels, 2×2 max-pooling, dense
-# 120 and 84), Flax default initialisation, softmax cross-entropy on the linearised logits, plain SGD
-# for the $K$ runs, no augmentation.
 
-# %% tags=["parameters"]
+# %% tags=["parameters", "hide-cell"]
 scale = "smoke"  # "smoke" (CPU, a minute), "cpu" (CPU, ~25 min), "gpu" (one H100, ~10 min), "paper" (the paper's settings)
 K = None  # the periods swept: a list (K 1 is always added; inf allowed); GN runs at λ(K) for every finite K > 1
 lr = None  # SGD learning rate η of the K runs, and of the correspondence: λ is B/(Kη)
@@ -86,7 +30,7 @@ n_test = None  # test images
 batch_size = None  # mini-batch size B of both methods (at most n_train)
 n_eval_train = None  # training images the training metrics are measured on ("all": every one)
 
-# %%
+# %% tags=["hide-cell"]
 import matplotlib.pyplot as plt
 
 from iterlin.config import describe
@@ -133,17 +77,85 @@ def plot(results):
     plt.show()
 
 
-# %% [markdown]
-# ## The reference run
-#
-# The committed run at the largest scale this project could afford (`results/gn/`, regenerated
-# by `make results SCALE=cpu NAMES=gn`), plotted by the same code as this build's run below,
-# with its provenance and its claims.
-
-# %%
+# %% tags=["remove-input"]
 # NBVAL_IGNORE_OUTPUT
 # (the committed run, and whether the library changed since, change apart from this notebook)
-ref = reference.show("gn", plot)
+ref = reference.show("gn", plot, table=False)
+
+# %% [markdown]
+# **Above: the reference run.** The committed run at the largest scale this project could afford (`results/gn/`, regenerated
+# by `make results SCALE=cpu NAMES=gn`), plotted by the same code as this build's run below,
+# with its provenance and its claims.
+#
+# **What the reviewers asked.** Sec. 3.3 of the paper argues that iterative linearisation with a
+# large $K$ behaves like damped Gauss–Newton (Eq. 6), more damping $\lambda$ going with a smaller
+# $K$, but the paper never runs Gauss–Newton on CIFAR-10. Its reviewers asked for an actual damped
+# Gauss–Newton baseline: does the large-$K$ end of the $K$ sweep end where damped Gauss–Newton at
+# the corresponding $\lambda$ ends?
+#
+# **The correspondence** (our derivation; `iterlin/experiments/gn.py`). On one linearisation, with
+# $A = J^\top H J$ the generalised Gauss–Newton matrix of the *summed* cross-entropy over a batch of
+# $B$ images and $g$ its gradient, $K$ SGD steps of size $\eta$ on the *mean* cross-entropy are, for
+# small steps, gradient flow for the time $\tau = K\eta/B$ on the quadratic model, which filters the
+# gradient by $(1 - e^{-\sigma\tau})/\sigma$ on each eigenvalue $\sigma$ of $A$; the damped step
+# $-(A + \lambda I)^{-1} g$ filters it by $1/(\sigma + \lambda)$. Both solve the directions with
+# $\sigma \gg 1/\tau, \lambda$ and scale the others by $\tau$ and $1/\lambda$: they agree when
+#
+# $$\lambda = \frac{B}{K\eta}\ \text{(summed loss)},\qquad \lambda_{\text{mean}} = \frac{1}{K\eta}\ \text{(mean loss)}.$$
+#
+# A Gauss–Newton run with damping $\lambda$ is drawn at its equivalent $K(\lambda) = B/(\lambda\eta)$.
+# One damped step matches $K$ linearised steps on *one* batch; at the same passes over the data (the
+# same $T$ steps of $B$ images, as here) Gauss–Newton re-linearises every step and makes a $K$-step
+# move on every batch, so it is not the same computation as the $K$ run, and $K = \infty$ has no
+# partner ($\lambda = 0$: the Gauss–Newton step solves the quadratic model, while gradient descent on the
+# linearised cross-entropy keeps growing the margins).
+#
+# **What this notebook runs.** The paper's CNN on CIFAR-10 (i) by iterative linearisation for
+# $K = 1$, a few large $K$ and $K = \infty$ (exactly as the $K$-sweep notebook: one program, the runs
+# of one seed from the same initialisation and with the same batches), and (ii) by mini-batch damped
+# generalised Gauss–Newton (softmax cross-entropy, conjugate gradients in parameter space truncated
+# at `cg_maxiter` iterations) at $\lambda(K)$ for every finite $K > 1$: batches of the same size, the
+# same number of steps $T$, the same initialisation and batches per seed, every $\lambda$ and seed in
+# one program. Scored by the final test accuracy of the network (the linear model for $K = \infty$).
+#
+# **The claim.** Per large $K$: "$K$ ends on par with damped Gauss–Newton at $\lambda = B/(K\eta)$",
+# by the shared noise rule: the 2 s.e. interval of the difference (Gauss–Newton minus $K$, paired
+# over seeds and test images) inside ±2 points is "yes", wholly outside "no", else "undecided"; a
+# diverged run is "no".
+#
+# <details>
+# <summary>What each scale runs (smoke, cpu, gpu, paper)</summary>
+#
+# From `SCALES` in `iterlin/experiments/gn.py`.
+#
+# * `smoke` (default; a 2-core CPU, about a minute): 256 real CIFAR-10 training images and 200 test
+#   images, 24 steps of 16 at learning rate 0.05, $K \in \{1, 8, \infty\}$, Gauss–Newton at
+#   $\lambda(8) = 40$ with 2 CG iterations, one seed. A check that the pipeline works, not a result.
+# * `cpu` (the reference run, about 25 minutes of a 2-core CPU by an estimate from measured step
+#   costs; see the module): every installed image (4,660 training and 932 test images), 2 seeds,
+#   $T = 70$ steps of 128 at learning rate 0.01, $K \in \{1, 10, 35, \infty\}$, Gauss–Newton at
+#   $\lambda(10) = 1280$ and $\lambda(35) \approx 366$ with ONE CG iteration per step (the damped
+#   step restricted to the gradient direction). On this CPU a CG iteration costs about six
+#   linearised SGD steps, which forced both the short $T$ and the single iteration.
+# * `gpu` (one H100, about ten minutes: an estimate, not measured): 3 seeds, $T = 2000$ steps of 256,
+#   $K \in \{1, 100, 300, 1000, \infty\}$, Gauss–Newton with 10 CG iterations.
+# * `paper`: all of CIFAR-10 at the paper's mini-batch rate 1e-4, $T = 10^6$ steps of 256, $K$ up to
+#   $10^6$, 20 CG iterations (our choices: the paper ran no such baseline).
+#
+# Shared details: CNN of Appendix C (two 5×5 convolutions with 50 channels, 2×2 max-pooling, dense
+# 120 and 84), Flax default initialisation, softmax cross-entropy on the linearised logits, plain SGD
+# for the $K$ runs, no augmentation.
+#
+# </details>
+
+# %% [markdown]
+# ## The reference run's claims
+#
+# The claims table of the reference run above, by the rules in its last column.
+
+# %% tags=["hide-input"]
+# NBVAL_IGNORE_OUTPUT
+reference.show_claims(ref)
 
 # %% [markdown]
 # ## This build's run

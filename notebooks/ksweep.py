@@ -16,52 +16,8 @@
 
 # %% [markdown]
 # # Beyond the paper: test accuracy against K, from 1 to ∞
-#
-# **What the reviewers asked.** The paper compares $K = 1$ with one very large $K$ (Figs. 2–4) and
-# shows data scaling for a few $K$ (Fig. 5). Its reviewers asked for the accuracy as a function of
-# $K$ over a full log-spaced range, including $K \le 100$: where between plain SGD ($K = 1$) and the
-# fixed empirical NTK ($K = \infty$, no feature learning) does the accuracy start to fall, and how
-# many re-linearisations $T/K$ (the paper's feature-learning proxy, Definition 1) does that take?
-#
-# **What this notebook runs.** The paper's CNN is trained on CIFAR-10 by iterative linearisation
-# (Algorithm 1: the linear model
-# $f^{\mathrm{lin}}_{s}(\theta) = f_{\theta_s} + \nabla_\theta f_{\theta_s}^\top (\theta - \theta_s)$
-# is trained with SGD and re-linearised, $\theta_s \leftarrow \theta$, every $K$ steps) for the same
-# number of steps $T$ at every $K$ of a log grid $1, 3, 10, 30, 100, 300, \dots$ up to at least $T$,
-# and at $K = \infty$: every $K$ and seed in one sweep, the runs of one seed from the same
-# initialisation and with the same batches, so that they differ only in $K$. The final test accuracy
-# is that of the network $f_{\theta_T}$ for finite $K$ and of the linear model for $K = \infty$ (the
-# model it trains, as Figs. 1 and 5 score it). A finite $K \ge T$ never re-linearises before the
-# last step: it follows $K = \infty$'s trajectory exactly and differs only in being scored as the
-# network (the open square at $\infty$ is $K = \infty$'s network, the same number; the claims check
-# it).
-#
-# **What the paper would predict.** "Large $K$ performs on par with $K = 1$" once it has had enough
-# feature updates (8–12 in Sec. 4.1), and $K = \infty$ generalises worse (Fig. 5). The claims below
-# report the largest $K$ whose final accuracy is within 2 points of $K = 1$ by the shared noise rule
-# (paired on seeds and test images), its number of re-linearisations, and whether $K = \infty$ ends
-# below every finite $K < T$.
-#
-# **What each scale runs** (`SCALES` in `iterlin/experiments/ksweep.py`).
-#
-# * `smoke` (default; a 2-core CPU, about a minute): 256 real CIFAR-10 training images and 200 test
-#   images, 24 steps of SGD with batches of 32 at learning rate 0.05, $K \in \{1, 3, 10, 30, \infty\}$
-#   ($T/K$ = 24, 8, 2, 0, 0), one seed. A check that the pipeline works, not a result.
-# * `cpu` (the reference run, about 30 minutes of a 2-core CPU by an estimate from Fig. 3's
-#   measured run; see the module): every installed image (4,660 training and 932 test images of the
-#   shared subset), 2 seeds, $T = 200$ steps of 128 without augmentation at learning rate 0.01
-#   (below the linear model's stability bound $2/\lambda_{\max} \approx 0.054$ at initialisation;
-#   at 0.03 and 0.1 Fig. 3's $K = 50$ blew up or diverged), $K \in \{1, 3, 10, 30, 100, 300, \infty\}$:
-#   14 runs. $T = 300$ would have taken about 45 minutes.
-# * `gpu` (one H100, about ten minutes: an estimate, not measured): 3 seeds, $T = 10^4$ steps of 256,
-#   $K$ from 1 to $3 \cdot 10^4$ and $\infty$.
-# * `paper`: all of CIFAR-10 at the paper's mini-batch rate 1e-4, $T = 10^6$ steps of 256 and $K$ from
-#   1 to $10^6$ and $\infty$ (our choices: the paper ran no such sweep).
-#
-# Shared details: CNN of Appendix C (two 5×5 convolutions with 50 channels, 2×2 max-pooling, dense
-# 120 and 84), Flax default initialisation, softmax cross-entropy on the linearised logits, plain SGD.
 
-# %% tags=["parameters"]
+# %% tags=["parameters", "hide-cell"]
 scale = "smoke"  # "smoke" (CPU, a minute), "cpu" (CPU, ~30 min), "gpu" (one H100, ~10 min), "paper" (the paper's settings)
 K = None  # the periods swept: a list (K 1 is always added; inf allowed), or one K meaning [1, K]
 lr = None  # SGD learning rate, the same for every K
@@ -73,7 +29,7 @@ n_test = None  # test images
 batch_size = None  # mini-batch size (at most n_train)
 n_eval_train = None  # training images the training metrics are measured on ("all": every one)
 
-# %%
+# %% tags=["hide-cell"]
 import matplotlib.pyplot as plt
 
 from iterlin.config import describe
@@ -118,17 +74,73 @@ def plot(results):
     plt.show()
 
 
-# %% [markdown]
-# ## The reference run
-#
-# The committed run at the largest scale this project could afford (`results/ksweep/`, regenerated
-# by `make results SCALE=cpu NAMES=ksweep`), plotted by the same code as this build's run below,
-# with its provenance and its claims.
-
-# %%
+# %% tags=["remove-input"]
 # NBVAL_IGNORE_OUTPUT
 # (the committed run, and whether the library changed since, change apart from this notebook)
-ref = reference.show("ksweep", plot)
+ref = reference.show("ksweep", plot, table=False)
+
+# %% [markdown]
+# **Above: the reference run.** The committed run at the largest scale this project could afford (`results/ksweep/`, regenerated
+# by `make results SCALE=cpu NAMES=ksweep`), plotted by the same code as this build's run below,
+# with its provenance and its claims.
+#
+# **What the reviewers asked.** The paper compares $K = 1$ with one very large $K$ (Figs. 2–4) and
+# shows data scaling for a few $K$ (Fig. 5). Its reviewers asked for the accuracy as a function of
+# $K$ over a full log-spaced range, including $K \le 100$: where between plain SGD ($K = 1$) and the
+# fixed empirical NTK ($K = \infty$, no feature learning) does the accuracy start to fall, and how
+# many re-linearisations $T/K$ (the paper's feature-learning proxy, Definition 1) does that take?
+#
+# **What this notebook runs.** The paper's CNN is trained on CIFAR-10 by iterative linearisation
+# (Algorithm 1: the linear model
+# $f^{\mathrm{lin}}_{s}(\theta) = f_{\theta_s} + \nabla_\theta f_{\theta_s}^\top (\theta - \theta_s)$
+# is trained with SGD and re-linearised, $\theta_s \leftarrow \theta$, every $K$ steps) for the same
+# number of steps $T$ at every $K$ of a log grid $1, 3, 10, 30, 100, 300, \dots$ up to at least $T$,
+# and at $K = \infty$: every $K$ and seed in one sweep, the runs of one seed from the same
+# initialisation and with the same batches, so that they differ only in $K$. The final test accuracy
+# is that of the network $f_{\theta_T}$ for finite $K$ and of the linear model for $K = \infty$ (the
+# model it trains, as Figs. 1 and 5 score it). A finite $K \ge T$ never re-linearises before the
+# last step: it follows $K = \infty$'s trajectory exactly and differs only in being scored as the
+# network (the open square at $\infty$ is $K = \infty$'s network, the same number; the claims check
+# it).
+#
+# **What the paper would predict.** "Large $K$ performs on par with $K = 1$" once it has had enough
+# feature updates (8–12 in Sec. 4.1), and $K = \infty$ generalises worse (Fig. 5). The claims below
+# report the largest $K$ whose final accuracy is within 2 points of $K = 1$ by the shared noise rule
+# (paired on seeds and test images), its number of re-linearisations, and whether $K = \infty$ ends
+# below every finite $K < T$.
+#
+# <details>
+# <summary>What each scale runs (smoke, cpu, gpu, paper)</summary>
+#
+# From `SCALES` in `iterlin/experiments/ksweep.py`.
+#
+# * `smoke` (default; a 2-core CPU, about a minute): 256 real CIFAR-10 training images and 200 test
+#   images, 24 steps of SGD with batches of 32 at learning rate 0.05, $K \in \{1, 3, 10, 30, \infty\}$
+#   ($T/K$ = 24, 8, 2, 0, 0), one seed. A check that the pipeline works, not a result.
+# * `cpu` (the reference run, about 30 minutes of a 2-core CPU by an estimate from Fig. 3's
+#   measured run; see the module): every installed image (4,660 training and 932 test images of the
+#   shared subset), 2 seeds, $T = 200$ steps of 128 without augmentation at learning rate 0.01
+#   (below the linear model's stability bound $2/\lambda_{\max} \approx 0.054$ at initialisation;
+#   at 0.03 and 0.1 Fig. 3's $K = 50$ blew up or diverged), $K \in \{1, 3, 10, 30, 100, 300, \infty\}$:
+#   14 runs. $T = 300$ would have taken about 45 minutes.
+# * `gpu` (one H100, about ten minutes: an estimate, not measured): 3 seeds, $T = 10^4$ steps of 256,
+#   $K$ from 1 to $3 \cdot 10^4$ and $\infty$.
+# * `paper`: all of CIFAR-10 at the paper's mini-batch rate 1e-4, $T = 10^6$ steps of 256 and $K$ from
+#   1 to $10^6$ and $\infty$ (our choices: the paper ran no such sweep).
+#
+# Shared details: CNN of Appendix C (two 5×5 convolutions with 50 channels, 2×2 max-pooling, dense
+# 120 and 84), Flax default initialisation, softmax cross-entropy on the linearised logits, plain SGD.
+#
+# </details>
+
+# %% [markdown]
+# ## The reference run's claims
+#
+# The claims table of the reference run above, by the rules in its last column.
+
+# %% tags=["hide-input"]
+# NBVAL_IGNORE_OUTPUT
+reference.show_claims(ref)
 
 # %% [markdown]
 # ## This build's run

@@ -16,70 +16,8 @@
 
 # %% [markdown]
 # # The empirical NTK during training: it moves under SGD, and stays put between re-linearisations
-#
-# **What this shows.** The paper's abstract and introduction rest on one observation: "the
-# empirical kernel changes significantly during gradient-descent-based training in contrast to
-# infinite networks", and feature learning "inevitably causes changes in the NTK kernel", "direct
-# negative evidence for the NTK theory, which states the NTK kernel remains constant during
-# training". The paper plots no kernel; this notebook does. On a fixed probe set $X_p$ of a few
-# CIFAR-10 training images we follow the empirical NTK of the paper's CNN (Eq. 2),
-# $\hat\Theta_\theta = \nabla_\theta f_\theta(X_p)\nabla_\theta f_\theta(X_p)^\top$ (all 10
-# logits, a $10 n_p \times 10 n_p$ matrix), while the network is trained by iterative
-# linearisation (Algorithm 1) with $K = 1$ (ordinary SGD) and with a large $K$. Kernels are
-# compared with the kernel distance of Fort et al. (2020),
-# $d(\Theta_1, \Theta_2) = 1 - \langle\Theta_1, \Theta_2\rangle_F / (\lVert\Theta_1\rVert_F
-# \lVert\Theta_2\rVert_F)$, 0 for kernels equal up to scale (`iterlin.ntk`):
-#
-# * **distance from initialisation** $d(\hat\Theta_{\theta_t}, \hat\Theta_{\theta_0})$ of the
-#   network's kernel;
-# * **kernel velocity** $d(\hat\Theta_{\theta_t}, \hat\Theta_{\theta_{t'}})/(t - t')$ between
-#   successive evaluation points (Fort et al.);
-# * **the linear model's kernel** $\hat\Theta_{\theta_s}$, the one that actually drives iterative
-#   linearisation: its change between evaluation points, made by the re-linearisations in between.
-#   The evaluation points include every re-linearisation of the large $K$, so each is seen alone.
-#   Between re-linearisations $\theta_s$ does not change, so this kernel is exactly fixed (distance
-#   exactly 0, not merely small): the "fixed NTK" regime, broken only at the re-linearisations.
-#
-# With $K = 1$ the linear model is re-linearised at every step, so its kernel is the network's.
-# With a large $K$ the *network's* parameters still move between re-linearisations (they are the
-# linear model's parameters), so the network's kernel moves too; what stays fixed is the kernel the
-# training uses.
-#
-# **What each scale runs** (`SCALES` in `iterlin/experiments/ntk.py`).
-#
-# * `smoke` (default; a 2-core CPU, about a minute: see `notebooks/README.md`): 256 real CIFAR-10
-#   training images and 200 test images, one seed, 24 SGD steps with batches of 32 at learning
-#   rate 0.05 (the paper's rates would barely move anything in 24 steps), $K = 6$ (4
-#   re-linearisations), and a probe set of the first 8 training images (80 × 80 kernels). The
-#   kernel moves a lot in the first few steps at this learning rate, but with one seed its spread
-#   over seeds cannot be estimated (the claim is undecided); the exactness of the fixed kernel
-#   does not depend on scale.
-# * `cpu` (the reference run, shown first below once committed; about 15-18 minutes of a 2-core CPU):
-#   every installed image (4,660 training and 932 test images of the shared subset), 2 seeds, 180
-#   steps of 128 at learning rate 0.01, as Figure 3's (about 5 epochs), $K = 30$ (6 re-linearisations), evaluated
-#   every 15 steps so that every re-linearisation is seen alone, and a probe set of the first 20
-#   training images (200 × 200 kernels); the training metrics on 1,000 training images.
-# * `gpu` (one H100, about ten minutes by an estimate, not measured: no GPU was available when this
-#   was written): every installed image, 3 seeds, 20 000 steps of 256 at 0.01, $K = 2000$, and the
-#   first 100 training images as the probe set (`n_probe` = None: every training image loaded, at
-#   most 100; 1000 × 1000 kernels).
-# * `paper`: as our Fig. 3 `paper` settings ($K = 5\cdot10^6$, learning rate 1e-4, $6\cdot10^7$
-#   steps of 256), 3 seeds, 100 probe images. The paper has no such experiment: everything but $K$
-#   is ours.
-#
-# The probe set's kernels are held in memory ($(10 n_p)^2$ numbers each, five per run): a config
-# whose kernels would exceed 4 GiB is refused when its data is loaded, naming `n_probe` and the
-# largest allowed.
-#
-# Shared details: CNN of Appendix C, Flax default initialisation, softmax cross-entropy on the
-# linearised logits, plain SGD, no augmentation; the runs of one seed start from the same
-# initialisation and see the same batches. Kernels are exact (per-example Jacobians,
-# `iterlin.ntk.empirical_ntk`). The claim that the kernel moves is decided on the 2
-# standard-error interval over seeds; that the linear model's kernel is exactly fixed between
-# re-linearisations and moves at each one holds by construction, and is listed apart as a
-# consistency check.
 
-# %% tags=["parameters"]
+# %% tags=["parameters", "hide-cell"]
 scale = "smoke"  # "smoke" (CPU, ~1 min), "cpu" (CPU, ~17 min), "gpu" (one H100, ~10 min), "paper" (our settings)
 K = None  # the large period compared with plain SGD (K 1 always runs too); e.g. 5e6, or inf (never)
 lr = None  # SGD learning rate
@@ -92,7 +30,7 @@ batch_size = None  # mini-batch size (at most n_train)
 n_probe = None  # probe images for the kernel (the first training images; "all": at most 100); kernels are (10 n_probe)^2
 n_eval_train = None  # training images the training metrics are measured on ("all": every one)
 
-# %%
+# %% tags=["hide-cell"]
 import matplotlib.pyplot as plt
 
 from iterlin.config import describe
@@ -131,17 +69,91 @@ def plot(results):
     print(relin_table(results))
 
 
-# %% [markdown]
-# ## The reference run
-#
-# The committed run at the largest scale this project could afford (`results/ntk/`, regenerated
-# by `make results SCALE=cpu`), plotted by the same code as this build's run below, with its
-# provenance and its claims.
-
-# %%
+# %% tags=["remove-input"]
 # NBVAL_IGNORE_OUTPUT
 # (the committed run, and whether the library changed since, change apart from this notebook)
-ref = reference.show("ntk", plot)
+ref = reference.show("ntk", plot, table=False)
+
+# %% [markdown]
+# **Above: the reference run.** The committed run at the largest scale this project could afford (`results/ntk/`, regenerated
+# by `make results SCALE=cpu`), plotted by the same code as this build's run below, with its
+# provenance and its claims.
+#
+# **What this shows.** The paper's abstract and introduction rest on one observation: "the
+# empirical kernel changes significantly during gradient-descent-based training in contrast to
+# infinite networks", and feature learning "inevitably causes changes in the NTK kernel", "direct
+# negative evidence for the NTK theory, which states the NTK kernel remains constant during
+# training". The paper plots no kernel; this notebook does. On a fixed probe set $X_p$ of a few
+# CIFAR-10 training images we follow the empirical NTK of the paper's CNN (Eq. 2),
+# $\hat\Theta_\theta = \nabla_\theta f_\theta(X_p)\nabla_\theta f_\theta(X_p)^\top$ (all 10
+# logits, a $10 n_p \times 10 n_p$ matrix), while the network is trained by iterative
+# linearisation (Algorithm 1) with $K = 1$ (ordinary SGD) and with a large $K$. Kernels are
+# compared with the kernel distance of Fort et al. (2020),
+# $d(\Theta_1, \Theta_2) = 1 - \langle\Theta_1, \Theta_2\rangle_F / (\lVert\Theta_1\rVert_F
+# \lVert\Theta_2\rVert_F)$, 0 for kernels equal up to scale (`iterlin.ntk`):
+#
+# * **distance from initialisation** $d(\hat\Theta_{\theta_t}, \hat\Theta_{\theta_0})$ of the
+#   network's kernel;
+# * **kernel velocity** $d(\hat\Theta_{\theta_t}, \hat\Theta_{\theta_{t'}})/(t - t')$ between
+#   successive evaluation points (Fort et al.);
+# * **the linear model's kernel** $\hat\Theta_{\theta_s}$, the one that actually drives iterative
+#   linearisation: its change between evaluation points, made by the re-linearisations in between.
+#   The evaluation points include every re-linearisation of the large $K$, so each is seen alone.
+#   Between re-linearisations $\theta_s$ does not change, so this kernel is exactly fixed (distance
+#   exactly 0, not merely small): the "fixed NTK" regime, broken only at the re-linearisations.
+#
+# With $K = 1$ the linear model is re-linearised at every step, so its kernel is the network's.
+# With a large $K$ the *network's* parameters still move between re-linearisations (they are the
+# linear model's parameters), so the network's kernel moves too; what stays fixed is the kernel the
+# training uses.
+#
+# <details>
+# <summary>What each scale runs (smoke, cpu, gpu, paper)</summary>
+#
+# From `SCALES` in `iterlin/experiments/ntk.py`.
+#
+# * `smoke` (default; a 2-core CPU, about a minute: see `notebooks/README.md`): 256 real CIFAR-10
+#   training images and 200 test images, one seed, 24 SGD steps with batches of 32 at learning
+#   rate 0.05 (the paper's rates would barely move anything in 24 steps), $K = 6$ (4
+#   re-linearisations), and a probe set of the first 8 training images (80 × 80 kernels). The
+#   kernel moves a lot in the first few steps at this learning rate, but with one seed its spread
+#   over seeds cannot be estimated (the claim is undecided); the exactness of the fixed kernel
+#   does not depend on scale.
+# * `cpu` (the reference run, shown at the top of this page; about 15-18 minutes of a 2-core CPU):
+#   every installed image (4,660 training and 932 test images of the shared subset), 2 seeds, 180
+#   steps of 128 at learning rate 0.01, as Figure 3's (about 5 epochs), $K = 30$ (6 re-linearisations), evaluated
+#   every 15 steps so that every re-linearisation is seen alone, and a probe set of the first 20
+#   training images (200 × 200 kernels); the training metrics on 1,000 training images.
+# * `gpu` (one H100, about ten minutes by an estimate, not measured: no GPU was available when this
+#   was written): every installed image, 3 seeds, 20 000 steps of 256 at 0.01, $K = 2000$, and the
+#   first 100 training images as the probe set (`n_probe` = None: every training image loaded, at
+#   most 100; 1000 × 1000 kernels).
+# * `paper`: as our Fig. 3 `paper` settings ($K = 5\cdot10^6$, learning rate 1e-4, $6\cdot10^7$
+#   steps of 256), 3 seeds, 100 probe images. The paper has no such experiment: everything but $K$
+#   is ours.
+#
+# The probe set's kernels are held in memory ($(10 n_p)^2$ numbers each, five per run): a config
+# whose kernels would exceed 4 GiB is refused when its data is loaded, naming `n_probe` and the
+# largest allowed.
+#
+# Shared details: CNN of Appendix C, Flax default initialisation, softmax cross-entropy on the
+# linearised logits, plain SGD, no augmentation; the runs of one seed start from the same
+# initialisation and see the same batches. Kernels are exact (per-example Jacobians,
+# `iterlin.ntk.empirical_ntk`). The claim that the kernel moves is decided on the 2
+# standard-error interval over seeds; that the linear model's kernel is exactly fixed between
+# re-linearisations and moves at each one holds by construction, and is listed apart as a
+# consistency check.
+#
+# </details>
+
+# %% [markdown]
+# ## The reference run's claims
+#
+# The claims table of the reference run above, by the rules in its last column.
+
+# %% tags=["hide-input"]
+# NBVAL_IGNORE_OUTPUT
+reference.show_claims(ref)
 
 # %% [markdown]
 # ## This build's run

@@ -354,21 +354,30 @@ MIXED_ROWS = [
 ]
 
 
-def _fake_reference(results: Path, name: str, rows, *, current_code: bool, seeds=(0, 1)):
+#: A commit of this checkout (a reference run's ``iterlin_commit`` must be one).
+HEAD = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+
+
+def _fake_reference(results: Path, name: str, rows, *, current_code: bool, seeds=(0, 1), monkeypatch):
     """results/<name>/ as iterlin.experiments.reference.write leaves it; its code fingerprint is
-    today's (current_code) or another one (the library has changed since)."""
+    today's (current_code) or another one (the library has changed since). The experiment's claims
+    code is made to derive ``rows`` from the stored results (the book checks claims.json against it)."""
     from iterlin.cache import save_results
+    from iterlin.claims import Claim
     from iterlin.experiments import registry
     from iterlin.fingerprint import code_fingerprint
 
     d = results / name
     d.mkdir(parents=True)
     config = {"experiment": name, "scale": "cpu", "seed": seeds[0], "n_seeds": len(seeds)}
-    save_results(d / "results.npz", {"runs": {"acc": np.arange(4.0)}}, key=f"reference:{name}:cpu", config=config)
+    exp = registry.get(name)
+    monkeypatch.setitem(registry.EXPERIMENTS, name, exp._replace(claims=lambda results: [Claim(**r) for r in rows]))
+    code = code_fingerprint(exp.module, ("load", "compute")) if current_code else "0" * 64
+    save_results(d / "results.npz", {"runs": {"acc": np.arange(4.0)}}, key=f"reference:{name}:cpu:{code}",
+                 config=config)
     (d / "claims.json").write_text(json.dumps({"name": name, "scale": "cpu", "rows": rows}))
-    code = code_fingerprint(registry.get(name).module, ("load", "compute")) if current_code else "0" * 64
     prov = {"name": name, "scale": "cpu", "device": "cpu: 2 cores (x86_64)", "seeds": list(seeds),
-            "iterlin_commit": "0123456789abcdef0123456789abcdef01234567+dirty", "jax_version": "0.4.0", "python": "3.11.0",
+            "iterlin_commit": HEAD + "+dirty", "jax_version": "0.4.0", "python": "3.11.0",
             "date": "2026-01-02T03:04:05Z", "wall_seconds": 1234.5, "resumed": False, "config": config,
             "data_fingerprint": "d" * 64, "code_fingerprint": code}
     (d / "provenance.json").write_text(json.dumps(prov))
@@ -401,15 +410,16 @@ def test_generate_writes_claims_and_runtimes(tmp_path, generate, no_results_env)
     assert "| **all** | | | **24** | |" in runtimes
 
 
-def test_generate_shows_reference_runs_first_with_their_provenance(tmp_path, generate, no_results_env):
+def test_generate_shows_reference_runs_first_with_their_provenance(tmp_path, generate, no_results_env, monkeypatch):
     from collections import Counter
 
     from iterlin.claims import CHECKS_HEADING, HOLDS
     from iterlin.experiments.reference import provenance_line
 
     _fake_book(tmp_path, ["fig2", "ntk"], rows=MIXED_ROWS)
-    fig2 = _fake_reference(tmp_path / "results", "fig2", MIXED_ROWS, current_code=True)
-    ntk = _fake_reference(tmp_path / "results", "ntk", MIXED_ROWS[:1], current_code=False, seeds=(3,))
+    fig2 = _fake_reference(tmp_path / "results", "fig2", MIXED_ROWS, current_code=True, monkeypatch=monkeypatch)
+    ntk = _fake_reference(tmp_path / "results", "ntk", MIXED_ROWS[:1], current_code=False, seeds=(3,),
+                          monkeypatch=monkeypatch)
     assert generate.main(["--root", str(tmp_path)]) == 0
     page = (tmp_path / "book" / "executed" / "claims.md").read_text()
     # the reference runs' tally, then this build's, then per notebook: reference first
@@ -438,13 +448,13 @@ def test_generate_shows_reference_runs_first_with_their_provenance(tmp_path, gen
             < part.index("| two routes agree |")
     references = (tmp_path / "book" / "executed" / "references.md").read_text()
     assert ("| {doc}`fig2 <executed/fig2>` | cpu | cpu: 2 cores (x86\\_64) | 0–1 (2) | 2026-01-02T03:04:05Z | "
-            "0123456789+dirty | 0.4.0 | 1234 | no |") in references
+            f"{HEAD[:10]}+dirty | 0.4.0 | 1234 | no |") in references
     assert "| {doc}`ntk <executed/ntk>` | cpu |" in references and references.rstrip().count("| yes |") == 1
 
 
 def test_generate_reads_the_results_folder_it_is_given(tmp_path, generate, monkeypatch):
     _fake_book(tmp_path, ["fig2"])
-    _fake_reference(tmp_path / "elsewhere", "fig2", MIXED_ROWS[:1], current_code=True)
+    _fake_reference(tmp_path / "elsewhere", "fig2", MIXED_ROWS[:1], current_code=True, monkeypatch=monkeypatch)
     monkeypatch.setenv("ITERLIN_RESULTS", str(tmp_path / "elsewhere"))
     assert generate.main(["--root", str(tmp_path)]) == 0
     assert "**Reference run** (`results/fig2/`)" in (tmp_path / "book" / "executed" / "claims.md").read_text()
@@ -452,14 +462,61 @@ def test_generate_reads_the_results_folder_it_is_given(tmp_path, generate, monke
     assert "None yet" in (tmp_path / "book" / "executed" / "claims.md").read_text()
 
 
-def test_generate_fails_naming_an_unreadable_reference_run(tmp_path, generate, capsys, no_results_env):
+def test_generate_fails_naming_an_unreadable_reference_run(tmp_path, generate, capsys, no_results_env, monkeypatch):
     _fake_book(tmp_path, ["fig2"])
-    _fake_reference(tmp_path / "results", "fig2", MIXED_ROWS, current_code=True)
+    _fake_reference(tmp_path / "results", "fig2", MIXED_ROWS, current_code=True, monkeypatch=monkeypatch)
     npz = tmp_path / "results" / "fig2" / "results.npz"
     npz.write_bytes(npz.read_bytes()[:50])  # truncated
     assert generate.main(["--root", str(tmp_path)]) == 1
     err = capsys.readouterr().err
     assert "results/fig2: unreadable reference run" in err and "make results NAMES=fig2" in err
+    assert not (tmp_path / "book" / "executed" / "claims.md").exists()
+
+
+def _forge(d: Path, how: str) -> str:
+    """Alter results/<name>/ in ``d`` as a careless or hostile collaborator might; return the file to name."""
+    prov_path, claims_path = d / "provenance.json", d / "claims.json"
+    prov, doc = json.loads(prov_path.read_text()), json.loads(claims_path.read_text())
+    if how == "paper scale and 100 seeds":
+        prov["scale"], prov["seeds"] = "paper", list(range(100))
+        prov["config"] = {**prov["config"], "scale": "paper", "n_seeds": 100, "steps": 10**6}
+    elif how == "100 seeds":
+        prov["seeds"] = list(range(100))
+    elif how == "a nonexistent commit":
+        prov["iterlin_commit"] = "f" * 40
+    elif how == "a flipped verdict":
+        doc["rows"][2].update(holds="yes", measured="Δ +9.9 pts")
+        claims_path.write_text(json.dumps(doc))
+        return "claims.json"
+    elif how == "another experiment's results":
+        from iterlin.cache import save_results
+
+        save_results(d / "results.npz", {"x": np.zeros(2)}, key="reference:ntk:cpu:" + prov["code_fingerprint"],
+                     config={**prov["config"], "experiment": "ntk"})
+        return "results.npz"
+    elif how == "an 8 TiB header":
+        import io
+        import zipfile
+
+        buf = io.BytesIO()
+        np.lib.format.write_array_header_1_0(buf, {"descr": "<f8", "fortran_order": False, "shape": (2**40,)})
+        with zipfile.ZipFile(d / "results.npz", "w", zipfile.ZIP_DEFLATED) as zf:
+            zf.writestr("x.npy", buf.getvalue() + b"\0" * 8)
+        return "results.npz"
+    prov_path.write_text(json.dumps(prov))
+    return "provenance.json" if how != "paper scale and 100 seeds" else "results.npz"
+
+
+@pytest.mark.parametrize("how", ["paper scale and 100 seeds", "100 seeds", "a nonexistent commit", "a flipped verdict",
+                                 "another experiment's results", "an 8 TiB header"])
+def test_generate_fails_naming_a_reference_run_that_is_not_what_was_computed(tmp_path, generate, capsys,
+                                                                            no_results_env, monkeypatch, how):
+    _fake_book(tmp_path, ["fig2"])
+    _fake_reference(tmp_path / "results", "fig2", MIXED_ROWS, current_code=True, monkeypatch=monkeypatch)
+    name = _forge(tmp_path / "results" / "fig2", how)
+    assert generate.main(["--root", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert f"results/fig2/{name}" in err, err
     assert not (tmp_path / "book" / "executed" / "claims.md").exists()
 
 

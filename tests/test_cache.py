@@ -475,3 +475,20 @@ def test_publish_and_collect_claims(tmp_path):
     assert md.index("## fig2 (scale: gpu)") < md.index("## fig3 (scale: smoke)")
     assert "fig9.json unreadable" in md
     assert "no claims recorded" in collect_claims(tmp_path / "none")
+
+
+def test_load_results_checks_array_sizes_before_allocating_and_the_stored_config(tmp_path):
+    import io
+    import zipfile
+
+    path = tmp_path / "r.npz"
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buf, {"descr": "<f8", "fortran_order": False, "shape": (2**40,)})
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("x.npy", buf.getvalue() + b"\0" * 8)
+    with pytest.raises(CheckpointError, match="claims shape"):  # not a MemoryError
+        load_results(path)
+    save_results(path, {"x": np.arange(3)}, key="k", config={"seed": 2})
+    assert load_results(path, key="k", config={"seed": 2})["x"].tolist() == [0, 1, 2]
+    with pytest.raises(CheckpointError, match='holds the results of config {"seed":2}, expected {"seed":5}'):
+        load_results(path, config={"seed": 5})

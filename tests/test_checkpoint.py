@@ -468,11 +468,11 @@ class _Bar:
 
 @pytest.mark.parametrize("at", [4, 6], ids=["after-2", "after-4"])
 def test_the_progress_bar_of_a_resumed_run_starts_where_it_stopped_and_ends_at_the_total(tmp_path, monkeypatch, at):
-    import tqdm.auto
+    import iterlin.progress
 
     path = tmp_path / "run.npz"
     _killed(path, at=at)  # the checkpoint holds the points before ``at``
-    monkeypatch.setattr(tqdm.auto, "tqdm", _Bar)
+    monkeypatch.setattr(iterlin.progress, "progress_bar", _Bar)
     _Bar.bars = []
     _train(path, steps=6, progress=True)
     (bar,) = _Bar.bars
@@ -502,3 +502,39 @@ def test_checkpoints_and_atomic_writes_respect_the_umask(tmp_path, umask, mode):
         os.umask(old)
     for name in ("c.npz", "b.bin", "plain"):
         assert (tmp_path / name).stat().st_mode & 0o777 == mode, name
+
+
+def _forged_npz(path, header, data=b"\0" * 8, compress=True):
+    """An .npz with one member ``leaf_0.npy``: ``header`` (an .npy header dict) then ``data``."""
+    import io
+    import zipfile
+
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buf, header)
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED if compress else zipfile.ZIP_STORED) as zf:
+        zf.writestr("leaf_0.npy", buf.getvalue() + data)
+        zf.writestr("meta.npy", b"")
+
+
+@pytest.mark.parametrize("header, compress, message", [
+    ({"descr": "<f8", "fortran_order": False, "shape": (2**40,)}, True, "claims shape \\(1099511627776,\\)"),
+    ({"descr": "<f8", "fortran_order": False, "shape": (2**40,)}, False, "claims shape"),
+    ({"descr": "|O", "fortran_order": False, "shape": (1,)}, True, "is an object array"),
+])
+def test_a_forged_array_header_is_refused_before_allocating(tmp_path, header, compress, message):
+    """A header claiming 8 TiB (the data is 8 bytes) is a CheckpointError, not a MemoryError."""
+    path = tmp_path / "ckpt.npz"
+    _forged_npz(path, header, compress=compress)
+    with pytest.raises(CheckpointError, match=message):
+        load_checkpoint(path, {"w": np.zeros(1)})
+
+
+def test_a_member_claiming_more_bytes_than_the_archive_holds_is_refused(tmp_path):
+    path = tmp_path / "ckpt.npz"
+    save_checkpoint(path, {"w": np.zeros(3)}, {})
+    data = bytearray(path.read_bytes())
+    at = data.find(b"PK\x01\x02")  # the first member's central directory entry
+    data[at + 24:at + 28] = (2**32 - 2).to_bytes(4, "little")  # its uncompressed size: 4 GiB
+    path.write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match="claims 4294967294 bytes from"):
+        load_checkpoint(path, {"w": np.zeros(3)})

@@ -360,3 +360,15 @@ def test_final_difference_pairs_on_the_recorded_test_images():
                            correct_b=correct[[1, 3]])
     del res["final_test_correct"]
     assert not final_difference(res, [0, 2], [1, 3]).paired
+
+
+def test_a_tables_verdict_in_one_line():
+    """ClaimsTable.verdict: the claims' verdicts counted (checks apart), in words; bold in HTML."""
+    rows = [Claim("a", "p", "m", "yes"), Claim("b", "p", "m", "no"), Claim("c", "p", "m", "no"),
+            Claim("d", "p", "m", NA), Claim("e", "p", "m", "yes", kind="check"), Claim("f", "p", "m", "no", kind="check")]
+    v = ClaimsTable("fig3", "cpu", rows, reference=True).verdict()
+    assert v == ("Verdict of the reference run of fig3 at scale 'cpu': of 4 claims, 1 holds, 2 do not, "
+                 "1 not judged at this scale; consistency checks: 1 of 2 hold.")
+    assert repr(v) == str(v) and v._repr_html_().startswith("<p class='iterlin-verdict'><strong>Verdict of")
+    one = ClaimsTable("x", "smoke", [Claim("a", "p", "m", UNDECIDED)]).verdict()
+    assert one == "Verdict of x at scale 'smoke': of 1 claim, 0 hold, 1 undecided."

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -103,15 +104,18 @@ def test_job_checkpoint_requeues_the_same_call(tmp_path):
 
 
 def test_sweep_with_the_local_executor_then_collect(tmp_path):
-    """The same jobs Slurm would run, as processes on this machine (the path CI can test)."""
+    """The same jobs Slurm would run, as processes on this machine (the path CI can test);
+    ``--array-parallelism 2`` runs the 4 jobs in 2 processes."""
     folder = tmp_path / "sweep"
     proc = subprocess.run(
         [sys.executable, "-m", "iterlin", "sweep", "fig9", *TINY, "-p", "damping=0,1", "--seeds", "0,1",
-         "--executor", "local", "--folder", str(folder)],
+         "--executor", "local", "--array-parallelism", "2", "--folder", str(folder)],
         capture_output=True, text=True, cwd=tmp_path, timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "4 jobs" in proc.stdout
+    ids = json.loads((folder / cli.MANIFEST).read_text())["job_ids"]
+    assert len(ids) == 4 and len(set(ids)) == 2 and ids[0] == ids[2] != ids[1] == ids[3], ids
     jobs = cli.collect(folder)
     assert [j.state for j in jobs] == ["done"] * 4
     assert [(j.config["damping"], j.config["seed"]) for j in jobs] == [([0.0], 0), ([0.0], 1), ([1.0], 0), ([1.0], 1)]
@@ -175,3 +179,171 @@ def test_sweep_on_slurm_submits_one_job_array_with_requeue(tmp_path):
     assert manifest["job_ids"] == [f"4242_{i}" for i in range(6)]
     jobs = cli.collect(folder)  # nothing ran; no sacct here: the state says so instead of failing
     assert all(j.results is None and j.state.startswith(("unknown", "PENDING", "UNKNOWN")) for j in jobs)
+
+
+# ------------------------------------------------------------------------------------------------
+# Hostile or careless input (issue 22): exit 2 naming the value, never a traceback
+# ------------------------------------------------------------------------------------------------
+
+DEEP = "[" * 3000 + "1" + "]" * 3000
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["run", "fig9", "-p", "scale=cpu"], "-p scale is not allowed: give the scale with --scale"),
+    (["run", "fig9", "-p", "name=fig9"], "name='fig9' is not allowed: fig9 has no parameter 'name'"),
+    (["sweep", "fig9", "-p", "scale=cpu", "--dry-run"], "-p scale is not allowed: give the scale with --scale"),
+    (["sweep", "fig9", "-p", "name=fig9", "--dry-run"], "name='fig9' is not allowed"),
+    (["run", "fig9", "-p", f"K={DEEP}"], r"-p K=\[\[\[.*nested 3000 brackets deep is not allowed: at most 16"),
+    (["sweep", "fig9", "-p", f"steps={DEEP}", "--dry-run"], "-p steps=.*nested 3000 brackets deep"),
+    (["sweep", "fig9", "--seeds", "0-4294967295", "--dry-run"],
+     "--seeds '0-4294967295' is not allowed: 4294967296 seeds, more than a sweep's bound of 10000 jobs"),
+    (["sweep", "fig9", "--seeds", "0-9999", "-p", "steps=10,20", "--dry-run"],
+     "a sweep of 20000 jobs .* is not allowed: at most 10000 jobs"),
+    (["sweep", "fig9", "-p", "steps=3", "--folder", "/proc/x"], "--folder '/proc/x' is not allowed: it cannot be written"),
+])
+def test_bad_command_lines_exit_2_naming_the_value(argv, message, capsys, tmp_path):
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert re.search(message, err), err[:2000]
+
+
+def test_run_checks_its_destination_before_computing(tmp_path, capsys, monkeypatch):
+    from iterlin.experiments import registry
+
+    def never(*args, **kwargs):
+        raise AssertionError("computed before checking --out")
+
+    monkeypatch.setattr(registry, "run", never)
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    for out in ("/proc/x", str(blocker / "sub")):
+        assert cli.main(["run", "fig9", "-p", "steps=3", "--out", out, "--cache", str(tmp_path / "c")]) == 2
+        assert f"--out '{out}' is not allowed: it cannot be written" in capsys.readouterr().err
+
+
+def _fake_job(folder, index, config, *, stored_config=None, rows=()):
+    """``<folder>/jobs/<index>`` as a finished job writes it, holding ``stored_config``'s results."""
+    import numpy as np
+
+    cli._write_run(folder / "jobs" / str(index), {"config": stored_config or config, "x": np.zeros(2)}, list(rows))
+
+
+def _manifest(folder, configs, **extra):
+    folder.mkdir(parents=True, exist_ok=True)
+    doc = {"name": "fig9", "scale": "smoke", "executor": "local", "configs": configs, **extra}
+    (folder / cli.MANIFEST).write_text(json.dumps(doc, allow_nan=True))
+
+
+def test_collect_checks_each_jobs_stored_config_against_the_manifest(tmp_path, capsys):
+    configs = cli.grid("fig9", "smoke", ["steps=3"], seeds=[0, 5])
+    _manifest(tmp_path, configs)
+    _fake_job(tmp_path, 0, configs[0], stored_config=configs[1])  # job 0's folder holds seed 5's results
+    _fake_job(tmp_path, 1, configs[1])
+    jobs = cli.collect(tmp_path)
+    assert [j.state for j in jobs] == ["invalid", "done"]
+    assert jobs[0].results is None and "holds the results of config" in jobs[0].error and '"seed":5' in jobs[0].error
+    assert jobs[1].results["config"] == configs[1]
+    assert cli.main(["collect", str(tmp_path)]) == 1
+    assert "job 0 is invalid: cache file" in capsys.readouterr().err
+
+
+def test_a_used_or_just_claimed_sweep_folder_is_refused(tmp_path, monkeypatch):
+    configs = cli.grid("fig9", "smoke", ["steps=3"], seeds=[0, 1])
+    _manifest(tmp_path / "used", configs)
+    with pytest.raises(ValueError, match=r"--folder .*used' is not allowed: it already holds a sweep \(sweep.json\)"):
+        cli.submit("fig9", "smoke", configs, folder=tmp_path / "used", executor="debug")
+    (tmp_path / "jobs-only" / "jobs").mkdir(parents=True)
+    with pytest.raises(ValueError, match=r"already holds a sweep \(jobs\)"):
+        cli.submit("fig9", "smoke", configs, folder=tmp_path / "jobs-only", executor="debug")
+    # two sweeps started at once: the other one's sweep.json appears after the check, before the claim
+    real = cli._executor
+
+    def racing(kind, folder, options):
+        (folder / cli.MANIFEST).write_text("{}")
+        return real(kind, folder, options)
+
+    monkeypatch.setattr(cli, "_executor", racing)
+    with pytest.raises(ValueError, match="another sweep has just started in it"):
+        cli.submit("fig9", "smoke", configs, folder=tmp_path / "race", executor="debug")
+    assert (tmp_path / "race" / cli.MANIFEST).read_text() == "{}"  # the other sweep's manifest is untouched
+
+
+def test_collect_states_of_unfinished_local_jobs_come_from_their_processes(tmp_path):
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True).stdout.strip()
+    configs = cli.grid("fig9", "smoke", ["steps=3,4"])
+    _manifest(tmp_path, configs, job_ids=[str(os.getpid()), dead])
+    states = [j.state for j in cli.collect(tmp_path)]
+    assert states == ["RUNNING", "STOPPED"], states
+
+
+def test_local_jobs_get_no_time_limit_unless_asked(tmp_path):
+    pytest.importorskip("submitit")
+    assert cli._executor("local", tmp_path, {}).parameters["timeout_min"] == cli.LOCAL_UNLIMITED_MIN
+    assert cli._executor("local", tmp_path, {"time": 7}).parameters["timeout_min"] == 7
+
+
+@pytest.mark.parametrize("doc, message", [
+    ({}, "it has no 'name'"),
+    ({"name": "fig9", "scale": "smoke", "configs": 5}, "'configs' must be a list of configs"),
+    ({"name": "../../../../tmp/x", "scale": "smoke", "configs": []}, "name='../../../../tmp/x' is not an experiment"),
+    ({"name": "fig9", "scale": "smoke", "configs": [{"experiment": "fig3", "scale": "smoke"}]},
+     "configs\\[0\\] is not a config of fig9"),
+    ([1], "a JSON list, expected an object"),
+])
+def test_a_malformed_manifest_is_named(tmp_path, capsys, doc, message):
+    (tmp_path / cli.MANIFEST).write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match=f"{re.escape(str(tmp_path / cli.MANIFEST))} is not a sweep's manifest: {message}"):
+        cli.collect(tmp_path)
+    assert cli.main(["collect", str(tmp_path)]) == 2
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def test_a_jobs_unreadable_claims_or_forged_results_make_it_invalid(tmp_path):
+    import numpy as np
+
+    configs = cli.grid("fig9", "smoke", ["steps=3,4,5"])
+    _manifest(tmp_path, configs)
+    for i, c in enumerate(configs):
+        _fake_job(tmp_path, i, c)
+    doc = json.loads((tmp_path / "jobs/0/fig9.json").read_text())
+    doc["rows"] = [{"claim": "c", "bogus": 1}]
+    (tmp_path / "jobs/0/fig9.json").write_text(json.dumps(doc))
+    _forge_huge_npz(tmp_path / "jobs/1/results.npz")
+    np.savez(tmp_path / "jobs/2/results.npz", x=np.asarray([{"a": 1}], dtype=object), allow_pickle=True)
+    jobs = cli.collect(tmp_path)
+    assert [j.state for j in jobs] == ["invalid", "invalid", "invalid"]
+    assert "fig9.json is not this job's claims (TypeError" in jobs[0].error
+    assert "claims shape" in jobs[1].error
+    assert "is an object array" in jobs[2].error
+
+
+def _forge_huge_npz(path):
+    """An .npz whose one member's header claims an 8 TiB float64 array (the data is 8 bytes)."""
+    import io
+    import zipfile
+
+    import numpy as np
+
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buf, {"descr": "<f8", "fortran_order": False, "shape": (2**40,)})
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("x.npy", buf.getvalue() + b"\0" * 8)
+
+
+def test_run_outside_a_checkout_with_xdg_cache_home_a_file_warns_and_runs(tmp_path):
+    """Outside a checkout the caches are the user's (``$XDG_CACHE_HOME/iterlin``): a file there makes
+    them unusable, which a run says and survives (they are only caches)."""
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ITERLIN_CACHE", "ITERLIN_COMPILATION_CACHE",
+                                                                    "JAX_COMPILATION_CACHE"))}
+    env["XDG_CACHE_HOME"] = str(a_file)
+    code = ("import sys, iterlin.cache as c; c.repo_root = lambda: None; from iterlin.cli import main; "
+            "sys.exit(main(sys.argv[1:]))")
+    proc = subprocess.run([sys.executable, "-c", code, "run", "fig9", *TINY, "--out", str(tmp_path / "out")],
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr and "running without it" in proc.stderr
+    assert (tmp_path / "out" / "results.npz").is_file()

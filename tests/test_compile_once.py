@@ -94,7 +94,7 @@ def _adam_solved(apply_fn, params, data, eval_data, **kw):
 
 LOOPS = {
     "train": (_train, False),
-    "train_compiled_loop": (lambda *a, **kw: _train(*a, compiled_loop=True, **kw), False),
+    "train_per_step_dispatch": (lambda *a, **kw: _train(*a, compiled_loop=False, **kw), False),
     "train_sweep_vmapped": (_sweep(True), True),
     "train_sweep_per_run_loop": (_sweep(False), True),
     "gauss_newton_train": (_gauss_newton, False),

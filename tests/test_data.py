@@ -13,6 +13,7 @@ import pickle
 import pickletools
 import struct
 import tarfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -794,3 +795,33 @@ def test_quintic_range_is_the_widest_within_the_papers_bound():
 def test_quintic_bad_arguments(kwargs, match):
     with pytest.raises((ValueError, TypeError), match=match):
         quintic(**kwargs)
+
+
+def test_a_cached_archive_with_the_wrong_md5_is_named_when_the_download_fails(served):
+    """An official-size archive in the cache whose md5 is wrong, downloads allowed, no network: the
+    message names the md5 mismatch, not only "the download failed"."""
+    server, _, cache = served
+    server.close()
+    cache.mkdir(parents=True)
+    (cache / data.CIFAR10_ARCHIVE).write_bytes(b"\0" * data.CIFAR10_SIZE)
+    with pytest.raises(DatasetNotFoundError) as e:
+        load_cifar10()
+    msg = str(e.value)
+    assert "md5 mismatch" in msg and str(cache / data.CIFAR10_ARCHIVE) in msg and data.CIFAR10_MD5 in msg, msg
+
+
+def test_a_killed_downloads_part_file_is_cleaned_up(served):
+    server, src, cache = served
+    cache.mkdir(parents=True)
+    old_part = cache / f".{data.CIFAR10_ARCHIVE}.abc123.part"
+    old_dir = cache / f".{CIFAR10_DIRNAME}.def456.part"
+    live_part = cache / f".{data.CIFAR10_ARCHIVE}.live.part"
+    old_part.write_bytes(b"x" * 100)
+    old_dir.mkdir()
+    live_part.write_bytes(b"y")
+    stale = time.time() - data.STALE_PART_SECONDS - 60
+    os.utime(old_part, (stale, stale))
+    os.utime(old_dir, (stale, stale))
+    load_cifar10()
+    assert not old_part.exists() and not old_dir.exists()
+    assert live_part.exists()  # maybe another process's download in progress: left alone

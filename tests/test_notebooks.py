@@ -5,6 +5,9 @@ cannot parse (e.g. one whose comment contains a second ``=``): such a parameter 
 ``papermill --help-notebook`` and ``-p NAME VALUE`` warns "unknown parameter" although the value is
 applied, which teaches users to ignore the warning that catches misspelt names. So papermill must
 list every assignment of every parameters cell, and each must be a parameter of its experiment.
+
+And nbval's comparison of the stored outputs (``notebooks/conftest.py``, ``nbval_sanitize.cfg``):
+the plain ``pytest --nbval`` passes on outputs another machine stored and fails on a regression.
 """
 
 from __future__ import annotations
@@ -58,8 +61,10 @@ def test_parameters_cell_names_are_the_experiments(stem):
 
 @pytest.mark.parametrize("stem", PAIRS)
 def test_py_and_ipynb_parameters_cells_agree(stem):
+    import re
+
     py = (NOTEBOOKS / f"{stem}.py").read_text(encoding="utf-8")
-    start = py.index('# %% tags=["parameters"]\n') + len('# %% tags=["parameters"]\n')
+    start = re.search(r'^# %% tags=\[[^\]]*"parameters"[^\]]*\]\n', py, flags=re.M).end()
     end = py.index("# %%", start)
     assert _assigned(py[start:end]) == _assigned(_parameters_cell(stem))
 
@@ -89,31 +94,181 @@ def test_reference_cells_are_not_compared_by_nbval(stem):
     marker (``# NBVAL_IGNORE_OUTPUT (why)`` is silently compared), so ask nbval itself."""
     from nbval.plugin import find_comment_markers
 
-    cells = [src for src in _code_cells(stem) if "reference.show(" in src]
+    cells = [src for src in _code_cells(stem) if "reference.show" in src]
     assert cells, f"{stem}.ipynb has no reference-run cell"
     for src in cells:
         assert ("check", False) in list(find_comment_markers(src)), f"{stem}: nbval compares\n{src}"
 
 
-def test_nbval_sanitizer_hides_digits_not_verdicts():
-    """notebooks/nbval_sanitize.cfg (passed by the Makefile): outputs that differ only in their numbers
-    and padding (smoke numbers depend on the CPU) compare equal; a changed verdict or word does not."""
+@pytest.mark.parametrize("stem", PAIRS)
+def test_a_figure_page_opens_with_its_reference_figure_and_verdict(stem):
+    """The page shows the title, then the reference run's plot and verdict (its code removed), then
+    the explanation with each scale's settings folded; the parameters and imports are collapsed
+    (jupyter-book's hide-cell), still run by papermill and nbval (the ``parameters`` tag kept)."""
+    nb = json.loads((NOTEBOOKS / f"{stem}.ipynb").read_text(encoding="utf-8"))
+    cells = nb["cells"]
+
+    def src(c):
+        return "".join(c["source"]) if isinstance(c["source"], list) else c["source"]
+
+    def tags(c):
+        return c.get("metadata", {}).get("tags") or []
+
+    title = src(cells[0]).strip()
+    assert cells[0]["cell_type"] == "markdown" and title.startswith("# ") and "\n" not in title
+    first = next(i for i, c in enumerate(cells) if "remove-input" in tags(c) or c["cell_type"] == "markdown" and i)
+    shown_before = cells[1:first]
+    assert all(c["cell_type"] == "code" and "hide-cell" in tags(c) for c in shown_before), stem
+    assert "parameters" in tags(shown_before[0])
+    ref = cells[first]
+    assert "remove-input" in tags(ref) and "reference.show(" in src(ref) and "table=False" in src(ref)
+    outputs = ref.get("outputs", [])
+    kinds = [("image" if any(k.startswith("image/") for k in o.get("data", {})) else
+              "verdict" if "Verdict of the reference run" in "".join(o.get("data", {}).get("text/plain", "")) else
+              o.get("output_type")) for o in outputs]
+    # the plot (its figures, and what it prints beside them), then the verdict, then the provenance
+    k = kinds.index("verdict") if "verdict" in kinds else 0
+    assert k > 0 and kinds[0] == "image" and "verdict" not in kinds[k + 1:], (stem, kinds)
+    assert "".join(outputs[k + 1].get("text", "")).startswith("Reference run: "), stem
+    explanation = src(cells[first + 1])
+    assert cells[first + 1]["cell_type"] == "markdown"
+    assert "<details>" in explanation and "<summary>What each scale runs" in explanation
+
+
+# --- nbval's comparison (notebooks/conftest.py, notebooks/nbval_sanitize.cfg) -------------------
+#
+# The plain `pytest --nbval notebooks/` must pass on any machine and fail when behaviour changes.
+# A synthetic notebook shows a claims table (rendered by iterlin.claims, text and HTML, as the
+# figure notebooks' last cells do) and writes to standard error; its stored outputs are made by
+# running it with other values (another machine's numbers, a planted regression), then nbval runs
+# it, collected from a folder holding copies of notebooks/conftest.py and nbval_sanitize.cfg, with
+# no option: what the plain command does.
+
+
+def _table(K1="25.5 %", delta="-8.0", interval="[-15.6, -0.4]", verdict="undecided", claim="large K on par with K = 1",
+           check="yes"):
+    from iterlin.claims import Claim, ClaimsTable
+
+    rows = [
+        Claim(claim, "82.3 % vs 81.4 %", f"K=1: {K1}; K=3: 17.5 %; Δ {delta} pts, 2 s.e. interval {interval}",
+              verdict, "on par: the 2 s.e. interval of Δ inside ±1 pts; 'no' when wholly outside; else undecided"),
+        Claim("every run stays finite (no NaN or exploding loss)", "no divergence reported", "none diverged", "yes",
+              "a diverged run is frozen at its last finite state"),
+        Claim("between re-linearisations the linear model's kernel is fixed", "constant for K steps (Eq. 4)",
+              "K=3: max d = 0 over 6 intervals", check, "exactly 0 at every such interval", kind="check"),
+    ]
+    t = ClaimsTable("toy", "smoke", rows)
+    return {"text/plain": str(t), "text/html": t._repr_html_()}
+
+
+def _synthetic(table: dict, *, config="K=[1, 3], lr=0.05, steps=24", stderr="step 12/24 (50 %), 3.1 steps/s",
+               fail=False) -> "nbformat.NotebookNode":
+    import nbformat
+
+    cells = [
+        f"print({config!r})",
+        f"import sys\nprint({stderr!r}, file=sys.stderr)",
+        f"from IPython.display import display\ndisplay({table!r}, raw=True)" + ("\n1 / 0" if fail else ""),
+    ]
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    return nb
+
+
+def _stored(nb, executed) -> "nbformat.NotebookNode":
+    """``nb``'s cells with the outputs ``executed`` produced (as a run of ``executed`` stores them)."""
+    for cell, out in zip(nb.cells, executed.cells):
+        cell.outputs, cell.execution_count = out.outputs, out.execution_count
+    return nb
+
+
+def _nbval(folder: Path) -> tuple[dict[str, bool], str]:
+    """Run the plain ``pytest --nbval <folder>`` in a fresh process: notebook name → all cells passed,
+    and what pytest printed."""
+    import re
+    import subprocess
+    import sys
+    import xml.etree.ElementTree as ET
+
+    report = folder.parent / "report.xml"
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "--nbval", "-p", "no:cacheprovider",
+                           f"--junitxml={report}", str(folder)], cwd=folder, capture_output=True, text=True,
+                          timeout=600)
+    assert report.exists(), proc.stdout + proc.stderr
+    passed: dict[str, bool] = {}
+    for case in ET.parse(report).iter("testcase"):
+        name = re.search(r"(\w+)\.ipynb", case.get("classname", "") + case.get("file", "")).group(1)
+        ok = not any(child.tag in ("failure", "error") for child in case)
+        passed[name] = passed.get(name, True) and ok
+    return passed, proc.stdout
+
+
+def test_plain_nbval_passes_on_another_machine_and_fails_on_a_regression(tmp_path):
+    """Stored outputs from 'another machine' (other digits, wider columns, a flipped smoke verdict of
+    a claim, other stderr) pass; a changed check verdict, a changed claim's wording, a changed printed
+    word and a cell that raises each fail."""
+    import shutil
+
+    import nbformat
+    from nbclient import NotebookClient
+
+    folder = tmp_path / "notebooks"
+    folder.mkdir()
+    for f in ("conftest.py", "nbval_sanitize.cfg"):
+        shutil.copy(NOTEBOOKS / f, folder / f)
+
+    this_machine = _table()
+    variants = {  # name: (stored outputs made from, notebook run by nbval, expected to pass)
+        "same": (_synthetic(this_machine), _synthetic(this_machine), True),
+        "other_machine": (_synthetic(_table(K1="20.0 %", delta="-12.25", interval="[-19.5, +4.5]", verdict="no"),
+                                     stderr="other progress\nand a platform warning"),
+                          _synthetic(this_machine), True),
+        "check_verdict": (_synthetic(_table(check="no")), _synthetic(this_machine), False),
+        "claim_wording": (_synthetic(_table(claim="large K ends under 1 point from K = 1")), _synthetic(this_machine),
+                          False),
+        "printed_word": (_synthetic(this_machine, config="K=[1, 3], lr=0.05, epochs=24"), _synthetic(this_machine),
+                         False),
+        "cell_raises": (_synthetic(this_machine), _synthetic(this_machine, fail=True), False),
+    }
+    for name, (made_from, source, _) in variants.items():
+        executed = NotebookClient(made_from, timeout=120, kernel_name="python3").execute()
+        nbformat.write(_stored(source, executed), folder / f"{name}.ipynb")
+
+    passed, printed = _nbval(folder)
+    assert passed == {name: ok for name, (_, _, ok) in variants.items()}, printed
+
+
+def test_sanitizer_masks_a_real_notebooks_machine_dependence_not_its_words():
+    """On fig3's stored claims (text and HTML): other digits, padding and a claim's verdict compare
+    equal; a check's verdict, a claim's wording and a row removed do not. ntk's checks table is kept."""
     import re
 
     from nbval.plugin import get_sanitize_patterns
 
     patterns = get_sanitize_patterns((NOTEBOOKS / "nbval_sanitize.cfg").read_text(encoding="utf-8"))
-    assert patterns, "no sanitize patterns read"
 
     def sanitize(s):
         for regex, replace in patterns:
             s = re.sub(regex, replace, s)
         return s
 
-    amd = ("claim      this run                                     holds\n-------    ----------------------------  ---------\n"
-           "on par     K=1: 20.0 %; Δ -2.5 pts [-9.5, +4.5]         undecided\n")
-    intel = ("claim      this run                                      holds\n-------    -----------------------------  ---------\n"
-             "on par     K=1: 25.5 %; Δ -8.0 pts [-15.6, -0.4]         undecided\n")
-    assert sanitize(amd) == sanitize(intel)
-    assert sanitize(amd) != sanitize(amd.replace("undecided", "no       "))
-    assert sanitize(amd) != sanitize(amd.replace("on par", "better"))
+    def last_outputs(stem):
+        nb = json.loads((NOTEBOOKS / f"{stem}.ipynb").read_text(encoding="utf-8"))
+        cell = [c for c in nb["cells"] if c["cell_type"] == "code"][-1]
+        return ["".join(o["data"][k]) for o in cell["outputs"] for k in ("text/plain", "text/html")
+                if k in o.get("data", {}) and "Claims of" in "".join(o["data"][k])]
+
+    fig3 = last_outputs("fig3")
+    assert len(fig3) == 2
+    for out in fig3:
+        flipped, n = re.subn(r"(?<=  |'>)undecided(?=  |</td>)", "no", out)  # the verdict, not the rule's word
+        assert n == 1 and sanitize(out) == sanitize(flipped)
+        assert sanitize(out) == sanitize(re.sub(r"\d", "7", out).replace("  ", "   "))
+        assert sanitize(out) != sanitize(out.replace("SGD + augmentation", "SGD with augmentation"))
+        assert sanitize(out) != sanitize(out.replace("every run stays finite", "no run diverged"))
+    ntk = last_outputs("ntk")
+    for out in ntk:
+        assert "Consistency checks" in out
+        checks = out.index("Consistency checks")
+        flipped = out[:checks] + out[checks:].replace("yes", "no")
+        assert sanitize(out) != sanitize(flipped)

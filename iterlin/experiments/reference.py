@@ -42,13 +42,13 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
-from ..cache import load_results, repo_root, save_results
+from ..cache import ResultsMismatch, load_results, repo_root, save_results
 from ..checkpoint import atomic_write_bytes
 from ..claims import Claim, ClaimsTable
 from ..fingerprint import code_fingerprint
 from . import registry
 
-__all__ = ["Reference", "results_dir", "write", "load", "show", "rewrite_claims", "provenance_line", "device_name", "main"]
+__all__ = ["Reference", "ReferenceMismatch", "results_dir", "write", "load", "show", "rewrite_claims", "provenance_line", "device_name", "main"]
 
 
 class Reference(NamedTuple):
@@ -144,7 +144,7 @@ def write(name: str, scale: str = "cpu", *, base=None, checkpoint_root=None, pro
     save_results(out / "results.npz", results, key=key, config=config)
     rows = exp.claims({**results, "config": config})
     _write_json(out / "claims.json", _claims_doc(name, scale, rows))
-    seeds = [config["seed"] + i for i in range(config.get("n_seeds", 1))] if "seed" in config else []
+    seeds = _seeds(config)
     _write_json(out / "provenance.json", {
         "name": name, "scale": scale, "device": device_name(), "seeds": seeds,
         "iterlin_commit": commit, "jax_version": jax.__version__, "python": platform.python_version(),
@@ -156,42 +156,122 @@ def write(name: str, scale: str = "cpu", *, base=None, checkpoint_root=None, pro
     return out
 
 
-def load(name: str, *, base=None) -> Reference | None:
-    """The committed reference run of ``name``, or None when ``results/<name>/`` has none."""
-    registry.get(name)
+class ReferenceMismatch(ValueError):
+    """A reference run's files disagree with each other: what a page would print is not what was computed."""
+
+
+def _seeds(config: Mapping) -> list[int]:
+    """The seeds a config runs: ``seed``, ``seed + 1``, ... (``n_seeds`` of them)."""
+    return [config["seed"] + i for i in range(config.get("n_seeds", 1))] if "seed" in config else []
+
+
+def _check_commit(commit: Any, where: Path) -> None:
+    """``iterlin_commit`` is a commit's sha (``+dirty`` allowed), one this checkout has when it can tell."""
+    text = str(commit)
+    sha = text[:-len("+dirty")] if text.endswith("+dirty") else text
+    if text.startswith("unknown"):
+        return
+    if len(sha) != 40 or any(c not in "0123456789abcdef" for c in sha):
+        raise ReferenceMismatch(f"{where}: iterlin_commit={text!r} is not a commit's sha")
+    root = repo_root()
+    if root is None or not (root / ".git").exists():
+        return
+    try:
+        shallow = subprocess.run(["git", "rev-parse", "--is-shallow-repository"], cwd=root, capture_output=True,
+                                 text=True, check=True).stdout.strip() == "true"
+        found = subprocess.run(["git", "cat-file", "-e", f"{sha}^{{commit}}"], cwd=root, capture_output=True).returncode == 0
+    except (OSError, subprocess.CalledProcessError):
+        return  # no git here: nothing to compare with
+    if not found and not shallow:
+        raise ReferenceMismatch(f"{where}: iterlin_commit={text!r} is not a commit of this checkout")
+
+
+def load(name: str, *, base=None, check_claims: bool = True) -> Reference | None:
+    """The committed reference run of ``name``, or None when ``results/<name>/`` has none.
+
+    What a page prints is checked against what ``results.npz`` stores (a :class:`ReferenceMismatch`
+    naming the file otherwise): its stored key names this experiment, the provenance's scale and
+    code fingerprint; its stored config is the provenance's ``config`` (of this experiment at that
+    scale); the provenance's ``seeds`` are the config's; ``iterlin_commit`` is a commit of this
+    checkout (where git can tell); and, with ``check_claims``, ``claims.json`` holds the rows
+    today's claims code derives from the results (``--claims-only`` rewrites it after a change).
+    """
+    exp = registry.get(name)
     d = results_dir(base) / name
     if not (d / "provenance.json").is_file():
         return None
-    provenance = json.loads((d / "provenance.json").read_text(encoding="utf-8"))
-    results = load_results(d / "results.npz")
-    results["config"] = provenance["config"]
+    where = d / "provenance.json"
+    provenance = json.loads(where.read_text(encoding="utf-8"))
+    if not isinstance(provenance, dict):
+        raise ReferenceMismatch(f"{where}: not a provenance (a JSON object)")
+    for key in ("scale", "config", "code_fingerprint", "seeds", "device", "date", "jax_version", "wall_seconds"):
+        if key not in provenance:
+            raise ReferenceMismatch(f"{where}: has no {key!r}")
+    config, scale = provenance["config"], provenance["scale"]
+    if provenance.get("name", name) != name or not isinstance(config, dict) or config.get("experiment") != name \
+            or config.get("scale") != scale:
+        raise ReferenceMismatch(f"{where}: is not a provenance of {name} at scale {scale!r} (name "
+                             f"{provenance.get('name')!r}, config of {config.get('experiment') if isinstance(config, dict) else config!r})")
+    key = f"reference:{name}:{scale}:{provenance['code_fingerprint']}"
+    try:
+        results = load_results(d / "results.npz", key=key, config=config)
+    except ResultsMismatch as e:
+        raise ReferenceMismatch(f"{d / 'results.npz'} is not the run {where} describes: {e}") from None
+    if list(provenance["seeds"]) != _seeds(config):
+        raise ReferenceMismatch(f"{where}: seeds {provenance['seeds']!r} are not the stored config's {_seeds(config)!r}")
+    _check_commit(provenance.get("iterlin_commit", "unknown"), where)
+    results["config"] = config
     doc = json.loads((d / "claims.json").read_text(encoding="utf-8"))
+    if not isinstance(doc, dict) or doc.get("name", name) != name or doc.get("scale") != scale:
+        raise ReferenceMismatch(f"{d / 'claims.json'}: is not the claims of {name} at scale {scale!r}")
     rows = [Claim(**r).check() for r in doc["rows"]]
+    if check_claims:
+        derived = [Claim(*r).check() for r in exp.claims(results)]
+        if rows != derived:
+            diff = next((i for i, (a, b) in enumerate(zip(rows, derived)) if a != b), min(len(rows), len(derived)))
+            shown = rows[diff] if diff < len(rows) else None
+            want = derived[diff] if diff < len(derived) else None
+            raise ReferenceMismatch(f"{d / 'claims.json'}: row {diff} is {shown!r}, but the stored results give {want!r}; "
+                                 f"re-derive it: python -m iterlin.experiments.reference --claims-only {name}")
     return Reference(name, results, rows, provenance)
 
 
-def show(name: str, plot: Callable[[Mapping], Any], *, base=None) -> Reference | None:
-    """A notebook's reference-run cell: ``plot(results)`` of the committed run, its provenance line
-    (:meth:`Reference.caption`) and its claims table (HTML in a notebook); or one line saying that
-    none is committed. Returns the :class:`Reference` (None without one)."""
+def _display(obj) -> None:
+    try:
+        from IPython.display import display
+    except ImportError:  # outside IPython: as text
+        display = print
+    display(obj)
+
+
+def show(name: str, plot: Callable[[Mapping], Any], *, base=None, table: bool = True) -> Reference | None:
+    """A notebook's reference-run cell, the first thing its page shows: ``plot(results)`` of the
+    committed run, the one-line verdict of its claims (:meth:`~iterlin.claims.ClaimsTable.verdict`),
+    its provenance line (:meth:`Reference.caption`) and, unless ``table=False`` (then
+    :func:`show_claims` shows it further down), its claims table (HTML in a notebook); or one line
+    saying that none is committed. Returns the :class:`Reference` (None without one)."""
     ref = load(name, base=base)
     if ref is None:
         print("No reference run is committed yet: make results SCALE=cpu")
         return None
     plot(ref.results)
+    _display(ref.claims().verdict())
     print(ref.caption())
-    try:
-        from IPython.display import display
-    except ImportError:  # outside IPython: the table as text
-        display = print
-    display(ref.claims())
+    if table:
+        _display(ref.claims())
     return ref
+
+
+def show_claims(ref: Reference | None) -> None:
+    """The claims table of the reference run ``ref`` that :func:`show` returned (nothing without one)."""
+    if ref is not None:
+        _display(ref.claims())
 
 
 def rewrite_claims(name: str, *, base=None) -> bool:
     """Re-derive ``results/<name>/claims.json`` from the stored results with today's claims code
     (False when there is no reference run)."""
-    ref = load(name, base=base)
+    ref = load(name, base=base, check_claims=False)
     if ref is None:
         return False
     rows = registry.get(name).claims(ref.results)
@@ -227,20 +307,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     names = args.names or list(registry.names())
     for name in names:
         registry.get(name)
+    if args.claims_only and not results_dir(args.results).is_dir():
+        print(f"error: --claims-only: the results folder {str(results_dir(args.results))!r} does not exist "
+              "(--results or $ITERLIN_RESULTS)", file=sys.stderr)
+        return 2
+    missing = []
     for name in names:
         if args.claims_only:
-            print(f"{name}: {'claims rewritten' if rewrite_claims(name, base=args.results) else 'no reference run'}")
+            try:
+                done = rewrite_claims(name, base=args.results)
+            except (ReferenceMismatch, OSError) as e:
+                print(f"error: {name}: {e}", file=sys.stderr)
+                return 2
+            print(f"{name}: {'claims rewritten' if done else 'no reference run'}")
+            missing += [] if done else [name]
             continue
         ref = load(name, base=args.results) if args.skip_existing else None
         if ref is not None and ref.provenance["scale"] == args.scale:
             print(f"{name}: reference run at scale {args.scale!r} exists, skipped")
             continue
         print(f"{name}: computing at scale {args.scale!r}", flush=True)
-        out = write(name, args.scale, base=args.results, progress=sys.stderr.isatty())
+        out = write(name, args.scale, base=args.results, progress=True)
         ref = load(name, base=args.results)
         print(ref.caption())
         print(ref.claims())
         print(f"{name}: written to {out}", flush=True)
+    if missing and len(missing) == len(names):
+        print(f"error: --claims-only: no reference run in {results_dir(args.results)}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -32,7 +32,6 @@ import ast
 import hashlib
 import inspect
 import math
-import sys
 from typing import Any, Mapping
 
 from .. import config as _config
@@ -68,7 +67,7 @@ def get(name: str) -> Experiment:
     return EXPERIMENTS[name]
 
 
-def resolve(name: str, scale: str = "smoke", **overrides: Any) -> dict:
+def resolve(name: str, scale: str = "smoke", /, **overrides: Any) -> dict:
     """The config of experiment ``name`` at ``scale`` with ``overrides`` applied, every value checked.
 
     ``None`` for an override keeps the scale's default. See :func:`iterlin.config.resolve`.
@@ -199,8 +198,9 @@ def run(experiment: str | Mapping, scale: str = "smoke", *, progress: bool | Non
       experiment: an experiment's name (``"fig2"``, ``"fig3"``, ...), or a config from
         :func:`resolve` (then ``overrides`` must not be given; the config is validated again).
       scale: ``"smoke"`` (default), ``"cpu"``, ``"gpu"`` or ``"paper"`` (see :mod:`iterlin.config`).
-      progress: progress bars on stderr while training; None (default): only when stderr is a
-        terminal, so that a notebook's page (papermill, the book) never shows one.
+      progress: None (default) or True: report the training's progress on stderr, as a bar on a
+        terminal and a plain line a minute elsewhere, e.g. under papermill
+        (:func:`iterlin.progress.progress_bar`; the book's pages drop stderr); False: nothing.
       cache_dir: default :func:`iterlin.cache.default_cache_dir`.
       verbose: print the resolved config and whether the results were computed or loaded.
       **overrides: the experiment's knobs; ``None`` means the scale's default.
@@ -222,14 +222,12 @@ def run(experiment: str | Mapping, scale: str = "smoke", *, progress: bool | Non
     exp = get(config["experiment"])
     enable_compilation_cache()
     data = exp.load(config)
-    if progress is None:
-        progress = _stderr_is_terminal()
     if verbose:
         print(f"{exp.name} ({config['scale']}): "
               + _config.describe({k: v for k, v in config.items() if k not in ("experiment", "scale")}))
     results = cached(
         exp.name,
-        lambda ckpt: exp.compute(config, data, checkpoint_dir=ckpt, progress=progress),
+        lambda ckpt: exp.compute(config, data, checkpoint_dir=ckpt, progress=progress is not False),
         config,
         data_fingerprint=data_fingerprint(data),
         code=code_fingerprint(exp.module, ("load", "compute")),
@@ -238,13 +236,6 @@ def run(experiment: str | Mapping, scale: str = "smoke", *, progress: bool | Non
     )
     results["config"] = config
     return results
-
-
-def _stderr_is_terminal() -> bool:
-    try:
-        return sys.stderr.isatty()
-    except (AttributeError, ValueError):
-        return False
 
 
 def claims(results: Mapping, *, directory=None) -> ClaimsTable:

@@ -65,7 +65,7 @@ def test_write_and_load_a_reference_run_with_its_provenance(toy, tmp_path):
     assert reference.load("toy", base=tmp_path / "elsewhere") is None
 
 
-def test_show_plots_the_reference_run_then_its_provenance_and_claims(toy, tmp_path, capsys):
+def test_show_plots_the_reference_run_then_its_verdict_provenance_and_claims(toy, tmp_path, capsys):
     base = tmp_path / "results"
     plotted = []
     assert reference.show("toy", plotted.append, base=base) is None and plotted == []
@@ -74,17 +74,22 @@ def test_show_plots_the_reference_run_then_its_provenance_and_claims(toy, tmp_pa
     ref = reference.show("toy", plotted.append, base=base)
     assert len(plotted) == 1 and plotted[0] is ref.results
     out = capsys.readouterr().out
-    assert out.startswith(ref.caption() + "\n") and "Claims of the reference run of toy at scale 'cpu':" in out
+    verdict = ref.claims().verdict()
+    assert verdict.startswith("Verdict of the reference run of toy at scale 'cpu': of ")
+    assert out.startswith(f"{verdict}\n{ref.caption()}\n") and "Claims of the reference run of toy at scale 'cpu':" in out
+    ref = reference.show("toy", plotted.append, base=base, table=False)  # the table further down the page
+    assert capsys.readouterr().out == f"{verdict}\n{ref.caption()}\n"
+    reference.show_claims(ref)
+    assert capsys.readouterr().out.startswith("Claims of the reference run of toy at scale 'cpu':")
+    reference.show_claims(None)
+    assert capsys.readouterr().out == ""
 
 
 def test_a_changed_library_is_said_and_claims_are_re_derived(toy, tmp_path, monkeypatch):
     exp, _ = toy
     base = tmp_path / "results"
     reference.write("toy", "cpu", base=base, checkpoint_root=tmp_path / "ckpt", progress=False)
-    prov_path = base / "toy" / "provenance.json"
-    prov = json.loads(prov_path.read_text())
-    prov["code_fingerprint"] = "0" * 64
-    prov_path.write_text(json.dumps(prov))
+    monkeypatch.setattr(reference, "code_fingerprint", lambda *args: "0" * 64)  # today's code differs
     ref = reference.load("toy", base=base)
     assert ref.changed_since and "The library has changed since" in ref.caption()
 
@@ -92,6 +97,8 @@ def test_a_changed_library_is_said_and_claims_are_re_derived(toy, tmp_path, monk
         return [Claim("b beats a by 20 points", "paper", "10 pts", "no", "Δ > 0.2")]
 
     monkeypatch.setitem(registry.EXPERIMENTS, "toy", exp._replace(claims=stricter))
+    with pytest.raises(reference.ReferenceMismatch, match=r"toy/claims.json: row 0 is .* but the stored results give"):
+        reference.load("toy", base=base)  # claims.json is no longer what today's rule derives
     assert reference.rewrite_claims("toy", base=base)
     assert reference.load("toy", base=base).rows == stricter(None)
     assert not reference.rewrite_claims("toy", base=tmp_path / "none")
@@ -131,9 +138,42 @@ def _fake_write(name, scale, base):
     from iterlin.cache import save_results
 
     out = base / name
-    save_results(out / "results.npz", {"acc": np.asarray([0.4, 0.5])}, key="k", config={})
-    reference._write_json(out / "claims.json", reference._claims_doc(name, scale, []))
+    config = {"experiment": name, "scale": scale, "steps": 3, "seed": 0, "n_seeds": 1}
+    results = {"acc": np.asarray([0.4, 0.5])}
+    save_results(out / "results.npz", results, key=f"reference:{name}:{scale}:x", config=config)
+    rows = registry.get(name).claims(results)
+    reference._write_json(out / "claims.json", reference._claims_doc(name, scale, rows))
     reference._write_json(out / "provenance.json", {
-        "scale": scale, "device": "cpu: 1 cores", "seeds": [0], "iterlin_commit": "abc", "jax_version": "0",
-        "date": "2026-01-01T00:00:00Z", "wall_seconds": 1.0, "config": {"steps": 3}, "code_fingerprint": "x"})
+        "scale": scale, "device": "cpu: 1 cores", "seeds": [0], "iterlin_commit": "unknown (not a checkout)",
+        "jax_version": "0", "date": "2026-01-01T00:00:00Z", "wall_seconds": 1.0, "config": config,
+        "code_fingerprint": "x"})
     return out
+
+
+def test_claims_only_fails_without_the_results_folder(toy, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("ITERLIN_RESULTS", str(tmp_path / "missing"))
+    assert reference.main(["--claims-only"]) == 2
+    assert f"the results folder '{tmp_path / 'missing'}' does not exist" in capsys.readouterr().err
+    (tmp_path / "missing").mkdir()
+    assert reference.main(["toy", "--claims-only"]) == 1  # nothing to re-derive is a failure, not success
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("scale", "paper", "results.npz is not the run .*provenance.json describes"),
+    ("seeds", list(range(100)), "seeds .* are not the stored config's \\[0, 1\\]"),
+    ("iterlin_commit", "f" * 40, "iterlin_commit='f{40}' is not a commit of this checkout"),
+    ("iterlin_commit", "not-a-sha", "is not a commit's sha"),
+    ("name", "fig3", "is not a provenance of toy"),
+])
+def test_load_refuses_a_provenance_that_is_not_the_stored_runs(toy, tmp_path, field, value, message):
+    base = tmp_path / "results"
+    reference.write("toy", "cpu", base=base, checkpoint_root=tmp_path / "ckpt", progress=False)
+    path = base / "toy" / "provenance.json"
+    prov = json.loads(path.read_text())
+    prov[field] = value
+    if field == "scale":
+        prov["config"]["scale"] = value
+    path.write_text(json.dumps(prov))
+    with pytest.raises(reference.ReferenceMismatch, match=message):
+        reference.load("toy", base=base)
+    assert reference.main(["toy", "--claims-only", "--results", str(base)]) == 2
