@@ -264,6 +264,11 @@ VALIDATORS: dict[str, Callable[[Any, str, Any], Any]] = {
     "sharpness_iters": _int(1, MAX_STEPS, "it is a number of power-iteration steps, and step counters are int32"),
     # when to re-linearise (iterlin.experiments.adaptive): the adaptive policy's tolerances
     "tol": _v_tol,
+    # the closed-form limit (iterlin.experiments.limit): total flow time T, the re-linearisation counts R
+    "total_time": _scalar(check_positive),
+    "relins": _count(1, False, MAX_STEPS, "it is a number of re-linearisations, and step counters are int32"),
+    "gd_steps": _int(1, MAX_STEPS, _STEPS_WHY),
+    "n_check": _count(1, False, MAX_TRAIN, "CIFAR-10 has 50000 training images"),
 }
 
 

@@ -41,7 +41,7 @@ from ..compilation import enable_compilation_cache
 from ..data import Dataset
 from ..fingerprint import code_fingerprint
 from ..validate import check_choice
-from . import adaptive, fig1, fig2, fig3, fig4, fig5, fig6, fig7, fig8, fig9, gn, ksweep, lr, ntk
+from . import adaptive, fig1, fig2, fig3, fig4, fig5, fig6, fig7, fig8, fig9, gn, ksweep, limit, lr, ntk
 from ._common import Experiment
 
 __all__ = [
@@ -52,7 +52,7 @@ __all__ = [
 #: Every experiment by name, one module each.
 EXPERIMENTS: dict[str, Experiment] = {
     m.EXPERIMENT.name: m.EXPERIMENT
-    for m in (fig1, fig2, fig3, fig4, fig5, fig6, fig7, fig8, fig9, ntk, ksweep, lr, adaptive, gn)
+    for m in (fig1, fig2, fig3, fig4, fig5, fig6, fig7, fig8, fig9, ntk, ksweep, lr, adaptive, gn, limit)
 }
 
 

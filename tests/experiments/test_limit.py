@@ -1,0 +1,218 @@
+"""The closed-form limit (iterlin.experiments.limit): its updates against literal GD, dense solves and
+the kernel-regression formula in float64 on a tiny CNN; resume after an interruption; one tiny real
+run; every claim's verdict on constructed results."""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.flatten_util import ravel_pytree
+
+from iterlin.closed_form import gd_filter
+from iterlin.experiments import claims, limit, resolve, run
+from iterlin.jacobian import flat_jacobian
+from iterlin.linearise import linearised_apply
+from iterlin.models import make_model
+from iterlin.ntk import empirical_ntk, ntk_vector_product
+
+
+def _tiny(n=4, seed=0):
+    """A float64 CNN of the paper's shape on 16 × 16 inputs, n random images, labels, test images."""
+    model = make_model("cnn", jax.random.PRNGKey(seed), input_shape=(16, 16, 3), dtype=jnp.float64)
+    kx, ky, kt = jax.random.split(jax.random.PRNGKey(100 + seed), 3)
+    x = jax.random.normal(kx, (n, 16, 16, 3), jnp.float64)
+    y = np.asarray(jax.random.randint(ky, (n,), 0, 10))
+    xt = jax.random.normal(kt, (6, 16, 16, 3), jnp.float64)
+    return model.apply_fn, model.params, x, y, xt
+
+
+def _flat(p):
+    return np.asarray(ravel_pytree(p)[0])
+
+
+def _gd(apply_fn, params_s, x, y, eta, steps):
+    """Literal full-batch GD on ½‖f_lin − Y‖² (summed) of the linearisation at θ_s."""
+    target = jax.nn.one_hot(jnp.asarray(y), 10, dtype=jnp.float64)
+    grad = jax.jit(jax.grad(lambda p: 0.5 * jnp.sum((linearised_apply(apply_fn, params_s, p, x) - target) ** 2)))
+    p = params_s
+    for _ in range(steps):
+        p = jax.tree.map(lambda a, g: a - eta * g, p, grad(p))
+    return p
+
+
+def test_flow_equals_many_small_gd_steps_on_the_linearised_cnn(x64):
+    f, p0, x, y, _ = _tiny()
+    lin = limit.linearise_at(f, p0, x, y)
+    steps = 100
+    eta = 0.01 / lin.sigma[-1]
+    literal = _flat(_gd(f, p0, x, y, eta, steps))
+    moved = np.linalg.norm(literal - _flat(p0))
+    assert moved > 0
+    # the exact K-step filter reproduces the literal steps to rounding
+    exact = _flat(limit.update(f, p0, x, lin, lambda s: np.asarray(gd_filter(s, steps, eta))))
+    np.testing.assert_allclose(exact, literal, rtol=0, atol=1e-9 * moved)
+    # the flow for τ = Kη is first-order close (ησ ≤ 0.01), and closer with twice the steps
+    flow = _flat(limit.update(f, p0, x, lin, limit.flow_phi(steps * eta)))
+    err = np.linalg.norm(flow - literal)
+    assert err < 1e-2 * moved
+    finer = _flat(_gd(f, p0, x, y, eta / 2, 2 * steps))
+    assert np.linalg.norm(flow - finer) < 0.6 * err
+
+
+def test_gauss_newton_is_the_dense_minimum_norm_solve_and_damping_the_ridge(x64):
+    f, p0, x, y, _ = _tiny()
+    lin = limit.linearise_at(f, p0, x, y)
+    J = np.asarray(flat_jacobian(f, p0, x))
+    r0 = (np.asarray(f(p0, x)) - np.eye(10)[y]).reshape(-1)
+    np.testing.assert_allclose(lin.r0, r0, atol=1e-12)
+    gn = _flat(limit.update(f, p0, x, lin, limit.flow_phi(math.inf))) - _flat(p0)
+    np.testing.assert_allclose(gn, -np.linalg.pinv(J) @ r0, rtol=1e-7, atol=1e-9 * np.linalg.norm(gn))
+    # damped GN in kernel form (the filter 1/(σ + λ)) = the parameter (primal) form (JᵀJ + λI)⁻¹Jᵀr
+    lam = 0.7
+    damped = _flat(limit.update(f, p0, x, lin, limit.damped_phi(lam))) - _flat(p0)
+    u, sv, vt = np.linalg.svd(J, full_matrices=False)  # (JᵀJ + λI)⁻¹Jᵀ = V diag(s/(s² + λ)) Uᵀ
+    primal = -vt.T @ (sv / (sv**2 + lam) * (u.T @ r0))
+    np.testing.assert_allclose(damped, primal, rtol=1e-7, atol=1e-9 * np.linalg.norm(primal))
+
+
+def test_k_infinity_is_kernel_regression_with_the_entk_at_theta0(x64):
+    f, p0, x, y, xt = _tiny()
+    lin = limit.linearise_at(f, p0, x, y)
+    p_inf = limit.update(f, p0, x, lin, limit.flow_phi(math.inf))
+    pred = np.asarray(linearised_apply(f, p0, p_inf, xt)).reshape(-1)
+    k_tx = np.asarray(empirical_ntk(f, p0, xt, x))
+    k_xx = np.asarray(empirical_ntk(f, p0, x))
+    formula = np.asarray(f(p0, xt)).reshape(-1) - k_tx @ np.linalg.solve(k_xx, lin.r0)
+    np.testing.assert_allclose(pred, formula, rtol=1e-6, atol=1e-8)
+    # and it interpolates the training targets
+    np.testing.assert_allclose(np.asarray(linearised_apply(f, p0, p_inf, x)), np.eye(10)[y], atol=1e-8)
+
+
+@pytest.mark.parametrize("tau", [1e-3, 1.0, math.inf])
+def test_lanczos_route_equals_the_kernel_route(x64, tau):
+    f, p0, x, y, _ = _tiny()
+    lin = limit.linearise_at(f, p0, x, y)
+    mv = ntk_vector_product(f, p0, x)
+    a = limit.lanczos_apply(lambda v: mv(v.reshape(-1)), lin.r0, limit.flow_phi(tau), iters=lin.r0.size)
+    J = np.asarray(flat_jacobian(f, p0, x))
+    kernel = _flat(limit.update(f, p0, x, lin, limit.flow_phi(tau))) - _flat(p0)
+    np.testing.assert_allclose(-J.T @ a, kernel, rtol=1e-6, atol=1e-8 * np.linalg.norm(kernel))
+
+
+def test_config_validation():
+    with pytest.raises(ValueError, match="total_time"):
+        resolve("limit", total_time=-1.0)
+    with pytest.raises(ValueError, match="relins"):
+        resolve("limit", relins=[0, 2])
+    cpu = resolve("limit", "cpu")
+    assert cpu["n_seeds"] >= 3 and cpu["n_test"] is None and len(cpu["n_train"]) >= 3
+    specs = limit.run_specs(resolve("limit"))
+    assert {s.method for s in specs} == {"flow", "gn", "damped", "kernel"}
+
+
+def test_n_check_above_the_images_loaded_is_refused(cifar_subset_path):
+    with pytest.raises(ValueError, match="n_check=20 is not allowed"):
+        limit.load(resolve("limit", n_train=[8, 16], n_check=20, n_test=4))
+
+
+def _tiny_run(tmp_path, **kw):
+    return run("limit", n_train=[4, 8], n_test=16, relins=[1, 2], n_relin=2, n_check=4, gd_steps=3,
+               cache_dir=tmp_path, progress=False, verbose=False, **kw)
+
+
+def test_tiny_real_run_and_resume(tmp_path, cifar_subset_path, monkeypatch):
+    ref = _tiny_run(tmp_path / "a")
+    runs = ref["runs"]
+    assert set(runs["method"]) == {"flow", "gn", "damped", "kernel"}
+    assert runs["net_test_correct"].shape == (len(runs["method"]), 16)
+    np.testing.assert_allclose(runs["net_test_acc"], runs["net_test_correct"].mean(1))
+    assert np.all(np.isfinite(runs["train_rmse"]))
+    table = str(claims(ref, directory=tmp_path))
+    assert table.startswith("Claims of limit at scale 'smoke':") and "Consistency checks" in table
+
+    # interrupt the computation at its 3rd re-linearisation after θ₀, then rerun: the same results
+    calls = {"n": 0}
+    real = limit.linearise_at
+
+    def flaky(*a, **k):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt
+        return real(*a, **k)
+
+    monkeypatch.setattr(limit, "linearise_at", flaky)
+    with pytest.raises(KeyboardInterrupt):
+        _tiny_run(tmp_path / "b")
+    done = calls["n"]
+    calls["n"] = -10**6  # no further interruptions
+    again = _tiny_run(tmp_path / "b")
+    assert calls["n"] - (-10**6) < sum(int(r) for r in runs["R"]) + 3  # fewer linearisations than from scratch
+    assert done == 3
+    for key in ("net_test_acc", "lin_test_acc", "train_rmse"):
+        np.testing.assert_allclose(again["runs"][key], runs[key], rtol=1e-5, atol=1e-6)
+
+
+# ----------------------------------------------------------------------------------------------
+# Claims on constructed results
+# ----------------------------------------------------------------------------------------------
+
+
+def _constructed(acc: dict, n_test=2000, seeds=3, sizes=(32, 64, 128), scaling=None):
+    """Results with the given per-(method, R) accuracy at the largest N (exactly reproducible)."""
+    rng = np.random.default_rng(0)
+    rows = []
+    n = max(sizes)
+    for s in range(seeds):
+        for (method, R), a in acc.items():
+            rows.append((method, R, n, s, a))
+        for m in sizes[:-1]:
+            for method, R in (("kernel", 1), ("flow", 2)):
+                rows.append((method, R, m, s, scaling[(method, m)]))
+    correct = []
+    for method, R, m, s, a in rows:
+        c = np.zeros(n_test, bool)
+        c[: int(round(a * n_test))] = True
+        correct.append(c)
+    runs = {"method": np.asarray([r[0] for r in rows]), "R": np.asarray([r[1] for r in rows]),
+            "n_train": np.asarray([r[2] for r in rows]), "seed": np.asarray([r[3] for r in rows]),
+            "tau": np.ones(len(rows)), "damping": np.asarray([0.5 if r[0] == "damped" else 0.0 for r in rows]),
+            "net_test_correct": np.stack(correct), "lin_test_correct": np.stack(correct),
+            "net_train_acc": np.ones(len(rows)), "train_rmse": np.zeros(len(rows))}
+    runs["net_test_acc"] = runs["net_test_correct"].mean(1) + rng.normal(0, 1e-4, len(rows))
+    runs["lin_test_acc"] = runs["net_test_acc"]
+    checks = {"n_check": 8, "eta": 1e-5, "gd_steps": 10, "tau": 1e-4, "literal_vs_flow": 0.001,
+              "network_gd_vs_flow": 0.1, "network_gd_vs_one_flow": 0.2, "gn_vs_flow_inf": 1e-6}
+    return {"runs": runs, "checks": {k: np.asarray(v) for k, v in checks.items()}, "n_test": np.asarray(n_test),
+            "config": {"n_relin": 2}}
+
+
+def _holds(rows):
+    return {r.claim.split(":")[0]: r.holds for r in rows}
+
+
+def test_claims_constructed_yes_and_no():
+    scaling = {("kernel", 32): 0.25, ("kernel", 64): 0.27, ("flow", 32): 0.25, ("flow", 64): 0.32}
+    good = {("flow", 1): 0.30, ("flow", 2): 0.40, ("flow", 4): 0.40, ("gn", 2): 0.33, ("damped", 2): 0.38,
+            ("kernel", 1): 0.29}
+    rows = limit.claims(_constructed(good, scaling=scaling))
+    h = _holds(rows)
+    assert h["few feature updates suffice"] == "yes" and "smallest R on par: 2" in rows[0].measured
+    assert h["K = ∞ (eNTK at θ₀) ends below every finite τ that re-linearises"] == "yes"
+    assert h["K = ∞ scales worse with N than a finite τ"] == "yes"
+    assert h["solving each linearisation completely hurts"] == "yes"
+    assert h["damping helps"] == "yes"
+    assert [r.holds for r in rows if r.kind == "check"] == ["yes", "yes", "yes"]
+
+    bad = {("flow", 1): 0.30, ("flow", 2): 0.30, ("flow", 4): 0.40, ("gn", 2): 0.45, ("damped", 2): 0.40,
+           ("kernel", 1): 0.45}
+    h = _holds(limit.claims(_constructed(bad, scaling={("kernel", 32): 0.25, ("kernel", 64): 0.35,
+                                                        ("flow", 32): 0.35, ("flow", 64): 0.30})))
+    assert h["few feature updates suffice"] == "no"
+    assert h["K = ∞ (eNTK at θ₀) ends below every finite τ that re-linearises"] == "no"
+    assert h["K = ∞ scales worse with N than a finite τ"] == "no"
+    assert h["solving each linearisation completely hurts"] == "no"
+    assert h["damping helps"] == "no"
