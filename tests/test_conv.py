@@ -90,7 +90,8 @@ def test_models_equal_under_both_lowerings(x64, name):
     np.testing.assert_allclose(y1, y0, rtol=1e-9, atol=1e-10)
     np.testing.assert_allclose(t1, t0, rtol=1e-9, atol=1e-10)
     for a, b in zip(jax.tree.leaves(grad(mm.apply_fn)), jax.tree.leaves(grad(ref.apply_fn))):
-        np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-10)
+        # relative to each leaf's largest entry: BatchNorm's small entries carry its large ones' rounding
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-9 * float(np.abs(b).max()))
 
 
 def test_resolve_conv_rule():
