@@ -35,7 +35,7 @@ from jax import lax
 
 __all__ = ["CONV_LOWERINGS", "matmul_conv_general_dilated", "max_pool_2x2"]
 
-#: The lowerings a model's convolutions accept: XLA's convolution, or slices and one product.
+#: The lowerings a model's convolutions accept (XLA's convolution, or slices and one product).
 CONV_LOWERINGS = ("xla", "matmul")
 
 _NHWC = ("NHWC", "HWIO", "NHWC")

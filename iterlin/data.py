@@ -48,7 +48,7 @@ What is verified, per source (nothing is ever trusted blindly):
 * **Downloads**: written to a temporary file in the cache directory, size and md5 checked, then
   moved into place with :func:`os.replace`; an interrupted or corrupt download leaves nothing
   that looks complete, and the ``.part`` file of a killed one is deleted by the next download
-  (once untouched for :data:`STALE_PART_SECONDS`). A cached archive whose md5 is wrong is
+  (once untouched for ``STALE_PART_SECONDS``). A cached archive whose md5 is wrong is
   downloaded again; if that fails, the error names the mismatch too.
 
 Any failure raises :class:`DataError` (a :class:`ValueError`) naming the file and, for checksums,
@@ -372,7 +372,7 @@ STALE_PART_SECONDS = 600.0
 
 def _remove_stale_parts(folder: Path, prefix: str) -> None:
     """Delete ``<prefix>*.part`` files and folders in ``folder`` not modified for
-    :data:`STALE_PART_SECONDS` (left by a killed process; a live one keeps writing to its own)."""
+    ``STALE_PART_SECONDS`` (left by a killed process; a live one keeps writing to its own)."""
     now = time.time()
     for part in folder.glob(f"{glob.escape(prefix)}*.part"):
         try:

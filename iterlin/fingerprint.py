@@ -1,7 +1,7 @@
 """Code fingerprints: a hash of what an experiment's computation runs, normalised, and only that.
 
 The result cache (:mod:`iterlin.cache`) keys results on a code fingerprint, and a reference run
-records one (:mod:`iterlin.experiments.reference`). Hashing whole files would recompute every figure
+records one (``iterlin.experiments.reference``). Hashing whole files would recompute every figure
 after any edit (a docstring, a plot, a claim's wording, another figure); :func:`code_fingerprint`
 hashes instead the **definitions** that the experiment's entry points (``compute`` and ``load``) can
 reach, found by reading the sources (``ast``), never by importing them.
@@ -758,7 +758,7 @@ def code_fingerprint(module: str | ModuleType, entry_points: Sequence[str], *, r
         ``__name__`` is used: the source is read from the files under ``root``).
       entry_points: top-level names in that module, e.g. ``("compute", "load")`` (order-free).
       root: the folder holding the ``iterlin/`` package tree; default: the installed package's
-        parent. Tests point it at an edited copy; :mod:`iterlin.experiments.reference` at the tree
+        parent. Tests point it at an edited copy; ``iterlin.experiments.reference`` at the tree
         of a past commit.
 
     Raises:

@@ -14,7 +14,7 @@ Three ways to compute it, all exact (they agree to rounding):
 * :func:`empirical_ntk` (host-driven, ``mode="jacobian"``): per-example Jacobians (``jax.jacrev`` of
   one example's outputs, ``jax.vmap``-ed over a chunk of ``chunk_size`` examples), contracted block by
   block, Θ[i, j] = Σ_leaves J_i J_jᵀ. The rows are walked a panel of ``panel_chunks`` chunks at a
-  time (at most :data:`PANEL_NUMBERS` Jacobian numbers, computed once and held), each panel
+  time (at most ``PANEL_NUMBERS`` Jacobian numbers, computed once and held), each panel
   contracted with one column chunk at a time, so that the column chunks' Jacobians are recomputed
   once per panel, not once per row chunk. Memory on the device is about (panel_chunks +
   1)·chunk_size·O·P numbers plus the kernel; for ``x2=None`` only the panels' blocks right of the
@@ -328,7 +328,7 @@ def empirical_ntk(
       chunk_size: examples per chunk; ``None`` picks the largest chunk with chunk·O·P ≤ 2**26.
       mode: ``"jacobian"`` or ``"ntvp"``.
       panel_chunks: chunks per panel (``mode="jacobian"``); ``None``: as many as hold at most
-        :data:`PANEL_NUMBERS` numbers, at least one.
+        ``PANEL_NUMBERS`` numbers, at least one.
 
     Returns:
       Θ̂ of shape (N₁·O, N₂·O), example-major (row n·O + o is output o of example n), in the
