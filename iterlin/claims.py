@@ -15,9 +15,10 @@ Each notebook ends with one table built from :class:`Claim` rows::
   ``rule`` written in the row: a claim about an absolute number of the paper (82.3 %) cannot hold at
   the smoke scale's few images and steps, and says so instead of "no".
 * Every comparison of two accuracies goes through ONE noise rule (:func:`difference`, then
-  :func:`on_par` or :func:`exceeds`): an interval of two standard errors around the difference Δ,
-  combining the seed-to-seed spread and the test set's noise (paired on the same test images when
-  the runs' predictions are known). "Better" holds when the interval excludes 0; "on par within t"
+  :func:`on_par` or :func:`exceeds`): a 95 % Student's t interval around the difference Δ, whose
+  standard error combines the seed-to-seed spread and the test set's noise (paired on the same test
+  images when the runs' predictions are known), with the Welch–Satterthwaite degrees of freedom of
+  that combination (few seeds: wide; :class:`Difference`). "Better" holds when the interval excludes 0; "on par within t"
   holds when the interval lies inside ±t, fails when it lies wholly outside, and is otherwise
   ``"undecided"`` (an equivalence test: not seeing a difference is not evidence of none).
 * A diverged run (a NaN or exploding loss, see :func:`iterlin.training.commit_step`) is a result:
@@ -67,6 +68,7 @@ __all__ = [
     "on_par",
     "exceeds",
     "seed_interval",
+    "t_quantile",
     "all_verdicts",
     "final_difference",
     "beyond",
@@ -319,10 +321,15 @@ ON_PAR = 0.02
 class Difference(NamedTuple):
     """Δ = mean over seeds of (accuracy of B − accuracy of A), and its standard error.
 
-    ``se`` combines the seed-to-seed spread of the per-seed differences (var/S, when S ≥ 2) and the
-    test set's sampling noise (paired: the variance over test images of the per-image difference
-    in correctness, averaged over seeds, / n; unpaired: two independent binomials). ``lo``/``hi``:
-    Δ ∓ 2·se.
+    ``se`` combines the seed-to-seed spread of the per-seed differences (v_seed = var/S, when S ≥ 2)
+    and the test set's sampling noise (v_test: paired, the variance over test images of the
+    per-image difference in correctness, averaged over seeds, / n; unpaired, two independent
+    binomials). ``df``: the degrees of freedom of se², by Welch–Satterthwaite with the seed term's
+    S − 1 and the test term's ∞: df = (v_seed + v_test)² / (v_seed²/(S − 1)) (∞ when v_seed = 0);
+    ``None`` when they are unknown, for one seed (the seed term cannot be estimated, and
+    :func:`difference` leaves it out) or a Difference built by hand without them.
+    ``lo``/``hi``: Δ ∓ q·se with q = :attr:`quantile`: the 0.975 quantile of Student's t with
+    ``df`` degrees of freedom (a 95 % interval; t(1) = 12.7, t(∞) = 1.96), or 2 when df is None.
     """
 
     delta: float
@@ -330,30 +337,51 @@ class Difference(NamedTuple):
     n_seeds: int
     n_test: int
     paired: bool
+    df: float | None = None
+
+    @property
+    def quantile(self) -> float:
+        """The interval's half-width in standard errors: t_{0.975}(df), or 2 when ``df`` is None."""
+        return 2.0 if self.df is None else t_quantile(self.df)
 
     @property
     def lo(self) -> float:
-        return self.delta - 2.0 * self.se
+        return self.delta - self.quantile * self.se
 
     @property
     def hi(self) -> float:
-        return self.delta + 2.0 * self.se
+        return self.delta + self.quantile * self.se
+
+    def interval_name(self) -> str:
+        """``95 % t interval`` (``df`` known) or ``2 s.e. interval`` (one seed: test noise only)."""
+        return "2 s.e. interval" if self.df is None else "95 % t interval"
 
     def describe(self) -> str:
-        """``Δ +0.4 pts, 2 s.e. interval [−1.2, +2.0] (3 seeds, 932 paired test images)``."""
-        return (f"Δ {_signed(100 * self.delta)} pts, 2 s.e. interval [{_signed(100 * self.lo)}, "
+        """``Δ +0.4 pts, 95 % t interval [−1.2, +2.0] (3 seeds, 932 paired test images)``; with one
+        seed ``…, 2 s.e. interval […] (1 seed: test noise only, …)``."""
+        return (f"Δ {_signed(100 * self.delta)} pts, {self.interval_name()} [{_signed(100 * self.lo)}, "
                 f"{_signed(100 * self.hi)}] ({self.counts()})")
 
     def short(self) -> str:
-        """``Δ +0.4 [−1.2, +2.0]``: Δ and its 2 s.e. interval in points, for rows that list many
-        differences (:meth:`counts` then goes once into the rule)."""
+        """``Δ +0.4 [−1.2, +2.0]``: Δ and its interval (:meth:`interval_name`) in points, for rows
+        that list many differences (:meth:`counts` then goes once into the rule)."""
         return f"Δ {_signed(100 * self.delta)} [{_signed(100 * self.lo)}, {_signed(100 * self.hi)}]"
 
     def counts(self) -> str:
         """``3 seeds, 932 paired test images``: what the interval was estimated from."""
         kind = "paired" if self.paired else "unpaired"
         seeds = f"{self.n_seeds} seed{'s' if self.n_seeds != 1 else ''}"
+        if self.n_seeds == 1 and self.df is None:
+            seeds += ": test noise only, no seed spread"
         return f"{seeds}, {self.n_test} {kind} test images"
+
+
+def t_quantile(df: float, p: float = 0.975) -> float:
+    """The ``p`` quantile of Student's t with ``df`` > 0 degrees of freedom (the normal's for ∞)."""
+    from scipy import stats
+
+    df = float(df)
+    return float(stats.norm.ppf(p) if math.isinf(df) else stats.t.ppf(p, df))
 
 
 def _signed(x: float) -> str:
@@ -376,8 +404,10 @@ def difference(acc_a, acc_b, *, n_test: int, correct_a=None, correct_b=None, tes
       test_var: the test-set variance of Δ when the caller knows it better (e.g. a difference of
         two gains, four accuracies: Fig. 5); replaces both formulas above.
 
-    The seed term is Var_s(Δ_s)/S (sample variance, S ≥ 2; with one seed it cannot be estimated and
-    is 0, which :meth:`Difference.describe` makes visible by the seed count).
+    The seed term is Var_s(Δ_s)/S (sample variance, S ≥ 2), and the interval is Student's t with
+    the Welch–Satterthwaite df of seed + test variance (:class:`Difference`). With one seed the seed
+    term cannot be estimated: it is 0 and the interval is ±2 s.e. of the test noise alone, which
+    :meth:`Difference.describe` states (``1 seed: test noise only``).
     """
     a = np.atleast_1d(np.asarray(acc_a, np.float64))
     b = np.atleast_1d(np.asarray(acc_b, np.float64))
@@ -403,7 +433,13 @@ def difference(acc_a, acc_b, *, n_test: int, correct_a=None, correct_b=None, tes
     else:
         p = min(max(float(np.mean(np.concatenate([a, b]))), 0.05), 0.95)
         test_var = 2.0 * p * (1.0 - p) / n
-    return Difference(float(d.mean()), math.sqrt(seed_var + test_var), S, n, paired)
+    if S == 1:
+        df = None
+    elif seed_var > 0:
+        df = (seed_var + test_var) ** 2 / (seed_var**2 / (S - 1))
+    else:
+        df = math.inf
+    return Difference(float(d.mean()), math.sqrt(seed_var + test_var), S, n, paired, df)
 
 
 def on_par(diff: Difference, tol: float) -> str:
@@ -459,17 +495,21 @@ def _runs_difference(acc, correct, ia, ib, *, n_test: int) -> Difference:
 
 def seed_interval(values) -> tuple[float, float, float, float]:
     """``(mean, se, lo, hi)`` over seeds of (S,) values (a ratio, a distance, one per seed): the
-    mean, its standard error std(ddof=1)/√S and the 2 s.e. interval [mean − 2 se, mean + 2 se];
+    mean, its standard error std(ddof=1)/√S and the 95 % Student's t interval
+    [mean − q se, mean + q se], q = t_{0.975}(S − 1) (:func:`t_quantile`; 12.7 for two seeds);
     se, lo and hi are NaN for one seed (no spread to estimate)."""
     v = np.atleast_1d(np.asarray(values, np.float64))
     m = float(v.mean())
-    se = float(np.std(v, ddof=1) / math.sqrt(v.size)) if v.size > 1 else math.nan
-    return m, se, m - 2 * se, m + 2 * se
+    if v.size < 2:
+        return m, math.nan, math.nan, math.nan
+    se = float(np.std(v, ddof=1) / math.sqrt(v.size))
+    q = t_quantile(v.size - 1)
+    return m, se, m - q * se, m + q * se
 
 
 def beyond(values, threshold: float, *, above: bool) -> str:
     """Whether a quantity measured once per seed lies above (``above=True``) or below a threshold:
-    ``"yes"`` when the 2 s.e. interval of :func:`seed_interval` lies strictly on that side, ``"no"``
+    ``"yes"`` when the 95 % t interval of :func:`seed_interval` lies strictly on that side, ``"no"``
     when it lies wholly on the other side (touching the threshold counts as the other side), else
     :data:`UNDECIDED` (it straddles the threshold, or one seed gives no interval). A non-finite
     value is ``"no"``."""
@@ -486,12 +526,12 @@ def beyond(values, threshold: float, *, above: bool) -> str:
 
 #: The rule column of every on-par row (:func:`on_par`).
 def on_par_rule(tol: float) -> str:
-    return (f"on par: the 2 s.e. interval of Δ (seeds and test images) inside ±{num(100 * tol, 0)} pts; "
+    return (f"on par: the 95 % t interval of Δ (seeds and test images) inside ±{num(100 * tol, 0)} pts; "
             f"'no' when wholly outside; else undecided")
 
 
 #: The rule column of every better/worse row (:func:`exceeds`).
-EXCEEDS_RULE = "better: the 2 s.e. interval of Δ (seeds and test images) excludes 0; undecided when it holds 0"
+EXCEEDS_RULE = "better: the 95 % t interval of Δ (seeds and test images) excludes 0; undecided when it holds 0"
 
 
 def two_se(p: float, n: int, *, diff: bool = False) -> float:
