@@ -43,6 +43,7 @@ import numpy as np
 
 from .cache import repo_root
 from .checkpoint import atomic_write_bytes
+from .stability import block_loss_rise
 
 __all__ = [
     "Claim",
@@ -77,6 +78,7 @@ __all__ = [
     "divergence_row",
     "divergence_claim",
     "EXPLODING",
+    "BLOCK_RISE",
     "exploded_runs",
     "run_label",
     "on_par_claim",
@@ -558,17 +560,36 @@ def _fmt_lr(v: float) -> str:
 EXPLODING = 10.0
 
 
-def divergence_row(bad: Iterable[str], exploded: Iterable[str] = ()) -> Claim:
-    """The row reporting diverged runs, each described by a string (e.g. ``"K=5 at step 12"``), and
-    finite runs whose loss exploded (e.g. ``"K=5: training loss 2.4 → 8.2e+04 at step 100"``)."""
-    bad, exploded = list(bad), list(exploded)
+#: The relative rise of the linear model's training loss inside one linearisation block beyond
+#: which the block counts as unstable (:func:`iterlin.stability.block_loss_rise`): that loss is
+#: convex in θ, so a rise beyond SGD's noise means the step was too large for that linearisation.
+BLOCK_RISE = 0.1
+
+
+def divergence_row(bad: Iterable[str], exploded: Iterable[str] = (), rose: Iterable[str] = (),
+                   jumped: Iterable[str] = ()) -> Claim:
+    """The row reporting diverged runs, each described by a string (e.g. ``"K=5 at step 12"``),
+    finite runs whose loss exploded (e.g. ``"K=5: training loss 2.4 → 8.2e+04 at step 100"``), and
+    runs whose linear model's training loss rose inside a block (e.g. ``"K=50: 1.73 → 2.19 at step
+    375 (unstable: η above 2/λ_max(θ_s) from step 300)"``), and runs with K > 1 whose network's
+    training loss rose between two evaluations (``jumped``: where no evaluation falls inside a block).
+    Any of them makes the row "no"."""
+    bad, exploded, rose, jumped = list(bad), list(exploded), list(rose), list(jumped)
     parts = ["diverged: " + "; ".join(bad)] if bad else []
     if exploded:
         parts.append(f"loss exploded (finite, above {EXPLODING:g}× its value at step 0): " + "; ".join(exploded))
+    if rose:
+        parts.append(f"the linear model's training loss rose inside a block (by over {BLOCK_RISE:.0%}): "
+                     + "; ".join(rose))
+    if jumped:
+        parts.append(f"the training loss of a large-K run rose between evaluations (by over {BLOCK_RISE:.0%}, "
+                     "across re-linearisations): " + "; ".join(jumped))
     return Claim(
         "every run stays finite (no NaN or exploding loss)", "no divergence reported",
         "; ".join(parts) if parts else "none diverged",
-        verdict(not parts), "a diverged run is frozen at its last finite state and plotted with a cross",
+        verdict(not parts), "a diverged run is frozen at its last finite state and plotted with a cross; a run "
+        f"whose linear model's loss rose inside a block, or a large-K run whose loss rose between evaluations, "
+        f"by over {BLOCK_RISE:.0%}, is 'no'",
     )
 
 
@@ -609,21 +630,84 @@ def divergence_claim(histories: Mapping[str, Mapping], label: Callable | None = 
     ``"<panel>: <label> at step <t>"`` (the panel only when ``prefix`` and there are several),
     ``label(panel, history, i) -> str`` naming run ``i`` (default :func:`run_label`); and each run
     that stayed finite but whose ``net_train_loss`` (R, E) rose above :data:`EXPLODING` times its
-    value at the first evaluation, with that value, its largest and the step of the largest."""
+    value at the first evaluation, with that value, its largest and the step of the largest; and
+    each run whose linear model's training loss (``lin_train_loss`` (R, E), blocks by ``n_relin``)
+    rose inside a block by over :data:`BLOCK_RISE` (:func:`iterlin.stability.block_loss_rise`).
+    Where a history records the sharpness (``lr_over_bound`` (R, E),
+    :func:`iterlin.stability.sharpness_recorder`), each failing run says whether η was above
+    2/λ_max(θ_s) before it failed ("unstable: η above 2/λ_max(θ_s) from step t") or not."""
     label = run_label if label is None else label
-    bad, exploded = [], []
+    bad, exploded, rose, jumped = [], [], [], []
     for panel, h in histories.items():
         div, at = np.atleast_1d(np.asarray(h["diverged"], bool)), np.atleast_1d(h["diverged_step"])
         where = f"{panel}: " if prefix and len(histories) > 1 else ""
+        unstable = _unstable_note(h)
         for i in np.flatnonzero(div):
-            bad.append(f"{where}{label(panel, h, i)} at step {int(at[i])}")
+            bad.append(f"{where}{label(panel, h, i)} at step {int(at[i])}{unstable(i, int(at[i]))}")
         boom = exploded_runs(h)
         if boom.any():
             first, peak, at_peak = _loss_peaks(h)
             for i in np.flatnonzero(boom):
+                t = int(np.asarray(h['step'])[at_peak[i]])
                 exploded.append(f"{where}{label(panel, h, i)}: training loss {first[i]:.3g} → {peak[i]:.3g} "
-                                f"at step {int(np.asarray(h['step'])[at_peak[i]])}")
-    return divergence_row(bad, exploded)
+                                f"at step {t}{unstable(i, t)}")
+        risen = _block_rises(h)
+        if risen is not None:
+            up, low, peak, t_up = risen
+            for i in np.flatnonzero(up & ~div & ~boom):
+                rose.append(f"{where}{label(panel, h, i)}: {low[i]:.3g} → {peak[i]:.3g} at step {int(t_up[i])}"
+                            f"{unstable(i, int(t_up[i]))}")
+            done = up | div | boom
+        else:
+            done = div | boom
+        for i, low, peak, t_up in _net_rises(h, done):
+            jumped.append(f"{where}{label(panel, h, i)}: {low:.3g} → {peak:.3g} at step {t_up}{unstable(i, t_up)}")
+    return divergence_row(bad, exploded, rose, jumped)
+
+
+def _net_rises(h: Mapping, skip) -> list:
+    """``[(i, low, peak, step)]``: the runs with K > 1 (not in ``skip``) whose ``net_train_loss``
+    rose by over :data:`BLOCK_RISE` from one evaluation to the next, the first such rise each. For
+    histories that evaluate at most once per linearisation block, where :func:`_block_rises` cannot
+    see inside a block; K = 1 (the reference SGD) is not judged."""
+    loss = np.asarray(h.get("net_train_loss", ()), np.float64)
+    K = np.asarray(h.get("K", ()), np.float64)
+    if loss.ndim != 2 or loss.shape[1] < 2 or K.shape != (loss.shape[0],) or loss.shape[0] != np.size(skip):
+        return []
+    steps, out = np.asarray(h["step"]), []
+    for i in np.flatnonzero((K > 1) & ~np.asarray(skip)):
+        up = np.flatnonzero(loss[i, 1:] > (1.0 + BLOCK_RISE) * loss[i, :-1])
+        if up.size:
+            e = int(up[0]) + 1
+            out.append((int(i), float(loss[i, e - 1]), float(loss[i, e]), int(steps[e])))
+    return out
+
+
+def _block_rises(h: Mapping):
+    """:func:`iterlin.stability.block_loss_rise` of a sweep history, (R,) each; None without
+    ``lin_train_loss`` and ``n_relin`` of shape (R, E)."""
+    loss, relin = np.asarray(h.get("lin_train_loss", ())), np.asarray(h.get("n_relin", ()))
+    if loss.ndim != 2 or loss.shape != relin.shape or loss.shape[0] != np.size(h["diverged"]):
+        return None
+    return block_loss_rise(h, rtol=BLOCK_RISE)
+
+
+def _unstable_note(h: Mapping) -> Callable[[int, int], str]:
+    """``note(i, t)``: for run i failing at step t, ``" (unstable: η above 2/λ_max(θ_s) from step s)"``
+    when the history's sharpness record (``lr_over_bound``) exceeded 1 at a step s ≤ t,
+    ``" (η under 2/λ_max(θ_s) at every recorded step up to t)"`` when it did not; ``""`` without a record."""
+    ratio = np.asarray(h.get("lr_over_bound", ()), np.float64)
+    if ratio.ndim != 2 or ratio.shape[0] != np.size(h["diverged"]):
+        return lambda i, t: ""
+    steps = np.asarray(h["step"])
+
+    def note(i: int, t: int) -> str:
+        over = np.flatnonzero((ratio[i] > 1.0) & (steps <= t))
+        if over.size:
+            return f" (unstable: η above 2/λ_max(θ_s) from step {int(steps[over[0]])})"
+        return f" (η under 2/λ_max(θ_s) at every recorded step up to {t})"
+
+    return note
 
 
 def runs_of(h: Mapping, K: float, lr: float | None = None) -> np.ndarray:

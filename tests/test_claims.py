@@ -179,13 +179,49 @@ def test_divergence_claim_names_runs():
     assert exploded_runs(mild).tolist() == [False, False] and exploded_runs(ok).tolist() == [False, False]
     stopped = dict(boom, diverged=np.array([False, True]))  # stopped by the guard: diverged, not "exploded"
     assert exploded_runs(stopped).tolist() == [False, False]
-    assert divergence_claim({"runs": mild}) == divergence_row([])
+    mild_row = divergence_claim({"runs": mild})  # not exploded, but a large-K loss that rose between evaluations
+    assert mild_row.holds == "no" and "exploded" not in mild_row.measured and mild_row.measured.endswith(
+        "rose between evaluations (by over 10%, across re-linearisations): K=5, lr=0.1: 2.4 → 20 at step 25")
     both = divergence_claim({"a": h, "b": boom})
     assert both.measured.startswith("diverged: a: K=5, lr=0.0005 at step 7; a: K=∞, lr=0.2 at step 7; loss exploded")
     assert both.measured.endswith("b: K=5, lr=0.1: training loss 2.4 → 8.2e+04 at step 50")
     # a label of the caller's, and no panel prefix
     row = divergence_claim({"full": ok, "mini": h}, lambda panel, hist, i: f"{panel} run {i}", prefix=False)
     assert row.measured == "diverged: mini run 1 at step 7; mini run 2 at step 7"
+
+
+def test_divergence_claim_block_rise_and_the_sharpness_record():
+    # K = 1 and K = 2 over 4 evaluations; K = 2's linear model loss rises 1.5 → 2.2 inside block 1
+    h = fake_history([1, 2], 0.1, 6, [0.4] * 2, n_evals=3)
+    h["n_relin"] = np.array([[0, 2, 4, 6], [0, 1, 1, 3]])
+    h["lin_train_loss"] = np.array([[2.3, 1.9, 1.6, 1.4], [2.3, 1.5, 2.2, 1.4]])
+    row = divergence_claim({"runs": h})
+    assert row.holds == "no" and row.measured == (
+        "the linear model's training loss rose inside a block (by over 10%): K=2, lr=0.1: 1.5 → 2.2 at step 4")
+    # with a sharpness record: the rise is called unstable when η crossed 2/λ_max before it
+    rec = dict(h, lr_over_bound=np.array([[0.1, 0.5, 0.9, 1.2], [0.1, 0.7, 1.1, 0.9]]))
+    assert divergence_claim({"runs": rec}).measured.endswith(
+        "K=2, lr=0.1: 1.5 → 2.2 at step 4 (unstable: η above 2/λ_max(θ_s) from step 4)")
+    under = dict(h, lr_over_bound=np.array([[0.1, 0.5, 0.9, 1.2], [0.1, 0.7, 0.8, 1.3]]))
+    assert divergence_claim({"runs": under}).measured.endswith(
+        "at step 4 (η under 2/λ_max(θ_s) at every recorded step up to 4)")
+    # a diverged run is named once, with the record
+    div = dict(rec, diverged=np.array([False, True]), diverged_step=np.array([-1, 5]))
+    assert divergence_claim({"runs": div}).measured == (
+        "diverged: K=2, lr=0.1 at step 5 (unstable: η above 2/λ_max(θ_s) from step 4)")
+    # within the noise allowance (+10 %), and old histories without a record or a lin loss: unchanged
+    small = dict(h, lin_train_loss=np.array([[2.3, 1.9, 1.6, 1.4], [2.3, 1.5, 1.6, 1.4]]))
+    assert divergence_claim({"runs": small}) == divergence_row([])
+    assert divergence_claim({"runs": fake_history([1, 2], 0.1, 6, [0.4] * 2)}) == divergence_row([])
+    # one evaluation per block (as the committed runs): the network's loss rising between evaluations
+    # of a K > 1 run counts (K = 1, the reference SGD, is not judged), with the record's note
+    across = fake_history([1, 2], 0.1, 6, [0.4] * 2, n_evals=3)
+    across["net_train_loss"] = np.array([[2.3, 1.9, 2.2, 1.4], [2.3, 1.7, 1.6, 2.9]])
+    across["lr_over_bound"] = np.array([[0.1, 0.5, 0.9, 1.2], [0.1, 0.7, 1.1, 0.9]])
+    row = divergence_claim({"runs": across})
+    assert row.holds == "no" and row.measured == (
+        "the training loss of a large-K run rose between evaluations (by over 10%, across re-linearisations): "
+        "K=2, lr=0.1: 1.6 → 2.9 at step 6 (unstable: η above 2/λ_max(θ_s) from step 4)")
 
 
 def test_divergence_claim_prints_small_learning_rates():

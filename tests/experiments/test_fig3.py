@@ -32,7 +32,7 @@ def test_claims_rules():
     rows = _rows([0.40, 0.395])
     assert [r.holds for r in rows] == ["yes", NA, "yes", "yes"]
     assert rows[0].measured == ("K=1: 40.0 %; K=5 (10 re-linearisations): 39.5 %; Δ -0.5 pts, 2 s.e. interval "
-                                "[-0.9, -0.1] (1 seed, 100000 unpaired test images)")
+                                "[-0.9, -0.1] (1 seed: test noise only, no seed spread, 100000 unpaired test images)")
     assert rows[2].measured == "10 re-linearisations (K=5)"
     assert [r.holds for r in _rows([0.40, 0.37], scale="paper")] == ["no", "no", "no", "yes"]
 
