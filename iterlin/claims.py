@@ -43,7 +43,7 @@ import numpy as np
 
 from .cache import repo_root
 from .checkpoint import atomic_write_bytes
-from .stability import block_loss_rise
+from .stability import block_loss_rise, first_unstable_step
 
 __all__ = [
     "Claim",
@@ -699,12 +699,11 @@ def _unstable_note(h: Mapping) -> Callable[[int, int], str]:
     ratio = np.asarray(h.get("lr_over_bound", ()), np.float64)
     if ratio.ndim != 2 or ratio.shape[0] != np.size(h["diverged"]):
         return lambda i, t: ""
-    steps = np.asarray(h["step"])
+    first = first_unstable_step(h)
 
     def note(i: int, t: int) -> str:
-        over = np.flatnonzero((ratio[i] > 1.0) & (steps <= t))
-        if over.size:
-            return f" (unstable: η above 2/λ_max(θ_s) from step {int(steps[over[0]])})"
+        if 0 <= first[i] <= t:
+            return f" (unstable: η above 2/λ_max(θ_s) from step {int(first[i])})"
         return f" (η under 2/λ_max(θ_s) at every recorded step up to {t})"
 
     return note
