@@ -99,7 +99,7 @@ def test_recorder_in_training_matches_the_dense_eigendecomposition(x64):
 
     apply_fn, params, x, y = tiny_problem()
     seen = []
-    rec = stability.sharpness_recorder(apply_fn, x, y, lr=0.1, iters=2000, rtol=None)
+    rec = stability.sharpness_recorder(apply_fn, x, y, lr=0.1, iters=3000, rtol=1e-14)
 
     def callback(t, state):  # keep θ_s and θ_t to check against
         seen.append((state.params_s, state.params))
@@ -128,7 +128,7 @@ def test_unstable_flag_fires_exactly_above_the_bound_mse(x64, factor):
     apply_fn, params, x, y = tiny_problem(classification=False)
     bound = stability.max_stable_lr(apply_fn, params, x, y, loss="mse", iters=3000)
     lr = factor * bound
-    rec = stability.sharpness_recorder(apply_fn, x, y, lr=lr, loss="mse", iters=3000, rtol=None)
+    rec = stability.sharpness_recorder(apply_fn, x, y, lr=lr, loss="mse", iters=3000, rtol=1e-14)
     _, h = iterlin.train(apply_fn, params, (x, y), K=float("inf"), steps=200, optimizer=optax.sgd(lr), loss="mse",
                          eval_steps=list(range(0, 201, 20)), callback=rec)
     np.testing.assert_allclose(h["lr_over_bound"], factor, rtol=1e-8)
