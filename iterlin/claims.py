@@ -15,9 +15,10 @@ Each notebook ends with one table built from :class:`Claim` rows::
   ``rule`` written in the row: a claim about an absolute number of the paper (82.3 %) cannot hold at
   the smoke scale's few images and steps, and says so instead of "no".
 * Every comparison of two accuracies goes through ONE noise rule (:func:`difference`, then
-  :func:`on_par` or :func:`exceeds`): an interval of two standard errors around the difference Δ,
-  combining the seed-to-seed spread and the test set's noise (paired on the same test images when
-  the runs' predictions are known). "Better" holds when the interval excludes 0; "on par within t"
+  :func:`on_par` or :func:`exceeds`): a 95 % Student's t interval around the difference Δ, whose
+  standard error combines the seed-to-seed spread and the test set's noise (paired on the same test
+  images when the runs' predictions are known), with the Welch–Satterthwaite degrees of freedom of
+  that combination (few seeds: wide; :class:`Difference`). "Better" holds when the interval excludes 0; "on par within t"
   holds when the interval lies inside ±t, fails when it lies wholly outside, and is otherwise
   ``"undecided"`` (an equivalence test: not seeing a difference is not evidence of none).
 * A diverged run (a NaN or exploding loss, see :func:`iterlin.training.commit_step`) is a result:
@@ -43,6 +44,7 @@ import numpy as np
 from .cache import repo_root
 from .checkpoint import atomic_write_bytes
 from .relin import fmt_K
+from .stability import block_loss_rise, first_unstable_step
 
 __all__ = [
     "Claim",
@@ -68,6 +70,7 @@ __all__ = [
     "on_par",
     "exceeds",
     "seed_interval",
+    "t_quantile",
     "all_verdicts",
     "final_difference",
     "beyond",
@@ -76,6 +79,7 @@ __all__ = [
     "divergence_row",
     "divergence_claim",
     "EXPLODING",
+    "BLOCK_RISE",
     "exploded_runs",
     "run_label",
     "on_par_claim",
@@ -337,10 +341,15 @@ ON_PAR = 0.02
 class Difference(NamedTuple):
     """Δ = mean over seeds of (accuracy of B − accuracy of A), and its standard error.
 
-    ``se`` combines the seed-to-seed spread of the per-seed differences (var/S, when S ≥ 2) and the
-    test set's sampling noise (paired: the variance over test images of the per-image difference
-    in correctness, averaged over seeds, / n; unpaired: two independent binomials). ``lo``/``hi``:
-    Δ ∓ 2·se.
+    ``se`` combines the seed-to-seed spread of the per-seed differences (v_seed = var/S, when S ≥ 2)
+    and the test set's sampling noise (v_test: paired, the variance over test images of the
+    per-image difference in correctness, averaged over seeds, / n; unpaired, two independent
+    binomials). ``df``: the degrees of freedom of se², by Welch–Satterthwaite with the seed term's
+    S − 1 and the test term's ∞: df = (v_seed + v_test)² / (v_seed²/(S − 1)) (∞ when v_seed = 0);
+    ``None`` when they are unknown, for one seed (the seed term cannot be estimated, and
+    :func:`difference` leaves it out) or a Difference built by hand without them.
+    ``lo``/``hi``: Δ ∓ q·se with q = :attr:`quantile`: the 0.975 quantile of Student's t with
+    ``df`` degrees of freedom (a 95 % interval; t(1) = 12.7, t(∞) = 1.96), or 2 when df is None.
     """
 
     delta: float
@@ -348,30 +357,51 @@ class Difference(NamedTuple):
     n_seeds: int
     n_test: int
     paired: bool
+    df: float | None = None
+
+    @property
+    def quantile(self) -> float:
+        """The interval's half-width in standard errors: t_{0.975}(df), or 2 when ``df`` is None."""
+        return 2.0 if self.df is None else t_quantile(self.df)
 
     @property
     def lo(self) -> float:
-        return self.delta - 2.0 * self.se
+        return self.delta - self.quantile * self.se
 
     @property
     def hi(self) -> float:
-        return self.delta + 2.0 * self.se
+        return self.delta + self.quantile * self.se
+
+    def interval_name(self) -> str:
+        """``95 % t interval`` (``df`` known) or ``2 s.e. interval`` (one seed: test noise only)."""
+        return "2 s.e. interval" if self.df is None else "95 % t interval"
 
     def describe(self) -> str:
-        """``Δ +0.4 pts, 2 s.e. interval [−1.2, +2.0] (3 seeds, 932 paired test images)``."""
-        return (f"Δ {_signed(100 * self.delta)} pts, 2 s.e. interval [{_signed(100 * self.lo)}, "
+        """``Δ +0.4 pts, 95 % t interval [−1.2, +2.0] (3 seeds, 932 paired test images)``; with one
+        seed ``…, 2 s.e. interval […] (1 seed: test noise only, …)``."""
+        return (f"Δ {_signed(100 * self.delta)} pts, {self.interval_name()} [{_signed(100 * self.lo)}, "
                 f"{_signed(100 * self.hi)}] ({self.counts()})")
 
     def short(self) -> str:
-        """``Δ +0.4 [−1.2, +2.0]``: Δ and its 2 s.e. interval in points, for rows that list many
-        differences (:meth:`counts` then goes once into the rule)."""
+        """``Δ +0.4 [−1.2, +2.0]``: Δ and its interval (:meth:`interval_name`) in points, for rows
+        that list many differences (:meth:`counts` then goes once into the rule)."""
         return f"Δ {_signed(100 * self.delta)} [{_signed(100 * self.lo)}, {_signed(100 * self.hi)}]"
 
     def counts(self) -> str:
         """``3 seeds, 932 paired test images``: what the interval was estimated from."""
         kind = "paired" if self.paired else "unpaired"
         seeds = f"{self.n_seeds} seed{'s' if self.n_seeds != 1 else ''}"
+        if self.n_seeds == 1 and self.df is None:
+            seeds += ": test noise only, no seed spread"
         return f"{seeds}, {self.n_test} {kind} test images"
+
+
+def t_quantile(df: float, p: float = 0.975) -> float:
+    """The ``p`` quantile of Student's t with ``df`` > 0 degrees of freedom (the normal's for ∞)."""
+    from scipy import stats
+
+    df = float(df)
+    return float(stats.norm.ppf(p) if math.isinf(df) else stats.t.ppf(p, df))
 
 
 def _signed(x: float) -> str:
@@ -394,8 +424,10 @@ def difference(acc_a, acc_b, *, n_test: int, correct_a=None, correct_b=None, tes
       test_var: the test-set variance of Δ when the caller knows it better (e.g. a difference of
         two gains, four accuracies: Fig. 5); replaces both formulas above.
 
-    The seed term is Var_s(Δ_s)/S (sample variance, S ≥ 2; with one seed it cannot be estimated and
-    is 0, which :meth:`Difference.describe` makes visible by the seed count).
+    The seed term is Var_s(Δ_s)/S (sample variance, S ≥ 2), and the interval is Student's t with
+    the Welch–Satterthwaite df of seed + test variance (:class:`Difference`). With one seed the seed
+    term cannot be estimated: it is 0 and the interval is ±2 s.e. of the test noise alone, which
+    :meth:`Difference.describe` states (``1 seed: test noise only``).
     """
     a = np.atleast_1d(np.asarray(acc_a, np.float64))
     b = np.atleast_1d(np.asarray(acc_b, np.float64))
@@ -421,7 +453,13 @@ def difference(acc_a, acc_b, *, n_test: int, correct_a=None, correct_b=None, tes
     else:
         p = min(max(float(np.mean(np.concatenate([a, b]))), 0.05), 0.95)
         test_var = 2.0 * p * (1.0 - p) / n
-    return Difference(float(d.mean()), math.sqrt(seed_var + test_var), S, n, paired)
+    if S == 1:
+        df = None
+    elif seed_var > 0:
+        df = (seed_var + test_var) ** 2 / (seed_var**2 / (S - 1))
+    else:
+        df = math.inf
+    return Difference(float(d.mean()), math.sqrt(seed_var + test_var), S, n, paired, df)
 
 
 def on_par(diff: Difference, tol: float) -> str:
@@ -477,17 +515,21 @@ def _runs_difference(acc, correct, ia, ib, *, n_test: int) -> Difference:
 
 def seed_interval(values) -> tuple[float, float, float, float]:
     """``(mean, se, lo, hi)`` over seeds of (S,) values (a ratio, a distance, one per seed): the
-    mean, its standard error std(ddof=1)/√S and the 2 s.e. interval [mean − 2 se, mean + 2 se];
+    mean, its standard error std(ddof=1)/√S and the 95 % Student's t interval
+    [mean − q se, mean + q se], q = t_{0.975}(S − 1) (:func:`t_quantile`; 12.7 for two seeds);
     se, lo and hi are NaN for one seed (no spread to estimate)."""
     v = np.atleast_1d(np.asarray(values, np.float64))
     m = float(v.mean())
-    se = float(np.std(v, ddof=1) / math.sqrt(v.size)) if v.size > 1 else math.nan
-    return m, se, m - 2 * se, m + 2 * se
+    if v.size < 2:
+        return m, math.nan, math.nan, math.nan
+    se = float(np.std(v, ddof=1) / math.sqrt(v.size))
+    q = t_quantile(v.size - 1)
+    return m, se, m - q * se, m + q * se
 
 
 def beyond(values, threshold: float, *, above: bool) -> str:
     """Whether a quantity measured once per seed lies above (``above=True``) or below a threshold:
-    ``"yes"`` when the 2 s.e. interval of :func:`seed_interval` lies strictly on that side, ``"no"``
+    ``"yes"`` when the 95 % t interval of :func:`seed_interval` lies strictly on that side, ``"no"``
     when it lies wholly on the other side (touching the threshold counts as the other side), else
     :data:`UNDECIDED` (it straddles the threshold, or one seed gives no interval). A non-finite
     value is ``"no"``."""
@@ -504,12 +546,12 @@ def beyond(values, threshold: float, *, above: bool) -> str:
 
 #: The rule column of every on-par row (:func:`on_par`).
 def on_par_rule(tol: float) -> str:
-    return (f"on par: the 2 s.e. interval of Δ (seeds and test images) inside ±{num(100 * tol, 0)} pts; "
+    return (f"on par: the 95 % t interval of Δ (seeds and test images) inside ±{num(100 * tol, 0)} pts; "
             f"'no' when wholly outside; else undecided")
 
 
 #: The rule column of every better/worse row (:func:`exceeds`).
-EXCEEDS_RULE = "better: the 2 s.e. interval of Δ (seeds and test images) excludes 0; undecided when it holds 0"
+EXCEEDS_RULE = "better: the 95 % t interval of Δ (seeds and test images) excludes 0; undecided when it holds 0"
 
 
 def two_se(p: float, n: int, *, diff: bool = False) -> float:
@@ -536,17 +578,36 @@ def _fmt_lr(v: float) -> str:
 EXPLODING = 10.0
 
 
-def divergence_row(bad: Iterable[str], exploded: Iterable[str] = ()) -> Claim:
-    """The row reporting diverged runs, each described by a string (e.g. ``"K=5 at step 12"``), and
-    finite runs whose loss exploded (e.g. ``"K=5: training loss 2.4 → 8.2e+04 at step 100"``)."""
-    bad, exploded = list(bad), list(exploded)
+#: The relative rise of the linear model's training loss inside one linearisation block beyond
+#: which the block counts as unstable (:func:`iterlin.stability.block_loss_rise`): that loss is
+#: convex in θ, so a rise beyond SGD's noise means the step was too large for that linearisation.
+BLOCK_RISE = 0.1
+
+
+def divergence_row(bad: Iterable[str], exploded: Iterable[str] = (), rose: Iterable[str] = (),
+                   jumped: Iterable[str] = ()) -> Claim:
+    """The row reporting diverged runs, each described by a string (e.g. ``"K=5 at step 12"``),
+    finite runs whose loss exploded (e.g. ``"K=5: training loss 2.4 → 8.2e+04 at step 100"``), and
+    runs whose linear model's training loss rose inside a block (e.g. ``"K=50: 1.73 → 2.19 at step
+    375 (unstable: η above 2/λ_max(θ_s) from step 300)"``), and runs with K > 1 whose network's
+    training loss rose between two evaluations (``jumped``: where no evaluation falls inside a block).
+    Any of them makes the row "no"."""
+    bad, exploded, rose, jumped = list(bad), list(exploded), list(rose), list(jumped)
     parts = ["diverged: " + "; ".join(bad)] if bad else []
     if exploded:
         parts.append(f"loss exploded (finite, above {EXPLODING:g}× its value at step 0): " + "; ".join(exploded))
+    if rose:
+        parts.append(f"the linear model's training loss rose inside a block (by over {BLOCK_RISE:.0%}): "
+                     + "; ".join(rose))
+    if jumped:
+        parts.append(f"the training loss of a large-K run rose between evaluations (by over {BLOCK_RISE:.0%}, "
+                     "across re-linearisations): " + "; ".join(jumped))
     return Claim(
         "every run stays finite (no NaN or exploding loss)", "no divergence reported",
         "; ".join(parts) if parts else "none diverged",
-        verdict(not parts), "a diverged run is frozen at its last finite state and plotted with a cross",
+        verdict(not parts), "a diverged run is frozen at its last finite state and plotted with a cross; a run "
+        f"whose linear model's loss rose inside a block, or a large-K run whose loss rose between evaluations, "
+        f"by over {BLOCK_RISE:.0%}, is 'no'",
     )
 
 
@@ -587,21 +648,83 @@ def divergence_claim(histories: Mapping[str, Mapping], label: Callable | None = 
     ``"<panel>: <label> at step <t>"`` (the panel only when ``prefix`` and there are several),
     ``label(panel, history, i) -> str`` naming run ``i`` (default :func:`run_label`); and each run
     that stayed finite but whose ``net_train_loss`` (R, E) rose above :data:`EXPLODING` times its
-    value at the first evaluation, with that value, its largest and the step of the largest."""
+    value at the first evaluation, with that value, its largest and the step of the largest; and
+    each run whose linear model's training loss (``lin_train_loss`` (R, E), blocks by ``n_relin``)
+    rose inside a block by over :data:`BLOCK_RISE` (:func:`iterlin.stability.block_loss_rise`).
+    Where a history records the sharpness (``lr_over_bound`` (R, E),
+    :func:`iterlin.stability.sharpness_recorder`), each failing run says whether η was above
+    2/λ_max(θ_s) before it failed ("unstable: η above 2/λ_max(θ_s) from step t") or not."""
     label = run_label if label is None else label
-    bad, exploded = [], []
+    bad, exploded, rose, jumped = [], [], [], []
     for panel, h in histories.items():
         div, at = np.atleast_1d(np.asarray(h["diverged"], bool)), np.atleast_1d(h["diverged_step"])
         where = f"{panel}: " if prefix and len(histories) > 1 else ""
+        unstable = _unstable_note(h)
         for i in np.flatnonzero(div):
-            bad.append(f"{where}{label(panel, h, i)} at step {int(at[i])}")
+            bad.append(f"{where}{label(panel, h, i)} at step {int(at[i])}{unstable(i, int(at[i]))}")
         boom = exploded_runs(h)
         if boom.any():
             first, peak, at_peak = _loss_peaks(h)
             for i in np.flatnonzero(boom):
+                t = int(np.asarray(h['step'])[at_peak[i]])
                 exploded.append(f"{where}{label(panel, h, i)}: training loss {first[i]:.3g} → {peak[i]:.3g} "
-                                f"at step {int(np.asarray(h['step'])[at_peak[i]])}")
-    return divergence_row(bad, exploded)
+                                f"at step {t}{unstable(i, t)}")
+        risen = _block_rises(h)
+        if risen is not None:
+            up, low, peak, t_up = risen
+            for i in np.flatnonzero(up & ~div & ~boom):
+                rose.append(f"{where}{label(panel, h, i)}: {low[i]:.3g} → {peak[i]:.3g} at step {int(t_up[i])}"
+                            f"{unstable(i, int(t_up[i]))}")
+            done = up | div | boom
+        else:
+            done = div | boom
+        for i, low, peak, t_up in _net_rises(h, done):
+            jumped.append(f"{where}{label(panel, h, i)}: {low:.3g} → {peak:.3g} at step {t_up}{unstable(i, t_up)}")
+    return divergence_row(bad, exploded, rose, jumped)
+
+
+def _net_rises(h: Mapping, skip) -> list:
+    """``[(i, low, peak, step)]``: the runs with K > 1 (not in ``skip``) whose ``net_train_loss``
+    rose by over :data:`BLOCK_RISE` from one evaluation to the next, the first such rise each. For
+    histories that evaluate at most once per linearisation block, where :func:`_block_rises` cannot
+    see inside a block; K = 1 (the reference SGD) is not judged."""
+    loss = np.asarray(h.get("net_train_loss", ()), np.float64)
+    K = np.asarray(h.get("K", ()), np.float64)
+    if loss.ndim != 2 or loss.shape[1] < 2 or K.shape != (loss.shape[0],) or loss.shape[0] != np.size(skip):
+        return []
+    steps, out = np.asarray(h["step"]), []
+    for i in np.flatnonzero((K > 1) & ~np.asarray(skip)):
+        up = np.flatnonzero(loss[i, 1:] > (1.0 + BLOCK_RISE) * loss[i, :-1])
+        if up.size:
+            e = int(up[0]) + 1
+            out.append((int(i), float(loss[i, e - 1]), float(loss[i, e]), int(steps[e])))
+    return out
+
+
+def _block_rises(h: Mapping):
+    """:func:`iterlin.stability.block_loss_rise` of a sweep history, (R,) each; None without
+    ``lin_train_loss`` and ``n_relin`` of shape (R, E)."""
+    loss, relin = np.asarray(h.get("lin_train_loss", ())), np.asarray(h.get("n_relin", ()))
+    if loss.ndim != 2 or loss.shape != relin.shape or loss.shape[0] != np.size(h["diverged"]):
+        return None
+    return block_loss_rise(h, rtol=BLOCK_RISE)
+
+
+def _unstable_note(h: Mapping) -> Callable[[int, int], str]:
+    """``note(i, t)``: for run i failing at step t, ``" (unstable: η above 2/λ_max(θ_s) from step s)"``
+    when the history's sharpness record (``lr_over_bound``) exceeded 1 at a step s ≤ t,
+    ``" (η under 2/λ_max(θ_s) at every recorded step up to t)"`` when it did not; ``""`` without a record."""
+    ratio = np.asarray(h.get("lr_over_bound", ()), np.float64)
+    if ratio.ndim != 2 or ratio.shape[0] != np.size(h["diverged"]):
+        return lambda i, t: ""
+    first = first_unstable_step(h)
+
+    def note(i: int, t: int) -> str:
+        if 0 <= first[i] <= t:
+            return f" (unstable: η above 2/λ_max(θ_s) from step {int(first[i])})"
+        return f" (η under 2/λ_max(θ_s) at every recorded step up to {t})"
+
+    return note
 
 
 def runs_of(h: Mapping, K: float, lr: float | None = None) -> np.ndarray:

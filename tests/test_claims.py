@@ -179,13 +179,49 @@ def test_divergence_claim_names_runs():
     assert exploded_runs(mild).tolist() == [False, False] and exploded_runs(ok).tolist() == [False, False]
     stopped = dict(boom, diverged=np.array([False, True]))  # stopped by the guard: diverged, not "exploded"
     assert exploded_runs(stopped).tolist() == [False, False]
-    assert divergence_claim({"runs": mild}) == divergence_row([])
+    mild_row = divergence_claim({"runs": mild})  # not exploded, but a large-K loss that rose between evaluations
+    assert mild_row.holds == "no" and "exploded" not in mild_row.measured and mild_row.measured.endswith(
+        "rose between evaluations (by over 10%, across re-linearisations): K=5, lr=0.1: 2.4 → 20 at step 25")
     both = divergence_claim({"a": h, "b": boom})
     assert both.measured.startswith("diverged: a: K=5, lr=0.0005 at step 7; a: K=∞, lr=0.2 at step 7; loss exploded")
     assert both.measured.endswith("b: K=5, lr=0.1: training loss 2.4 → 8.2e+04 at step 50")
     # a label of the caller's, and no panel prefix
     row = divergence_claim({"full": ok, "mini": h}, lambda panel, hist, i: f"{panel} run {i}", prefix=False)
     assert row.measured == "diverged: mini run 1 at step 7; mini run 2 at step 7"
+
+
+def test_divergence_claim_block_rise_and_the_sharpness_record():
+    # K = 1 and K = 2 over 4 evaluations; K = 2's linear model loss rises 1.5 → 2.2 inside block 1
+    h = fake_history([1, 2], 0.1, 6, [0.4] * 2, n_evals=3)
+    h["n_relin"] = np.array([[0, 2, 4, 6], [0, 1, 1, 3]])
+    h["lin_train_loss"] = np.array([[2.3, 1.9, 1.6, 1.4], [2.3, 1.5, 2.2, 1.4]])
+    row = divergence_claim({"runs": h})
+    assert row.holds == "no" and row.measured == (
+        "the linear model's training loss rose inside a block (by over 10%): K=2, lr=0.1: 1.5 → 2.2 at step 4")
+    # with a sharpness record: the rise is called unstable when η crossed 2/λ_max before it
+    rec = dict(h, lr_over_bound=np.array([[0.1, 0.5, 0.9, 1.2], [0.1, 0.7, 1.1, 0.9]]))
+    assert divergence_claim({"runs": rec}).measured.endswith(
+        "K=2, lr=0.1: 1.5 → 2.2 at step 4 (unstable: η above 2/λ_max(θ_s) from step 4)")
+    under = dict(h, lr_over_bound=np.array([[0.1, 0.5, 0.9, 1.2], [0.1, 0.7, 0.8, 1.3]]))
+    assert divergence_claim({"runs": under}).measured.endswith(
+        "at step 4 (η under 2/λ_max(θ_s) at every recorded step up to 4)")
+    # a diverged run is named once, with the record
+    div = dict(rec, diverged=np.array([False, True]), diverged_step=np.array([-1, 5]))
+    assert divergence_claim({"runs": div}).measured == (
+        "diverged: K=2, lr=0.1 at step 5 (unstable: η above 2/λ_max(θ_s) from step 4)")
+    # within the noise allowance (+10 %), and old histories without a record or a lin loss: unchanged
+    small = dict(h, lin_train_loss=np.array([[2.3, 1.9, 1.6, 1.4], [2.3, 1.5, 1.6, 1.4]]))
+    assert divergence_claim({"runs": small}) == divergence_row([])
+    assert divergence_claim({"runs": fake_history([1, 2], 0.1, 6, [0.4] * 2)}) == divergence_row([])
+    # one evaluation per block (as the committed runs): the network's loss rising between evaluations
+    # of a K > 1 run counts (K = 1, the reference SGD, is not judged), with the record's note
+    across = fake_history([1, 2], 0.1, 6, [0.4] * 2, n_evals=3)
+    across["net_train_loss"] = np.array([[2.3, 1.9, 2.2, 1.4], [2.3, 1.7, 1.6, 2.9]])
+    across["lr_over_bound"] = np.array([[0.1, 0.5, 0.9, 1.2], [0.1, 0.7, 1.1, 0.9]])
+    row = divergence_claim({"runs": across})
+    assert row.holds == "no" and row.measured == (
+        "the training loss of a large-K run rose between evaluations (by over 10%, across re-linearisations): "
+        "K=2, lr=0.1: 1.6 → 2.9 at step 6 (unstable: η above 2/λ_max(θ_s) from step 4)")
 
 
 def test_divergence_claim_prints_small_learning_rates():
@@ -207,8 +243,8 @@ def test_on_par_yes_no():
     row = _on_par([0.40, 0.10, 0.395, 0.20])  # compares K = 20 (the largest finite K), not K = 5 or ∞
     assert row.holds == "yes" and (row.claim, row.paper) == ("c", "p")
     assert row.measured == ("K=1: 40.0 %; K=20 (5 re-linearisations): 39.5 %; Δ -0.5 pts, 2 s.e. interval "
-                            "[-0.9, -0.1] (1 seed, 100000 unpaired test images)")
-    assert row.rule.startswith("on par: the 2 s.e. interval of Δ")
+                            "[-0.9, -0.1] (1 seed: test noise only, no seed spread, 100000 unpaired test images)")
+    assert row.rule.startswith("on par: the 95 % t interval of Δ")
     assert _on_par([0.40, 0.40, 0.43, 0.40]).holds == "no"
     assert _on_par([0.40, 0.40, 0.37, 0.40]).holds == "no"
     assert _on_par([0.40, 0.40, 0.415, 0.40]).holds == "yes"
@@ -238,11 +274,14 @@ def test_difference_combines_seed_spread_and_test_noise():
     p = 0.425
     assert d.delta == pytest.approx(0.05) and d.se == pytest.approx(math.sqrt(2 * p * (1 - p) / 1000))
     assert (d.n_seeds, d.n_test, d.paired) == (1, 1000, False) and d.lo == pytest.approx(d.delta - 2 * d.se)
+    assert d.df is None and d.quantile == 2.0  # one seed: no seed term, ±2 s.e. of the test noise
     # seeds add Var_s(Δ_s)/S
     d2 = difference([0.40, 0.42, 0.44], [0.45, 0.45, 0.50], n_test=1000)
     deltas = np.array([0.05, 0.03, 0.06])
     p2 = np.mean([0.40, 0.42, 0.44, 0.45, 0.45, 0.50])
     assert d2.se == pytest.approx(math.sqrt(deltas.var(ddof=1) / 3 + 2 * p2 * (1 - p2) / 1000))
+    v_seed, v_test = deltas.var(ddof=1) / 3, 2 * p2 * (1 - p2) / 1000
+    assert d2.df == pytest.approx((v_seed + v_test) ** 2 / (v_seed**2 / 2))  # Welch–Satterthwaite
     # paired: the per-image differences, averaged over seeds: identical runs have no test noise
     rng = np.random.default_rng(0)
     c = rng.random((2, 500)) < 0.4
@@ -307,10 +346,12 @@ def test_only_k1_rows():
     assert rows[1].measured == "diverged: K=1, lr=0.1 at step 3"
 
 
-def test_seed_interval_is_two_standard_errors_over_seeds():
+def test_seed_interval_is_students_t_over_seeds():
     m, se, lo, hi = claims.seed_interval([0.4, 0.6])
     assert m == pytest.approx(0.5) and se == pytest.approx(np.std([0.4, 0.6], ddof=1) / np.sqrt(2))
-    assert (lo, hi) == pytest.approx((0.5 - 2 * se, 0.5 + 2 * se))
+    assert (lo, hi) == pytest.approx((0.5 - 12.7062 * se, 0.5 + 12.7062 * se), rel=1e-5)  # t_0.975(1)
+    _, se3, lo3, _ = claims.seed_interval([0.4, 0.5, 0.6])
+    assert lo3 == pytest.approx(0.5 - 4.302653 * se3, rel=1e-6)  # t_0.975(2)
     assert all(np.isnan(v) for v in claims.seed_interval([0.3])[1:])
 
 
@@ -334,10 +375,30 @@ def test_beyond_touching_the_threshold_is_the_other_side():
 
 
 def test_difference_short_and_counts():
-    d = Difference(0.004, 0.008, 3, 932, True)
+    d = Difference(0.004, 0.008, 3, 932, True, math.inf)  # df ∞: ±1.96 s.e.
     assert d.short() == "Δ +0.4 [-1.2, +2.0]" and d.counts() == "3 seeds, 932 paired test images"
-    assert d.describe() == "Δ +0.4 pts, 2 s.e. interval [-1.2, +2.0] (3 seeds, 932 paired test images)"
-    assert Difference(0.0, 0.01, 1, 200, False).counts() == "1 seed, 200 unpaired test images"
+    assert d.describe() == "Δ +0.4 pts, 95 % t interval [-1.2, +2.0] (3 seeds, 932 paired test images)"
+    assert Difference(0.0, 0.01, 1, 200, False).counts() == "1 seed: test noise only, no seed spread, 200 unpaired test images"
+    assert Difference(0.004, 0.008, 3, 932, True).describe().startswith("Δ +0.4 pts, 2 s.e. interval [-1.2, +2.0]")
+
+
+def test_difference_interval_is_students_t_with_welch_satterthwaite_df():
+    from scipy import stats
+
+    # two seeds whose differences disagree far more than the test noise: df → 1, t(1) = 12.7
+    d = difference([0.40, 0.40], [0.40, 0.50], n_test=10**9)
+    assert d.df == pytest.approx(1.0, rel=1e-6) and d.quantile == pytest.approx(12.7062, rel=1e-5)
+    assert (d.lo, d.hi) == pytest.approx((0.05 - 12.7062 * 0.05, 0.05 + 12.7062 * 0.05), rel=1e-4)
+    assert on_par(d, 0.02) == UNDECIDED  # the same data, ±2 s.e. ([−0.05, 0.15]), would also not be "yes"
+    # the seed term negligible against the test noise: df large, the interval ≈ ±1.96 s.e.
+    big = difference([0.40, 0.40, 0.40], [0.40, 0.4001, 0.4002], n_test=1000)
+    assert big.df > 1e4 and big.quantile == pytest.approx(stats.norm.ppf(0.975), rel=1e-3)
+    # identical per-seed differences: no seed variance, df ∞
+    assert difference([0.25, 0.5], [0.5, 0.75], n_test=1000).df == math.inf
+    # a gap ±2 s.e. called "no" but t(1) leaves undecided: Δ = 5 ± 1 pts (se 1), two seeds
+    two = difference([0.40, 0.40], [0.44, 0.46], n_test=10**9)
+    assert two.hi - two.lo == pytest.approx(2 * 12.7062 * two.se, rel=1e-4)
+    assert on_par(two, 0.02) == UNDECIDED and two.delta - 2 * two.se >= 0.02
 
 
 @pytest.mark.parametrize(

@@ -308,7 +308,7 @@ def claims(results: Mapping) -> list[Claim]:
             "adaptive runs make more of their updates in the first half of training than an even period",
             "(not in the paper; features move fastest early, Figs. 6-7)", "; ".join(parts), all_verdicts(verdicts),
             "per tolerance that re-linearised in every seed: excess = share of its re-linearisations made by T/2 "
-            "minus ⌊n/2⌋/n (n spread evenly, as a fixed period); 'yes' when the 2 s.e. interval over seeds lies "
+            "minus ⌊n/2⌋/n (n spread evenly, as a fixed period); 'yes' when the 95 % t interval over seeds lies "
             "above 0, 'no' when wholly at or below; undecided with one seed; 'yes' overall when every tolerance is",
         )
     return [fewer, early, _divergence(results)]

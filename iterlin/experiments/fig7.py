@@ -143,15 +143,15 @@ def filter_match(history: Mapping) -> dict:
 
 
 def _interval_text(values, fmt) -> tuple[str, str]:
-    """(the mean over seeds, "2 s.e. interval [lo, hi], S seeds" or "1 seed"), formatted by ``fmt``."""
+    """(the mean over seeds, "95 % t interval [lo, hi], S seeds" or "1 seed"), formatted by ``fmt``."""
     m, se, lo, hi = seed_interval(values)
     if not math.isfinite(se):
         return fmt(m), "1 seed"
-    return fmt(m), f"2 s.e. interval [{fmt(lo)}, {fmt(hi)}], {np.size(values)} seeds"
+    return fmt(m), f"95 % t interval [{fmt(lo)}, {fmt(hi)}], {np.size(values)} seeds"
 
 
 def claims(results: Mapping) -> list[Claim]:
-    """Large-K filters evolve slower (the ratio's 2 s.e. interval over seeds below :data:`SLOWER`);
+    """Large-K filters evolve slower (the ratio's 95 % t interval over seeds below :data:`SLOWER`);
     its final filters ≈ K = 1's at ~10 % of training (judged at scale 'paper' only)."""
     h, m = results["runs"], results["match"]
     if (rows := only_k1_rows("fig7", h)) is not None:
@@ -168,7 +168,7 @@ def claims(results: Mapping) -> list[Claim]:
     slower = Claim(
         "large-K first-layer filters evolve slower", "K = 1 evolves much faster",
         "‖ΔW_T‖ K={} / K=1 = {} ({})".format(fmt_K(Kj), *_interval_text(ratio, num)), holds,
-        f"the ratio of the final filter changes (all 50 filters): yes when its 2 s.e. interval over seeds lies "
+        f"the ratio of the final filter changes (all 50 filters): yes when its 95 % t interval over seeds lies "
         f"below {num(SLOWER, 1)} (\"much\" slower: at least 10 % less), no when wholly at or above it, else "
         "undecided (also with one seed: no spread to estimate); n/a when K = 1's filters did not move",
     )
@@ -187,7 +187,7 @@ def claims(results: Mapping) -> list[Claim]:
         "final large-K filters look like K = 1's early in training", "at about 10 % of training",
         f"K=1 reaches the final large-K ‖ΔW‖ {where}",
         reached if config.get("scale") == "paper" else NA,
-        "the fraction's 2 s.e. interval over seeds inside [5 %, 20 %]: yes; wholly outside: no; else (or one "
+        "the fraction's 95 % t interval over seeds inside [5 %, 20 %]: yes; wholly outside: no; else (or one "
         "seed, or a seed that never reaches it) undecided; judged only at scale 'paper' (it depends on the "
         "training length)",
     )

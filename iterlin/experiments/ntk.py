@@ -171,7 +171,7 @@ def relin_kernel_changes(history: Mapping, run: int) -> dict:
 
 
 def claims(results: Mapping) -> list[Claim]:
-    """The kernel moves under SGD (d(Θ_T, Θ_0) of K = 1, a 2 s.e. interval over seeds); checks: the
+    """The kernel moves under SGD (d(Θ_T, Θ_0) of K = 1, a 95 % t interval over seeds); checks: the
     linear model's kernel is exactly fixed between re-linearisations and moves at each one."""
     h = results["runs"]
     if (rows := only_k1_rows("ntk", h)) is not None:
@@ -182,13 +182,13 @@ def claims(results: Mapping) -> list[Claim]:
     d1, dj = d_init[ones], d_init[large]
     m, se, lo, hi = seed_interval(d1)
     holds = beyond(d1, MOVES, above=True)
-    spread = (f", 2 s.e. interval [{num(lo, 3)}, {num(hi, 3)}] ({d1.size} seeds)" if math.isfinite(se)
+    spread = (f", 95 % t interval [{num(lo, 3)}, {num(hi, 3)}] ({d1.size} seeds)" if math.isfinite(se)
               else " (1 seed)")
     moves = Claim(
         "the empirical NTK moves during SGD (K = 1)", "changes significantly (no number)",
         f"d(Θ_T, Θ_0): K=1 {num(m, 3)}{spread}; K={fmt_K(Kj)} network {num(dj.mean(), 3)}",
         holds,
-        f"d > {num(MOVES)} (kernel distance of Fort et al., in [0, 1]): yes when the 2 s.e. interval over seeds "
+        f"d > {num(MOVES)} (kernel distance of Fort et al., in [0, 1]): yes when the 95 % t interval over seeds "
         f"lies above {num(MOVES)}, no when wholly at or below it, else undecided (also with one seed: no spread "
         "to estimate)",
     )

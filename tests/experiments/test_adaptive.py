@@ -164,7 +164,7 @@ def test_yes_when_an_adaptive_run_on_par_uses_fewer_updates():
     rows = adaptive.claims(_results([0.40, 0.40, 0.30, 0.25], [0.40, 0.40, 0.30]))
     assert rows[0].holds == "yes"
     assert rows[0].measured.startswith("F = 20, A = 8; K=10 (20): Δ 0.0 [-0.4, +0.4] yes")
-    assert "tol=0.01 (8): Δ 0.0 [-0.4, +0.4] yes" in rows[0].measured and "1 seed, 100000 unpaired" in rows[0].rule
+    assert "tol=0.01 (8): Δ 0.0 [-0.4, +0.4] yes" in rows[0].measured and "1 seed: test noise only, no seed spread, 100000 unpaired" in rows[0].rule
 
 
 def test_yes_when_no_fixed_K_is_on_par_but_an_adaptive_run_is():

@@ -121,7 +121,7 @@ def test_claims_hold_when_large_K_lags():
                                            "layer1: large-K features improve slower",
                                            "layer1: large-K features level off lower"]
     assert rows[2].measured.startswith("final probe acc.: K=1 60.0 % vs K=8 40.0 %; Δ +20.0 pts, 2 s.e. interval")
-    assert "(1 seed, 1000 unpaired test images)" in rows[2].measured
+    assert "(1 seed: test noise only, no seed spread, 1000 unpaired test images)" in rows[2].measured
 
 
 def test_claims_fail_when_large_K_does_not_lag():

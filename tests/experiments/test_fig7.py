@@ -87,7 +87,7 @@ def test_filter_match_never_reached_and_no_change():
 def test_seed_interval():
     m, se, lo, hi = seed_interval([0.4, 0.6])
     assert m == pytest.approx(0.5) and se == pytest.approx(np.std([0.4, 0.6], ddof=1) / math.sqrt(2))
-    assert (lo, hi) == pytest.approx((0.5 - 2 * se, 0.5 + 2 * se))
+    assert (lo, hi) == pytest.approx((0.5 - 12.7062 * se, 0.5 + 12.7062 * se), rel=1e-5)  # t_0.975(1)
     m, se, lo, hi = seed_interval([0.3])
     assert m == 0.3 and math.isnan(se) and math.isnan(lo) and math.isnan(hi)
 
@@ -102,17 +102,17 @@ def _results(ratio, fraction, *, scale="smoke", K=(1, 8), diverged=None, cosine=
 
 
 def test_claims_hold_over_seeds():
-    rows = fig7.claims(_results([0.5, 0.52], [0.1, 0.11], scale="paper"))
+    rows = fig7.claims(_results([0.5, 0.502], [0.1, 0.101], scale="paper"))
     assert [r.holds for r in rows] == ["yes", "yes", "yes"]
-    assert rows[0].measured == "‖ΔW_T‖ K=8 / K=1 = 0.51 (2 s.e. interval [0.49, 0.53], 2 seeds)"
-    assert rows[1].measured == ("K=1 reaches the final large-K ‖ΔW‖ at 10.5 % of training (2 s.e. interval "
-                                "[9.5 %, 11.5 %], 2 seeds; cos 0.90)")
+    assert rows[0].measured == "‖ΔW_T‖ K=8 / K=1 = 0.50 (95 % t interval [0.49, 0.51], 2 seeds)"
+    assert rows[1].measured == ("K=1 reaches the final large-K ‖ΔW‖ at 10.1 % of training (95 % t interval "
+                                "[9.4 %, 10.7 %], 2 seeds; cos 0.90)")
 
 
 def test_claims_fail_over_seeds():
-    rows = fig7.claims(_results([0.95, 0.97], [0.5, 0.55], scale="paper", diverged=[True, False, False, False]))
+    rows = fig7.claims(_results([0.95, 0.951], [0.5, 0.501], scale="paper", diverged=[True, False, False, False]))
     assert [r.holds for r in rows] == ["no", "no", "no"]
-    rows = fig7.claims(_results([1.2, 1.3], [float("nan")] * 2, scale="paper"))  # large K moved further
+    rows = fig7.claims(_results([1.2, 1.21], [float("nan")] * 2, scale="paper"))  # large K moved further
     assert [r.holds for r in rows[:2]] == ["no", "no"] and "never" in rows[1].measured
 
 

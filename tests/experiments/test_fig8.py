@@ -138,7 +138,7 @@ def test_claims_hold():
     rows = fig8.claims(_results())
     assert [r.holds for r in rows] == ["yes"] * 6
     assert rows[0].measured.startswith("Adam-solved (K=2e5): 61.3 %; K=1 SGD: 69.4 % (1 seed); Δ +8.1 pts")
-    assert "(1 seed, 10000 paired test images)" in rows[0].measured
+    assert "(1 seed: test noise only, no seed spread, 10000 paired test images)" in rows[0].measured
     assert rows[4].measured == "linear model's train acc. at the 2 re-linearisations (all seeds): 100 %, 100 %"
     # three seeds, every one in the paper's direction
     rows = fig8.claims(_results(solved=[0.61, 0.62, 0.60], sgd=[0.69, 0.70, 0.69], adam=[0.71, 0.72, 0.73],
@@ -160,7 +160,7 @@ def test_claims_undecided_within_noise():
     # 60 test images, one seed, unpaired: 8 points apart is inside two standard errors (about 17)
     rows = fig8.claims(_results(scale="smoke", n_test=60, paired=False))
     assert [r.holds for r in rows] == [UNDECIDED, NA, NA, UNDECIDED, "yes", "yes"]
-    assert "(1 seed, 60 unpaired test images)" in rows[0].measured
+    assert "(1 seed: test noise only, no seed spread, 60 unpaired test images)" in rows[0].measured
     # two seeds that disagree on the direction: the seed spread leaves the difference undecided
     rows = fig8.claims(_results(solved=[0.60, 0.70], sgd=[0.68, 0.62], adam=[0.62, 0.69], relin_acc=[[1.0], [1.0]]))
     assert rows[0].holds == UNDECIDED and rows[3].holds == UNDECIDED

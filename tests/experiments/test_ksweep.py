@@ -165,7 +165,7 @@ def test_infinity_not_below_when_it_matches_or_beats_a_finite_K():
 def test_small_test_set_is_undecided():
     rows = ksweep.claims(_results([0.40, 0.39, 0.38, 0.37, 0.36], n_test=200))
     assert rows[0].holds == UNDECIDED and rows[1].holds == UNDECIDED
-    assert "1 seed, 200 unpaired test images" in rows[0].rule
+    assert "1 seed: test noise only, no seed spread, 200 unpaired test images" in rows[0].rule
 
 
 def test_paired_images_and_seeds_decide_what_an_unpaired_seed_cannot():

@@ -174,7 +174,7 @@ def test_rates_on_one_side_of_the_bound_only():
 def test_small_test_set_is_undecided_and_a_diverged_K1_is_not_evidence():
     rows = lr.claims(_results([0.40, 0.45, 0.47], [0.39, 0.44, 0.42], n_test=200))
     assert [r.holds for r in rows[:3]] == [UNDECIDED] * 3
-    assert "1 seed, 200 unpaired test images" in rows[0].rule
+    assert "1 seed: test noise only, no seed spread, 200 unpaired test images" in rows[0].rule
     rows = lr.claims(_results([0.40, 0.45, 0.10], [0.40, 0.45, 0.10], div1=[False, False, True],
                               divK=[False, False, True]))
     assert rows[0].holds == "no" and "K=1 finite at 0.01, 0.03" in rows[0].measured  # K = 1 broke too
