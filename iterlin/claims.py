@@ -361,7 +361,7 @@ class Difference(NamedTuple):
 
     @property
     def quantile(self) -> float:
-        """The interval's half-width in standard errors: t_{0.975}(df), or 2 when ``df`` is None."""
+        """The interval's half-width in standard errors, t_{0.975}(df) (2 when ``df`` is None)."""
         return 2.0 if self.df is None else t_quantile(self.df)
 
     @property

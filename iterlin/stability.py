@@ -193,7 +193,7 @@ class SharpnessRecorder(NamedTuple):
 
     x: Any  #: (M, ...) the fixed subset
     y: Any  #: (M,) labels or (M, O) targets
-    lr: tuple  #: the rate η of each run (one entry: every run)
+    lr: tuple  #: the rate η of each run, or one rate for every run
     loss: str
     iters: int
     rtol: float | None
