@@ -795,7 +795,7 @@ def _run(
     stop_when_diverged,
     compiled_loop=None,
     per_run_batches=False,
-    vectorise=None,
+    vectorise: bool = True,
     placement: _Placement | None = None,
 ):
     """Run the compiled chunks between evaluation points; evaluate, checkpoint, report.
@@ -837,7 +837,6 @@ def _run(
         history, done = saved.get("history"), saved.get("done")
         _check_progress(checkpoint, history, done, state, points)
 
-    vectorise = True if vectorise is None else bool(vectorise)
     use_loop = True if compiled_loop is None else bool(compiled_loop)
     loop_runs = sweep and not vectorise
     runs = np.shape(jax.tree.leaves(state)[0])[0] if sweep else 1
