@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -34,8 +35,14 @@ def _readme_example() -> str:
 def installed(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("wheel")
     dist = tmp / "dist"
+    # built from a copy of what the wheel holds: setuptools writes build/ into the source folder, which
+    # two test processes (pytest-xdist) building from the checkout at once would share
+    src = tmp / "src"
+    shutil.copytree(ROOT / "iterlin", src / "iterlin", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(ROOT / name, src / name)
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(dist),
-                    str(ROOT)], check=True, capture_output=True, timeout=600)
+                    str(src)], check=True, capture_output=True, timeout=600)
     (wheel,) = dist.glob("iterlin-*.whl")
     env_dir = tmp / "venv"
     venv.create(env_dir, with_pip=True)
