@@ -262,6 +262,8 @@ VALIDATORS: dict[str, Callable[[Any, str, Any], Any]] = {
     # the learning-rate sweep (iterlin.experiments.lr): the stability bound 2/λ_max at θ_0
     "n_sharpness": _count(1, False, MAX_TRAIN, "CIFAR-10 has 50000 training images"),
     "sharpness_iters": _int(1, MAX_STEPS, "it is a number of power-iteration steps, and step counters are int32"),
+    # Fig. 3 and the learning-rate sweep: λ_max recorded along training every this many steps
+    "sharpness_every": _int(1, MAX_STEPS, _STEPS_WHY),
     # when to re-linearise (iterlin.experiments.adaptive): the adaptive policy's tolerances
     "tol": _v_tol,
     # the closed-form limit (iterlin.experiments.limit): total flow time T, the re-linearisation counts R

@@ -1,7 +1,7 @@
 # ---
 # jupyter:
 #   jupytext:
-#     cell_metadata_filter: -papermill,-execution
+#     cell_metadata_filter: tags,-papermill,-execution
 #     formats: ipynb,py:percent
 #     text_representation:
 #       extension: .py
@@ -18,7 +18,7 @@
 # # Figure 3: SGD with data augmentation, K = 1 against a very large K
 
 # %% tags=["parameters", "hide-cell"]
-scale = "smoke"  # "smoke" (CPU, minutes), "cpu" (CPU, ~25 min), "gpu" (one H100, ~10 min), "paper" (the paper's settings)
+scale = "smoke"  # "smoke" (CPU, minutes), "cpu" (CPU, ~45 min), "gpu" (one H100, ~10 min), "paper" (the paper's settings)
 K = None  # the large period compared with plain SGD (K 1 always runs too); e.g. 5e6, or inf (never)
 lr = None  # SGD learning rate
 steps = None  # number of SGD steps T
@@ -28,6 +28,9 @@ n_train = None  # training images ("all": every installed image)
 n_test = None  # test images
 batch_size = None  # mini-batch size (at most n_train)
 n_eval_train = None  # training images the training metrics are measured on ("all": every one)
+n_sharpness = None  # training images lambda_max of the linear model is measured on (the first ones)
+sharpness_iters = None  # power iterations per measurement (warm-started; at most)
+sharpness_every = None  # record lambda_max every this many steps (at evaluation points)
 
 # %% tags=["hide-cell"]
 import matplotlib.pyplot as plt

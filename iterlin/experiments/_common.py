@@ -36,6 +36,7 @@ from ..linearise import linearised_apply
 from ..models import make_model
 from ..relin import RelinPolicy, every, log_size
 from ..relin import history as relin_history
+from ..stability import sharpness_recorder
 from ..training import fit, init_state, make_step
 from ..tree import tree_stack
 from ..validate import check_K, check_positive, check_seed
@@ -59,6 +60,8 @@ __all__ = [
     "trained_final",
     "index_of_K",
     "rmse",
+    "check_sharpness",
+    "sharpness_callback",
 ]
 
 
@@ -98,6 +101,28 @@ def check_batch(config: Mapping, n: int) -> None:
             f"batch_size={bs} is not allowed: batch_size must be <= n_train={n} (the training "
             "images loaded), or None for full batch"
         )
+
+
+def check_sharpness(config: Mapping, data: Dataset) -> Dataset:
+    """``n_sharpness <= n_train`` (the training images λ_max is measured on are the first ones)."""
+    n, m = data.x_train.shape[0], config["n_sharpness"]
+    if m > n:
+        raise ValueError(f"n_sharpness={m} is not allowed: n_sharpness must be <= n_train={n} "
+                         "(the training images loaded)")
+    return data
+
+
+def sharpness_callback(config: Mapping, data: Dataset, lr: float | Sequence[float]) -> Callable:
+    """The ``callback`` of :func:`cnn_sweep` that records the linear model's sharpness along training
+    (:func:`iterlin.stability.sharpness_recorder`): λ_max of (1/M) J_sᵀ H J_s on the first
+    M = ``n_sharpness`` training images, at most ``sharpness_iters`` warm-started power iterations,
+    at the evaluation points that are multiples of ``sharpness_every``; ``lr`` one rate, or one per
+    run of the sweep (seed-major). History keys ``sharpness`` and ``lr_over_bound`` (R, E), NaN at
+    the other evaluation points."""
+    m = config["n_sharpness"]
+    x, y = data.x_train[:m], data.y_train[:m]
+    return lambda apply_fn, params0: sharpness_recorder(
+        apply_fn, x, y, lr=lr, iters=config["sharpness_iters"], every=config["sharpness_every"])
 
 
 def load_data(config: Mapping) -> Dataset:

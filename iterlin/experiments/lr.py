@@ -48,7 +48,7 @@ from ..claims import (
 from ..data import Dataset
 from ..models import make_model
 from ..stability import max_stable_lr
-from ._common import Experiment, checkpoint_path, cnn_sweep, load_data, seed_keys, seeds, trained_final
+from ._common import Experiment, check_sharpness, checkpoint_path, cnn_sweep, load_data, seed_keys, seeds, trained_final
 
 __all__ = ["SCALES", "EXPERIMENT", "load", "compute", "claims", "decade", "plan", "large_K", "per_lr", "by_lr", "timing"]
 
@@ -96,12 +96,7 @@ def decade(lr: float) -> list[float]:
 
 def load(config: Mapping) -> Dataset:
     """CIFAR-10 as :func:`~iterlin.experiments._common.load_data`, and ``n_sharpness <= n_train`` checked."""
-    data = load_data(config)
-    n, m = data.x_train.shape[0], config["n_sharpness"]
-    if m > n:
-        raise ValueError(f"n_sharpness={m} is not allowed: n_sharpness must be <= n_train={n} "
-                         "(the training images loaded)")
-    return data
+    return check_sharpness(config, load_data(config))
 
 
 def plan(config: Mapping) -> tuple[list, list]:
