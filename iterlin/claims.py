@@ -51,6 +51,11 @@ __all__ = [
     "HOLDS",
     "NA",
     "UNDECIDED",
+    "UNSTABLE",
+    "STABLE_FRACTION",
+    "unstable_runs",
+    "failed_runs",
+    "sharpness_claim",
     "claims_table",
     "ClaimsTable",
     "claims_markdown",
@@ -95,8 +100,12 @@ __all__ = [
 NA = "n/a at this scale"
 #: The verdict of a comparison whose interval is too wide to decide it (see :func:`on_par`).
 UNDECIDED = "undecided"
+#: The verdict of a comparison whose large-K run was unstable (diverged, its loss exploded, its
+#: linear model's loss rose inside a block, or η was above 2/λ_max(θ_s)): a failure of the linear
+#: model's training at that rate, not evidence about the paper's claim (:func:`unstable_runs`).
+UNSTABLE = "no (unstable)"
 #: The allowed values of :attr:`Claim.holds`.
-HOLDS = ("yes", "no", UNDECIDED, NA)
+HOLDS = ("yes", "no", UNSTABLE, UNDECIDED, NA)
 #: The kinds of row (the paper's claims, and consistency checks that hold by construction, not evidence).
 KINDS = ("claim", "check")
 #: The heading of a table's consistency checks.
@@ -489,11 +498,15 @@ def exceeds(diff: Difference) -> str:
 
 def all_verdicts(verdicts: Iterable[str]) -> str:
     """One verdict for a claim over several comparisons: ``"yes"`` when every one is yes, ``"no"``
-    when any is no, else :data:`UNDECIDED`; :data:`NA` when there are none."""
+    when any is no, else :data:`UNSTABLE` when any is, else :data:`UNDECIDED` when any is;
+    :data:`NA` when there are none."""
     v = list(verdicts)
     if not v:
         return NA
-    return "no" if "no" in v else UNDECIDED if UNDECIDED in v else "yes"
+    for h in ("no", UNSTABLE, UNDECIDED):
+        if h in v:
+            return h
+    return "yes"
 
 
 def final_difference(results: Mapping, ia, ib) -> Difference:
@@ -747,13 +760,92 @@ def sweep_difference(h: Mapping, ia, ib, *, n_test: int, metric: str = "net_test
     return _runs_difference(values[..., point], correct if last else None, ia, ib, n_test=n_test)
 
 
+def failed_runs(h: Mapping, label: Callable | None = None) -> dict[int, tuple[int, str]]:
+    """``{i: (step, why)}``: the runs with K > 1 of a sweep history whose linear model's training
+    failed, with the step and a description: it diverged, its training loss exploded
+    (:func:`exploded_runs`), or the linear model's training loss rose inside a block by over
+    :data:`BLOCK_RISE` (:func:`iterlin.stability.block_loss_rise`); the description says where
+    the history's sharpness record put η against 2/λ_max(θ_s). K = 1 is ordinary SGD and is not
+    judged here (a network can train at the edge of stability). ``label`` names run i (default
+    ``K=… seed …``)."""
+    K = np.atleast_1d(np.asarray(h["K"], np.float64))
+    div = np.atleast_1d(np.asarray(h["diverged"], bool))
+    at = np.atleast_1d(np.asarray(h["diverged_step"]))
+    seed = np.asarray(h["seed"]) if "seed" in h else np.asarray(h.get("seed_index", np.zeros(K.size, int)))
+    name = label or (lambda i: f"K={fmt_K(K[i])} seed {int(seed[i])}")
+    note = _unstable_note(h)
+    boom = exploded_runs(h)
+    risen = _block_rises(h)
+    out = {}
+    for i in np.flatnonzero(K > 1):
+        if div[i]:
+            t = int(at[i])
+            out[int(i)] = t, f"{name(i)} diverged at step {t}{note(i, t)}"
+        elif boom[i]:
+            first_loss, peak, at_peak = _loss_peaks(h)
+            t = int(np.asarray(h["step"])[at_peak[i]])
+            out[int(i)] = t, f"{name(i)}: training loss {first_loss[i]:.3g} → {peak[i]:.3g} at step {t}{note(i, t)}"
+        elif risen is not None and risen[0][i]:
+            t = int(risen[3][i])
+            out[int(i)] = t, (f"{name(i)}: the linear model's loss rose inside a block, {risen[1][i]:.3g} → "
+                              f"{risen[2][i]:.3g} at step {t}{note(i, t)}")
+    return out
+
+
+def unstable_runs(h: Mapping, label: Callable | None = None) -> dict[int, str]:
+    """``{i: why}``: the runs with K > 1 of a sweep history whose linear model was unstable: those
+    of :func:`failed_runs`, and, where the history records the sharpness, those with η above
+    2/λ_max(θ_s) at a recorded point (:func:`iterlin.stability.first_unstable_step`)."""
+    out = {i: why for i, (_, why) in failed_runs(h, label).items()}
+    ratio = np.asarray(h.get("lr_over_bound", ()), np.float64)
+    K = np.atleast_1d(np.asarray(h["K"], np.float64))
+    if ratio.ndim == 2 and ratio.shape[0] == K.size:
+        seed = np.asarray(h["seed"]) if "seed" in h else np.asarray(h.get("seed_index", np.zeros(K.size, int)))
+        name = label or (lambda i: f"K={fmt_K(K[i])} seed {int(seed[i])}")
+        first = first_unstable_step(h)
+        for i in np.flatnonzero((K > 1) & (first >= 0)):
+            out.setdefault(int(i), f"{name(i)}: η above 2/λ_max(θ_s) at step {int(first[i])}")
+    return dict(sorted(out.items()))
+
+
+#: The share of the linear model's bound 2/λ_max(θ_s) that the rate of a reference run is meant to
+#: stay under along training (:func:`sharpness_claim`): a margin for the sharpening between records.
+STABLE_FRACTION = 1 / 3
+
+
+def sharpness_claim(h: Mapping, fraction: float = STABLE_FRACTION) -> Claim:
+    """Whether η stayed under ``fraction`` of the linear model's bound 2/λ_max(θ_s) at every point
+    the history records it (``lr_over_bound`` (R, E), :func:`iterlin.stability.sharpness_recorder`):
+    the largest η·λ_max/2 for K = 1 and for the runs with K > 1, with its run and step; n/a without
+    a record."""
+    ratio = np.asarray(h.get("lr_over_bound", ()), np.float64)
+    claim = f"the linear model stays stable: η under {fraction:.2g} of 2/λ_max(θ_s) at every recorded point"
+    rule = (f"'yes' when η·λ_max/2 ≤ {fraction:.2g} for every run at every record (λ_max of the linear model's "
+            "Hessian on a fixed training subset, by power iteration); above 1 the linearisation diverges")
+    if ratio.ndim != 2 or not np.isfinite(ratio).any():
+        return Claim(claim, "not measured in the paper", "no sharpness record", NA, rule)
+    K = np.asarray(h["K"], np.float64)
+    steps = np.asarray(h["step"])
+    parts = []
+    for what, sel in (("K=1", K == 1), ("K>1", K > 1)):
+        r = np.where(sel[:, None] & np.isfinite(ratio), ratio, -np.inf)
+        if not np.isfinite(r).any():
+            continue
+        i, e = np.unravel_index(int(np.argmax(r)), r.shape)
+        parts.append(f"{what}: largest η·λ_max/2 {ratio[i, e]:.2f} (K={fmt_K(K[i])}, step {int(steps[e])})")
+    worst = float(np.nanmax(ratio))
+    return Claim(claim, "not measured in the paper (its rate is ~500× under the bound at θ_0)",
+                 "; ".join(parts), verdict(worst <= fraction), rule)
+
+
 def on_par_claim(claim: str, paper: str, h: Mapping, *, n_test: int, tol: float = ON_PAR,
                  metric: str = "net_test_acc") -> Claim:
     """K = 1 against the largest finite K > 1 of a sweep history, at the last evaluation point.
 
     The shared rule: :func:`sweep_difference` (over the history's seeds, paired on the test images
     when the history records per-image correctness), then :func:`on_par` within ``tol``. A
-    diverged run is a "no".
+    diverged K = 1 run is a "no"; a large-K run whose linear model was unstable
+    (:func:`unstable_runs`) makes the row :data:`UNSTABLE`, with what happened and when.
     """
     K = np.asarray(h["K"], np.float64)
     acc = np.asarray(h[metric], np.float64)[:, -1]
@@ -766,11 +858,16 @@ def on_par_claim(claim: str, paper: str, h: Mapping, *, n_test: int, tol: float 
     j = runs_of(h, Kj)
     relin = int(np.asarray(h["n_relin"])[j[0], -1])
     d = sweep_difference(h, i1, j, n_test=n_test, metric=metric)
-    diverged = bool(np.asarray(h["diverged"])[np.concatenate([i1, j])].any())
+    unstable = [why for i, why in unstable_runs(h).items() if i in set(j.tolist())]
     measured = (f"K=1: {pct(acc[i1].mean())}; K={fmt_K(Kj)} ({relin} re-linearisations): {pct(acc[j].mean())}; "
-                + d.describe())
-    holds = "no" if diverged else on_par(d, tol)
-    return Claim(claim, paper, measured, holds, on_par_rule(tol) + "; a diverged run is 'no'")
+                + d.describe() + ("; unstable: " + "; ".join(unstable) if unstable else ""))
+    if bool(np.asarray(h["diverged"])[i1].any()):
+        holds = "no"
+    else:
+        holds = UNSTABLE if unstable else on_par(d, tol)
+    return Claim(claim, paper, measured, holds, on_par_rule(tol) + "; a diverged K = 1 run is 'no'; "
+                 f"'{UNSTABLE}' when a large-K run's linear model was unstable (diverged, its loss exploded or rose "
+                 f"inside a block by over {BLOCK_RISE:.0%}, or η above 2/λ_max(θ_s))")
 
 
 def only_k1_rows(name: str, history: Mapping) -> list[Claim] | None:

@@ -50,7 +50,7 @@ from typing import Any, Mapping, NamedTuple, Sequence
 
 from .cache import default_cache_dir, load_results, save_results
 from .checkpoint import CheckpointError, atomic_write_bytes
-from .claims import HOLDS, Claim, ClaimsTable, publish_claims
+from .claims import HOLDS, UNSTABLE, Claim, ClaimsTable, publish_claims
 from .config import SCALE_NAMES
 
 __all__ = ["parse_value", "parse_params", "parse_seeds", "grid", "Job", "Batch", "JobResult", "submit", "collect",
@@ -491,7 +491,7 @@ def summary_table(jobs: Sequence[JobResult]) -> str:
     if not jobs:
         return "(no jobs)"
     varying = _varying([j.config for j in jobs])
-    head = ["job", *varying, "state", "claims: " + "/".join(h.split()[0] for h in HOLDS)]
+    head = ["job", *varying, "state", "claims: " + "/".join("unstable" if h == UNSTABLE else h.split()[0] for h in HOLDS)]
     rows = []
     for j in jobs:
         if j.rows is None:

@@ -398,8 +398,8 @@ def test_generate_writes_claims_and_runtimes(tmp_path, generate, no_results_env)
     assert "{doc}`executed/fig2`" in claims and "{doc}`ntk <executed/ntk>`" in claims
     assert "| large K \\| on par | 82.3 % vs 81.4 % | \\$5 \\*x\\* | yes | \\|Δ\\| \\< 1 |" in claims
     # claims, yes, no, undecided, n/a; no consistency checks
-    assert "| {doc}`fig2 <executed/fig2>` | smoke | 2 | 1 | 0 | 0 | 1 | none |" in claims
-    assert "| **all** | | **4** | **2** | **0** | **0** | **2** | |" in claims
+    assert "| {doc}`fig2 <executed/fig2>` | smoke | 2 | 1 | 0 | 0 | 0 | 1 | none |" in claims
+    assert "| **all** | | **4** | **2** | **0** | **0** | **0** | **2** | |" in claims
     # no reference run committed: said so, in the tally and in each notebook's section
     assert "| {doc}`fig2 <executed/fig2>` | no reference run yet |" in claims
     assert "None yet: `make results NAMES=ntk` computes one." in claims
@@ -439,7 +439,7 @@ def test_generate_shows_reference_runs_first_with_their_provenance(tmp_path, gen
     checks = Counter(r["holds"] for r in MIXED_ROWS if r["kind"] == "check")
     cell = f"{sum(checks.values())}: {checks['yes']} yes, {checks['no']} no"
     assert f"| {{doc}}`fig2 <executed/fig2>` | cpu | {len(claims)} | {counts} | {cell} |" in page
-    assert "| {doc}`ntk <executed/ntk>` | cpu | 1 | 1 | 0 | 0 | 0 | none |" in page
+    assert "| {doc}`ntk <executed/ntk>` | cpu | 1 | 1 | 0 | 0 | 0 | 0 | none |" in page
     # each table: the claims, then the checks under their heading; in both runs of fig2
     heading = f"*{generate.escape(CHECKS_HEADING)}*"
     assert section.count(heading) == 2

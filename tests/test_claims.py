@@ -17,6 +17,7 @@ from iterlin.claims import (
     NA,
     ON_PAR,
     UNDECIDED,
+    UNSTABLE,
     Claim,
     ClaimsTable,
     Difference,
@@ -38,7 +39,9 @@ from iterlin.claims import (
     only_k1_rows,
     pct,
     publish_claims,
+    sharpness_claim,
     two_se,
+    unstable_runs,
     verdict,
 )
 
@@ -48,7 +51,8 @@ from iterlin.claims import (
 
 
 def test_constants():
-    assert HOLDS == ("yes", "no", UNDECIDED, NA) and NA == "n/a at this scale"
+    assert HOLDS == ("yes", "no", UNSTABLE, UNDECIDED, NA) and NA == "n/a at this scale"
+    assert UNSTABLE == "no (unstable)"
     assert COLUMNS == ("claim", "paper", "this run", "holds", "rule")
     assert ON_PAR == 0.02
 
@@ -316,12 +320,47 @@ def test_on_par_is_an_equivalence_test_and_exceeds_needs_the_interval_off_zero(d
     assert on_par(d, 0.02) == par and exceeds(d) == better
 
 
-def test_on_par_diverged_is_no_whatever_the_noise():
-    for div in ([True, False, False, False], [False, False, True, False]):
-        assert _on_par([0.40, 0.4, 0.40, 0.4], diverged=div).holds == "no"
-        assert _on_par([0.40, 0.4, 0.40, 0.4], diverged=div, n_test=10).holds == "no"
+def test_on_par_diverged_is_no_or_unstable_whatever_the_noise():
+    # K = 1 diverged: "no"; the compared large K (K = 20) diverged: its linear model was unstable
+    for div, holds in (([True, False, False, False], "no"), ([False, False, True, False], UNSTABLE)):
+        assert _on_par([0.40, 0.4, 0.40, 0.4], diverged=div).holds == holds
+        assert _on_par([0.40, 0.4, 0.40, 0.4], diverged=div, n_test=10).holds == holds
+    row = _on_par([0.40, 0.4, 0.40, 0.4], diverged=[False, False, True, False])
+    assert row.measured.endswith("; unstable: K=20 seed 0 diverged at step 3")
     # a run that is not compared (K = 5, K = ∞) does not decide it
     assert _on_par([0.40, 0.4, 0.40, 0.4], diverged=[False, True, False, True]).holds == "yes"
+
+
+def test_on_par_unstable_from_a_block_rise_or_the_sharpness_record():
+    h = fake_history([1, 2], 0.1, 6, [0.40, 0.40], n_evals=3)
+    h["n_relin"] = np.array([[0, 2, 4, 6], [0, 1, 1, 3]])
+    stable = dict(h, lin_train_loss=np.array([[2.3, 1.9, 1.6, 1.4], [2.3, 1.5, 1.4, 1.3]]))
+    assert on_par_claim("c", "p", stable, n_test=100_000).holds == "yes"
+    rose = dict(h, lin_train_loss=np.array([[2.3, 1.9, 1.6, 1.4], [2.3, 1.5, 2.2, 1.4]]))
+    row = on_par_claim("c", "p", rose, n_test=100_000)
+    assert row.holds == UNSTABLE and row.measured.endswith(
+        "unstable: K=2 seed 0: the linear model's loss rose inside a block, 1.5 → 2.2 at step 4")
+    # η over the bound without a rise is unstable too; K = 1 over the bound is SGD at its edge: not judged
+    over = dict(stable, lr_over_bound=np.array([[0.1, 0.5, 1.5, 1.2], [0.1, 0.7, 1.1, 0.9]]))
+    row = on_par_claim("c", "p", over, n_test=100_000)
+    assert row.holds == UNSTABLE and row.measured.endswith("unstable: K=2 seed 0: η above 2/λ_max(θ_s) at step 4")
+    k1_edge = dict(stable, lr_over_bound=np.array([[0.1, 0.5, 1.5, 1.2], [0.1, 0.7, 0.9, 0.9]]))
+    assert on_par_claim("c", "p", k1_edge, n_test=100_000).holds == "yes"
+    assert unstable_runs(k1_edge) == {} and list(unstable_runs(over)) == [1]
+
+
+def test_sharpness_claim():
+    h = fake_history([1, 2, 1, 2], 0.1, 6, [0.4] * 4, n_evals=3)
+    h["seed_index"] = np.array([0, 0, 1, 1])
+    nan = np.nan
+    h["lr_over_bound"] = np.array([[0.1, nan, 0.3, 0.2], [0.1, nan, 0.25, 0.3], [0.1, nan, 0.2, 0.33],
+                                   [0.1, nan, 0.2, 0.1]])
+    row = sharpness_claim(h)
+    assert row.holds == "yes" and row.measured == (
+        "K=1: largest η·λ_max/2 0.33 (K=1, step 6); K>1: largest η·λ_max/2 0.30 (K=2, step 6)")
+    h["lr_over_bound"][3, 2] = 0.34
+    assert sharpness_claim(h).holds == "no" and sharpness_claim(h, fraction=0.5).holds == "yes"
+    assert sharpness_claim(fake_history([1, 2], 0.1, 6, [0.4] * 2)).holds == NA
 
 
 def test_on_par_without_a_finite_large_K():
@@ -403,7 +442,8 @@ def test_difference_interval_is_students_t_with_welch_satterthwaite_df():
 
 @pytest.mark.parametrize(
     "verdicts, expected",
-    [(["yes", "yes"], "yes"), (["yes", "no", UNDECIDED], "no"), (["yes", UNDECIDED], UNDECIDED), ([], NA)],
+    [(["yes", "yes"], "yes"), (["yes", "no", UNDECIDED], "no"), (["yes", UNDECIDED], UNDECIDED), ([], NA),
+     (["yes", UNSTABLE, UNDECIDED], UNSTABLE), ([UNSTABLE, "no"], "no")],
 )
 def test_all_verdicts(verdicts, expected):
     assert all_verdicts(iter(verdicts)) == expected

@@ -20,7 +20,7 @@ from typing import Mapping
 
 import numpy as np
 
-from ..claims import Claim, divergence_claim, fmt_K, on_par_claim, pct, runs_of, verdict
+from ..claims import UNSTABLE, Claim, divergence_claim, fmt_K, on_par_claim, pct, runs_of, sharpness_claim, verdict
 from ..data import Dataset
 from ._common import Experiment, check_sharpness, checkpoint_path, cnn_sweep, load_data, sharpness_callback
 
@@ -96,10 +96,12 @@ def claims(results: Mapping) -> list[Claim]:
     few = Claim(
         "8-12 feature updates suffice to match K = 1", "8-12 re-linearisations",
         f"{relin} re-linearisations (K={fmt_K(K[j])})",
+        gap.holds if gap.holds == UNSTABLE else
         verdict(gap.holds == "yes" and relin <= 12, applicable=gap.holds in ("yes", "no")),
-        "≤ 12 re-linearisations and the row above holds (n/a when the row above is n/a or undecided)",
+        "≤ 12 re-linearisations and the row above holds (n/a when the row above is n/a or undecided; "
+        f"'{UNSTABLE}' when it is)",
     )
-    return [gap, top, few, divergence_claim({"runs": h})]
+    return [gap, top, few, sharpness_claim(h), divergence_claim({"runs": h})]
 
 
 EXPERIMENT = Experiment("fig3", SCALES, load, compute, claims, __name__)

@@ -15,12 +15,15 @@ state and recorded; a run that blows up without tripping that guard shows in its
 Config keys: ``K`` (list: 1 and the large K), ``lr`` (list of rates; a single rate η means
 [η/10, 0.3 η, η]), ``steps``, ``batch_size``, ``augment``, ``n_train``, ``n_test``, ``seed``,
 ``n_seeds``, ``n_evals``, ``n_eval_train``, ``n_sharpness`` (training images λ_max is measured on,
-the first ones) and ``sharpness_iters`` (power iterations, :func:`iterlin.stability.ggn_sharpness`).
+the first ones), ``sharpness_iters`` (power iterations, :func:`iterlin.stability.ggn_sharpness`)
+and ``sharpness_every`` (λ_max of the linear model recorded along every run every this many steps,
+:func:`~iterlin.experiments._common.sharpness_callback`).
 
 Results: ``"runs"``: the :func:`~iterlin.experiments._common.sweep` history (every seed × K × lr,
 seed-major, K-major within a seed); ``final_test_acc`` (R,) and ``final_test_correct``
 (R, n_test) of the model each run trains; ``stable_lr`` (S,): 2/λ_max(θ_0) per seed;
-``n_test``; ``n_runs``; ``wall_seconds`` (the sweep and the bound, when computed).
+``n_test``; ``n_runs``; ``wall_seconds`` (the sweep and the bound, when computed). The history
+records the sharpness along training, ``sharpness`` and ``lr_over_bound`` (R, E).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from typing import Mapping
 import numpy as np
 
 from ..claims import (
+    BLOCK_RISE,
     NA,
     ON_PAR,
     UNDECIDED,
@@ -38,6 +42,7 @@ from ..claims import (
     all_verdicts,
     divergence_claim,
     exceeds,
+    failed_runs,
     final_difference,
     fmt_K,
     num,
@@ -47,44 +52,51 @@ from ..claims import (
 )
 from ..data import Dataset
 from ..models import make_model
-from ..stability import max_stable_lr
-from ._common import Experiment, check_sharpness, checkpoint_path, cnn_sweep, load_data, seed_keys, seeds, trained_final
+from ..stability import first_unstable_step, max_stable_lr
+from ._common import (
+    Experiment,
+    check_sharpness,
+    checkpoint_path,
+    cnn_sweep,
+    load_data,
+    seed_keys,
+    seeds,
+    sharpness_callback,
+    trained_final,
+)
 
-__all__ = ["SCALES", "EXPERIMENT", "load", "compute", "claims", "decade", "plan", "large_K", "per_lr", "by_lr", "timing"]
+__all__ = ["SCALES", "EXPERIMENT", "load", "compute", "claims", "decade", "plan", "large_K", "per_lr", "failures",
+           "crossing_claim", "by_lr", "timing"]
 
 SCALES = {
     # smoke: 256 images, 24 steps of 16, K = 1 and 3 (8 re-linearisations), rates 0.01-0.1; λ_max
     # on 32 images with 10 power iterations; training metrics on 128 images.
     "smoke": dict(
         K=[1, 3], lr=[0.01, 0.03, 0.1], steps=24, batch_size=16, augment=False, n_train=256, n_test=200,
-        seed=0, n_seeds=1, n_evals=3, n_eval_train=128, n_sharpness=32, sharpness_iters=10,
+        seed=0, n_seeds=1, n_evals=6, n_eval_train=128, n_sharpness=32, sharpness_iters=10, sharpness_every=12,
     ),
-    # cpu: every installed image, 2 seeds, no augmentation, K = 1 and 50 (6 re-linearisations) at
-    # 0.01, 0.03 and 0.1: fig3's reference run (augmented) found K = 50 on par for 375 steps at 0.01,
-    # blown up (test loss 1e3-1e4, guard not tripped) at 0.03 and diverged (steps 250, 251) at 0.1,
-    # while K = 1 trained at all three; the bound 2/λ_max(θ_0) ≈ 0.054 lies between 0.03 and 0.1.
-    # T = 300 so that the step-250 divergence can show. 0.003 is left out for time. ESTIMATE (not
-    # measured) from fig3's 1079 s (0.54 s per run-step, ~0.44 s of it training), fig7's 773 s
-    # (4 runs × 250 steps, ~90 s fixed) and a measured step-time ratio on this CPU (linearised ×2.4
-    # plain SGD: ≈ 0.62 s and 0.26 s per step): 2 seeds × 3 rates × 300 steps × (0.26 + 0.62)
-    # ≈ 1580 s + 5 evaluations × 12 runs × ~3 s ≈ 180 s + λ_max (100 images, 100 iterations: 43 s
-    # measured) × 2 seeds ≈ 90 s + ~90 s fixed ≈ 1940 s (about 30 minutes). A fourth rate would
-    # add ≈ 590 s.
+    # cpu: every installed image, 3 seeds, no augmentation, K = 1 and 50 (6 re-linearisations) at
+    # 0.01, 0.03 and 0.1, T = 300 steps of 128 (the earlier fig3 scale's rates: K = 50 on par for
+    # 375 steps at 0.01, blown up at 0.03, diverged at 0.1, while K = 1 trained at all three).
+    # The sharpness is recorded at every re-linearisation (every 50 steps: λ_max of the linear
+    # model's curvature on 256 training images) and the linear model's loss 4 times per block
+    # (evaluations every 12-13 steps), so that each failure of K = 50 can be set against η and
+    # 2/λ_max(θ_s) (the claim "large K fails where η crosses 2/λ_max(θ_s)").
     "cpu": dict(
         K=[1, 50], lr=[0.01, 0.03, 0.1], steps=300, batch_size=128, augment=False, n_train=None, n_test=None,
-        seed=0, n_seeds=2, n_evals=4, n_eval_train=500, n_sharpness=100, sharpness_iters=100,
+        seed=0, n_seeds=3, n_evals=24, n_eval_train=500, n_sharpness=256, sharpness_iters=30, sharpness_every=50,
     ),
     # gpu: ESTIMATE (not measured) 3 seeds × 2 K × 5 rates × 10 000 steps of 256 on one H100.
     "gpu": dict(
         K=[1, 1000], lr=[0.003, 0.01, 0.03, 0.1, 0.3], steps=10_000, batch_size=256, augment=False,
-        n_train=None, n_test=None, seed=0, n_seeds=3, n_evals=20, n_eval_train=5000, n_sharpness=1000,
-        sharpness_iters=100,
+        n_train=None, n_test=None, seed=0, n_seeds=3, n_evals=40, n_eval_train=5000, n_sharpness=1000,
+        sharpness_iters=30, sharpness_every=1000,
     ),
     # paper: the paper's rates and ten times larger ones (ours), K = 1e5 and T = 1e6 steps (ours).
     "paper": dict(
         K=[1, 100_000], lr=[1e-5, 1e-4, 1e-3, 1e-2], steps=1_000_000, batch_size=256, augment=False,
         n_train=50_000, n_test=10_000, seed=0, n_seeds=3, n_evals=100, n_eval_train=10_000, n_sharpness=1000,
-        sharpness_iters=100,
+        sharpness_iters=30, sharpness_every=100_000,
     ),
 }
 
@@ -109,8 +121,9 @@ def compute(config: Mapping, data: Dataset, *, checkpoint_dir=None, progress: bo
     """Every seed × K × lr in one sweep, and 2/λ_max(θ_0) per seed (module docstring)."""
     started = time.perf_counter()
     Ks, lrs = plan(config)
-    runs = cnn_sweep(config, data, K=Ks, lr=lrs, checkpoint=checkpoint_path(checkpoint_dir, "runs"),
-                     progress=progress)
+    per_run = lrs * len(seeds(config))  # seed-major, as the sweep's runs
+    runs = cnn_sweep(config, data, K=Ks, lr=lrs, callback=sharpness_callback(config, data, per_run),
+                     checkpoint=checkpoint_path(checkpoint_dir, "runs"), progress=progress)
     m = config["n_sharpness"]
     x, y = data.x_train[:m], data.y_train[:m]
     bound = []
@@ -211,7 +224,56 @@ def claims(results: Mapping) -> list[Claim]:
     below = par_row(lambda eta: eta < bound, "below",
                     "on par (the paper's rates are far below the bound)")
     above = par_row(lambda eta: eta >= bound, "at or above", "not tested")
-    return [needs, below, above, div_row]
+    return [needs, below, above, crossing_claim(results), div_row]
+
+
+def failures(results: Mapping) -> list[dict]:
+    """Per large-K run of a history with a sharpness record: ``run`` (index), ``lr``, ``seed``,
+    ``failed`` (the step its linear model's training failed, :func:`~iterlin.claims.failed_runs`;
+    −1 if never) and ``crossed`` (the first recorded step with η above 2/λ_max(θ_s),
+    :func:`iterlin.stability.first_unstable_step`; −1 if never). Empty without a record."""
+    h = results["runs"]
+    if "lr_over_bound" not in h:
+        return []
+    K = np.asarray(h["K"], np.float64)
+    crossed = np.atleast_1d(first_unstable_step(h))
+    failed = failed_runs(h)
+    seed = np.asarray(h["seed"]) if "seed" in h else np.asarray(h["seed_index"])
+    lrs = np.asarray(h["lr"], np.float64)
+    return [{"run": int(i), "lr": float(lrs[i]), "seed": int(seed[i]), "failed": failed.get(int(i), (-1, ""))[0],
+             "crossed": int(crossed[i])} for i in np.flatnonzero(K > 1)]
+
+
+def crossing_claim(results: Mapping) -> Claim:
+    """"Large K fails where η crosses 2/λ_max(θ_s)": from the sharpness record along every large-K
+    run. 'yes' when some run failed, every failed run had η above 2/λ_max(θ_s) at a recorded step
+    at or before its failure, and every run that crossed failed; 'no' when a run failed with η
+    under the bound at every recorded step up to its failure, or crossed and never failed; n/a
+    without a record or when no run failed or crossed."""
+    rows = failures(results)
+    claim = "large K fails where η crosses the linear model's bound 2/λ_max(θ_s)"
+    rule = ("per large-K run: failed = diverged, loss exploded, or the linear model's loss rose inside a block by over "
+            f"{BLOCK_RISE:.0%}; crossed = η·λ_max(θ_s)/2 > 1 at a recorded step; 'yes' when some run failed, every "
+            "failure came at or after its crossing and every crossing run failed; 'no' when one failed uncrossed or "
+            "crossed and never failed")
+    paper = "not in the paper (the edge-of-stability mechanism: Cohen et al. 2021)"
+    if not rows:
+        return Claim(claim, paper, "no sharpness record", NA, rule)
+    fail = [r for r in rows if r["failed"] >= 0]
+    cross = [r for r in rows if r["crossed"] >= 0]
+    early = [r for r in fail if not 0 <= r["crossed"] <= r["failed"]]
+    idle = [r for r in cross if r["failed"] < 0]
+
+    def name(r):
+        return f"lr {r['lr']:g} seed {r['seed']}"
+
+    parts = [f"{len(fail)} of {len(rows)} runs failed, {len(cross)} crossed"]
+    parts += [f"{name(r)}: crossed at step {r['crossed']}, failed at {r['failed']}" for r in fail if r not in early]
+    parts += [f"{name(r)}: failed at step {r['failed']} with η under the bound" +
+              (f" (crossed only at {r['crossed']})" if r["crossed"] >= 0 else "") for r in early]
+    parts += [f"{name(r)}: crossed at step {r['crossed']}, never failed" for r in idle]
+    holds = NA if not fail and not cross else "no" if early or idle else "yes"
+    return Claim(claim, paper, "; ".join(parts), holds, rule)
 
 
 EXPERIMENT = Experiment("lr", SCALES, load, compute, claims, __name__, expand={"lr": decade})

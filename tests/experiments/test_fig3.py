@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from _toy import FakeSweep, fake_cifar, fake_history, null_model
 
-from iterlin.claims import NA, UNDECIDED, Claim
+from iterlin.claims import NA, UNDECIDED, UNSTABLE, Claim
 from iterlin.experiments import _common, fig3, resolve
 
 BIG = 100_000  # test images: 2 s.e. of Δ ≈ 0.4 points, so "under 1 point" is decided
@@ -21,6 +21,7 @@ def test_compute_runs_the_config(monkeypatch):
     assert call["K"] == [1, 5] and call["lr"] == 0.1 and call["steps"] == 10 and call["batch_size"] == 4
     assert call["augment"] is True and call["eval_steps"] == [0, 5, 10]
     assert set(res) == {"runs", "n_test"} and int(res["n_test"]) == 12
+    assert call["callback"] is not None  # the sharpness recorder
 
 
 def _rows(acc, scale="smoke", n_test=BIG, K=(1, 5), steps=50, diverged=None, lr=0.1):
@@ -30,26 +31,26 @@ def _rows(acc, scale="smoke", n_test=BIG, K=(1, 5), steps=50, diverged=None, lr=
 
 def test_claims_rules():
     rows = _rows([0.40, 0.395])
-    assert [r.holds for r in rows] == ["yes", NA, "yes", "yes"]
+    assert [r.holds for r in rows] == ["yes", NA, "yes", NA, "yes"]
     assert rows[0].measured == ("K=1: 40.0 %; K=5 (10 re-linearisations): 39.5 %; Δ -0.5 pts, 2 s.e. interval "
                                 "[-0.9, -0.1] (1 seed: test noise only, no seed spread, 100000 unpaired test images)")
     assert rows[2].measured == "10 re-linearisations (K=5)"
-    assert [r.holds for r in _rows([0.40, 0.37], scale="paper")] == ["no", "no", "no", "yes"]
+    assert [r.holds for r in _rows([0.40, 0.37], scale="paper")] == ["no", "no", "no", NA, "yes"]
 
 
 def test_claims_hold_at_paper_scale():
-    assert [r.holds for r in _rows([0.823, 0.818], scale="paper")] == ["yes", "yes", "yes", "yes"]
-    assert [r.holds for r in _rows([0.70, 0.70], scale="paper")] == ["yes", "no", "yes", "yes"]  # not 82.3 %
+    assert [r.holds for r in _rows([0.823, 0.818], scale="paper")] == ["yes", "yes", "yes", NA, "yes"]
+    assert [r.holds for r in _rows([0.70, 0.70], scale="paper")] == ["yes", "no", "yes", NA, "yes"]  # not 82.3 %
 
 
 def test_too_many_relinearisations_do_not_count():
     rows = _rows([0.40, 0.40], K=(1, 2))  # 25 re-linearisations > 12
-    assert [r.holds for r in rows] == ["yes", NA, "no", "yes"]
+    assert [r.holds for r in rows] == ["yes", NA, "no", NA, "yes"]
 
 
 def test_small_test_set_is_undecided_and_the_row_depending_on_it_na():
     rows = _rows([0.40, 0.30], n_test=200)
-    assert [r.holds for r in rows] == [UNDECIDED, NA, NA, "yes"]
+    assert [r.holds for r in rows] == [UNDECIDED, NA, NA, NA, "yes"]
     assert "200 unpaired test images" in rows[0].measured
 
 
@@ -71,7 +72,18 @@ def test_seeds_and_paired_test_images_decide_what_one_unpaired_seed_cannot():
 
 def test_divergence_is_reported_in_claims():
     rows = _rows([0.40, 0.40], lr=[0.1, 0.2], diverged=[False, True], n_test=200)
-    assert rows[0].holds == "no"  # a diverged run does not match K = 1, whatever the noise
-    assert rows[2].holds == "no"
+    # a diverged large-K run is not evidence about the claim: its linear model was unstable
+    assert rows[0].holds == UNSTABLE and rows[0].measured.endswith("unstable: K=5 seed 0 diverged at step 3")
+    assert rows[2].holds == UNSTABLE
     assert rows[-1] == Claim("every run stays finite (no NaN or exploding loss)", "no divergence reported",
                              "diverged: K=5, lr=0.2 at step 3", "no", rows[-1].rule)
+
+
+def test_the_sharpness_row():
+    h = fake_history([1, 5], 0.1, 50, [0.40, 0.395])
+    h["lr_over_bound"] = np.array([[0.1, 0.2, 0.3], [0.1, 0.25, 0.2]])
+    rows = fig3.claims({"runs": h, "n_test": np.asarray(BIG), "config": {"scale": "cpu"}})
+    assert rows[3].holds == "yes" and rows[0].holds == "yes"
+    h["lr_over_bound"] = np.array([[0.1, 0.2, 0.3], [0.1, 1.25, 0.2]])  # η above the bound: unstable
+    rows = fig3.claims({"runs": h, "n_test": np.asarray(BIG), "config": {"scale": "cpu"}})
+    assert [r.holds for r in rows[:4]] == [UNSTABLE, NA, UNSTABLE, "no"]

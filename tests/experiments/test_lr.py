@@ -110,7 +110,8 @@ def test_tiny_real_run_two_seeds(monkeypatch):
                                                                 data.y_train[:8], iters=5), rel=1e-5)
     assert r["final_test_correct"].shape == (8, 8) and int(r["n_runs"]) == 8
     rows = lr.claims({**r, "config": config})
-    assert len(rows) == 4 and "2 seeds, 8 paired test images" in rows[0].rule
+    assert len(rows) == 5 and "2 seeds, 8 paired test images" in rows[0].rule
+    assert h["sharpness"].shape == h["lr_over_bound"].shape == (8, 3)  # recorded along every run
     s = lr.by_lr({**r, "config": config})
     assert s["lr"].tolist() == [0.01, 0.1] and s["K"].tolist() == [1, 2] and s["values"].shape == (2, 2, 2)
     np.testing.assert_allclose(s["values"][1, 0], r["final_test_acc"][[2, 6]])  # K = 2, lr 0.01, seeds 0 and 1
@@ -139,7 +140,7 @@ def _results(acc1, accK, rates=(0.01, 0.03, 0.1), K=50, bound=0.054, n_test=BIG,
 
 def test_claims_hold_when_large_K_breaks_above_the_bound():
     rows = lr.claims(_results([0.40, 0.45, 0.47], [0.40, 0.449, 0.30]))
-    assert [r.holds for r in rows] == ["yes", "yes", "no", "yes"]
+    assert [r.holds for r in rows] == ["yes", "yes", "no", NA, "yes"]
     assert rows[0].measured == "K=50 on par up to lr 0.03; K=1 better (or K=50 diverged) from lr 0.1; K=1 finite at 0.01, 0.03, 0.1"
     assert rows[1].claim == "large K on par with K = 1 at the rates below 2/λ_max(θ_0) = 0.054"
     assert rows[1].measured == "lr 0.01: Δ 0.0 [-0.4, +0.4] yes; lr 0.03: Δ -0.1 [-0.5, +0.3] yes"
@@ -148,13 +149,14 @@ def test_claims_hold_when_large_K_breaks_above_the_bound():
 
 def test_divergence_of_large_K_counts_as_worse():
     rows = lr.claims(_results([0.40, 0.45, 0.47], [0.40, 0.45, 0.47], divK=[False, False, True]))
-    assert [r.holds for r in rows] == ["yes", "yes", "no", "no"]
-    assert "(large K diverged)" in rows[2].measured and rows[3].measured == "diverged: K=50, lr=0.1 at step 3"
+    assert [r.holds for r in rows] == ["yes", "yes", "no", NA, "no"]
+    assert "(large K diverged)" in rows[2].measured and rows[4].measured == "diverged: K=50, lr=0.1 at step 3"
+    assert rows[3].measured == "no sharpness record"
 
 
 def test_claims_fail_when_large_K_takes_every_rate():
     rows = lr.claims(_results([0.40, 0.45, 0.47], [0.40, 0.45, 0.47]))
-    assert [r.holds for r in rows] == ["no", "yes", "yes", "yes"]
+    assert [r.holds for r in rows] == ["no", "yes", "yes", NA, "yes"]
     rows = lr.claims(_results([0.40, 0.45, 0.47], [0.40, 0.45, 0.50]))  # large K better at 0.1: not worse
     assert rows[0].holds == "no" and rows[2].holds == "no"
 
@@ -184,3 +186,33 @@ def test_only_K1_is_na():
     h = fake_history([1, 1], [0.01, 0.1], 300, [0.4, 0.4])
     rows = lr.claims({"runs": h, **_common.trained_final(h), "stable_lr": np.array([0.05]), "n_test": np.asarray(BIG)})
     assert [r.holds for r in rows] == [NA, "yes"]
+
+
+def _recorded(ratio, lin_loss, diverged=None):
+    """Two large-K runs (lr 0.01 and 0.1, K = 2) beside their K = 1 runs, with a sharpness record and
+    the linear model's loss at 4 evaluations (blocks by n_relin)."""
+    h = fake_history([1, 1, 2, 2], [0.01, 0.1, 0.01, 0.1], 6, [0.4] * 4, n_evals=3, diverged=diverged)
+    h["n_relin"] = np.array([[0, 2, 4, 6], [0, 2, 4, 6], [0, 1, 1, 3], [0, 1, 1, 3]])
+    h["lr_over_bound"] = np.array([[0.1, 0.2, 0.3, 0.4], [1.0, 2.0, 3.0, 4.0]] + ratio)
+    h["lin_train_loss"] = np.array([[2.3, 1.9, 1.6, 1.4]] * 2 + lin_loss)
+    return {"runs": h}
+
+
+def test_crossing_claim():
+    calm = [2.3, 1.9, 1.6, 1.4]
+    # the lr 0.1 run crossed at step 2 and its linear model's loss rose at step 4: yes
+    r = _recorded([[0.1, 0.2, 0.3, 0.4], [0.5, 1.2, 1.5, 2.0]], [calm, [2.3, 1.5, 2.2, 1.4]])
+    row = lr.crossing_claim(r)
+    assert row.holds == "yes" and row.measured == "1 of 2 runs failed, 1 crossed; lr 0.1 seed 0: crossed at step 2, failed at 4"
+    assert [f["failed"] for f in lr.failures(r)] == [-1, 4] and [f["crossed"] for f in lr.failures(r)] == [-1, 2]
+    # a failure with η under the bound up to it: no
+    r = _recorded([[0.1, 0.2, 0.3, 0.4], [0.5, 0.6, 0.7, 2.0]], [calm, [2.3, 1.5, 2.2, 1.4]])
+    assert lr.crossing_claim(r).holds == "no" and "failed at step 4 with η under the bound (crossed only at 6)" in \
+        lr.crossing_claim(r).measured
+    # a crossing that never failed: no; a divergence counts as a failure
+    r = _recorded([[0.1, 0.2, 0.3, 0.4], [0.5, 1.2, 1.5, 2.0]], [calm, calm])
+    assert lr.crossing_claim(r).holds == "no" and lr.crossing_claim(r).measured.endswith("crossed at step 2, never failed")
+    r = _recorded([[0.1, 0.2, 0.3, 0.4], [0.5, 1.2, 1.5, 2.0]], [calm, calm], diverged=[False, False, False, True])
+    assert lr.crossing_claim(r).holds == "yes"
+    # nothing failed and nothing crossed: n/a
+    assert lr.crossing_claim(_recorded([[0.1, 0.2, 0.3, 0.4], [0.1, 0.2, 0.3, 0.4]], [calm, calm])).holds == NA

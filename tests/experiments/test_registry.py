@@ -170,7 +170,7 @@ def test_claims_cell_publishes(tmp_path):
                      directory=tmp_path)
     assert str(text).startswith("Claims of fig3 at scale 'smoke':")
     doc = json.loads((tmp_path / "fig3.json").read_text())
-    assert doc["name"] == "fig3" and doc["scale"] == "smoke" and len(doc["rows"]) == 4
+    assert doc["name"] == "fig3" and doc["scale"] == "smoke" and len(doc["rows"]) == 5
     assert doc["rows"][0]["holds"] == UNDECIDED  # 100 test images cannot decide "under 1 point"
 
 
@@ -192,8 +192,8 @@ def test_scales_table_lists_every_experiment_and_scale():
     assert table.count("| parameter | smoke | cpu | gpu | paper |") == len(MODULES)
     fig3 = ex.scales_table("fig3")
     assert fig3.startswith("### fig3") and "### fig2" not in fig3
-    assert "| `K` | [1, 3] | [1, 50] | [1, 4000] | [1, 5000000] |" in fig3
-    assert "| `n_train` | 256 | all | all | 50000 |" in fig3  # None: every installed image
+    assert "| `K` | [1, 3] | [1, 160] | [1, 160] | [1, 5000000] |" in fig3
+    assert "| `n_train` | 256 | 1000 | 1000 | 50000 |" in fig3  # None: every installed image
     assert "| `K` | [1, 4, ∞] |" in ex.scales_table("fig2")
     with pytest.raises(ValueError, match="experiment='nope' is not allowed"):
         ex.scales_table("nope")
@@ -205,8 +205,8 @@ def test_scales_table_lists_every_experiment_and_scale():
 
 
 def test_tiny_real_run_is_cached(cifar_subset_path, tmp_path, capsys):
-    kw = dict(K=2, lr=0.05, steps=2, batch_size=8, n_train=16, n_test=16, n_evals=1, progress=False,
-              cache_dir=tmp_path)
+    kw = dict(K=2, lr=0.005, steps=2, batch_size=8, n_train=16, n_test=16, n_evals=1, n_sharpness=8,
+              sharpness_every=2, progress=False, cache_dir=tmp_path)
     res = ex.run("fig3", **kw)
     h = res["runs"]
     assert res["config"]["K"] == [1, 2] and res["config"]["n_train"] == 16
@@ -221,7 +221,8 @@ def test_tiny_real_run_is_cached(cifar_subset_path, tmp_path, capsys):
         np.testing.assert_array_equal(again["runs"][name], h[name])
     assert ex.run(res["config"], progress=False, cache_dir=tmp_path)["config"] == res["config"]
     rows = ex.get("fig3").claims(res)
-    assert len(rows) == 4 and all(r.holds in HOLDS for r in rows)
+    assert len(rows) == 5 and all(r.holds in HOLDS for r in rows)
+    assert np.isfinite(h["sharpness"]).all() and h["lr_over_bound"].shape == (2, 2)  # recorded at steps 0 and 2
     assert rows[0].holds == UNDECIDED  # 16 test images decide nothing at 1 point
 
 
