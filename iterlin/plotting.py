@@ -61,6 +61,7 @@ __all__ = [
     "placement_dots",
     "plot_literal",
     "plot_stability_bound",
+    "plot_bound",
     "gn_baseline",
     "sweep_colors",
 ]
@@ -673,6 +674,42 @@ def panels(
 
 # ------------------------------------------------------------------------------------------------
 # marks
+
+
+def plot_bound(ax: Axes, record: Any, *, fraction: float | None = 1 / 3, label: str = "K = {K}, lr {lr}",
+               select: Callable[[float], bool] | None = None) -> list:
+    """The linear model's bound 2/λ_max(θ_s) along training (a :class:`iterlin.stability.BoundRecord`):
+    one line per run through its recorded points, coloured by (K, lr) setting (seeds share a
+    colour), each rate η as a dashed horizontal line and ``fraction`` of the bound as a dotted one
+    at η / ``fraction`` (the margin a reference run keeps); a cross where a run's linear model's loss
+    first rose inside a block, on its bound line. ``select(K) -> bool``: which runs to draw (default
+    all). Log y axis. Returns one Line2D per setting drawn."""
+    _check_axes(ax)
+    step = _as_1d(record.step, "step")
+    bound = _real_array(record.bound, "bound")
+    settings = sorted({(float(k), float(r)) for k, r in zip(record.K, record.lr) if select is None or select(float(k))},
+                      key=lambda t: (t[1], t[0]))
+    lines = []
+    for c, (k, r) in enumerate(settings):
+        color = f"C{c}"
+        runs = np.flatnonzero((np.asarray(record.K) == k) & (np.asarray(record.lr) == r))
+        line = None
+        for j, i in enumerate(runs):
+            ok = np.isfinite(bound[i])
+            (ln,) = ax.plot(step[ok], bound[i, ok], color=color, marker=".", lw=1.0, alpha=0.8,
+                            label=label.format(K=fmt_K(k), lr=f"{r:g}") if j == 0 else None)
+            line = line or ln
+            t = int(record.rose_at[i])
+            if t >= 0 and ok.any():
+                ax.plot([t], [np.interp(t, step[ok], bound[i, ok])], marker="x", color=color, ms=CROSS_SIZE,
+                        mew=2, linestyle="none")
+        lines.append(line)
+    for r in sorted({r for _, r in settings}):
+        ax.axhline(r, color="k", linestyle="--", lw=0.8)
+        if fraction:
+            ax.axhline(r / fraction, color="k", linestyle=":", lw=0.8)
+    ax.set_yscale("log")
+    return lines
 
 
 def mark_steps(ax: Axes, steps: Any, *, color: Any = "gray", linestyle: str = ":", linewidth: float = 0.8,

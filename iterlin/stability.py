@@ -48,7 +48,8 @@ from .tree import tree_index
 from .validate import check_int, check_xy
 
 __all__ = ["ggn_matvec", "ggn_top_eig", "ggn_sharpness", "max_stable_lr", "linear_model_sharpness",
-           "SharpnessRecorder", "sharpness_recorder", "first_unstable_step", "block_loss_rise"]
+           "SharpnessRecorder", "sharpness_recorder", "first_unstable_step", "block_loss_rise", "BoundRecord",
+           "bound_record"]
 
 
 def _vdot(a, b):
@@ -295,3 +296,27 @@ def block_loss_rise(history, rtol: float = 0.1):
                 low = min(low, v)
     one = np.ndim(history["lin_train_loss"]) == 1
     return tuple(a[0] for a in (rose, start, peak, at)) if one else (rose, start, peak, at)
+
+
+class BoundRecord(NamedTuple):
+    """The bound along training of a sweep history (:func:`bound_record`), for a plot."""
+
+    step: np.ndarray  #: (E,) evaluation steps
+    bound: np.ndarray  #: (R, E) 2/λ_max(θ_s) at the recorded points, NaN elsewhere
+    lr: np.ndarray  #: (R,) each run's rate η
+    K: np.ndarray  #: (R,) each run's period
+    rose_at: np.ndarray  #: (R,) the step at which the linear model's loss first rose inside a block, −1 if never
+
+
+def bound_record(history) -> BoundRecord:
+    """:class:`BoundRecord` of a sweep history with a sharpness record
+    (:func:`sharpness_recorder`): the bound 2/λ_max = η / ``lr_over_bound`` at each recorded point,
+    and :func:`block_loss_rise`'s step for each run (−1 without ``lin_train_loss``)."""
+    ratio = np.atleast_2d(np.asarray(history["lr_over_bound"], np.float64))
+    lr = np.broadcast_to(np.asarray(history["lr"], np.float64), ratio.shape[:1]).copy()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        bound = np.where(ratio > 0, lr[:, None] / ratio, np.nan)
+    rose_at = (np.atleast_1d(block_loss_rise(history)[3]) if "lin_train_loss" in history
+               else np.full(ratio.shape[0], -1))
+    K = np.broadcast_to(np.asarray(history["K"], np.float64), ratio.shape[:1]).copy()
+    return BoundRecord(np.asarray(history["step"]), bound, lr, K, np.asarray(rose_at, int))

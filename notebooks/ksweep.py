@@ -1,7 +1,7 @@
 # ---
 # jupyter:
 #   jupytext:
-#     cell_metadata_filter: -papermill,-execution
+#     cell_metadata_filter: tags,-papermill,-execution
 #     formats: ipynb,py:percent
 #     text_representation:
 #       extension: .py
@@ -28,6 +28,9 @@ n_train = None  # training images ("all": every installed image)
 n_test = None  # test images
 batch_size = None  # mini-batch size (at most n_train)
 n_eval_train = None  # training images the training metrics are measured on ("all": every one)
+n_sharpness = None  # training images lambda_max of the linear model is measured on (the first ones)
+sharpness_iters = None  # power iterations per measurement (warm-started; at most)
+sharpness_every = None  # record lambda_max every this many steps (at evaluation points)
 
 # %% tags=["hide-cell"]
 import matplotlib.pyplot as plt

@@ -1,7 +1,7 @@
 # ---
 # jupyter:
 #   jupytext:
-#     cell_metadata_filter: -papermill,-execution
+#     cell_metadata_filter: tags,-papermill,-execution
 #     formats: ipynb,py:percent
 #     text_representation:
 #       extension: .py
@@ -27,7 +27,9 @@ n_seeds = None  # seeds seed, seed + 1, ...: each its own initialisation and bat
 n_train = None  # training images ("all": every installed image)
 n_test = None  # test images
 batch_size = None  # mini-batch size (at most n_train)
-n_sharpness = None  # training images the bound 2/lambda_max at initialisation is measured on
+n_sharpness = None  # training images the bound 2/lambda_max is measured on (at initialisation and along training)
+sharpness_iters = None  # power iterations per measurement
+sharpness_every = None  # record lambda_max along training every this many steps (at evaluation points)
 n_eval_train = None  # training images the training metrics are measured on ("all": every one)
 
 # %% tags=["hide-cell"]
@@ -37,7 +39,8 @@ from iterlin.claims import fmt_K
 from iterlin.config import describe
 from iterlin.experiments import claims, reference, resolve_notebook, run
 from iterlin.experiments.lr import by_lr, timing
-from iterlin.plotting import legend, panels, plot_sweep, run_colors, seed_curve, set_log_ticks
+from iterlin.plotting import legend, panels, plot_bound, plot_sweep, run_colors, seed_curve, set_log_ticks
+from iterlin.stability import bound_record
 
 # Every parameter is checked here, before anything is computed (None: the scale's default);
 # a name the notebook does not take (papermill -p step 50) fails here, naming it.
@@ -49,11 +52,14 @@ def plot(results):
     """Top: final test accuracy (left) and final test loss (right, log scale) against the learning
     rate, one line per K: the mean over seeds ± one standard error, each seed a dot, a cross where a
     seed diverged (frozen at its last finite state); the dotted line is the linear model's stability
-    bound 2/λ_max at initialisation. Bottom: test accuracy over training at each rate, for K = 1
-    (left) and the large K (right); a cross marks a run that diverged."""
+    bound 2/λ_max at initialisation. Middle: test accuracy over training at each rate, for K = 1
+    (left) and the large K (right); a cross marks a run that diverged. Bottom (when the run recorded
+    it): the linear model's bound 2/λ_max(θ_s) along training, each seed a line, one colour per rate;
+    dashed: the rates η; a cross where a large-K run's linear model's loss rose inside a block."""
     acc, loss = by_lr(results), by_lr(results, "net_test_loss")  # (K, lr, seed) arrays and the bound
     h = results["runs"]
-    fig, axes = panels(2, 2, panel_size=(6, 4), squeeze=False,
+    recorded = "lr_over_bound" in h
+    fig, axes = panels(2, 3 if recorded else 2, panel_size=(6, 4), squeeze=False,
                        suptitle=f"CNN on CIFAR-10: learning rates ({results['config']['scale']} scale, "
                                 f"T = {results['config']['steps']} steps, {int(results['n_runs'])} runs)")
     for ax, s, scale_, what in ((axes[0, 0], acc, 100, "final test accuracy (%)"),
@@ -72,6 +78,12 @@ def plot(results):
                    label="lr {lr:g}", diverged_label="lr {lr:g} diverged")
         ax.set(xlabel="step", ylabel="test accuracy (%)", title=f"K = {fmt_K(k)} over training")
         legend(ax)
+    if recorded:
+        record = bound_record(h)
+        for ax, k in ((axes[2, 0], acc["K"][0]), (axes[2, 1], acc["K"][-1])):
+            plot_bound(ax, record, select=lambda kk, k=k: kk == k, fraction=None, label="lr {lr}")
+            ax.set(xlabel="step", ylabel="2 / λ_max(θ_s)", title=f"K = {fmt_K(k)}: the linear model's bound")
+            legend(ax)
     plt.show()
 
 
