@@ -187,9 +187,9 @@ def test_divergence_is_unstable_and_a_diverged_K1_no():
     assert rows[0].holds == UNSTABLE  # K = 3, 10 off, K = 30 diverged: it might have been on par
     rows = ksweep.claims(_results([0.40, 0.40, 0.40, 0.40, 0.20], diverged=[False, False, True, False, False]))
     assert rows[1].holds == UNSTABLE and rows[-1].holds == "no"  # a diverged K is not evidence against ∞
+    assert rows[-1].measured == "diverged: K=10, lr=0.05 at step 3"
     rows = ksweep.claims(_results([0.40, 0.40, 0.40, 0.40, 0.20], diverged=[True, False, False, False, False]))
     assert rows[0].holds == "no"  # K = 1 diverged
-    assert rows[-1].measured == "diverged: K=10, lr=0.05 at step 3"
 
 
 def test_the_K_at_least_T_check_fails_when_the_networks_differ():
