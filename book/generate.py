@@ -20,7 +20,12 @@ reference runs, ``results/<name>/`` (:mod:`iterlin.experiments.reference`: ``cla
   the wall time papermill measured, and whether the results were computed or read from the result
   cache; included by ``book/reproducibility.md``;
 * ``book/executed/scales.md``: every experiment's defaults at every scale
-  (:func:`iterlin.experiments.scales_table`); included by ``book/reproducibility.md``.
+  (:func:`iterlin.experiments.scales_table`); included by ``book/reproducibility.md``;
+* ``book/executed/findings.md``: "What this edition found", the paper's claims
+  (:data:`iterlin.experiments.findings.FINDINGS`), each with its decisive experiment's verdict and
+  measurement read from that experiment's reference run, and the verdicts of the other experiments
+  that measure it; included by ``book/intro.md``, so the front page prints the verdicts the figure
+  pages print.
 
 They live in the git-ignored ``book/executed/`` and are rewritten on every build, so nothing
 generated is committed. Everything is read from local files: no network, no notebook execution.
@@ -52,6 +57,7 @@ import yaml
 from iterlin.checkpoint import CheckpointError
 from iterlin.claims import CHECKS_HEADING, COLUMNS, HOLDS, KINDS
 from iterlin.experiments import reference, scales_table
+from iterlin.experiments.findings import FINDINGS, findings
 
 EXECUTED = "book/executed"
 #: What ``iterlin.cache.cached`` prints (stdout) when it computes or loads an experiment's results.
@@ -472,6 +478,35 @@ def runtimes_page(items: list[dict]) -> str:
     )
 
 
+def findings_page(items: list[dict], table=None) -> str:
+    """The front page's table (:func:`iterlin.experiments.findings.findings` of the reference runs'
+    rows, for ``table``, default :data:`~iterlin.experiments.findings.FINDINGS`); GenerateError
+    when a row it names is missing or ambiguous."""
+    rows = {it["name"]: (it["reference"] or {}).get("rows") for it in items}
+    try:
+        found = findings(rows, FINDINGS if table is None else table)
+    except ValueError as e:
+        raise GenerateError(str(e)) from e
+    scale = {it["name"]: (it["reference"] or {}).get("scale") for it in items}
+    lines = ["| the paper's claim | the paper | decided by | verdict | what it measured | linear model stable? "
+             "| also measured by |", "|---|---|---|---|---|---|---|"]
+    for f in found:
+        d = f.finding.decisive
+        if f.decisive is None:
+            verdict, measured = "no reference run yet", ""
+        else:
+            verdict, measured = f.decisive["holds"], f.decisive["measured"]
+        stable = ("not recorded" if f.stability is None
+                  else f"{f.stability['holds']}: {f.stability['measured']}")
+        also = "; ".join(f"{_link(e.experiment)} ({escape(e.row)}…): " + ("no reference run" if r is None else
+                                                                         f"**{escape(r['holds'])}**")
+                         for e, r in zip(f.finding.also, f.also))
+        lines.append(f"| {escape(f.finding.figure)}: {escape(f.finding.claim)} | {escape(f.finding.paper)} | "
+                     f"{_link(d.experiment)} ({escape(scale.get(d.experiment) or '')}) | **{escape(verdict)}** | "
+                     f"{escape(measured)} | {escape(stable)} | {also} |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--root", type=Path, default=Path(__file__).resolve().parents[1], help="the repository root")
@@ -485,14 +520,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"book/generate.py: {e}", file=sys.stderr)
         return 1
     executed = root / EXECUTED
+    try:
+        front = findings_page(items)
+    except GenerateError as e:
+        print(f"book/generate.py: {e}", file=sys.stderr)
+        return 1
     pages = (("claims.md", claims_page(items)), ("references.md", references_page(items)),
-             ("runtimes.md", runtimes_page(items)), ("scales.md", scales_table()))
+             ("runtimes.md", runtimes_page(items)), ("scales.md", scales_table()), ("findings.md", front))
     for name, text in pages:
         tmp = executed / f".{name}.partial"
         tmp.write_text(text, encoding="utf-8")
         os.replace(tmp, executed / name)
     n_ref = sum(it["reference"] is not None for it in items)
-    print(f"book/generate.py: wrote {EXECUTED}/claims.md, references.md, runtimes.md and scales.md for "
+    print(f"book/generate.py: wrote {EXECUTED}/claims.md, references.md, runtimes.md, scales.md and findings.md for "
           f"{len(items)} notebooks ({n_ref} with a reference run)")
     return 0
 

@@ -37,7 +37,16 @@ from .probes import (
     fit_linear_probe,
     probe_tracker,
 )
-from .stability import ggn_matvec, ggn_sharpness, ggn_top_eig, linear_model_sharpness, max_stable_lr, sharpness_recorder
+from .stability import (
+    BoundRecord,
+    bound_record,
+    ggn_matvec,
+    ggn_sharpness,
+    ggn_top_eig,
+    linear_model_sharpness,
+    max_stable_lr,
+    sharpness_recorder,
+)
 from .training import TrainState, commit_step, fit, init_state, make_step, train, train_sweep
 from .tree import tree_allclose, tree_size, tree_stack
 
@@ -48,6 +57,8 @@ __all__ = [
     "ggn_top_eig",
     "linear_model_sharpness",
     "sharpness_recorder",
+    "bound_record",
+    "BoundRecord",
     "empirical_ntk",
     "empirical_ntk_fn",
     "kernel_distance",

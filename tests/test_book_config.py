@@ -416,10 +416,22 @@ def test_generate_shows_reference_runs_first_with_their_provenance(tmp_path, gen
     from iterlin.claims import CHECKS_HEADING, HOLDS
     from iterlin.experiments.reference import provenance_line
 
+    from iterlin.experiments.findings import Evidence, Finding
+
     _fake_book(tmp_path, ["fig2", "ntk"], rows=MIXED_ROWS)
     fig2 = _fake_reference(tmp_path / "results", "fig2", MIXED_ROWS, current_code=True, monkeypatch=monkeypatch)
     ntk = _fake_reference(tmp_path / "results", "ntk", MIXED_ROWS[:1], current_code=False, seeds=(3,),
                           monkeypatch=monkeypatch)
+    monkeypatch.setattr(generate, "FINDINGS", (Finding("Fig. 2", "on par", "p", Evidence("fig2", "K = 1"),
+                                                       (Evidence("ntk", "K = 1"), Evidence("fig5", "x"))),))
+    assert generate.main(["--root", str(tmp_path)]) == 0
+    # the front page's table reads the decisive row's verdict and measurement from the reference run
+    front = (tmp_path / "book" / "executed" / "findings.md").read_text()
+    assert ("| Fig. 2: on par | p | {doc}`fig2 <executed/fig2>` (cpu) | **yes** | Δ +0.4 pts | not recorded | "
+            "{doc}`ntk <executed/ntk>` (K = 1…): **yes**; {doc}`fig5 <executed/fig5>` (x…): no reference run |") in front
+    monkeypatch.setattr(generate, "FINDINGS", (Finding("Fig. 2", "on par", "p", Evidence("fig2", "no such row")),))
+    assert generate.main(["--root", str(tmp_path)]) == 1  # a row the table names must exist
+    monkeypatch.setattr(generate, "FINDINGS", ())
     assert generate.main(["--root", str(tmp_path)]) == 0
     page = (tmp_path / "book" / "executed" / "claims.md").read_text()
     # the reference runs' tally, then this build's, then per notebook: reference first
@@ -456,6 +468,7 @@ def test_generate_reads_the_results_folder_it_is_given(tmp_path, generate, monke
     _fake_book(tmp_path, ["fig2"])
     _fake_reference(tmp_path / "elsewhere", "fig2", MIXED_ROWS[:1], current_code=True, monkeypatch=monkeypatch)
     monkeypatch.setenv("ITERLIN_RESULTS", str(tmp_path / "elsewhere"))
+    monkeypatch.setattr(generate, "FINDINGS", ())
     assert generate.main(["--root", str(tmp_path)]) == 0
     assert "**Reference run** (`results/fig2/`)" in (tmp_path / "book" / "executed" / "claims.md").read_text()
     assert generate.main(["--root", str(tmp_path), "--results", str(tmp_path / "none")]) == 0

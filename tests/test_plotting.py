@@ -13,6 +13,7 @@ import pytest  # noqa: E402
 from matplotlib.colors import to_rgba  # noqa: E402
 
 from iterlin.plotting import (  # noqa: E402
+    plot_bound,
     band,
     filter_grid,
     k1_and_largest,
@@ -363,3 +364,23 @@ def test_filter_grid_bad_arguments_name_the_parameter(kwargs, name):
     args = dict(delta=np.zeros((2, 4, 5, 5, 3, 6)), step=[0, 1, 2, 3], K=[1, 8]) | kwargs
     with pytest.raises(ValueError, match=f"^{name} "):
         filter_grid(args.pop("delta"), args.pop("step"), args.pop("K"), **args)
+
+
+def test_plot_bound_one_line_per_run_the_rates_and_the_rises(ax):
+    from iterlin.stability import BoundRecord
+
+    nan = np.nan
+    rec = BoundRecord(np.array([0, 2, 4]), np.array([[0.2, nan, 0.4], [0.4, nan, 0.1], [0.3, nan, 0.3]]),
+                      np.array([0.1, 0.1, 0.1]), np.array([1.0, 2.0, 2.0]), np.array([-1, 3, -1]))
+    lines = plot_bound(ax, rec)
+    assert len(lines) == 2 and lines[0].get_label() == "K = 1, lr 0.1"  # seeds of one setting share a colour
+    runs = [ln for ln in ax.get_lines() if ln.get_marker() == "."]
+    assert len(runs) == 3 and runs[1].get_color() == runs[2].get_color() != runs[0].get_color()
+    np.testing.assert_allclose(runs[1].get_xydata(), [[0, 0.4], [4, 0.1]])  # the recorded points only
+    (cross,) = [ln for ln in ax.get_lines() if ln.get_marker() == "x"]
+    np.testing.assert_allclose(cross.get_xydata(), [[3, 0.175]])  # on the run's line at the rise
+    levels = sorted(ln.get_ydata()[0] for ln in ax.get_lines() if ln.get_linestyle() in ("--", ":"))
+    assert levels == pytest.approx([0.1, 0.3])  # η and η / (1/3)
+    assert ax.get_yscale() == "log"
+    _, ax2 = plt.subplots()
+    assert len(plot_bound(ax2, rec, select=lambda k: k > 1, fraction=None)) == 1

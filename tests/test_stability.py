@@ -161,3 +161,16 @@ def test_recorder_bad_arguments_are_named():
         stability.sharpness_recorder(apply_fn, x, y, lr=0)
     with pytest.raises(ValueError, match="every"):
         stability.sharpness_recorder(apply_fn, x, y, lr=0.1, every=0)
+
+
+def test_bound_record_of_a_sweep_history():
+    nan = np.nan
+    h = {"step": np.array([0, 2, 4, 6]), "K": np.array([1.0, 2.0]), "lr": np.array([0.1, 0.2]),
+         "lr_over_bound": np.array([[0.5, nan, 0.25, nan], [0.5, nan, 2.0, nan]]),
+         "n_relin": np.array([[0, 2, 4, 6], [0, 1, 1, 3]]),
+         "lin_train_loss": np.array([[2.3, 1.9, 1.6, 1.4], [2.3, 1.5, 2.2, 1.4]])}
+    rec = stability.bound_record(h)
+    np.testing.assert_allclose(rec.bound, [[0.2, nan, 0.4, nan], [0.4, nan, 0.1, nan]])  # η / (η λ / 2) = 2 / λ
+    assert rec.rose_at.tolist() == [-1, 4] and rec.K.tolist() == [1, 2] and rec.step.tolist() == [0, 2, 4, 6]
+    del h["lin_train_loss"]
+    assert stability.bound_record(h).rose_at.tolist() == [-1, -1]

@@ -1,0 +1,115 @@
+"""What this edition found: the paper's claims (its figures 2-9), each with the experiment that
+decides it and the other experiments that measure it.
+
+The verdicts are never written here: :func:`findings` reads them from the reference runs' claims
+(``results/<name>/claims.json``, the rows each notebook shows), so the book's front page and every
+figure page print one answer per claim. A row is named by the start of its ``claim`` text (rows
+whose text holds a measured number, such as the limit's "λ = 1/τ = 16.00", are named by the words
+before it); :func:`findings` refuses a name that matches no row, or several.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, NamedTuple, Sequence
+
+__all__ = ["Evidence", "Finding", "FINDINGS", "STABILITY_ROW", "Found", "findings"]
+
+
+class Evidence(NamedTuple):
+    """One claims row of one experiment's reference run."""
+
+    experiment: str  #: the notebook (``results/<experiment>/claims.json``)
+    row: str  #: the start of the row's ``claim`` text
+
+
+class Finding(NamedTuple):
+    """One of the paper's claims, the experiment that decides it and those that also measure it."""
+
+    figure: str  #: where the paper makes it
+    claim: str  #: the claim, in words
+    paper: str  #: the paper's number
+    decisive: Evidence
+    also: tuple[Evidence, ...] = ()
+
+
+#: The paper's claims, in the order of its figures (``SPEC.md``'s table, Figs. 2-9). The decisive
+#: experiment is the one whose setting the claim is about and whose linear model was checked stable
+#: where that was measured (Fig. 3's cpu scale keeps η under a third of 2/λ_max along every run).
+FINDINGS: tuple[Finding, ...] = (
+    Finding("Fig. 2", "large K performs on par with K = 1", "on par (full batch and mini-batch)",
+            Evidence("fig2", "mini-batch: large K performs on par with K = 1"),
+            (Evidence("fig2", "full batch: large K performs on par with K = 1"),)),
+    Finding("Fig. 3", "with augmentation, large K ends under 1 point from K = 1", "82.3 % vs 81.4 %",
+            Evidence("fig3", "SGD + augmentation: large K ends under 1 point from K = 1")),
+    Finding("Sec. 4.1", "8-12 feature updates suffice to match K = 1", "8-12 re-linearisations",
+            Evidence("fig3", "8-12 feature updates suffice to match K = 1"),
+            (Evidence("ksweep", "the largest K within noise of K = 1"),
+             Evidence("limit", "few feature updates suffice"))),
+    Finding("Fig. 4", "ResNet-18: large K ≈ SGD, and BatchNorm runs diverge more easily",
+            "similar test accuracy; BN far more likely to diverge",
+            Evidence("fig4", "BatchNorm + augmentation: large K ≈ SGD (K = 1)"),
+            (Evidence("fig4", "no BatchNorm: large K ≈ SGD (K = 1)"),
+             Evidence("fig4", "BatchNorm runs diverge more easily"))),
+    Finding("Fig. 5", "K = ∞ (no feature learning) scales worse with data; every finite K like K = 1",
+            "K = ∞ worse than every finite K",
+            Evidence("fig5", "K = ∞ (no feature learning) scales worse"),
+            (Evidence("fig5", "every finite K scales with data like K = 1"),
+             Evidence("limit", "K = ∞ scales worse with N"),
+             Evidence("ksweep", "K = ∞ (no feature learning) ends below every finite K"))),
+    Finding("Fig. 6", "large-K features improve slower and level off lower", "slower, lower (linear probes)",
+            Evidence("fig6", "layer2: large-K features level off lower"),
+            (Evidence("fig6", "layer2: large-K features improve slower"),
+             Evidence("fig6", "layer1: large-K features level off lower"))),
+    Finding("Fig. 7", "large-K first-layer filters evolve slower", "K = 1 evolves much faster",
+            Evidence("fig7", "large-K first-layer filters evolve slower")),
+    Finding("Fig. 8", "solving every linearisation generalises worse than K = 1 SGD", "61.3 % vs 69.4 %",
+            Evidence("fig8", "solving every linearisation (large K, Adam) generalises worse"),
+            (Evidence("limit", "solving each linearisation completely hurts"),)),
+    Finding("Fig. 9", "more damping gives lower, more consistent test error and smoother functions",
+            "lower, more consistent RMSE (quintic)",
+            Evidence("fig9", "more damping → lower mean test RMSE"),
+            (Evidence("fig9", "more damping → more consistent test RMSE"),
+             Evidence("fig9", "more damping → smoother learned functions"),
+             Evidence("limit", "damping helps"))),
+)
+
+#: The start of the claims row that records whether a run's linear model stayed stable
+#: (:func:`iterlin.claims.sharpness_claim`).
+STABILITY_ROW = "the linear model stays stable"
+
+
+class Found(NamedTuple):
+    """A :class:`Finding` with the rows its evidence names (dicts of ``claim``, ``paper``,
+    ``measured``, ``holds``, ``rule``), None where an experiment has no reference run."""
+
+    finding: Finding
+    decisive: Mapping | None
+    also: tuple[Mapping | None, ...]
+    stability: Mapping | None  #: the decisive run's :data:`STABILITY_ROW`, None where not recorded
+
+
+def _row(rows: Sequence[Mapping] | None, evidence: Evidence) -> Mapping | None:
+    if rows is None:
+        return None
+    hits = [r for r in rows if r["claim"].startswith(evidence.row)]
+    if len(hits) != 1:
+        raise ValueError(f"{evidence.experiment}: {len(hits)} claims rows start with {evidence.row!r} "
+                         "(expected exactly one): update iterlin.experiments.findings.FINDINGS")
+    return hits[0]
+
+
+def findings(rows: Mapping[str, Sequence[Mapping] | None],
+             table: Sequence[Finding] = FINDINGS) -> list[Found]:
+    """Each finding of ``table`` with its rows, from ``rows``: the reference run's claims rows per
+    experiment name (None, or absent, where there is no reference run). ValueError when a named row
+    is missing or ambiguous."""
+    out = []
+    for f in table:
+        decisive_rows = rows.get(f.decisive.experiment)
+        stability = None
+        if decisive_rows is not None:
+            stable = [r for r in decisive_rows if r["claim"].startswith(STABILITY_ROW)]
+            stability = stable[0] if stable else None
+        out.append(Found(f, _row(decisive_rows, f.decisive),
+                         tuple(_row(rows.get(e.experiment), e) for e in f.also), stability))
+    return out
