@@ -120,12 +120,13 @@ ref = reference.show("ksweep", plot, table=False)
 # * `smoke` (default; a 2-core CPU, about a minute): 256 real CIFAR-10 training images and 200 test
 #   images, 24 steps of SGD with batches of 32 at learning rate 0.05, $K \in \{1, 3, 10, 30, \infty\}$
 #   ($T/K$ = 24, 8, 2, 0, 0), one seed. A check that the pipeline works, not a result.
-# * `cpu` (the reference run, about 30 minutes of a 2-core CPU by an estimate from Fig. 3's
-#   measured run; see the module): every installed image (4,660 training and 932 test images of the
-#   shared subset), 2 seeds, $T = 200$ steps of 128 without augmentation at learning rate 0.01
-#   (below the linear model's stability bound $2/\lambda_{\max} \approx 0.054$ at initialisation;
-#   at 0.03 and 0.1 Fig. 3's $K = 50$ blew up or diverged), $K \in \{1, 3, 10, 30, 100, 300, \infty\}$:
-#   14 runs. $T = 300$ would have taken about 45 minutes.
+# * `cpu` (the reference run, about two and a half hours of a 2-core CPU by fig3's measured run):
+#   Figure 3's stable setting, where $\eta\lambda_{\max}/2$ stayed under a third along $K = 1$ and
+#   $K = 160$: 1,000 training images and every test image (932), 3 seeds, $T = 1{,}600$ steps of 100
+#   at learning rate 0.002 with augmentation, $K \in \{1, 40, 160, 400, \infty\}$ (40, 10, 4 and 0
+#   re-linearisations): 15 runs; $\lambda_{\max}$ of the linear model every 160 steps. No finite
+#   $K \ge T$ (its consistency check reads n/a). The earlier run (every image, rate 0.01, 200 steps)
+#   sat at a rate the network sharpens up to within a few hundred steps.
 # * `gpu` (one H100, about ten minutes: an estimate, not measured): 3 seeds, $T = 10^4$ steps of 256,
 #   $K$ from 1 to $3 \cdot 10^4$ and $\infty$.
 # * `paper`: all of CIFAR-10 at the paper's mini-batch rate 1e-4, $T = 10^6$ steps of 256 and $K$ from

@@ -256,6 +256,7 @@ def test_generated_pages_are_included_from_the_ignored_build_folder():
     reproducibility = (ROOT / "book" / "reproducibility.md").read_text()
     for page in ("runtimes", "references", "scales"):
         assert f"```{{include}} executed/{page}.md" in reproducibility, page
+    assert "```{include} executed/findings.md" in (ROOT / "book" / "intro.md").read_text()  # the front page
     ignored = (ROOT / ".gitignore").read_text().split()
     assert "/book/executed/" in ignored
 
