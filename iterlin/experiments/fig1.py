@@ -45,7 +45,7 @@ step is η = lr / N.
 Claims
 ------
 Every comparison between runs is paired by seed (the runs of one seed share θ₀) and decided on the
-2 s.e. interval over seeds of the mean difference (:func:`seed_difference`, then
+95 % t interval over seeds of the mean difference (:func:`seed_difference`, then
 :func:`iterlin.claims.on_par` or :func:`iterlin.claims.exceeds`; undecided with one seed). The
 K ↔ λ row pairs each damped run with the K nearest 1/(λη) (:func:`damping_pairs`) and holds only
 when the wrong pairings K = 10/(λη) and 1/(10λη) are refuted by the same rule: on a flat stretch of
@@ -524,7 +524,7 @@ def _literal_rows(results: Mapping) -> list[Claim]:
     rows = [Claim(
         LITERAL, paper, "literal vs closed form, final test RMSE: " + "; ".join(parts),
         _all(verdicts) if verdicts else verdict(None),
-        f"for every rate and K with a finite seed: the 2 s.e. interval over the finite seeds of Δ = literal − closed "
+        f"for every rate and K with a finite seed: the 95 % t interval over the finite seeds of Δ = literal − closed "
         f"form (the same τ = K·lr/N and number of linearisations, paired by seed) inside ±{LITERAL_TOL:.0%} of the "
         "closed form's mean (the flow's O(lr) discretisation error); 'no' when one lies wholly outside; else "
         "undecided (always with one seed); n/a when every run diverged",
@@ -556,7 +556,8 @@ def seed_difference(a, b) -> Difference:
     ``a``, ``b``: (S,) one value per seed (a test RMSE, a distance), seed s of ``a`` paired with
     seed s of ``b`` (the same initialisation). Seeds where either is non-finite are left out. The
     s.e. is std_s(b_s − a_s)/√n over the n seeds left (ddof 1; :func:`iterlin.plotting.mean_se`),
-    NaN for n < 2; there is no test-sampling term: the test grid is fixed (evenly spaced points).
+    NaN for n < 2, with n − 1 degrees of freedom (the interval is Student's t); there is no
+    test-sampling term: the test grid is fixed (evenly spaced points).
     Returns a :class:`iterlin.claims.Difference` (``n_test`` 0, ``paired``) for
     :func:`iterlin.claims.on_par` and :func:`iterlin.claims.exceeds` (through :func:`decide`).
     """
@@ -565,7 +566,8 @@ def seed_difference(a, b) -> Difference:
         raise ValueError(f"a and b of shapes {a.shape} and {b.shape} are not allowed: one value per seed each, (S,)")
     d = b - a
     mean, se = mean_se(d, axis=0)
-    return Difference(float(mean), float(se), int(np.isfinite(d).sum()), 0, True)
+    n = int(np.isfinite(d).sum())
+    return Difference(float(mean), float(se), n, 0, True, float(n - 1) if n >= 2 else None)
 
 
 def decide(diff: Difference, test, *args) -> str:
@@ -588,7 +590,7 @@ def _signed(x: float, digits: int = 3) -> str:
 
 
 def interval(diff: Difference, digits: int = 3) -> str:
-    """``Δ +0.012 [−0.004, +0.028]``: Δ and its 2 s.e. interval (``Δ +0.012 (1 seed)`` without one)."""
+    """``Δ +0.012 [−0.004, +0.028]``: Δ and its 95 % t interval (``Δ +0.012 (1 seed)`` without one)."""
     if diff.n_seeds < 2 or not math.isfinite(diff.se):
         return f"Δ {_signed(diff.delta, digits)} ({diff.n_seeds} seed{'s' if diff.n_seeds != 1 else ''})"
     return f"Δ {_signed(diff.delta, digits)} [{_signed(diff.lo, digits)}, {_signed(diff.hi, digits)}]"
@@ -623,7 +625,7 @@ def claims(results: Mapping) -> list[Claim]:
             f"test RMSE K=1: {num(mean[i1], 3)}; "
             + "; ".join(f"K={fmt_K(K[i])}: {num(mean[i], 3)}, {interval(d)}" for i, d in diffs.items()),
             _all(decide(d, on_par, tol) for d in diffs.values()),
-            f"on par: for every 1 < K ≤ {SMALL_K}, the 2 s.e. interval over seeds of Δ = RMSE_K − RMSE_1 (paired by "
+            f"on par: for every 1 < K ≤ {SMALL_K}, the 95 % t interval over seeds of Δ = RMSE_K − RMSE_1 (paired by "
             f"seed) inside ±{SMALL_TOL:.0%} of K = 1's mean ({num(tol, 3)}); 'no' when one lies wholly outside; "
             "else undecided (always with one seed)",
         ))
@@ -644,7 +646,7 @@ def claims(results: Mapping) -> list[Claim]:
             "K = ∞ (no feature learning) generalises worse than K = 1", "Sec. 4.2 (Fig. 5)",
             f"K=∞ linear model: {num(np.nanmean(rmse_[j]), 3)}; K=1: {num(mean[i1], 3)}; {interval(d)}",
             decide(d, exceeds),
-            "worse: the 2 s.e. interval over seeds of Δ = RMSE_∞ − RMSE_1 (the converged linearisation at θ₀ "
+            "worse: the 95 % t interval over seeds of Δ = RMSE_∞ − RMSE_1 (the converged linearisation at θ₀ "
             "against K = 1, paired by seed) above 0; 'no' when below; else undecided (always with one seed)",
         ))
     if np.any(np.asarray(gn["damping"], np.float64) > 0):
@@ -760,7 +762,7 @@ def _damping_row(results: Mapping) -> Claim:
     return Claim(
         claim, paper, measured, holds,
         f"for each damped λ, Δ = its test RMSE − that of the K nearest 1/(λη), over seeds (paired): on par when the "
-        f"2 s.e. interval lies inside ±{PAIR_TOL:.0%} of that K's mean. 'yes' when every λ is on par and the wrong "
+        f"95 % t interval lies inside ±{PAIR_TOL:.0%} of that K's mean. 'yes' when every λ is on par and the wrong "
         f"pairings K = {SHIFT:g}/(λη) and 1/({SHIFT:g}λη) are each refuted (some λ wholly outside); 'no' when a λ "
         "lies wholly outside; else undecided (always with one seed)",
     )

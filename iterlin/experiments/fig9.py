@@ -31,7 +31,7 @@ over the kept seeds per λ.
 Claims: each "more damping → ..." row is a trend over the WHOLE λ grid, not a comparison of its two
 ends: the least-squares slope of the per-λ mean over kept seeds against log₁₀ λ (λ = 0 one decade
 left of the smallest λ > 0), with a standard error from the seeds (:func:`trend`); it holds when
-the 2 s.e. interval lies below 0, fails when above, and is undecided otherwise; the steps where the
+the 95 % t interval lies below 0, fails when above, and is undecided otherwise; the steps where the
 mean rises are listed. Test RMSE and slope variation enter in log₁₀ (the figure's axes: a few kept
 runs extrapolate wildly between the training points and would swamp an arithmetic mean, which the
 row still reports); "more consistent" is the trend of each run's distance to its λ's median
@@ -47,7 +47,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..claims import UNDECIDED, Claim, Difference, divergence_row, exceeds, num, verdict
+from ..claims import UNDECIDED, Claim, Difference, divergence_row, exceeds, num, t_quantile, verdict
 from ..data import Dataset
 from ..gauss_newton import gauss_newton_train
 from ..models import quintic_model
@@ -183,7 +183,9 @@ class Trend(NamedTuple):
     """The least-squares slope of per-λ means against x (:func:`trend`), per unit of x (a decade of λ).
 
     ``slope`` and its standard error ``se``; ``means``/``ses`` (L,) the per-λ mean and s.e. over the
-    included seeds; ``used`` (L,) bool: the λ that entered the fit (≥ 2 included seeds).
+    included seeds; ``used`` (L,) bool: the λ that entered the fit (≥ 2 included seeds); ``df``
+    the degrees of freedom of ``se``: the fewest seeds included at a λ used, less one (with every
+    seed included, Var b = Var_s(b_s)/S has S − 1).
     """
 
     slope: float
@@ -191,24 +193,27 @@ class Trend(NamedTuple):
     means: np.ndarray
     ses: np.ndarray
     used: np.ndarray
+    df: float = math.nan
 
     @property
     def lo(self) -> float:
-        return self.slope - 2.0 * self.se
+        return self.slope - t_quantile(self.df) * self.se if self.df >= 1 else math.nan
 
     @property
     def hi(self) -> float:
-        return self.slope + 2.0 * self.se
+        return self.slope + t_quantile(self.df) * self.se if self.df >= 1 else math.nan
 
     def falls(self) -> str:
-        """"Falls as λ grows": ``"yes"`` when the 2 s.e. interval of the slope lies below 0, ``"no"``
+        """"Falls as λ grows": ``"yes"`` when the 95 % t interval of the slope lies below 0, ``"no"``
         when above, else :data:`~iterlin.claims.UNDECIDED`: :func:`iterlin.claims.exceeds` of the
         decrease −slope."""
-        return exceeds(Difference(-self.slope, self.se, int(self.used.sum()), 0, True))
+        return exceeds(Difference(-self.slope, self.se, int(self.used.sum()), 0, True,
+                                  self.df if self.df >= 1 else None))
 
     def describe(self, digits: int = 3) -> str:
-        """``slope −0.050 per decade, 2 s.e. [−0.090, −0.010]``."""
-        return f"slope {num(self.slope, digits)} per decade, 2 s.e. [{num(self.lo, digits)}, {num(self.hi, digits)}]"
+        """``slope −0.050 per decade, 95 % t interval [−0.090, −0.010]``."""
+        return (f"slope {num(self.slope, digits)} per decade, 95 % t interval [{num(self.lo, digits)}, "
+                f"{num(self.hi, digits)}]")
 
 
 def trend(x, values, where=None) -> Trend:
@@ -243,7 +248,7 @@ def trend(x, values, where=None) -> Trend:
         cov = np.where(n_ij >= 2, (dev @ dev.T) / (n_ij - 1), 0.0)
         C = n_ij * cov / np.outer(n[used], n[used])
     var = float(c @ C @ c)
-    return Trend(slope, math.sqrt(var) if var >= 0 else math.nan, means, ses, used)
+    return Trend(slope, math.sqrt(var) if var >= 0 else math.nan, means, ses, used, float(n[used].min() - 1))
 
 
 def _rises(lams: np.ndarray, means: np.ndarray, digits: int = 2) -> str:

@@ -83,7 +83,7 @@ LAMS = (0.01, 0.1, 1.0, 10.0)
 #: ... and their test RMSE when damping λ plays the role of K = 1/(λη): [λ = 0, then LAMS]
 GN_TRUE = (1.0, 0.40, 0.15, 0.45, 0.11)
 #: per-seed noise (4 seeds) of the K runs and of the Gauss–Newton runs (paired differences have a spread)
-NOISE_K = np.array([0.01, -0.01, 0.005, -0.005])
+NOISE_K = np.array([0.005, -0.005, 0.0025, -0.0025])
 NOISE_GN = np.array([0.005, 0.0, -0.005, 0.0])
 
 
@@ -194,12 +194,12 @@ def test_seed_difference_against_a_direct_computation():
     assert d.n_seeds == 4 and d.paired
     assert d.delta == pytest.approx(diff.mean())
     assert d.se == pytest.approx(diff.std(ddof=1) / math.sqrt(diff.size))
-    assert d.lo == pytest.approx(diff.mean() - 2 * d.se)
+    assert d.df == 3 and d.lo == pytest.approx(diff.mean() - 3.182446 * d.se, rel=1e-6)  # t_0.975(3)
     one = fig1.seed_difference([1.0], [3.0])
     assert one.n_seeds == 1 and math.isnan(one.se)
     assert fig1.decide(one, exceeds) == UNDECIDED  # one seed: no spread to judge the noise by
     assert fig1.interval(one) == "Δ +2.000 (1 seed)"
-    assert fig1.interval(fig1.seed_difference([0.0, 0.0], [0.1, 0.5])) == "Δ +0.300 [-0.100, +0.700]"
+    assert fig1.interval(fig1.seed_difference([0.0, 0.0], [0.1, 0.5])) == "Δ +0.300 [-2.241, +2.841]"  # t(1) = 12.7
     with pytest.raises(ValueError, match="a and b"):
         fig1.seed_difference([1.0, 2.0], [1.0])
 
