@@ -55,6 +55,7 @@ __all__ = [
     "STABLE_FRACTION",
     "unstable_runs",
     "failed_runs",
+    "run_seeds",
     "sharpness_claim",
     "claims_table",
     "ClaimsTable",
@@ -760,6 +761,18 @@ def sweep_difference(h: Mapping, ia, ib, *, n_test: int, metric: str = "net_test
     return _runs_difference(values[..., point], correct if last else None, ia, ib, n_test=n_test)
 
 
+def run_seeds(h: Mapping) -> np.ndarray:
+    """(R,) each run's seed: the history's ``seed``, else its ``seed_index``, else 0."""
+    if "seed" in h:
+        return np.asarray(h["seed"])
+    return np.asarray(h.get("seed_index", np.zeros(np.size(h["K"]), int)))
+
+
+def _seed_label(h: Mapping) -> Callable[[int], str]:
+    K, seed = np.atleast_1d(np.asarray(h["K"], np.float64)), run_seeds(h)
+    return lambda i: f"K={fmt_K(K[i])} seed {int(seed[i])}"
+
+
 def failed_runs(h: Mapping, label: Callable | None = None) -> dict[int, tuple[int, str]]:
     """``{i: (step, why)}``: the runs with K > 1 of a sweep history whose linear model's training
     failed, with the step and a description: it diverged, its training loss exploded
@@ -771,8 +784,7 @@ def failed_runs(h: Mapping, label: Callable | None = None) -> dict[int, tuple[in
     K = np.atleast_1d(np.asarray(h["K"], np.float64))
     div = np.atleast_1d(np.asarray(h["diverged"], bool))
     at = np.atleast_1d(np.asarray(h["diverged_step"]))
-    seed = np.asarray(h["seed"]) if "seed" in h else np.asarray(h.get("seed_index", np.zeros(K.size, int)))
-    name = label or (lambda i: f"K={fmt_K(K[i])} seed {int(seed[i])}")
+    name = label or _seed_label(h)
     note = _unstable_note(h)
     boom = exploded_runs(h)
     risen = _block_rises(h)
@@ -800,8 +812,7 @@ def unstable_runs(h: Mapping, label: Callable | None = None) -> dict[int, str]:
     ratio = np.asarray(h.get("lr_over_bound", ()), np.float64)
     K = np.atleast_1d(np.asarray(h["K"], np.float64))
     if ratio.ndim == 2 and ratio.shape[0] == K.size:
-        seed = np.asarray(h["seed"]) if "seed" in h else np.asarray(h.get("seed_index", np.zeros(K.size, int)))
-        name = label or (lambda i: f"K={fmt_K(K[i])} seed {int(seed[i])}")
+        name = label or _seed_label(h)
         first = first_unstable_step(h)
         for i in np.flatnonzero((K > 1) & (first >= 0)):
             out.setdefault(int(i), f"{name(i)}: η above 2/λ_max(θ_s) at step {int(first[i])}")

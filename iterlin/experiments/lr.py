@@ -48,6 +48,7 @@ from ..claims import (
     num,
     on_par,
     on_par_rule,
+    run_seeds,
     runs_of,
 )
 from ..data import Dataset
@@ -238,7 +239,7 @@ def failures(results: Mapping) -> list[dict]:
     K = np.asarray(h["K"], np.float64)
     crossed = np.atleast_1d(first_unstable_step(h))
     failed = failed_runs(h)
-    seed = np.asarray(h["seed"]) if "seed" in h else np.asarray(h["seed_index"])
+    seed = run_seeds(h)
     lrs = np.asarray(h["lr"], np.float64)
     return [{"run": int(i), "lr": float(lrs[i]), "seed": int(seed[i]), "failed": failed.get(int(i), (-1, ""))[0],
              "crossed": int(crossed[i])} for i in np.flatnonzero(K > 1)]
