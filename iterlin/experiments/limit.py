@@ -499,7 +499,7 @@ def slopes(results: Mapping, method: str, R: int | None = None, net: bool = True
 
 def claims(results: Mapping) -> list[Claim]:
     """The claims stated before the run (module docstring of the notebook), decided by the shared
-    noise rule (:func:`iterlin.claims.difference`: Δ ± 2 s.e., paired on the test images)."""
+    noise rule (:func:`iterlin.claims.difference`: a 95 % t interval of Δ, paired on the test images)."""
     runs = results["runs"]
     config = results.get("config", {})
     n_main = int(np.max(runs["n_train"]))
@@ -507,7 +507,7 @@ def claims(results: Mapping) -> list[Claim]:
     Rn = int(config.get("n_relin", min(int(r) for r, m in zip(runs["R"], runs["method"]) if m == "gn")))
     flow = {R: _select(results, method="flow", R=R, n_train=n_main) for R in Rs}
     gf = flow[Rs[-1]]
-    rule_par = (f"on par: the 2 s.e. interval of Δ (paired test images, seeds) inside ±{pct(ON_PAR, 0)}; "
+    rule_par = (f"on par: the 95 % t interval of Δ (paired test images, seeds) inside ±{pct(ON_PAR, 0)}; "
                 f"gradient flow = the smallest τ (R = {Rs[-1]})")
     verdicts, parts, smallest = [], [], None
     for R in Rs[:-1]:
@@ -550,7 +550,7 @@ def claims(results: Mapping) -> list[Claim]:
         scale_v, measured = NA, "needs ≥ 2 sizes"
     rows.append(Claim(
         "K = ∞ scales worse with N than a finite τ", "Fig. 5: K = ∞ scales worse",
-        measured, scale_v, "Δ = slope(K=∞) − slope(finite τ), paired by seed; 'yes' when its 2 s.e. interval "
+        measured, scale_v, "Δ = slope(K=∞) − slope(finite τ), paired by seed; 'yes' when its 95 % t interval "
         "(seed spread + test noise by the delta method) lies above 0"))
     gn = _select(results, method="gn", n_train=n_main)
     damped = _select(results, method="damped", n_train=n_main)
