@@ -55,7 +55,7 @@ from pathlib import Path
 import yaml
 
 from iterlin.checkpoint import CheckpointError
-from iterlin.claims import CHECKS_HEADING, COLUMNS, HOLDS, KINDS
+from iterlin.claims import CHECKS_HEADING, COLUMNS, HOLDS, KINDS, NA
 from iterlin.experiments import reference, scales_table
 from iterlin.experiments.findings import FINDINGS, findings
 
@@ -496,7 +496,7 @@ def findings_page(items: list[dict], table=None) -> str:
             verdict, measured = "no reference run yet", ""
         else:
             verdict, measured = f.decisive["holds"], f.decisive["measured"]
-        stable = ("not recorded" if f.stability is None
+        stable = ("not recorded" if f.stability is None or f.stability["holds"] == NA
                   else f"{f.stability['holds']}: {f.stability['measured']}")
         also = "; ".join(f"{_link(e.experiment)} ({escape(e.row)}…): " + ("no reference run" if r is None else
                                                                          f"**{escape(r['holds'])}**")
