@@ -357,10 +357,14 @@ def test_sharpness_claim():
                                    [0.1, nan, 0.2, 0.1]])
     row = sharpness_claim(h)
     assert row.holds == "yes" and row.measured == (
-        "K=1: largest η·λ_max/2 0.33 (K=1, step 6); K>1: largest η·λ_max/2 0.30 (K=2, step 6)")
+        "K>1: largest η·λ_max/2 0.30 (K=2, step 6); K=1 (not judged): largest η·λ_max/2 0.33 (K=1, step 6)")
+    h["lr_over_bound"][2, 2] = 0.9  # K = 1 (SGD, re-linearised every step) is not judged
+    assert sharpness_claim(h).holds == "yes"
     h["lr_over_bound"][3, 2] = 0.34
     assert sharpness_claim(h).holds == "no" and sharpness_claim(h, fraction=0.5).holds == "yes"
     assert sharpness_claim(fake_history([1, 2], 0.1, 6, [0.4] * 2)).holds == NA
+    only_k1 = dict(h, lr_over_bound=np.where(np.asarray(h["K"])[:, None] == 1, h["lr_over_bound"], np.nan))
+    assert sharpness_claim(only_k1).holds == NA
 
 
 def test_on_par_without_a_finite_large_K():
