@@ -20,7 +20,7 @@ from typing import Mapping
 
 import numpy as np
 
-from ..claims import UNSTABLE, Claim, divergence_claim, fmt_K, on_par_claim, pct, runs_of, sharpness_claim, verdict
+from ..claims import UNDECIDED, UNSTABLE, Claim, divergence_claim, fmt_K, on_par_claim, pct, runs_of, sharpness_claim, verdict
 from ..data import Dataset
 from ._common import Experiment, check_sharpness, checkpoint_path, cnn_sweep, load_data, sharpness_callback
 
@@ -96,9 +96,9 @@ def claims(results: Mapping) -> list[Claim]:
     few = Claim(
         "8-12 feature updates suffice to match K = 1", "8-12 re-linearisations",
         f"{relin} re-linearisations (K={fmt_K(K[j])})",
-        gap.holds if gap.holds == UNSTABLE else
+        gap.holds if gap.holds in (UNSTABLE, UNDECIDED) else
         verdict(gap.holds == "yes" and relin <= 12, applicable=gap.holds in ("yes", "no")),
-        "≤ 12 re-linearisations and the row above holds (n/a when the row above is n/a or undecided; "
+        "≤ 12 re-linearisations and the row above holds (n/a when the row above is n/a; undecided or "
         f"'{UNSTABLE}' when it is)",
     )
     return [gap, top, few, sharpness_claim(h), divergence_claim({"runs": h})]

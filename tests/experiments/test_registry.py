@@ -22,7 +22,7 @@ from iterlin.experiments import registry
 
 PACKAGE_DIR = Path(iterlin.__file__).resolve().parent
 EXPERIMENTS_DIR = PACKAGE_DIR / "experiments"
-NOT_EXPERIMENTS = {"__init__", "_common", "registry", "reference"}
+NOT_EXPERIMENTS = {"__init__", "_common", "registry", "reference", "findings"}
 MODULES = sorted(p.stem for p in EXPERIMENTS_DIR.glob("*.py") if p.stem not in NOT_EXPERIMENTS)
 
 
