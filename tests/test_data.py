@@ -628,7 +628,7 @@ def test_an_experiment_load_downloads_through_the_same_route(served):
     from iterlin.experiments import get, resolve
 
     server, src, cache = served
-    config = resolve("fig3", "smoke", n_train=10, n_test=2, batch_size=4)
+    config = resolve("fig3", "smoke", n_train=10, n_test=2, batch_size=4, n_sharpness=8)
     ds = get("fig3").load(config)
     assert ds.x_train.shape[0] == 10 and len(server.requests) == 1
 

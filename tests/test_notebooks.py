@@ -266,7 +266,8 @@ def test_sanitizer_masks_a_real_notebooks_machine_dependence_not_its_words():
     fig3 = last_outputs("fig3")
     assert len(fig3) == 2
     for out in fig3:
-        flipped, n = re.subn(r"(?<=  |'>)undecided(?=  |</td>)", "no", out)  # the verdict, not the rule's word
+        # a verdict, not the rule's word
+        flipped, n = re.subn(r"(?<=  |'>)(?:undecided|no \(unstable\))(?=  |</td>)", "yes", out, count=1)
         assert n == 1 and sanitize(out) == sanitize(flipped)
         assert sanitize(out) == sanitize(re.sub(r"\d", "7", out).replace("  ", "   "))
         assert sanitize(out) != sanitize(out.replace("SGD + augmentation", "SGD with augmentation"))
