@@ -380,7 +380,7 @@ def timing(results: Mapping) -> str:
 
 
 # ------------------------------------------------------------------------------------------------
-# the figure: plotting only (a change here recomputes nothing)
+# The plot: drawing only (not part of ``compute``: a change here recomputes nothing)
 
 
 def accuracy_against_updates(
@@ -406,9 +406,9 @@ def accuracy_against_updates(
       label, color, marker, plot_kwargs: of the line of means.
 
     Each seed is a dot at its own (updates, accuracy); each setting's mean over seeds
-    (:func:`iterlin.plotting.mean_se`) a marker at its mean number of updates, with ± one standard error of the
-    accuracy, joined in order of updates. The x axis is symlog (0 updates allowed). Returns the
-    Line2D of the means.
+    (:func:`iterlin.plotting.mean_se`) a marker at its mean number of updates, with ± one standard
+    error of the accuracy, joined in order of updates. The x axis is symlog (0 updates allowed).
+    Returns the Line2D of the means.
     """
     check_axes(ax)
     n = real_array(relin, "relin")

@@ -825,7 +825,7 @@ def bridge_curves(results: Mapping) -> dict:
 
 
 # ------------------------------------------------------------------------------------------------
-# the figure: plotting only (a change here recomputes nothing)
+# The plot: drawing only (not part of ``compute``: a change here recomputes nothing)
 
 
 def plot_literal(ax: Axes, literal: Mapping[str, Any] | None, *, colors: Sequence[Any] = ("C4", "C5"),

@@ -253,7 +253,7 @@ def off_lr(results: Mapping) -> np.ndarray:
 
 
 # ------------------------------------------------------------------------------------------------
-# the figure: plotting only (a change here recomputes nothing)
+# The plot: drawing only (not part of ``compute``: a change here recomputes nothing)
 
 
 def plot(results):

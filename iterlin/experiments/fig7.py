@@ -246,7 +246,7 @@ def match_report(results: Mapping) -> str:
 
 
 # ------------------------------------------------------------------------------------------------
-# the figure: plotting only (a change here recomputes nothing)
+# The plot: drawing only (not part of ``compute``: a change here recomputes nothing)
 
 
 def filter_grid(

@@ -264,7 +264,7 @@ EXPERIMENT = Experiment("fig8", SCALES, load, compute, claims, __name__)
 
 
 # ------------------------------------------------------------------------------------------------
-# the figure: plotting only (a change here recomputes nothing)
+# The plot: drawing only (not part of ``compute``: a change here recomputes nothing)
 
 
 def plot(results):

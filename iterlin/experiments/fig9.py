@@ -412,7 +412,7 @@ def function_panels(results: Mapping, n: int = 4) -> list[int]:
 
 
 # ------------------------------------------------------------------------------------------------
-# the figure: plotting only (a change here recomputes nothing)
+# The plot: drawing only (not part of ``compute``: a change here recomputes nothing)
 
 
 def plot_functions(ax: Axes, x: Any, functions: Any, *, y_target: Any = None, x_train: Any = None,

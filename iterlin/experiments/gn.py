@@ -356,7 +356,7 @@ def timing(results: Mapping) -> str:
 
 
 # ------------------------------------------------------------------------------------------------
-# the figure: plotting only (a change here recomputes nothing)
+# The plot: drawing only (not part of ``compute``: a change here recomputes nothing)
 
 
 def gn_baseline(ax: Axes, K_equiv: Any, acc: Any, *, damping: Any = None, diverged: Any = None,

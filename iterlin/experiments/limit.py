@@ -604,7 +604,7 @@ def accuracy_by_R(results: Mapping) -> dict:
 
 
 # ------------------------------------------------------------------------------------------------
-# the figure: plotting only (a change here recomputes nothing)
+# The plot: drawing only (not part of ``compute``: a change here recomputes nothing)
 
 
 def plot(results):

@@ -313,7 +313,7 @@ def timing(results: Mapping) -> str:
 
 
 # ------------------------------------------------------------------------------------------------
-# the figure: plotting only (a change here recomputes nothing)
+# The plot: drawing only (not part of ``compute``: a change here recomputes nothing)
 
 
 def plot(results):

@@ -257,7 +257,7 @@ def relin_table(results: Mapping) -> str:
 
 
 # ------------------------------------------------------------------------------------------------
-# the figure: plotting only (a change here recomputes nothing)
+# The plot: drawing only (not part of ``compute``: a change here recomputes nothing)
 
 
 def plot(results):
