@@ -13,8 +13,14 @@ import pytest  # noqa: E402
 from matplotlib.colors import to_rgba  # noqa: E402
 
 from iterlin.plotting import (  # noqa: E402
-    plot_bound,
+    as_1d,
+    as_runs,
+    bad_argument,
     band,
+    check_axes,
+    per_run,
+    plot_bound,
+    real_array,
     k1_and_largest,
     legend,
     log_positions,
@@ -339,3 +345,24 @@ def test_plot_bound_one_line_per_run_the_rates_and_the_rises(ax):
     assert ax.get_yscale() == "log"
     _, ax2 = plt.subplots()
     assert len(plot_bound(ax2, rec, select=lambda k: k > 1, fraction=None)) == 1
+
+
+def test_argument_checks_the_figures_share_name_the_parameter(ax):
+    assert str(bad_argument("x", "= 3", "a list")) == "x = 3 is not allowed: x must be a list."
+    assert check_axes(ax) is ax
+    with pytest.raises(ValueError, match="^ax = None is not allowed: ax must be a matplotlib Axes"):
+        check_axes(None)
+    with pytest.raises(ValueError, match="^v = 'a' is not allowed"):
+        real_array("a", "v")
+    np.testing.assert_array_equal(as_1d([1, 2], "x", 2), [1.0, 2.0])
+    message = "x of shape (3,) is not allowed: x must be 1-D of length 2 (one per run)"
+    with pytest.raises(ValueError, match=re.escape(message)):
+        as_1d([1, 2, 3], "x", 2, "one per run")
+    runs, one = as_runs([1, 2], "v", 2)
+    assert runs.shape == (1, 2) and one
+    with pytest.raises(ValueError, match="^v of shape"):
+        as_runs(np.zeros((2, 3)), "v", 2)
+    np.testing.assert_array_equal(per_run(5, "K", 1), [5])  # a scalar only for one run
+    with pytest.raises(ValueError, match=r"^K of shape \(\) is not allowed"):
+        per_run(5, "K", 2)
+
