@@ -21,6 +21,7 @@ Conventions shared by the figures:
 * Accuracies are stored as fractions and drawn in percent: :func:`plot_runs` multiplies by
   ``scale=100`` by default (pass ``scale=1`` for losses, norms, kernel distances).
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
