@@ -1,7 +1,7 @@
 # ---
 # jupyter:
 #   jupytext:
-#     cell_metadata_filter: -papermill,-execution
+#     cell_metadata_filter: tags,-papermill,-execution
 #     formats: ipynb,py:percent
 #     text_representation:
 #       extension: .py
@@ -31,52 +31,19 @@ batch_size = None  # mini-batch size (at most n_train)
 n_eval_train = None  # training images the training metrics are measured on ("all": every one)
 
 # %% tags=["hide-cell"]
-import matplotlib.pyplot as plt
-
 from iterlin.config import describe
-from iterlin.experiments import claims, reference, resolve_notebook, run
-from iterlin.experiments.adaptive import by_policy, placement, raster, timing
-from iterlin.plotting import accuracy_against_updates, legend, panels, placement_dots, relin_raster
+from iterlin.experiments import adaptive, claims, reference, resolve_notebook, run
+from iterlin.experiments.adaptive import timing
 
 # Every parameter is checked here, before anything is computed (None: the scale's default);
 # a name the notebook does not take (papermill -p step 50) fails here, naming it.
 config = resolve_notebook("adaptive", globals())
 print(describe(config))
 
-
-def plot(results):
-    """Left: final test accuracy against the number of feature updates (re-linearisations, symlog
-    axis), each setting's mean over seeds ± one standard error, each seed a dot: the fixed periods
-    K (blue circles) and the adaptive tolerances (orange triangles); a cross marks a diverged
-    seed. Middle: when each run re-linearised (a tick per update), the fixed periods on top, then
-    every adaptive run; dotted lines at T/4 and T/2. Right: the share of each adaptive run's
-    updates made by T/4 and T/2 (dots, per seed) against the even placement of the same number
-    of updates (open circles)."""
-    s = by_policy(results)  # per setting and seed: updates made and final test accuracy
-    labels, rows = raster(results)  # the steps of each run's re-linearisations
-    p = placement(results)  # the shares made early, and the even placement's
-    fig, (left, mid, right) = panels(3, panel_size=(5.2, 4.2),
-                                     suptitle=f"CNN on CIFAR-10: when to update features ({results['config']['scale']} "
-                                              f"scale, T = {s['steps']} steps, {int(results['n_runs'])} runs)")
-    accuracy_against_updates(left, s["K_relin"], s["K_acc"], names=[f"K={k:g}" for k in s["K"]],
-                             diverged=s["K_diverged"], label="fixed period K", color="C0")
-    accuracy_against_updates(left, s["tol_relin"], s["tol_acc"], names=[f"tol={t:g}" for t in s["tol"]],
-                             diverged=s["tol_diverged"], label="adaptive (tol)", color="C1", marker="^")
-    left.set(xlabel="feature updates (re-linearisations)", ylabel="final test accuracy (%)")
-    legend(left)
-    colors = ["C0" if label.startswith("K=") else "C1" for label in labels]
-    relin_raster(mid, rows, labels, T=p["steps"], colors=colors)
-    mid.set(title="when each run re-linearised")
-    placement_dots(right, p["early"], p["even"], p["fractions"], [f"tol={t:g}" for t in p["tol"]])
-    right.set(ylabel="share of the run's updates (%)", title="made early (dots) vs evenly (circles)")
-    legend(right)
-    plt.show()
-
-
 # %% tags=["remove-input"]
 # NBVAL_IGNORE_OUTPUT
 # (the committed run, and whether the library changed since, change apart from this notebook)
-ref = reference.show("adaptive", plot, table=False)
+ref = reference.show("adaptive", adaptive.plot, table=False)
 
 # %% [markdown]
 # **Above: the reference run.** The committed run at the largest scale this project could afford (`results/adaptive/`,
@@ -162,5 +129,5 @@ results = run(config)  # computed once, then read from the cache (.cache/results
 print(timing(results))  # the number of runs and the wall time of the sweeps when it was computed
 
 # %%
-plot(results)
+adaptive.plot(results)
 claims(results)

@@ -1,7 +1,7 @@
 # ---
 # jupyter:
 #   jupytext:
-#     cell_metadata_filter: -papermill,-execution
+#     cell_metadata_filter: tags,-papermill,-execution
 #     formats: ipynb,py:percent
 #     text_representation:
 #       extension: .py
@@ -29,110 +29,18 @@ n_train = None  # training points (the paper's Fig. 9: 20)
 n_test = None  # test points (1000)
 
 # %% tags=["hide-cell"]
-import matplotlib.pyplot as plt
-import numpy as np
-
 from iterlin.config import describe
-from iterlin.experiments import claims, reference, resolve_notebook, run
-from iterlin.experiments.fig1 import bridge_curves, diverged_K, seed_rmse, summary
-from iterlin.plotting import (
-    band,
-    k1_and_largest,
-    legend,
-    mean_se,
-    panels,
-    plot_literal,
-    plot_runs,
-    plot_stability_bound,
-    rug,
-    seed_points,
-    set_K_axis,
-)
+from iterlin.experiments import claims, fig1, reference, resolve_notebook, run
 
 # Every parameter is checked here, before anything is computed (None: the scale's default);
 # a name the notebook does not take (papermill -p step 50) fails here, naming it.
 config = resolve_notebook("fig1", globals())
 print(describe(config))
 
-
-def plot(results):
-    """Two figures. (1) Final test RMSE against K (log scale; K = ∞ at the right edge). Circles:
-    the network at the end of training, mean over seeds (± one standard error: the band), seeds as
-    dots; filled for literal GD, open for closed-form linearisations. Square: K = ∞, the converged
-    linear model at θ₀. Dashed line: Gauss–Newton (λ = 0). Stars: damped Gauss–Newton at
-    K = 1/(λη) (± one standard error). Shaded: the K for which each linearisation is solved
-    (Kη·σ_min(θ₀) ≥ 10). A cross marks a diverged run. Triangles: literal GD at large K (filled, solid)
-    beside its closed form at the same τ and number of linearisations (open, dashed), one colour per
-    rate; a red cross where seeds diverged. (1b) The stability bound 2/λ_max(G(θ_s)) of the literal
-    runs' current linearisation against the step, the rates as horizontal lines (absent from results
-    computed before the literal runs). (2) The K ↔ λ bridge: spectral filters of
-    K GD steps and of damped GN on the NTK spectrum at θ₀ (left), and the fraction of the residual
-    they remove (right)."""
-    Ks, method, gn = results["K"], results["method"], results["gn"]
-    s = summary(results)  # sigma_min, solved_from = 10/(η σ_min), net_mean per K, gn_mean per λ
-    rmse = seed_rmse(results)  # (K, seeds): the network; for K = ∞ the converged linear model
-    finite = np.isfinite(Ks)
-
-    fig, ax = panels(panel_size=(8, 4.5))
-    xs = set_K_axis(ax, Ks)  # K = ∞ at the right edge
-    seed_points(ax, xs, rmse, size=10, alpha=0.6)
-    band(ax, xs[finite], rmse[finite], axis=1, color="C0", lw=1)
-    for how, marker, face in (("gd", "o", "C0"), ("flow", "o", "white"), ("kernel", "s", "white")):
-        ax.plot(xs[method == how], s["net_mean"][method == how], marker, ms=8, color="C0", mfc=face)
-    bad = diverged_K(results)
-    ax.plot(xs[bad], s["net_mean"][bad], "x", ms=14, color="red", linestyle="none")
-    ax.axhline(s["gn_mean"][0], ls="--", color="C3", label="Gauss–Newton (λ = 0)")
-    damped = np.asarray(gn["damping"]) > 0
-    gn_mean, gn_se = mean_se(gn["net_test_rmse"], axis=1)
-    ax.errorbar(gn["equiv_K"][damped], gn_mean[damped], yerr=np.nan_to_num(gn_se[damped]), fmt="*", ms=14,
-                color="C2", label="damped GN, λ = " + ", ".join(f"{v:g}" for v in gn["damping"][damped])
-                + " (at K = 1/(λη))")
-    ax.axhline(s["net_mean"][k1_and_largest(Ks)[0]], ls=":", color="C1", label="gradient descent (K = 1)")
-    ax.axvspan(s["solved_from"], xs.max(), color="C3", alpha=0.08, label="each linearisation solved")
-    literal = results.get("literal")  # None in results computed before the literal runs
-    plot_literal(ax, literal)
-    ax.set(yscale="log", ylabel="final test RMSE",
-           title=f"Quintic, MLP 5×50: test RMSE against K ({results['config']['scale']} scale, "
-                 f"{rmse.shape[1]} seed{'s' if rmse.shape[1] != 1 else ''})")
-    legend(ax, loc="upper left", fontsize=7, bbox_to_anchor=(1.01, 1))
-    plt.show()
-
-    if literal is not None:
-        fig, ax = panels(panel_size=(8, 3.5))
-        plot_stability_bound(ax, literal)
-        ax.set(title="literal GD: stability bound of the current linearisation (lines: the rates; ×: divergence)")
-        legend(ax, fontsize=7)
-        plt.show()
-
-    b, c = results["bridge"], bridge_curves(results)
-    grid = c["sigma_grid"]
-    fig, (left, right) = panels(2)
-    lines = plot_runs(left, grid, c["gd_filter"], b["K"], scale=1, marker=None, lw=2, alpha=0.5,
-                      label="K = {K} GD steps")
-    plot_runs(left, grid, c["gn_filter"], b["K"], scale=1, marker=None, lw=1, color=lines,
-              label="λ = 1/(Kη) = {lam:.3g}", label_args={"lam": b["damping"]})
-    plot_runs(left, grid, c["gn_filter_fit"], b["K"], scale=1, marker=None, linestyle=":", lw=1.5, color=lines,
-              label=None)
-    left.plot(grid, c["gn0_filter"], "k--", lw=1, label="1/σ (Gauss–Newton)")
-    plot_runs(right, grid, c["gd_fraction"], b["K"], scale=1, marker=None, lw=2, alpha=0.5, color=lines)
-    plot_runs(right, grid, c["gn_fraction"], b["K"], scale=1, marker=None, lw=1, color=lines, label=None)
-    plot_runs(right, grid, c["gn_fraction_fit"], b["K"], scale=1, marker=None, linestyle=":", lw=1.5, color=lines,
-              label="best λ = {lam:.3g}", label_args={"lam": b["damping_fit"]})
-    rug(left, b["sigma"], y=1e-3)  # ticks: the NTK's eigenvalues
-    rug(right, b["sigma"])
-    left.set(xscale="log", yscale="log", xlabel="NTK eigenvalue σ", ylabel="filter φ(σ)", ylim=(1e-3, None),
-             title="spectral filters: K GD steps vs damped GN")
-    right.set(xscale="log", xlabel="NTK eigenvalue σ", ylabel="σ φ(σ): fraction of the residual removed",
-              title="the same as residual fractions")
-    legend(left, fontsize=7)
-    legend(right, fontsize=7)
-    plt.show()
-
-
 # %% tags=["remove-input"]
 # NBVAL_IGNORE_OUTPUT
 # (the committed run, and whether the library changed since, change apart from this notebook)
-ref = reference.show("fig1", plot, table=False)
+ref = reference.show("fig1", fig1.plot, table=False)
 
 # %% [markdown]
 # **Above: the reference run.** The committed run at the largest scale this project could afford (`results/fig1/`, regenerated
@@ -273,5 +181,5 @@ reference.show_claims(ref)
 results = run(config)  # computed once, then read from the cache (.cache/results)
 
 # %%
-plot(results)
+fig1.plot(results)
 claims(results)

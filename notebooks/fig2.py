@@ -31,47 +31,18 @@ batch_size = None  # mini-batch size of the centre panel (at most n_train)
 n_eval_train = None  # training images the training metrics are measured on ("all": every one)
 
 # %% tags=["hide-cell"]
-import matplotlib.pyplot as plt
-
 from iterlin.config import describe
-from iterlin.experiments import claims, reference, resolve_notebook, run
-from iterlin.plotting import legend, panels, plot_sweep
+from iterlin.experiments import claims, fig2, reference, resolve_notebook, run
 
 # Every parameter is checked here, before anything is computed (None: the scale's default);
 # a name the notebook does not take (papermill -p step 50) fails here, naming it.
 config = resolve_notebook("fig2", globals())
 print(describe(config))
 
-
-def plot(results):
-    """Network test accuracy over training, one line per $K$ (the mini-batch $K > 1$ are `factor`
-    times the full-batch ones), the mean over seeds ± one standard error; a cross marks a run that
-    diverged (its curve stays at its last finite state)."""
-    c = results["config"]
-    f = c["factor"]
-    full, mini = results["full"], results["mini"]
-    fig, axes = panels(3, panel_size=(5, 4), sharey=True, suptitle=f"CNN on CIFAR-10 ({c['scale']} scale)")
-    series = [
-        (axes[0], full, "full batch", {}),
-        (axes[1], mini, f"mini-batch ({c['batch_size']})", {}),
-        (axes[2], full, "full batch", {}),
-        (axes[2], mini, "mini-batch", dict(step_scale=1 / f, linestyle=":")),  # against step / factor
-    ]
-    for ax, h, name, style in series:
-        plot_sweep(ax, h, "net_test_acc", label=name + ", K = {K}", diverged_label=None, **style)
-    n_full, n_mini = results["n_train"]
-    axes[0].set(title=f"full batch ({n_full} images), lr {c['lr']:g}", xlabel="step", ylabel="test accuracy (%)")
-    axes[1].set(title=f"mini-batch ({n_mini} images), lr {c['lr'] / f:g}, K × {f}", xlabel="step")
-    axes[2].set(title=f"comparison (mini-batch steps ÷ {f})", xlabel="full-batch step")
-    for ax in axes:
-        legend(ax)
-    plt.show()
-
-
 # %% tags=["remove-input"]
 # NBVAL_IGNORE_OUTPUT
 # (the committed run, and whether the library changed since, change apart from this notebook)
-ref = reference.show("fig2", plot, table=False)
+ref = reference.show("fig2", fig2.plot, table=False)
 
 # %% [markdown]
 # **Above: the reference run.** The committed run at the largest scale this project could afford (`results/fig2/`, regenerated
@@ -160,5 +131,5 @@ reference.show_claims(ref)
 results = run(config)  # computed once, then read from the cache (.cache/results)
 
 # %%
-plot(results)
+fig2.plot(results)
 claims(results)

@@ -33,48 +33,18 @@ sharpness_iters = None  # power iterations per measurement (warm-started; at mos
 sharpness_every = None  # record lambda_max every this many steps (at evaluation points)
 
 # %% tags=["hide-cell"]
-import matplotlib.pyplot as plt
-
 from iterlin.config import describe
-from iterlin.experiments import claims, reference, resolve_notebook, run
-from iterlin.plotting import legend, panels, plot_bound, plot_sweep
-from iterlin.stability import bound_record
+from iterlin.experiments import claims, fig3, reference, resolve_notebook, run
 
 # Every parameter is checked here, before anything is computed (None: the scale's default);
 # a name the notebook does not take (papermill -p step 50) fails here, naming it.
 config = resolve_notebook("fig3", globals())
 print(describe(config))
 
-
-def plot(results):
-    """Left: test accuracy over training: solid lines are the network, the dashed line the linear
-    model trained between re-linearisations (large K); the mean over seeds ± one standard error; a
-    cross marks a run that diverged (its curve stays at its last finite state). Right (when the run
-    recorded it): the linear model's bound 2/λ_max(θ_s) along every run, each seed a line; the
-    dashed line is the rate η, the dotted one 3η (the bound this scale keeps η under a third of); a
-    cross where a large-K run's linear model's loss rose inside a block."""
-    h = results["runs"]
-    recorded = "lr_over_bound" in h
-    fig, axes = panels(2 if recorded else 1, panel_size=(6.4, 4), squeeze=False)
-    ax = axes[0, 0]
-    lines = plot_sweep(ax, h, "net_test_acc", label="K = {K}: network")
-    plot_sweep(ax, h, "lin_test_acc", linestyle="--", marker=None, color=lines, select=lambda K: K > 1,
-               label="K = {K}: linearised model", diverged_label=None)
-    ax.set(xlabel="step", ylabel="test accuracy (%)",
-           title=f"CNN, SGD + augmentation ({results['config']['scale']} scale)")
-    legend(ax)
-    if recorded:
-        ax = axes[0, 1]
-        plot_bound(ax, bound_record(h), label="K = {K}")
-        ax.set(xlabel="step", ylabel="2 / λ_max(θ_s)", title="the linear model's bound (dashed: η; dotted: 3η)")
-        legend(ax)
-    plt.show()
-
-
 # %% tags=["remove-input"]
 # NBVAL_IGNORE_OUTPUT
 # (the committed run, and whether the library changed since, change apart from this notebook)
-ref = reference.show("fig3", plot, table=False)
+ref = reference.show("fig3", fig3.plot, table=False)
 
 # %% [markdown]
 # **Above: the reference run.** The committed run at the largest scale this project could afford (`results/fig3/`, regenerated
@@ -170,5 +140,5 @@ reference.show_claims(ref)
 results = run(config)  # computed once, then read from the cache (.cache/results)
 
 # %%
-plot(results)
+fig3.plot(results)
 claims(results)

@@ -33,44 +33,18 @@ batch_size = None  # mini-batch size (at most n_train)
 n_eval_train = None  # training images the training metrics are measured on ("all": every one)
 
 # %% tags=["hide-cell"]
-import matplotlib.pyplot as plt
-
 from iterlin.config import describe
-from iterlin.experiments import claims, reference, resolve_notebook, run
-from iterlin.plotting import legend, panels, plot_sweep
+from iterlin.experiments import claims, fig4, reference, resolve_notebook, run
 
 # Every parameter is checked here, before anything is computed (None: the scale's default);
 # a name the notebook does not take (papermill -p step 50) fails here, naming it.
 config = resolve_notebook("fig4", globals())
 print(describe(config))
 
-
-def plot(results):
-    """Top: the network's test accuracy per panel. Bottom: the training loss of the network
-    (solid) and of the linear model being trained (dashed, large K), on the first n_eval_train
-    training images. Mean over seeds ± one standard error; a cross marks a run that diverged (its
-    curve stays at its last finite state)."""
-    titles = {"no_bn": "no BatchNorm, no augmentation",
-              "bn": f"BatchNorm ({results['config']['bn_mode']} statistics) + augmentation"}
-    fig, axes = panels(2, 2, squeeze=False, suptitle=f"ResNet-18 on CIFAR-10 ({results['config']['scale']} scale)")
-    for col, (key, title) in enumerate(titles.items()):
-        h, top, bottom = results[key], axes[0, col], axes[1, col]
-        lines = plot_sweep(top, h, "net_test_acc", label="K = {K}, lr = {lr:g}: network")
-        plot_sweep(bottom, h, "net_train_loss", scale=1, color=lines, label="K = {K}: network",
-                   diverged_label=None)
-        plot_sweep(bottom, h, "lin_train_loss", scale=1, color=lines, linestyle="--", marker=None,
-                   select=lambda k: k > 1, label="K = {K}: linear model", diverged_label=None)
-        top.set(title=title, ylabel="test accuracy (%)")
-        bottom.set(xlabel="step", ylabel="training loss")
-        legend(top)
-        legend(bottom)
-    plt.show()
-
-
 # %% tags=["remove-input"]
 # NBVAL_IGNORE_OUTPUT
 # (the committed run, and whether the library changed since, change apart from this notebook)
-ref = reference.show("fig4", plot, table=False)
+ref = reference.show("fig4", fig4.plot, table=False)
 
 # %% [markdown]
 # **Above: the reference run.** The committed run at the largest scale this project could afford (`results/fig4/`, regenerated
@@ -172,5 +146,5 @@ reference.show_claims(ref)
 results = run(config)  # computed once, then read from the cache (.cache/results)
 
 # %%
-plot(results)
+fig4.plot(results)
 claims(results)

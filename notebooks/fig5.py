@@ -1,7 +1,7 @@
 # ---
 # jupyter:
 #   jupytext:
-#     cell_metadata_filter: -papermill,-execution
+#     cell_metadata_filter: tags,-papermill,-execution
 #     formats: ipynb,py:percent
 #     text_representation:
 #       extension: .py
@@ -31,40 +31,18 @@ batch_size = None  # mini-batch size (at most the smallest n_train); None: full 
 n_eval_train = None  # training images the training metrics are measured on ("all": every one)
 
 # %% tags=["hide-cell"]
-import matplotlib.pyplot as plt
-
 from iterlin.config import describe
-from iterlin.experiments import claims, reference, resolve_notebook, run
-from iterlin.experiments.fig5 import by_size
-from iterlin.plotting import legend, panels, plot_sweep, set_log_ticks
+from iterlin.experiments import claims, fig5, reference, resolve_notebook, run
 
 # Every parameter is checked here, before anything is computed (None: the scale's default);
 # a name the notebook does not take (papermill -p step 50) fails here, naming it.
 config = resolve_notebook("fig5", globals())
 print(describe(config))
 
-
-def plot(results):
-    """Left: early-stopped test accuracy against the number of training images (log scale), one
-    line per (K, lr), the mean over seeds ± one standard error (K = ∞: its linear model). Right:
-    the final training accuracy of the same runs, to see how close to convergence they are. A
-    cross marks a run that diverged (at the first size where it did)."""
-    n = results["n_train"]
-    fig, (left, right) = panels(2, suptitle=f"Data scaling of the CNN on CIFAR-10 ({results['config']['scale']} scale)")
-    for ax, metric, what in ((left, "best_test_acc", "early-stopped test accuracy (%)"),
-                             (right, "final_train_acc", "final train accuracy (%)")):
-        plot_sweep(ax, by_size(results, metric), metric, label="K = {K}, lr {lr:g}",
-                   diverged_label=None if ax is left else "K = {K} diverged")
-        set_log_ticks(ax, n)
-        ax.set(xlabel="training images", ylabel=what)
-        legend(ax)
-    plt.show()
-
-
 # %% tags=["remove-input"]
 # NBVAL_IGNORE_OUTPUT
 # (the committed run, and whether the library changed since, change apart from this notebook)
-ref = reference.show("fig5", plot, table=False)
+ref = reference.show("fig5", fig5.plot, table=False)
 
 # %% [markdown]
 # **Above: the reference run.** The committed run at the largest scale this project could afford (`results/fig5/`, regenerated
@@ -145,5 +123,5 @@ reference.show_claims(ref)
 results = run(config)  # computed once, then read from the cache (.cache/results)
 
 # %%
-plot(results)
+fig5.plot(results)
 claims(results)

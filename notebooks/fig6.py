@@ -1,7 +1,7 @@
 # ---
 # jupyter:
 #   jupytext:
-#     cell_metadata_filter: -papermill,-execution
+#     cell_metadata_filter: tags,-papermill,-execution
 #     formats: ipynb,py:percent
 #     text_representation:
 #       extension: .py
@@ -31,42 +31,18 @@ n_probe = None  # training images the probes are fitted on (the first ones; "all
 n_eval_train = None  # training images the training metrics are measured on ("all": every one)
 
 # %% tags=["hide-cell"]
-import matplotlib.pyplot as plt
-
 from iterlin.config import describe
-from iterlin.experiments import claims, reference, resolve_notebook, run
-from iterlin.experiments.fig6 import PROBE_LAYERS, probe_table
-from iterlin.plotting import legend, panels, plot_sweep
+from iterlin.experiments import claims, fig6, reference, resolve_notebook, run
 
 # Every parameter is checked here, before anything is computed (None: the scale's default);
 # a name the notebook does not take (papermill -p step 50) fails here, naming it.
 config = resolve_notebook("fig6", globals())
 print(describe(config))
 
-
-def plot(results):
-    """Test accuracy of the linear probes over training, left layer 1, right layer 2: the mean over
-    seeds ± one standard error; a cross marks a setting with a diverged run (its probes then read its
-    last finite state). Chance is 10 %. Then the probes' accuracy at the start, at the end and
-    averaged over the evaluation points after step 0 (a lower average for the same end point means
-    slower improvement), per K, the mean over seeds."""
-    h = results["runs"]
-    fig, axes = panels(2, sharey=True,
-                       suptitle=f"CNN on CIFAR-10, probes on {int(results['n_probe'])} training images, scored on "
-                                f"{int(results['n_test'])} test images ({results['config']['scale']} scale)")
-    for ax, layer, title in zip(axes, PROBE_LAYERS, ("first-layer features", "second-layer features")):
-        plot_sweep(ax, h, f"probe_{layer}_test_acc")
-        ax.set(xlabel="step", title=f"linear probe on {title}")
-        legend(ax)
-    axes[0].set_ylabel("probe test accuracy (%)")
-    plt.show()
-    print(probe_table(results))
-
-
 # %% tags=["remove-input"]
 # NBVAL_IGNORE_OUTPUT
 # (the committed run, and whether the library changed since, change apart from this notebook)
-ref = reference.show("fig6", plot, table=False)
+ref = reference.show("fig6", fig6.plot, table=False)
 
 # %% [markdown]
 # **Above: the reference run.** The committed run at the largest scale this project could afford (`results/fig6/`, regenerated
@@ -153,5 +129,5 @@ reference.show_claims(ref)
 results = run(config)  # computed once, then read from the cache (.cache/results)
 
 # %%
-plot(results)
+fig6.plot(results)
 claims(results)

@@ -1,7 +1,7 @@
 # ---
 # jupyter:
 #   jupytext:
-#     cell_metadata_filter: -papermill,-execution
+#     cell_metadata_filter: tags,-papermill,-execution
 #     formats: ipynb,py:percent
 #     text_representation:
 #       extension: .py
@@ -30,53 +30,18 @@ batch_size = None  # mini-batch size (at most n_train)
 n_eval_train = None  # training images the training metrics are measured on ("all": every one)
 
 # %% tags=["hide-cell"]
-import matplotlib.pyplot as plt
-import numpy as np
-
-from iterlin.claims import pct
 from iterlin.config import describe
-from iterlin.experiments import claims, reference, resolve_notebook, run
-from iterlin.experiments.fig7 import match_marks, match_report
-from iterlin.plotting import filter_grid, k1_and_largest, legend, panels, plot_sweep
+from iterlin.experiments import claims, fig7, reference, resolve_notebook, run
 
 # Every parameter is checked here, before anything is computed (None: the scale's default);
 # a name the notebook does not take (papermill -p step 50) fails here, naming it.
 config = resolve_notebook("fig7", globals())
 print(describe(config))
 
-
-def plot(results):
-    """The first three filters' change from initialisation of the first seed, a column per
-    evaluation point: for each filter, the K = 1 row above the large-K row; first at the paper's
-    scale, [−0.5, 0.5] → [0, 1], then with the range stretched to the run's largest change. Then
-    the size of the change, ‖W_t − W_0‖ over all 50 filters: the mean over seeds ± one standard
-    error; the dotted line is the large K's mean final size, the dot where K = 1's mean first
-    reaches it; and the per-seed summary (match_report)."""
-    h = results["runs"]
-    scale = results["config"]["scale"]
-    first = k1_and_largest(h["K"])  # the first seed's K = 1 and large-K runs (runs are seed-major)
-    for vrange, what in ((0.5, "the paper's range ±0.5"), ("max", "range ±{vrange:.3g} (this run's largest change)")):
-        filter_grid(h["filters_delta"], h["step"], h["K"], runs=first, vrange=vrange,
-                    title=f"first-layer filter change from initialisation (first seed), {what}; columns: step "
-                          f"({scale} scale)")
-        plt.show()
-    m = match_marks(results)
-    fig, ax = panels(panel_size=(6.4, 4))
-    plot_sweep(ax, {**h, "filter_change": results["match"]["norm"]}, "filter_change", scale=1)
-    ax.axhline(m["target"], ls=":", color="gray")
-    if np.isfinite(m["step"]):
-        ax.plot(m["step"], m["target"], "o", color="k", ms=8,
-                label=f"K = 1 reaches it at {pct(m['fraction'], 0)} of training")
-    ax.set(xlabel="step", ylabel="‖W_t − W_0‖ (all first-layer filters)", title=f"size of the filter change ({scale} scale)")
-    legend(ax)
-    plt.show()
-    print(match_report(results))
-
-
 # %% tags=["remove-input"]
 # NBVAL_IGNORE_OUTPUT
 # (the committed run, and whether the library changed since, change apart from this notebook)
-ref = reference.show("fig7", plot, table=False)
+ref = reference.show("fig7", fig7.plot, table=False)
 
 # %% [markdown]
 # **Above: the reference run.** The committed run at the largest scale this project could afford (`results/fig7/`, regenerated
@@ -156,5 +121,5 @@ reference.show_claims(ref)
 results = run(config)  # computed once, then read from the cache (.cache/results)
 
 # %%
-plot(results)
+fig7.plot(results)
 claims(results)

@@ -1,7 +1,7 @@
 # ---
 # jupyter:
 #   jupytext:
-#     cell_metadata_filter: -papermill,-execution
+#     cell_metadata_filter: tags,-papermill,-execution
 #     formats: ipynb,py:percent
 #     text_representation:
 #       extension: .py
@@ -31,50 +31,18 @@ batch_size = None  # mini-batch size (at most n_train); None: full batch
 n_eval_train = None  # training images the training metrics are measured on ("all": every one)
 
 # %% tags=["hide-cell"]
-import matplotlib.pyplot as plt
-
 from iterlin.config import describe
-from iterlin.experiments import claims, reference, resolve_notebook, run
-from iterlin.experiments.fig8 import relin_points
-from iterlin.plotting import band, legend, mark_steps, panels, plot_sweep
+from iterlin.experiments import claims, fig8, reference, resolve_notebook, run
 
 # Every parameter is checked here, before anything is computed (None: the scale's default);
 # a name the notebook does not take (papermill -p step 50) fails here, naming it.
 config = resolve_notebook("fig8", globals())
 print(describe(config))
 
-
-def plot(results):
-    """Left: the network's test accuracy of the three runs. Right: the Adam-solved run's training
-    accuracy, the network (solid) and the linear model being optimised (dashed), the linear model's
-    accuracy on every training image just before each re-linearisation (triangles; dotted
-    verticals: the re-linearisations), and K = 1 SGD's network. Mean over seeds ± one standard
-    error; a cross marks a run that diverged."""
-    s, g, a = results["solved"], results["sgd"], results["adam"]
-    fig, (left, right) = panels(2)
-    for h, label, color in ((s, "K = {K}, each linearisation solved by Adam", "C3"), (g, "K = {K}, SGD", "C0"),
-                            (a, "K = {K}, Adam", "C2")):
-        plot_sweep(left, h, "net_test_acc", label=label, color=color)
-    plot_sweep(right, s, "net_train_acc", label="Adam-solved: network", color="C3", diverged_label=None)
-    plot_sweep(right, s, "lin_train_acc", label="Adam-solved: linear model (= network right after re-linearising)",
-               color="C3", linestyle="--", marker=".", diverged_label=None)
-    relin_step, relin_acc = relin_points(s)
-    if relin_step.size:
-        band(right, relin_step, relin_acc, axis=1, scale=100, color="C3", linestyle="none", marker="v", ms=9,
-             label="linear model just before re-linearising (every training image)")
-        mark_steps(right, relin_step, color="C3")
-    plot_sweep(right, g, "net_train_acc", label="K = 1 SGD: network", color="C0", diverged_label=None)
-    left.set(xlabel="step", ylabel="test accuracy (%)", title=f"CNN on CIFAR-10 ({results['config']['scale']} scale)")
-    right.set(xlabel="step", ylabel="train accuracy (%)", title="training accuracy")
-    legend(left)
-    legend(right)
-    plt.show()
-
-
 # %% tags=["remove-input"]
 # NBVAL_IGNORE_OUTPUT
 # (the committed run, and whether the library changed since, change apart from this notebook)
-ref = reference.show("fig8", plot, table=False)
+ref = reference.show("fig8", fig8.plot, table=False)
 
 # %% [markdown]
 # **Above: the reference run.** The committed run at the largest scale this project could afford (`results/fig8/`, regenerated
@@ -161,5 +129,5 @@ reference.show_claims(ref)
 results = run(config)  # computed once, then read from the cache (.cache/results)
 
 # %%
-plot(results)
+fig8.plot(results)
 claims(results)

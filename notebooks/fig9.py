@@ -1,7 +1,7 @@
 # ---
 # jupyter:
 #   jupytext:
-#     cell_metadata_filter: -papermill,-execution
+#     cell_metadata_filter: tags,-papermill,-execution
 #     formats: ipynb,py:percent
 #     text_representation:
 #       extension: .py
@@ -29,54 +29,18 @@ n_test = None  # test points (the paper: 1000)
 x64 = None  # float64 (True) or float32 (False)
 
 # %% tags=["hide-cell"]
-import matplotlib.pyplot as plt
-
 from iterlin.config import describe
-from iterlin.experiments import claims, reference, resolve_notebook, run
-from iterlin.experiments.fig9 import function_panels, geometric_means
-from iterlin.plotting import band, legend, log_positions, panels, plot_functions, seed_points, set_log_ticks
+from iterlin.experiments import claims, fig9, reference, resolve_notebook, run
 
 # Every parameter is checked here, before anything is computed (None: the scale's default);
 # a name the notebook does not take (papermill -p step 50) fails here, naming it.
 config = resolve_notebook("fig9", globals())
 print(describe(config))
 
-
-def plot(results):
-    """Top: the test RMSE of every seed against λ (λ = 0 at the left edge), runs with train RMSE > 2.5
-    removed (grey crosses, at the top when off the chart); the black line is the mean over the kept
-    seeds, the red dashed line their geometric mean (the claims' statistic), each with a band of ±
-    one standard error. Bottom: the learned functions (the first seeds) for 4
-    values of λ spread over the grid, with the training points and the target."""
-    lams, test, kept = results["damping"], results["test_rmse"], results["kept"]
-    xs = log_positions(lams)  # λ = 0 at the left edge
-    fig, ax = panels(panel_size=(7, 4))
-    seed_points(ax, xs, test, kept=kept, jitter=0.08, cap=1e3, color="C0", size=18)
-    band(ax, xs, test, axis=1, where=kept, color="k", marker="o", label="mean over kept seeds (± s.e.)")
-    geo = geometric_means(results)  # the claims' statistic: the mean of log RMSE
-    ax.plot(xs, geo["mean"], "s--", color="C3", label="geometric mean over kept seeds (± s.e.)")
-    ax.fill_between(xs, geo["lo"], geo["hi"], color="C3", alpha=0.15, linewidth=0)
-    set_log_ticks(ax, xs, [f"{v:g}" for v in lams])
-    ax.set(yscale="log", xlabel="damping λ", ylabel="test RMSE",
-           title=f"Damped Gauss–Newton on the quintic ({results['config']['scale']} scale, {test.shape[1]} seeds)")
-    legend(ax)
-    plt.show()
-
-    pick = function_panels(results)  # 4 values of λ spread over the grid
-    fig, axes = panels(len(pick), panel_size=(3.6, 3.4), sharey=True, squeeze=False)
-    for ax, i in zip(axes[0], pick):
-        plot_functions(ax, results["x_test"], results["functions"][i], y_target=results["y_test"],
-                       x_train=results["x_train"], y_train=results["y_train"])
-        ax.set(title=f"λ = {lams[i]:g}", xlabel="x", ylim=(-6, 4))
-    axes[0][0].set_ylabel("f(x)")
-    legend(axes[0][0])
-    plt.show()
-
-
 # %% tags=["remove-input"]
 # NBVAL_IGNORE_OUTPUT
 # (the committed run, and whether the library changed since, change apart from this notebook)
-ref = reference.show("fig9", plot, table=False)
+ref = reference.show("fig9", fig9.plot, table=False)
 
 # %% [markdown]
 # **Above: the reference run.** The committed run at the largest scale this project could afford (`results/fig9/`, regenerated
@@ -168,5 +132,5 @@ reference.show_claims(ref)
 results = run(config)  # computed once, then read from the cache (.cache/results)
 
 # %%
-plot(results)
+fig9.plot(results)
 claims(results)

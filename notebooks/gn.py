@@ -1,7 +1,7 @@
 # ---
 # jupyter:
 #   jupytext:
-#     cell_metadata_filter: -papermill,-execution
+#     cell_metadata_filter: tags,-papermill,-execution
 #     formats: ipynb,py:percent
 #     text_representation:
 #       extension: .py
@@ -31,56 +31,19 @@ batch_size = None  # mini-batch size B of both methods (at most n_train)
 n_eval_train = None  # training images the training metrics are measured on ("all": every one)
 
 # %% tags=["hide-cell"]
-import matplotlib.pyplot as plt
-
 from iterlin.config import describe
-from iterlin.experiments import claims, reference, resolve_notebook, run
-from iterlin.experiments.gn import by_K, timing
-from iterlin.plotting import gn_baseline, legend, panels, plot_sweep, seed_curve, set_K_axis, sweep_colors, top_ticks
+from iterlin.experiments import claims, gn, reference, resolve_notebook, run
+from iterlin.experiments.gn import timing
 
 # Every parameter is checked here, before anything is computed (None: the scale's default);
 # a name the notebook does not take (papermill -p step 50) fails here, naming it.
 config = resolve_notebook("gn", globals())
 print(describe(config))
 
-
-def plot(results):
-    """Left: final test accuracy against K (log axis, K = ∞ at the right edge), the mean over seeds
-    ± one standard error, each seed a dot: the K runs (circles; K = ∞ by its linear model, the red
-    square) and the damped Gauss–Newton runs drawn at their equivalent K(λ) = B/(λη) (diamonds,
-    slightly to the right); the top axis gives the re-linearisations T/K of the K runs. A cross marks a
-    point where a seed diverged. Right: test accuracy over training (solid: the K runs' networks;
-    dotted: Gauss–Newton)."""
-    s = by_K(results)  # the grid, per-seed final accuracies, T/K, GN at K(λ), divergence
-    fig, (left, right) = panels(2, panel_size=(6.2, 4.2),
-                                suptitle=f"CNN on CIFAR-10: large K against damped Gauss–Newton "
-                                         f"({results['config']['scale']} scale, T = {s['steps']} steps)")
-    xs = set_K_axis(left, s["K"], ticks="all")
-    finite, inf = ~s["inf"], s["inf"]
-    seed_curve(left, xs[finite], s["acc"][finite], diverged=s["diverged"][finite], color="C0",
-               label="iterative linearisation, K", diverged_label="a seed diverged")
-    if inf.any():
-        seed_curve(left, xs[inf], s["acc"][inf], diverged=s["diverged"][inf], color="C3", marker="s", ms=8,
-                   label="K = ∞: the linear model", diverged_label=None)
-    gn_baseline(left, s["gn_K"], s["gn_acc"], damping=s["gn_damping"], diverged=s["gn_diverged"])
-    top_ticks(left, xs, [str(r) for r in s["relin"]], label="re-linearisations T/K")
-    left.set(ylabel="final test accuracy (%)")
-    legend(left)
-    lines = plot_sweep(right, results["runs"], "net_test_acc", label="K = {K}", diverged_label=None, marker=None)
-    if "gn" in results:
-        gn_groups = sorted(set(results["gn"]["K"].tolist()))
-        plot_sweep(right, results["gn"], "net_test_acc", linestyle=":", marker=None,
-                   color=sweep_colors(results["runs"], lines, gn_groups),
-                   label="GN at λ(K = {K})", diverged_label=None)
-    right.set(xlabel="step", ylabel="test accuracy (%)", title="over training")
-    legend(right)
-    plt.show()
-
-
 # %% tags=["remove-input"]
 # NBVAL_IGNORE_OUTPUT
 # (the committed run, and whether the library changed since, change apart from this notebook)
-ref = reference.show("gn", plot, table=False)
+ref = reference.show("gn", gn.plot, table=False)
 
 # %% [markdown]
 # **Above: the reference run.** The committed run at the largest scale this project could afford (`results/gn/`, regenerated
@@ -171,5 +134,5 @@ results = run(config)  # computed once, then read from the cache (.cache/results
 print(timing(results))  # the number of runs and the wall time of the two programs when computed
 
 # %%
-plot(results)
+gn.plot(results)
 claims(results)

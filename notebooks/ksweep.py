@@ -33,54 +33,19 @@ sharpness_iters = None  # power iterations per measurement (warm-started; at mos
 sharpness_every = None  # record lambda_max every this many steps (at evaluation points)
 
 # %% tags=["hide-cell"]
-import matplotlib.pyplot as plt
-
 from iterlin.config import describe
-from iterlin.experiments import claims, reference, resolve_notebook, run
-from iterlin.experiments.ksweep import by_K, timing
-from iterlin.plotting import band, legend, panels, plot_sweep, seed_curve, set_K_axis, top_ticks
+from iterlin.experiments import claims, ksweep, reference, resolve_notebook, run
+from iterlin.experiments.ksweep import timing
 
 # Every parameter is checked here, before anything is computed (None: the scale's default);
 # a name the notebook does not take (papermill -p step 50) fails here, naming it.
 config = resolve_notebook("ksweep", globals())
 print(describe(config))
 
-
-def plot(results):
-    """Left: final test accuracy against K (log axis, K = ∞ at the right edge), the mean over seeds
-    ± one standard error, each seed a dot: the network f(θ_T) for finite K (circles), the linear
-    model for K = ∞ (the red square), and K = ∞'s network (the open square); the top axis gives
-    the number of re-linearisations T/K. A cross marks a K at which a seed diverged. Right: test accuracy over
-    training for every K (solid: the network; dashed: K = ∞'s linear model)."""
-    s = by_K(results)  # the grid, per-seed final accuracies, T/K, divergence
-    h = results["runs"]
-    fig, (left, right) = panels(2, panel_size=(6.2, 4.2),
-                                suptitle=f"CNN on CIFAR-10: final test accuracy against K ({results['config']['scale']} "
-                                         f"scale, T = {s['steps']} steps, {int(results['n_runs'])} runs)")
-    xs = set_K_axis(left, s["K"], ticks="all")
-    finite, inf = ~s["inf"], s["inf"]
-    seed_curve(left, xs[finite], s["acc"][finite], diverged=s["diverged"][finite], color="C0",
-               label="finite K: the network f(θ_T)", diverged_label="a seed diverged")
-    if inf.any():
-        seed_curve(left, xs[inf], s["acc"][inf], diverged=s["diverged"][inf], color="C3", marker="s", ms=8,
-                   label="K = ∞: the linear model (the model trained)", diverged_label=None)
-        band(left, xs[inf], s["net_inf"], axis=1, scale=100, color="C0", marker="s", mfc="white",
-             linestyle="none", ms=8, label="K = ∞: its network f(θ_T) (≡ any K ≥ T)")
-    top_ticks(left, xs, [str(r) for r in s["relin"]], label="re-linearisations T/K")
-    left.set(ylabel="final test accuracy (%)")
-    legend(left)
-    lines = plot_sweep(right, h, "net_test_acc", label="K = {K}", diverged_label=None, marker=None)
-    plot_sweep(right, h, "lin_test_acc", linestyle="--", marker=None, color=lines, select=lambda k: k == float("inf"),
-               label="K = {K}: linear model", diverged_label=None)
-    right.set(xlabel="step", ylabel="test accuracy (%)", title="over training")
-    legend(right)
-    plt.show()
-
-
 # %% tags=["remove-input"]
 # NBVAL_IGNORE_OUTPUT
 # (the committed run, and whether the library changed since, change apart from this notebook)
-ref = reference.show("ksweep", plot, table=False)
+ref = reference.show("ksweep", ksweep.plot, table=False)
 
 # %% [markdown]
 # **Above: the reference run.** The committed run at the largest scale this project could afford (`results/ksweep/`, regenerated
@@ -160,5 +125,5 @@ results = run(config)  # computed once, then read from the cache (.cache/results
 print(timing(results))  # the number of runs and the wall time of the sweep when it was computed
 
 # %%
-plot(results)
+ksweep.plot(results)
 claims(results)

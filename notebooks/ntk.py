@@ -1,7 +1,7 @@
 # ---
 # jupyter:
 #   jupytext:
-#     cell_metadata_filter: -papermill,-execution
+#     cell_metadata_filter: tags,-papermill,-execution
 #     formats: ipynb,py:percent
 #     text_representation:
 #       extension: .py
@@ -31,48 +31,18 @@ n_probe = None  # probe images for the kernel (the first training images; "all":
 n_eval_train = None  # training images the training metrics are measured on ("all": every one)
 
 # %% tags=["hide-cell"]
-import matplotlib.pyplot as plt
-
 from iterlin.config import describe
-from iterlin.experiments import claims, reference, resolve_notebook, run
-from iterlin.experiments.ntk import relin_steps, relin_table
-from iterlin.plotting import legend, mark_steps, panels, plot_sweep
+from iterlin.experiments import claims, ntk, reference, resolve_notebook, run
 
 # Every parameter is checked here, before anything is computed (None: the scale's default);
 # a name the notebook does not take (papermill -p step 50) fails here, naming it.
 config = resolve_notebook("ntk", globals())
 print(describe(config))
 
-
-def plot(results):
-    """Left: the network's kernel, distance from its value at initialisation. Centre: its velocity
-    (none at step 0). Right: the change of the linear model's kernel Θ̂_{θ_s} since the previous
-    evaluation point; dotted verticals mark the large K's re-linearisations. Lines: the mean over
-    seeds, bands ± one standard error; a cross marks a diverged run. Then the linear model's kernel
-    at every evaluation point of the large-K runs (relin_table)."""
-    h = results["runs"]
-    later = {**h, "step": h["step"][1:], "kernel_distance_relin": h["kernel_distance_relin"][:, 1:],
-             "kernel_velocity": h["kernel_velocity"][:, 1:]}  # step 0 has no previous point
-    fig, (a, b, c) = panels(3, panel_size=(5, 4.2),
-                            suptitle=f"empirical NTK of the CNN on {int(results['n_probe'])} CIFAR-10 images "
-                                     f"({results['config']['scale']} scale)")
-    plot_sweep(a, h, "kernel_distance_init", scale=1, diverged_label=None)
-    plot_sweep(b, later, "kernel_velocity", scale=1, diverged_label=None)
-    plot_sweep(c, later, "kernel_distance_relin", scale=1, diverged_label=None)
-    mark_steps(c, relin_steps(results))  # the large K's re-linearisations
-    a.set(xlabel="step", ylabel="d(Θ_t, Θ_0)", title="network kernel: distance from initialisation")
-    b.set(xlabel="step", ylabel="d(Θ_t, Θ_prev) per step", title="network kernel: velocity")
-    c.set(xlabel="step", ylabel="d(Θ_s, Θ_s,prev)", title="linear model's kernel: change since previous point")
-    for ax in (a, b, c):
-        legend(ax)
-    plt.show()
-    print(relin_table(results))
-
-
 # %% tags=["remove-input"]
 # NBVAL_IGNORE_OUTPUT
 # (the committed run, and whether the library changed since, change apart from this notebook)
-ref = reference.show("ntk", plot, table=False)
+ref = reference.show("ntk", ntk.plot, table=False)
 
 # %% [markdown]
 # **Above: the reference run.** The committed run at the largest scale this project could afford (`results/ntk/`, regenerated
@@ -168,5 +138,5 @@ reference.show_claims(ref)
 results = run(config)  # computed once, then read from the cache (.cache/results)
 
 # %%
-plot(results)
+ntk.plot(results)
 claims(results)

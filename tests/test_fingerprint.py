@@ -626,7 +626,8 @@ def test_real_tree_training_fit(real):
 
 
 def test_real_tree_experiment(real):
-    """fig3's key: plots, claims, the result cache and other figures are not in it; the training loop is."""
+    """fig3's key: its plot, the shared plotting helpers, claims, the result cache and other figures
+    are not in it; the training loop is."""
     pkg = real / "iterlin"
     module = "iterlin.experiments.fig3"
     h = code_fingerprint(module, ENTRY, root=real)
@@ -640,6 +641,7 @@ def test_real_tree_experiment(real):
             if f"{mod}:{fn}" not in deps:  # every function of it that fig3 does not reach
                 _insert_in_function(pkg / rel, fn, "_edited = True")
     _insert_in_function(pkg / "experiments" / "fig3.py", "claims", "_reworded = True")
+    _insert_in_function(pkg / "experiments" / "fig3.py", "plot", "_edited = True")  # a colour changed
     for rel in ("training.py", "experiments/fig3.py", "experiments/_common.py", "models.py", "data.py"):
         _reword_docstrings(pkg / rel)
     assert code_fingerprint(module, ENTRY, root=real) == h
@@ -648,3 +650,17 @@ def test_real_tree_experiment(real):
     assert h2 != h
     _insert_in_function(pkg / "experiments" / "fig3.py", "compute", "_edited = True")
     assert code_fingerprint(module, ENTRY, root=real) != h2
+
+
+def test_no_figure_key_follows_its_plot():
+    """Compute and plotting stay apart in every figure: the code its key follows reaches neither its
+    module's ``plot`` nor :mod:`iterlin.plotting`, so a change to a plot recomputes nothing."""
+    from iterlin.experiments import get, names
+
+    for name in names():
+        module = get(name).module
+        deps = code_dependencies(module, ENTRY)
+        assert f"{module}:compute" in deps, name
+        drawn = [d for d in deps if d == f"{module}:plot" or d.startswith("iterlin.plotting:")]
+        assert not drawn, f"{name}'s key follows {drawn}"
+

@@ -1,4 +1,4 @@
-"""The notebooks' shared plotting helpers (``iterlin.plotting``), drawn with the Agg backend."""
+"""The plotting helpers the figures share (``iterlin.plotting``), drawn with the Agg backend."""
 
 import math
 import re
@@ -13,16 +13,20 @@ import pytest  # noqa: E402
 from matplotlib.colors import to_rgba  # noqa: E402
 
 from iterlin.plotting import (  # noqa: E402
-    plot_bound,
+    as_1d,
+    as_runs,
+    bad_argument,
     band,
-    filter_grid,
+    check_axes,
+    per_run,
+    plot_bound,
+    real_array,
     k1_and_largest,
     legend,
     log_positions,
     mark_steps,
     mean_se,
     panels,
-    plot_functions,
     plot_runs,
     rug,
     seed_curve,
@@ -30,7 +34,6 @@ from iterlin.plotting import (  # noqa: E402
     set_K_axis,
     top_ticks,
 )
-from iterlin.probes import filters_to_image  # noqa: E402
 
 
 @pytest.fixture
@@ -314,8 +317,6 @@ def test_panels_and_marks():
     axes[1].set_ylim(1e-3, 1)
     r = rug(axes[1], [1.0, 2.0])
     np.testing.assert_allclose(r.get_ydata(), [1e-3, 1e-3])
-    fl = plot_functions(axes[2], [0, 1, 2], np.zeros((4, 3)), y_target=[1, 2, 3], x_train=[0, 2], y_train=[1, 3])
-    assert len(fl) == 4 and len(axes[2].lines) == 6
     with pytest.raises(ValueError, match="^ncols "):
         panels(0)
 
@@ -324,46 +325,6 @@ def test_k1_and_largest():
     assert k1_and_largest([8.0, 1.0, math.inf, 2.0]) == (1, 2)
     with pytest.raises(ValueError, match="^K "):
         k1_and_largest([2, 3])
-
-
-# ----------------------------------------------------------------------------------------------
-# filter_grid (Fig. 7)
-
-
-def test_filter_grid_draws_each_filter_of_each_run():
-    rng = np.random.default_rng(2)
-    delta = 0.01 * rng.normal(size=(2, 4, 5, 5, 3, 6))  # (R, E, h, w, C, F)
-    fig, axes = filter_grid(delta, [0, 8, 16, 24], [1, math.inf], runs=[1, 0], filters=2, vrange=0.5,
-                            title="range ±{vrange:g}")
-    assert axes.shape == (4, 4)
-    np.testing.assert_allclose(axes[0, 2].images[0].get_array(), filters_to_image(delta[1, 2, :, :, :, 0], 0.5))
-    np.testing.assert_allclose(axes[3, 1].images[0].get_array(), filters_to_image(delta[0, 1, :, :, :, 1], 0.5))
-    assert axes[0, 0].get_ylabel() == "filter 1\nK = ∞" and axes[1, 0].get_ylabel() == "filter 1\nK = 1"
-    assert [axes[3, e].get_xlabel() for e in range(4)] == ["0", "8", "16", "24"]
-    assert fig._suptitle.get_text() == "range ±0.5"
-
-
-def test_filter_grid_stretched_range():
-    delta = np.zeros((1, 2, 2, 2, 3, 3))
-    delta[0, 1, 0, 0, 0, 0] = 0.02
-    delta[0, 1, 0, 0, 0, 2] = 0.5  # filter 3 is not drawn: it does not set the range
-    fig, axes = filter_grid(delta, [0, 1], [1], filters=[0, 1], vrange="max", title="±{vrange:.3g}")
-    assert fig._suptitle.get_text() == "±0.02"
-    assert axes[0, 1].images[0].get_array()[0, 0, 0] == pytest.approx(1.0)
-
-
-@pytest.mark.parametrize("kwargs, name", [
-    (dict(delta=np.zeros((2, 4, 5, 5, 3))), "delta"),
-    (dict(step=[0, 1, 2]), "step"),
-    (dict(K=[1]), "K"),
-    (dict(runs=[2]), "runs"),
-    (dict(filters=7), "filters"),
-    (dict(vrange=0.0), "vrange"),
-])
-def test_filter_grid_bad_arguments_name_the_parameter(kwargs, name):
-    args = dict(delta=np.zeros((2, 4, 5, 5, 3, 6)), step=[0, 1, 2, 3], K=[1, 8]) | kwargs
-    with pytest.raises(ValueError, match=f"^{name} "):
-        filter_grid(args.pop("delta"), args.pop("step"), args.pop("K"), **args)
 
 
 def test_plot_bound_one_line_per_run_the_rates_and_the_rises(ax):
@@ -384,3 +345,24 @@ def test_plot_bound_one_line_per_run_the_rates_and_the_rises(ax):
     assert ax.get_yscale() == "log"
     _, ax2 = plt.subplots()
     assert len(plot_bound(ax2, rec, select=lambda k: k > 1, fraction=None)) == 1
+
+
+def test_argument_checks_the_figures_share_name_the_parameter(ax):
+    assert str(bad_argument("x", "= 3", "a list")) == "x = 3 is not allowed: x must be a list."
+    assert check_axes(ax) is ax
+    with pytest.raises(ValueError, match="^ax = None is not allowed: ax must be a matplotlib Axes"):
+        check_axes(None)
+    with pytest.raises(ValueError, match="^v = 'a' is not allowed"):
+        real_array("a", "v")
+    np.testing.assert_array_equal(as_1d([1, 2], "x", 2), [1.0, 2.0])
+    message = "x of shape (3,) is not allowed: x must be 1-D of length 2 (one per run)"
+    with pytest.raises(ValueError, match=re.escape(message)):
+        as_1d([1, 2, 3], "x", 2, "one per run")
+    runs, one = as_runs([1, 2], "v", 2)
+    assert runs.shape == (1, 2) and one
+    with pytest.raises(ValueError, match="^v of shape"):
+        as_runs(np.zeros((2, 3)), "v", 2)
+    np.testing.assert_array_equal(per_run(5, "K", 1), [5])  # a scalar only for one run
+    with pytest.raises(ValueError, match=r"^K of shape \(\) is not allowed"):
+        per_run(5, "K", 2)
+

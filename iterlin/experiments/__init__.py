@@ -2,9 +2,12 @@
 ``ksweep`` and ``lr``).
 
 ``notebooks/<name>.py`` → ``iterlin/experiments/<name>.py`` holds everything about that figure:
-its defaults at every scale (``SCALES``), its data (``load``), its computation (``compute``) and
-its claims (``claims``). :mod:`iterlin.experiments.registry` lists them and provides the calls a
-notebook makes; shared computing helpers are in :mod:`iterlin.experiments._common`.
+its defaults at every scale (``SCALES``), its data (``load``), its computation (``compute``), its
+claims (``claims``) and its plot (``plot(results)``, which the notebook calls; drawing only: the
+result cache's code fingerprint follows ``load`` and ``compute``, so a change to the plot recomputes
+nothing). :mod:`iterlin.experiments.registry` lists them and provides the calls a notebook makes;
+shared computing helpers are in :mod:`iterlin.experiments._common`, shared plotting helpers in
+:mod:`iterlin.plotting`.
 """
 
 from ._common import Experiment

@@ -38,9 +38,12 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
+import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.lines import Line2D
 
 from ..claims import (
     NA,
@@ -59,11 +62,13 @@ from ..claims import (
     seed_interval,
 )
 from ..data import Dataset
+from ..plotting import CROSS_SIZE, as_1d, bad_argument, check_axes, legend, mean_se, panels, real_array
 from ..relin import adaptive
 from ._common import Experiment, checkpoint_path, cnn_sweep, load_data, trained_final
 
 __all__ = ["SCALES", "EXPERIMENT", "load", "compute", "claims", "per_policy", "fewer_updates", "by_policy",
-           "placement", "even_fraction", "raster", "timing", "EARLY"]
+           "placement", "even_fraction", "raster", "timing", "EARLY",
+           "accuracy_against_updates", "relin_raster", "placement_dots", "plot"]
 
 INF = math.inf
 
@@ -318,7 +323,7 @@ EXPERIMENT = Experiment("adaptive", SCALES, load, compute, claims, __name__)
 
 
 # ------------------------------------------------------------------------------------------------
-# What the notebook draws: pure functions of the results (nothing here is part of ``compute``).
+# What the figure draws: pure functions of the results (nothing here is part of ``compute``).
 
 
 def by_policy(results: Mapping) -> dict:
@@ -372,3 +377,155 @@ def timing(results: Mapping) -> str:
     S = len(set(np.asarray(hf["seed_index"]).tolist()))
     return (f"{int(results['n_runs'])} runs ({nK} K + {nt} tolerance{'s' if nt != 1 else ''} × {S} "
             f"seed{'s' if S != 1 else ''}) in two sweeps, {float(results['wall_seconds']):.0f} s of computation")
+
+
+# ------------------------------------------------------------------------------------------------
+# The plot: drawing only (not part of ``compute``: a change here recomputes nothing)
+
+
+def accuracy_against_updates(
+    ax: Axes,
+    relin: Any,
+    acc: Any,
+    *,
+    names: Sequence[str] | None = None,
+    diverged: Any = None,
+    label: str | None = None,
+    color: Any = None,
+    marker: str = "o",
+    scale: float = 100.0,
+    **plot_kwargs,
+) -> Line2D:
+    """Final accuracy against the number of feature updates (re-linearisations), one point per setting.
+
+    Args:
+      relin, acc: ``(N, S)``: per setting (a fixed K, a tolerance) and seed, the re-linearisations
+        made and the final accuracy (a fraction; drawn × ``scale``).
+      names: optional ``(N,)`` strings written next to each setting's mean (``"K=10"``, ``"tol=0.01"``).
+      diverged: optional ``(N,)`` bool: a cross on the settings where a seed diverged.
+      label, color, marker, plot_kwargs: of the line of means.
+
+    Each seed is a dot at its own (updates, accuracy); each setting's mean over seeds
+    (:func:`iterlin.plotting.mean_se`) a marker at its mean number of updates, with ± one standard
+    error of the accuracy, joined in order of updates. The x axis is symlog (0 updates allowed).
+    Returns the Line2D of the means.
+    """
+    check_axes(ax)
+    n = real_array(relin, "relin")
+    v = real_array(acc, "acc")
+    if v.ndim != 2 or n.shape != v.shape:
+        raise bad_argument("acc", f"of shape {v.shape}", f"(N, S), the shape of relin {n.shape}")
+    x, _ = mean_se(n, axis=1)
+    y, se = mean_se(v, axis=1)
+    order = np.argsort(x, kind="stable")
+    (line,) = ax.plot(x[order], scale * y[order], marker=marker, color=color, label=label, **plot_kwargs)
+    c = line.get_color()
+    ax.errorbar(x, scale * y, yerr=scale * se, linestyle="none", color=c, capsize=2)
+    ok = np.isfinite(v)
+    ax.scatter(n[ok], scale * v[ok], s=10, color=c, alpha=0.5)
+    if names is not None:
+        if len(names) != x.shape[0]:
+            raise bad_argument("names", f"of length {len(names)}", f"one name per setting ({x.shape[0]})")
+        for xi, yi, name in zip(x, y, names):
+            ax.annotate(name, (xi, scale * yi), textcoords="offset points", xytext=(4, 4), fontsize=7, color=c)
+    if diverged is not None:
+        d = as_1d(np.asarray(diverged, dtype=bool), "diverged", x.shape[0], "one flag per setting").astype(bool)
+        if d.any():
+            ax.plot(x[d], scale * y[d], linestyle="none", marker="x", ms=CROSS_SIZE, color=c)
+    ax.set_xscale("symlog", linthresh=1.0)
+    return line
+
+
+def relin_raster(
+    ax: Axes,
+    steps: Sequence[Any],
+    labels: Sequence[str],
+    *,
+    T: int,
+    colors: Sequence[Any] | None = None,
+    marks: Sequence[float] = (0.25, 0.5),
+) -> Axes:
+    """When each run re-linearised: one row per run (top to bottom), a tick ``|`` at each step.
+
+    Args:
+      steps: R arrays ``(n_r,)``: the steps at which run r re-linearised (e.g. ``relin_step``
+        without its −1 padding). labels: R row labels. T: the number of steps (the x range [0, T]).
+      colors: optional R colours (default black). marks: fractions of T drawn as dotted lines.
+    """
+    check_axes(ax)
+    if len(steps) != len(labels):
+        raise bad_argument("labels", f"of length {len(labels)}", f"one label per row of steps ({len(steps)})")
+    rows = [np.asarray(s, np.float64).ravel() for s in steps]
+    offsets = np.arange(len(rows))[::-1]
+    if rows:
+        ax.eventplot(rows, lineoffsets=offsets, linelengths=0.7, linewidths=1.0,
+                     colors=list(colors) if colors is not None else "k")
+    for f in marks:
+        ax.axvline(f * T, color="gray", linestyle=":", linewidth=0.8)
+    ax.set_xlim(0, T)
+    ax.set_yticks(offsets, list(labels), fontsize=7)
+    ax.set_xlabel("step")
+    return ax
+
+
+def placement_dots(
+    ax: Axes,
+    early: Any,
+    even: Any,
+    fractions: Sequence[float],
+    names: Sequence[str],
+    *,
+    scale: float = 100.0,
+) -> Axes:
+    """Where runs put their updates: for each fraction f of training (a group on the x axis) and
+    each setting i (a column in the group, colour ``C{i+2}``), the share of its updates made by f·T,
+    one filled dot per seed (``early``), beside the share an even placement of the same number of
+    updates makes (``even``, open circles).
+
+    Args:
+      early, even: ``(N, S, F)`` shares (fractions; drawn × ``scale``): N settings, S seeds, F fractions.
+      fractions: ``(F,)``. names: N labels of the settings (the legend).
+    """
+    check_axes(ax)
+    e, v = real_array(early, "early"), real_array(even, "even")
+    if e.ndim != 3 or v.shape != e.shape:
+        raise bad_argument("even", f"of shape {v.shape}", f"(N, S, F), the shape of early {e.shape}")
+    N, S, F = e.shape
+    if len(fractions) != F or len(names) != N:
+        raise bad_argument("fractions, names", f"of lengths {len(fractions)}, {len(names)}", f"{F} and {N}")
+    for j in range(F):
+        for i in range(N):
+            x = np.full(S, j * (N + 1) + i, np.float64)
+            ax.plot(x, scale * e[i, :, j], "o", color=f"C{i + 2}", label=names[i] if j == 0 else None)
+            ax.plot(x, scale * v[i, :, j], "o", mfc="none", color=f"C{i + 2}")
+    ax.set_xticks([j * (N + 1) + (N - 1) / 2 for j in range(F)], [f"by {f:g}·T" for f in fractions])
+    return ax
+
+
+def plot(results):
+    """Left: final test accuracy against the number of feature updates (re-linearisations, symlog
+    axis), each setting's mean over seeds ± one standard error, each seed a dot: the fixed periods
+    K (blue circles) and the adaptive tolerances (orange triangles); a cross marks a diverged
+    seed. Middle: when each run re-linearised (a tick per update), the fixed periods on top, then
+    every adaptive run; dotted lines at T/4 and T/2. Right: the share of each adaptive run's
+    updates made by T/4 and T/2 (dots, per seed) against the even placement of the same number
+    of updates (open circles)."""
+    s = by_policy(results)  # per setting and seed: updates made and final test accuracy
+    labels, rows = raster(results)  # the steps of each run's re-linearisations
+    p = placement(results)  # the shares made early, and the even placement's
+    fig, (left, mid, right) = panels(3, panel_size=(5.2, 4.2),
+                                     suptitle=f"CNN on CIFAR-10: when to update features ({results['config']['scale']} "
+                                              f"scale, T = {s['steps']} steps, {int(results['n_runs'])} runs)")
+    accuracy_against_updates(left, s["K_relin"], s["K_acc"], names=[f"K={k:g}" for k in s["K"]],
+                             diverged=s["K_diverged"], label="fixed period K", color="C0")
+    accuracy_against_updates(left, s["tol_relin"], s["tol_acc"], names=[f"tol={t:g}" for t in s["tol"]],
+                             diverged=s["tol_diverged"], label="adaptive (tol)", color="C1", marker="^")
+    left.set(xlabel="feature updates (re-linearisations)", ylabel="final test accuracy (%)")
+    legend(left)
+    colors = ["C0" if label.startswith("K=") else "C1" for label in labels]
+    relin_raster(mid, rows, labels, T=p["steps"], colors=colors)
+    mid.set(title="when each run re-linearised")
+    placement_dots(right, p["early"], p["even"], p["fractions"], [f"tol={t:g}" for t in p["tol"]])
+    right.set(ylabel="share of the run's updates (%)", title="made early (dots) vs evenly (circles)")
+    legend(right)
+    plt.show()

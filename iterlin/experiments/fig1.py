@@ -84,12 +84,14 @@ Results:
 from __future__ import annotations
 
 import math
-from typing import Mapping
+from typing import Any, Mapping, Sequence
 
 import jax
 import jax.numpy as jnp
+import matplotlib.pyplot as plt
 import numpy as np
 import optax
+from matplotlib.axes import Axes
 
 from ..claims import UNDECIDED, Claim, Difference, divergence_row, exceeds, fmt_K, num, on_par, pct, verdict
 from ..closed_form import equivalent_damping, gd_filter, gn_filter, gradient_flow_limit, residual_spectrum
@@ -97,7 +99,20 @@ from ..data import Dataset
 from ..gauss_newton import gauss_newton_train
 from ..linearise import linearised_apply
 from ..models import quintic_model
-from ..plotting import mean_se
+from ..plotting import (
+    as_1d,
+    band,
+    check_axes,
+    k1_and_largest,
+    legend,
+    mean_se,
+    panels,
+    plot_runs,
+    real_array,
+    rug,
+    seed_points,
+    set_K_axis,
+)
 from ..precision import x64
 from ..stability import max_stable_lr
 from ..training import train_sweep
@@ -109,7 +124,7 @@ __all__ = [
     "seed_rmse", "diverged_K", "bridge_curves", "gn_damping", "seed_difference", "decide", "interval",
     "damping_pairs", "SMALL_K", "SMALL_TOL", "SOLVED", "GN_TOL", "PAIR_TOL", "SHIFT",
     "literal_plan", "literal_runs", "LITERAL_RATES", "LITERAL_STEPS", "SHARPNESS_ITERS", "LITERAL_TOL",
-    "literal_difference", "LITERAL", "LITERAL_BOUND",
+    "literal_difference", "LITERAL", "LITERAL_BOUND", "plot_literal", "plot_stability_bound", "plot",
 ]
 
 INF = math.inf
@@ -772,7 +787,7 @@ EXPERIMENT = Experiment("fig1", SCALES, load, compute, claims, __name__)
 
 
 # ------------------------------------------------------------------------------------------------
-# What the notebook draws: pure functions of the results (nothing here is part of ``compute``).
+# What the figure draws: pure functions of the results (nothing here is part of ``compute``).
 
 
 def seed_rmse(results: Mapping) -> np.ndarray:
@@ -809,3 +824,153 @@ def bridge_curves(results: Mapping) -> dict:
     return out
 
 
+# ------------------------------------------------------------------------------------------------
+# The plot: drawing only (not part of ``compute``: a change here recomputes nothing)
+
+
+def plot_literal(ax: Axes, literal: Mapping[str, Any] | None, *, colors: Sequence[Any] = ("C4", "C5"),
+                 marker: str = "^") -> list:
+    """Literal GD at large K (``results["literal"]`` of :func:`literal_runs`) on a K axis.
+
+    For each rate lr' (``literal["lr"]`` (NR,), colour ``colors[r]``): the literal runs' final test RMSE
+    (``net_test_rmse`` (NR, NL, S)), mean over the seeds that stayed finite ± one standard error, filled
+    ``marker`` at K (``literal["K"]`` (NL,)), joined by a solid line; the closed form at the same
+    (τ = K·lr'/N, R linearisations), ``flow_net_test_rmse``, open markers joined by a dashed line; and
+    where seeds diverged (``diverged`` (NR, NL, S)) a red cross at the closed form's mean with
+    "d/S diverged". Draws nothing for ``literal`` None or without K (results from before these runs).
+    Returns the line handles drawn.
+    """
+    check_axes(ax)
+    if literal is None or np.asarray(literal.get("K", [])).size == 0:
+        return []
+    Ks = as_1d(literal["K"], "literal['K']")
+    rates = as_1d(literal["lr"], "literal['lr']")
+    div = np.asarray(literal["diverged"], bool)
+    net = np.where(div, np.nan, real_array(literal["net_test_rmse"], "literal['net_test_rmse']"))
+    flow = real_array(literal["flow_net_test_rmse"], "literal['flow_net_test_rmse']")
+    S = div.shape[-1]
+    handles = []
+    for r, rate in enumerate(rates):
+        c = colors[r % len(colors)]
+        m, se = mean_se(net[r], axis=-1)
+        fm, _ = mean_se(flow[r], axis=-1)
+        handles.append(ax.errorbar(Ks, m, yerr=np.nan_to_num(se), fmt=marker + "-", ms=7, color=c, capsize=2,
+                                   label=f"literal GD, lr = {rate:g}")[0])
+        handles += ax.plot(Ks, fm, marker, ls="--", ms=7, color=c, mfc="white",
+                           label=f"its closed form (same τ = K·lr/N, T/K linearisations), lr = {rate:g}")
+        for j in np.flatnonzero(div[r].any(axis=-1)):
+            ax.plot(Ks[j], fm[j], "x", ms=12, mew=2, color="red")
+            ax.annotate(f"{int(div[r, j].sum())}/{S} diverged", (Ks[j], fm[j]), textcoords="offset points",
+                        xytext=(6, -12 - 10 * r), fontsize=7, color=c)
+    return handles
+
+
+def plot_stability_bound(ax: Axes, literal: Mapping[str, Any] | None, *, colors: Sequence[Any] = ("C4", "C5"),
+                         linestyles: Sequence[str] = ("-", "--", ":", "-.")) -> list:
+    """The stability bound 2/λ_max(G(θ_s)) of the literal runs' current linearisation against the step.
+
+    ``literal["bound"]`` (NR, NL, S, E) at ``bound_step`` (E,): the median over seeds per rate (colour) and
+    K (line style), with each rate lr' as a horizontal line of its colour: GD on a linearisation diverges
+    where the bound falls below its rate. Red crosses: each diverged run, at (``diverged_step``, lr').
+    Log y axis. Draws nothing for ``literal`` None or without a bound. Returns the line handles drawn.
+    """
+    check_axes(ax)
+    if literal is None or "bound" not in literal or np.asarray(literal.get("K", [])).size == 0:
+        return []
+    Ks = as_1d(literal["K"], "literal['K']")
+    rates = as_1d(literal["lr"], "literal['lr']")
+    steps = as_1d(literal["bound_step"], "literal['bound_step']")
+    bound = real_array(literal["bound"], "literal['bound']")
+    div = np.asarray(literal["diverged"], bool)
+    div_step = np.asarray(literal["diverged_step"])
+    handles = []
+    with np.errstate(invalid="ignore"):
+        med = np.nanmedian(np.where(bound > 0, bound, np.nan), axis=2)  # (NR, NL, E)
+    for r, rate in enumerate(rates):
+        c = colors[r % len(colors)]
+        for j, K in enumerate(Ks):
+            handles += ax.plot(steps, med[r, j], color=c, ls=linestyles[j % len(linestyles)], lw=1.5,
+                               label=f"lr = {rate:g}, K = {fmt_K(K)}")
+        ax.axhline(rate, color=c, lw=0.8, alpha=0.7)
+        d = div_step[r][div[r]]
+        if d.size:
+            ax.plot(d, np.full(d.shape, rate), "x", color="red", ms=8, mew=1.5, linestyle="none")
+    top = np.nanmax(med) if np.isfinite(med).any() else rates.max()
+    # a diverged run's last linearisation lies far out (bound ~0): clip the axis to 2 decades under the rates
+    ax.set(yscale="log", xlabel="step", ylabel="2/λ_max(G(θ_s)) (median over seeds)",
+           ylim=(rates.min() / 100, max(top, rates.max()) * 3))
+    return handles
+
+
+def plot(results):
+    """Two figures. (1) Final test RMSE against K (log scale; K = ∞ at the right edge). Circles:
+    the network at the end of training, mean over seeds (± one standard error: the band), seeds as
+    dots; filled for literal GD, open for closed-form linearisations. Square: K = ∞, the converged
+    linear model at θ₀. Dashed line: Gauss–Newton (λ = 0). Stars: damped Gauss–Newton at
+    K = 1/(λη) (± one standard error). Shaded: the K for which each linearisation is solved
+    (Kη·σ_min(θ₀) ≥ 10). A cross marks a diverged run. Triangles: literal GD at large K (filled, solid)
+    beside its closed form at the same τ and number of linearisations (open, dashed), one colour per
+    rate; a red cross where seeds diverged. (1b) The stability bound 2/λ_max(G(θ_s)) of the literal
+    runs' current linearisation against the step, the rates as horizontal lines (absent from results
+    computed before the literal runs). (2) The K ↔ λ bridge: spectral filters of
+    K GD steps and of damped GN on the NTK spectrum at θ₀ (left), and the fraction of the residual
+    they remove (right)."""
+    Ks, method, gn = results["K"], results["method"], results["gn"]
+    s = summary(results)  # sigma_min, solved_from = 10/(η σ_min), net_mean per K, gn_mean per λ
+    rmse = seed_rmse(results)  # (K, seeds): the network; for K = ∞ the converged linear model
+    finite = np.isfinite(Ks)
+
+    fig, ax = panels(panel_size=(8, 4.5))
+    xs = set_K_axis(ax, Ks)  # K = ∞ at the right edge
+    seed_points(ax, xs, rmse, size=10, alpha=0.6)
+    band(ax, xs[finite], rmse[finite], axis=1, color="C0", lw=1)
+    for how, marker, face in (("gd", "o", "C0"), ("flow", "o", "white"), ("kernel", "s", "white")):
+        ax.plot(xs[method == how], s["net_mean"][method == how], marker, ms=8, color="C0", mfc=face)
+    bad = diverged_K(results)
+    ax.plot(xs[bad], s["net_mean"][bad], "x", ms=14, color="red", linestyle="none")
+    ax.axhline(s["gn_mean"][0], ls="--", color="C3", label="Gauss–Newton (λ = 0)")
+    damped = np.asarray(gn["damping"]) > 0
+    gn_mean, gn_se = mean_se(gn["net_test_rmse"], axis=1)
+    ax.errorbar(gn["equiv_K"][damped], gn_mean[damped], yerr=np.nan_to_num(gn_se[damped]), fmt="*", ms=14,
+                color="C2", label="damped GN, λ = " + ", ".join(f"{v:g}" for v in gn["damping"][damped])
+                + " (at K = 1/(λη))")
+    ax.axhline(s["net_mean"][k1_and_largest(Ks)[0]], ls=":", color="C1", label="gradient descent (K = 1)")
+    ax.axvspan(s["solved_from"], xs.max(), color="C3", alpha=0.08, label="each linearisation solved")
+    literal = results.get("literal")  # None in results computed before the literal runs
+    plot_literal(ax, literal)
+    ax.set(yscale="log", ylabel="final test RMSE",
+           title=f"Quintic, MLP 5×50: test RMSE against K ({results['config']['scale']} scale, "
+                 f"{rmse.shape[1]} seed{'s' if rmse.shape[1] != 1 else ''})")
+    legend(ax, loc="upper left", fontsize=7, bbox_to_anchor=(1.01, 1))
+    plt.show()
+
+    if literal is not None:
+        fig, ax = panels(panel_size=(8, 3.5))
+        plot_stability_bound(ax, literal)
+        ax.set(title="literal GD: stability bound of the current linearisation (lines: the rates; ×: divergence)")
+        legend(ax, fontsize=7)
+        plt.show()
+
+    b, c = results["bridge"], bridge_curves(results)
+    grid = c["sigma_grid"]
+    fig, (left, right) = panels(2)
+    lines = plot_runs(left, grid, c["gd_filter"], b["K"], scale=1, marker=None, lw=2, alpha=0.5,
+                      label="K = {K} GD steps")
+    plot_runs(left, grid, c["gn_filter"], b["K"], scale=1, marker=None, lw=1, color=lines,
+              label="λ = 1/(Kη) = {lam:.3g}", label_args={"lam": b["damping"]})
+    plot_runs(left, grid, c["gn_filter_fit"], b["K"], scale=1, marker=None, linestyle=":", lw=1.5, color=lines,
+              label=None)
+    left.plot(grid, c["gn0_filter"], "k--", lw=1, label="1/σ (Gauss–Newton)")
+    plot_runs(right, grid, c["gd_fraction"], b["K"], scale=1, marker=None, lw=2, alpha=0.5, color=lines)
+    plot_runs(right, grid, c["gn_fraction"], b["K"], scale=1, marker=None, lw=1, color=lines, label=None)
+    plot_runs(right, grid, c["gn_fraction_fit"], b["K"], scale=1, marker=None, linestyle=":", lw=1.5, color=lines,
+              label="best λ = {lam:.3g}", label_args={"lam": b["damping_fit"]})
+    rug(left, b["sigma"], y=1e-3)  # ticks: the NTK's eigenvalues
+    rug(right, b["sigma"])
+    left.set(xscale="log", yscale="log", xlabel="NTK eigenvalue σ", ylabel="filter φ(σ)", ylim=(1e-3, None),
+             title="spectral filters: K GD steps vs damped GN")
+    right.set(xscale="log", xlabel="NTK eigenvalue σ", ylabel="σ φ(σ): fraction of the residual removed",
+              title="the same as residual fractions")
+    legend(left, fontsize=7)
+    legend(right, fontsize=7)
+    plt.show()

@@ -21,13 +21,15 @@ from __future__ import annotations
 import math
 from typing import Mapping
 
+import matplotlib.pyplot as plt
 import numpy as np
 
 from ..claims import Claim, divergence_claim, on_par_claim
 from ..data import Dataset
+from ..plotting import legend, panels, plot_sweep
 from ._common import Experiment, checkpoint_path, cnn_sweep, load_data
 
-__all__ = ["SCALES", "EXPERIMENT", "load", "compute", "claims", "minibatch_periods", "full_batch_data"]
+__all__ = ["SCALES", "EXPERIMENT", "load", "compute", "claims", "minibatch_periods", "full_batch_data", "plot"]
 
 INF = math.inf
 
@@ -108,3 +110,32 @@ def claims(results: Mapping) -> list[Claim]:
 
 
 EXPERIMENT = Experiment("fig2", SCALES, load, compute, claims, __name__)
+
+
+# ------------------------------------------------------------------------------------------------
+# The plot: drawing only (not part of ``compute``: a change here recomputes nothing)
+
+
+def plot(results):
+    """Network test accuracy over training, one line per K (the mini-batch K > 1 are ``factor``
+    times the full-batch ones), the mean over seeds ± one standard error; a cross marks a run that
+    diverged (its curve stays at its last finite state)."""
+    c = results["config"]
+    f = c["factor"]
+    full, mini = results["full"], results["mini"]
+    fig, axes = panels(3, panel_size=(5, 4), sharey=True, suptitle=f"CNN on CIFAR-10 ({c['scale']} scale)")
+    series = [
+        (axes[0], full, "full batch", {}),
+        (axes[1], mini, f"mini-batch ({c['batch_size']})", {}),
+        (axes[2], full, "full batch", {}),
+        (axes[2], mini, "mini-batch", dict(step_scale=1 / f, linestyle=":")),  # against step / factor
+    ]
+    for ax, h, name, style in series:
+        plot_sweep(ax, h, "net_test_acc", label=name + ", K = {K}", diverged_label=None, **style)
+    n_full, n_mini = results["n_train"]
+    axes[0].set(title=f"full batch ({n_full} images), lr {c['lr']:g}", xlabel="step", ylabel="test accuracy (%)")
+    axes[1].set(title=f"mini-batch ({n_mini} images), lr {c['lr'] / f:g}, K × {f}", xlabel="step")
+    axes[2].set(title=f"comparison (mini-batch steps ÷ {f})", xlabel="full-batch step")
+    for ax in axes:
+        legend(ax)
+    plt.show()

@@ -18,13 +18,16 @@ from __future__ import annotations
 
 from typing import Mapping
 
+import matplotlib.pyplot as plt
 import numpy as np
 
 from ..claims import UNDECIDED, UNSTABLE, Claim, divergence_claim, fmt_K, on_par_claim, pct, runs_of, sharpness_claim, verdict
 from ..data import Dataset
+from ..plotting import legend, panels, plot_bound, plot_sweep
+from ..stability import bound_record
 from ._common import Experiment, check_sharpness, checkpoint_path, cnn_sweep, load_data, sharpness_callback
 
-__all__ = ["SCALES", "EXPERIMENT", "load", "compute", "claims"]
+__all__ = ["SCALES", "EXPERIMENT", "load", "compute", "claims", "plot"]
 
 SCALES = {
     "smoke": dict(
@@ -105,3 +108,32 @@ def claims(results: Mapping) -> list[Claim]:
 
 
 EXPERIMENT = Experiment("fig3", SCALES, load, compute, claims, __name__)
+
+
+# ------------------------------------------------------------------------------------------------
+# The plot: drawing only (not part of ``compute``: a change here recomputes nothing)
+
+
+def plot(results):
+    """Left: test accuracy over training: solid lines are the network, the dashed line the linear
+    model trained between re-linearisations (large K); the mean over seeds ± one standard error; a
+    cross marks a run that diverged (its curve stays at its last finite state). Right (when the run
+    recorded it): the linear model's bound 2/λ_max(θ_s) along every run, each seed a line; the
+    dashed line is the rate η, the dotted one 3η (the bound this scale keeps η under a third of); a
+    cross where a large-K run's linear model's loss rose inside a block."""
+    h = results["runs"]
+    recorded = "lr_over_bound" in h
+    fig, axes = panels(2 if recorded else 1, panel_size=(6.4, 4), squeeze=False)
+    ax = axes[0, 0]
+    lines = plot_sweep(ax, h, "net_test_acc", label="K = {K}: network")
+    plot_sweep(ax, h, "lin_test_acc", linestyle="--", marker=None, color=lines, select=lambda K: K > 1,
+               label="K = {K}: linearised model", diverged_label=None)
+    ax.set(xlabel="step", ylabel="test accuracy (%)",
+           title=f"CNN, SGD + augmentation ({results['config']['scale']} scale)")
+    legend(ax)
+    if recorded:
+        ax = axes[0, 1]
+        plot_bound(ax, bound_record(h), label="K = {K}")
+        ax.set(xlabel="step", ylabel="2 / λ_max(θ_s)", title="the linear model's bound (dashed: η; dotted: 3η)")
+        legend(ax)
+    plt.show()

@@ -51,6 +51,7 @@ from typing import Callable, Mapping
 
 import jax
 import jax.numpy as jnp
+import matplotlib.pyplot as plt
 import numpy as np
 import optax
 
@@ -58,13 +59,14 @@ from ..claims import EXPLODING, UNDECIDED, Claim, divergence_claim, exploded_run
 from ..data import Dataset
 from ..losses import get_loss
 from ..models import make_model
+from ..plotting import legend, panels, plot_sweep
 from ..training import train_sweep
 from ..tree import tree_index, tree_stack
 from ._common import Experiment, checkpoint_path, eval_points, load_data, seed_keys, seeds
 
 __all__ = [
     "SCALES", "EXPERIMENT", "PANELS", "ALPHA", "load", "compute", "claims", "net_test_callback", "fisher_one_sided",
-    "divergence_counts", "bn_divergence_claim",
+    "divergence_counts", "bn_divergence_claim", "plot",
 ]
 
 INF = math.inf
@@ -241,3 +243,29 @@ def claims(results: Mapping) -> list[Claim]:
 
 
 EXPERIMENT = Experiment("fig4", SCALES, load, compute, claims, __name__)
+
+
+# ------------------------------------------------------------------------------------------------
+# The plot: drawing only (not part of ``compute``: a change here recomputes nothing)
+
+
+def plot(results):
+    """Top: the network's test accuracy per panel. Bottom: the training loss of the network
+    (solid) and of the linear model being trained (dashed, large K), on the first n_eval_train
+    training images. Mean over seeds ± one standard error; a cross marks a run that diverged (its
+    curve stays at its last finite state)."""
+    titles = {"no_bn": "no BatchNorm, no augmentation",
+              "bn": f"BatchNorm ({results['config']['bn_mode']} statistics) + augmentation"}
+    fig, axes = panels(2, 2, squeeze=False, suptitle=f"ResNet-18 on CIFAR-10 ({results['config']['scale']} scale)")
+    for col, (key, title) in enumerate(titles.items()):
+        h, top, bottom = results[key], axes[0, col], axes[1, col]
+        lines = plot_sweep(top, h, "net_test_acc", label="K = {K}, lr = {lr:g}: network")
+        plot_sweep(bottom, h, "net_train_loss", scale=1, color=lines, label="K = {K}: network",
+                   diverged_label=None)
+        plot_sweep(bottom, h, "lin_train_loss", scale=1, color=lines, linestyle="--", marker=None,
+                   select=lambda k: k > 1, label="K = {K}: linear model", diverged_label=None)
+        top.set(title=title, ylabel="test accuracy (%)")
+        bottom.set(xlabel="step", ylabel="training loss")
+        legend(top)
+        legend(bottom)
+    plt.show()

@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 from typing import Mapping
 
+import matplotlib.pyplot as plt
 import numpy as np
 
 from ..claims import (
@@ -46,9 +47,10 @@ from ..claims import (
 )
 from ..config import halvings
 from ..data import Dataset, load_cifar10
+from ..plotting import legend, panels, plot_sweep, set_log_ticks
 from ._common import Experiment, check_batch, checkpoint_path, cnn_sweep, early_stopped
 
-__all__ = ["SCALES", "EXPERIMENT", "load", "compute", "claims", "runs", "off_lr", "by_size", "gain_difference"]
+__all__ = ["SCALES", "EXPERIMENT", "load", "compute", "claims", "runs", "off_lr", "by_size", "gain_difference", "plot"]
 
 SCALES = {
     "smoke": dict(
@@ -228,7 +230,7 @@ EXPERIMENT = Experiment("fig5", SCALES, load, compute, claims, __name__, expand=
 
 
 # ------------------------------------------------------------------------------------------------
-# What the notebook draws: pure functions of the results (nothing here is part of ``compute``).
+# What the figure draws: pure functions of the results (nothing here is part of ``compute``).
 
 
 def by_size(results: Mapping, metric: str) -> dict:
@@ -250,3 +252,22 @@ def off_lr(results: Mapping) -> np.ndarray:
     return np.asarray(results["lr"], np.float64) != float(results["config"]["lr"])
 
 
+# ------------------------------------------------------------------------------------------------
+# The plot: drawing only (not part of ``compute``: a change here recomputes nothing)
+
+
+def plot(results):
+    """Left: early-stopped test accuracy against the number of training images (log scale), one
+    line per (K, lr), the mean over seeds ± one standard error (K = ∞: its linear model). Right:
+    the final training accuracy of the same runs, to see how close to convergence they are. A
+    cross marks a run that diverged (at the first size where it did)."""
+    n = results["n_train"]
+    fig, (left, right) = panels(2, suptitle=f"Data scaling of the CNN on CIFAR-10 ({results['config']['scale']} scale)")
+    for ax, metric, what in ((left, "best_test_acc", "early-stopped test accuracy (%)"),
+                             (right, "final_train_acc", "final train accuracy (%)")):
+        plot_sweep(ax, by_size(results, metric), metric, label="K = {K}, lr {lr:g}",
+                   diverged_label=None if ax is left else "K = {K} diverged")
+        set_log_ticks(ax, n)
+        ax.set(xlabel="training images", ylabel=what)
+        legend(ax)
+    plt.show()

@@ -26,17 +26,19 @@ from __future__ import annotations
 import math
 from typing import Mapping
 
+import matplotlib.pyplot as plt
 import numpy as np
 
 from ..claims import EXCEEDS_RULE, NA, Claim, difference, divergence_claim, exceeds, fmt_K, only_k1_rows, pct, runs_of
 from ..data import Dataset
 from ..models import cnn_features
+from ..plotting import legend, panels, plot_sweep
 from ..probes import probe_tracker
 from ._common import Experiment, checkpoint_path, cnn_sweep, load_data
 
 __all__ = [
     "SCALES", "EXPERIMENT", "PROBE_LAYERS", "PROBE_CAP", "load", "compute", "claims", "probe_size",
-    "probe_summary", "probe_table",
+    "probe_summary", "probe_table", "plot",
 ]
 
 #: ``n_probe=None`` fits the probes on every training image loaded, but at most this many: the
@@ -183,7 +185,7 @@ EXPERIMENT = Experiment("fig6", SCALES, load, compute, claims, __name__)
 
 
 # ------------------------------------------------------------------------------------------------
-# What the notebook prints: pure functions of the results (nothing here is part of ``compute``).
+# What the figure prints: pure functions of the results (nothing here is part of ``compute``).
 
 
 def _mean_se(v: np.ndarray) -> tuple[float, float]:
@@ -212,3 +214,26 @@ def probe_table(results: Mapping) -> str:
                 cells.append(f"{name} {100 * m:5.1f}" + (f" ± {100 * se:.1f}" if math.isfinite(se) else "") + " %")
             lines.append(f"{layer}  K = {fmt_K(k):>4}: " + ", ".join(cells))
     return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------------
+# The plot: drawing only (not part of ``compute``: a change here recomputes nothing)
+
+
+def plot(results):
+    """Test accuracy of the linear probes over training, left layer 1, right layer 2: the mean over
+    seeds ± one standard error; a cross marks a setting with a diverged run (its probes then read its
+    last finite state). Chance is 10 %. Then the probes' accuracy at the start, at the end and
+    averaged over the evaluation points after step 0 (a lower average for the same end point means
+    slower improvement), per K, the mean over seeds."""
+    h = results["runs"]
+    fig, axes = panels(2, sharey=True,
+                       suptitle=f"CNN on CIFAR-10, probes on {int(results['n_probe'])} training images, scored on "
+                                f"{int(results['n_test'])} test images ({results['config']['scale']} scale)")
+    for ax, layer, title in zip(axes, PROBE_LAYERS, ("first-layer features", "second-layer features")):
+        plot_sweep(ax, h, f"probe_{layer}_test_acc")
+        ax.set(xlabel="step", title=f"linear probe on {title}")
+        legend(ax)
+    axes[0].set_ylabel("probe test accuracy (%)")
+    plt.show()
+    print(probe_table(results))

@@ -24,9 +24,11 @@ the trackers take θ_0 explicitly.
 from __future__ import annotations
 
 import math
-from typing import Mapping
+from typing import Any, Mapping, Sequence
 
+import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.figure import Figure
 
 from ..claims import (
     NA,
@@ -42,12 +44,13 @@ from ..claims import (
     seed_interval,
 )
 from ..data import Dataset
-from ..probes import filter_tracker
+from ..plotting import as_1d, bad_argument, k1_and_largest, legend, panels, per_run, plot_sweep, real_array
+from ..probes import filter_tracker, filters_to_image
 from ._common import Experiment, checkpoint_path, cnn_sweep, load_data
 
 __all__ = [
     "SCALES", "EXPERIMENT", "SLOWER", "load", "compute", "claims", "filter_match", "match_marks",
-    "match_report",
+    "match_report", "filter_grid", "plot",
 ]
 
 SCALES = {
@@ -198,7 +201,7 @@ EXPERIMENT = Experiment("fig7", SCALES, load, compute, claims, __name__)
 
 
 # ------------------------------------------------------------------------------------------------
-# What the notebook draws and prints: pure functions of the results (nothing here is part of ``compute``).
+# What the figure draws and prints: pure functions of the results (nothing here is part of ``compute``).
 
 
 def match_marks(results: Mapping) -> dict:
@@ -240,3 +243,112 @@ def match_report(results: Mapping) -> str:
     else:
         reached = "never in this run"
     return f"{seeds}: final ratio (large K / K = 1): {pm(ratio)}; K = 1 reaches the large-K final size {reached}"
+
+
+# ------------------------------------------------------------------------------------------------
+# The plot: drawing only (not part of ``compute``: a change here recomputes nothing)
+
+
+def filter_grid(
+    delta: Any,
+    step: Any,
+    K: Any,
+    *,
+    runs: Sequence[int] | None = None,
+    filters: int | Sequence[int] = 3,
+    vrange: float | str = 0.5,
+    title: str | None = None,
+    cell_size: float = 0.8,
+    fontsize: float = 7,
+) -> tuple[Figure, np.ndarray]:
+    """Filter changes as images: a column per evaluation point, a row per (filter, run).
+
+    Args:
+      delta: ``(R, E, h, w, C, F)``: R runs × E evaluation points of F filters of ``h × w × C``
+        (C = 3 RGB or 1 grey), e.g. Fig. 7's ``filters_delta`` ``W_t − W_0``.
+      step: ``(E,)`` the evaluation steps (the bottom row's labels).
+      K: ``(R,)`` the runs' periods (row labels, ``fmt_K``).
+      runs: the runs to show, in order (default all): for each filter one row per run.
+      filters: how many of the first filters (an int), or their indices.
+      vrange: ``[−vrange, vrange] → [0, 1]`` (:func:`iterlin.probes.filters_to_image`; grey = no
+        change); ``"max"``: the largest ``|change|`` among the drawn images (at least 1e-12).
+      title: the figure's title; may use ``{vrange}`` (e.g. ``"range ±{vrange:.3g}"``).
+
+    Returns:
+      ``(fig, axes)`` with ``axes`` ``(len(filters) · len(runs), E)``.
+    """
+    d = real_array(delta, "delta")
+    if d.ndim != 6 or d.shape[4] not in (1, 3):
+        raise bad_argument("delta", f"of shape {d.shape}", "(R, E, h, w, C, F) with C = 3 (RGB) or 1")
+    R, E, F = d.shape[0], d.shape[1], d.shape[5]
+    st = as_1d(step, "step", E, "one step per evaluation point of delta")
+    Ks = per_run(K, "K", R)
+    run_idx = list(range(R)) if runs is None else [int(r) for r in runs]
+    if not run_idx or any(not 0 <= r < R for r in run_idx):
+        raise bad_argument("runs", f"= {runs!r}", f"non-empty run indices in [0, {R})")
+    if isinstance(filters, (int, np.integer)) and not isinstance(filters, bool):
+        if not 1 <= filters <= F:
+            raise bad_argument("filters", f"= {filters!r}", f"a count in [1, {F}] or filter indices")
+        f_idx = list(range(int(filters)))
+    else:
+        f_idx = [int(f) for f in filters]
+        if not f_idx or any(not 0 <= f < F for f in f_idx):
+            raise bad_argument("filters", f"= {filters!r}", f"a count in [1, {F}] or filter indices in [0, {F})")
+    shown = d[run_idx][..., f_idx]
+    if isinstance(vrange, str):
+        if vrange != "max":
+            raise bad_argument("vrange", f"= {vrange!r}", "a number > 0 or 'max'")
+        vr = max(float(np.nanmax(np.abs(shown))) if shown.size else 0.0, 1e-12)
+    else:
+        vr = float(vrange)
+        if not math.isfinite(vr) or vr <= 0:
+            raise bad_argument("vrange", f"= {vrange!r}", "a number > 0 or 'max'")
+    n_rows = len(f_idx) * len(run_idx)
+    fig, axes = plt.subplots(n_rows, E, figsize=(cell_size * E + 1.5, 0.9 * n_rows), squeeze=False)
+    for a, f in enumerate(f_idx):
+        for b, i in enumerate(run_idx):
+            row = a * len(run_idx) + b
+            for e in range(E):
+                ax = axes[row, e]
+                img = filters_to_image(d[i, e, :, :, :, f], vrange=vr)
+                if img.shape[-1] == 1:
+                    ax.imshow(img[..., 0], cmap="gray", vmin=0.0, vmax=1.0, interpolation="nearest")
+                else:
+                    ax.imshow(img, interpolation="nearest")
+                ax.set_xticks([])
+                ax.set_yticks([])
+                if row == n_rows - 1:
+                    ax.set_xlabel(f"{st[e]:g}", fontsize=fontsize)
+            axes[row, 0].set_ylabel(f"filter {f + 1}\nK = {fmt_K(Ks[i])}", fontsize=fontsize, rotation=0,
+                                    ha="right", va="center")
+    if title is not None:
+        fig.suptitle(title.format(vrange=vr), fontsize=fontsize + 2)
+    return fig, axes
+
+
+def plot(results):
+    """The first three filters' change from initialisation of the first seed, a column per
+    evaluation point: for each filter, the K = 1 row above the large-K row; first at the paper's
+    scale, [−0.5, 0.5] → [0, 1], then with the range stretched to the run's largest change. Then
+    the size of the change, ‖W_t − W_0‖ over all 50 filters: the mean over seeds ± one standard
+    error; the dotted line is the large K's mean final size, the dot where K = 1's mean first
+    reaches it; and the per-seed summary (match_report)."""
+    h = results["runs"]
+    scale = results["config"]["scale"]
+    first = k1_and_largest(h["K"])  # the first seed's K = 1 and large-K runs (runs are seed-major)
+    for vrange, what in ((0.5, "the paper's range ±0.5"), ("max", "range ±{vrange:.3g} (this run's largest change)")):
+        filter_grid(h["filters_delta"], h["step"], h["K"], runs=first, vrange=vrange,
+                    title=f"first-layer filter change from initialisation (first seed), {what}; columns: step "
+                          f"({scale} scale)")
+        plt.show()
+    m = match_marks(results)
+    fig, ax = panels(panel_size=(6.4, 4))
+    plot_sweep(ax, {**h, "filter_change": results["match"]["norm"]}, "filter_change", scale=1)
+    ax.axhline(m["target"], ls=":", color="gray")
+    if np.isfinite(m["step"]):
+        ax.plot(m["step"], m["target"], "o", color="k", ms=8,
+                label=f"K = 1 reaches it at {pct(m['fraction'], 0)} of training")
+    ax.set(xlabel="step", ylabel="‖W_t − W_0‖ (all first-layer filters)", title=f"size of the filter change ({scale} scale)")
+    legend(ax)
+    plt.show()
+    print(match_report(results))

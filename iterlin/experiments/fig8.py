@@ -45,6 +45,7 @@ from __future__ import annotations
 import math
 from typing import Mapping, Sequence
 
+import matplotlib.pyplot as plt
 import numpy as np
 import optax
 
@@ -52,10 +53,11 @@ from ..adam_solve import train_adam_solved
 from ..claims import EXCEEDS_RULE, NA, Claim, difference, divergence_row, exceeds, fmt_K, pct, verdict
 from ..data import Dataset
 from ..models import make_model
+from ..plotting import band, legend, mark_steps, panels, plot_sweep
 from ..training import train
 from ._common import Experiment, checkpoint_path, eval_points, load_data, network_correct, seed_keys, seeds
 
-__all__ = ["SCALES", "EXPERIMENT", "RUNS", "load", "compute", "claims", "stack_runs", "relin_points"]
+__all__ = ["SCALES", "EXPERIMENT", "RUNS", "load", "compute", "claims", "stack_runs", "relin_points", "plot"]
 
 SCALES = {
     "smoke": dict(
@@ -259,3 +261,34 @@ def claims(results: Mapping) -> list[Claim]:
 
 
 EXPERIMENT = Experiment("fig8", SCALES, load, compute, claims, __name__)
+
+
+# ------------------------------------------------------------------------------------------------
+# The plot: drawing only (not part of ``compute``: a change here recomputes nothing)
+
+
+def plot(results):
+    """Left: the network's test accuracy of the three runs. Right: the Adam-solved run's training
+    accuracy, the network (solid) and the linear model being optimised (dashed), the linear model's
+    accuracy on every training image just before each re-linearisation (triangles; dotted
+    verticals: the re-linearisations), and K = 1 SGD's network. Mean over seeds ± one standard
+    error; a cross marks a run that diverged."""
+    s, g, a = results["solved"], results["sgd"], results["adam"]
+    fig, (left, right) = panels(2)
+    for h, label, color in ((s, "K = {K}, each linearisation solved by Adam", "C3"), (g, "K = {K}, SGD", "C0"),
+                            (a, "K = {K}, Adam", "C2")):
+        plot_sweep(left, h, "net_test_acc", label=label, color=color)
+    plot_sweep(right, s, "net_train_acc", label="Adam-solved: network", color="C3", diverged_label=None)
+    plot_sweep(right, s, "lin_train_acc", label="Adam-solved: linear model (= network right after re-linearising)",
+               color="C3", linestyle="--", marker=".", diverged_label=None)
+    relin_step, relin_acc = relin_points(s)
+    if relin_step.size:
+        band(right, relin_step, relin_acc, axis=1, scale=100, color="C3", linestyle="none", marker="v", ms=9,
+             label="linear model just before re-linearising (every training image)")
+        mark_steps(right, relin_step, color="C3")
+    plot_sweep(right, g, "net_train_acc", label="K = 1 SGD: network", color="C0", diverged_label=None)
+    left.set(xlabel="step", ylabel="test accuracy (%)", title=f"CNN on CIFAR-10 ({results['config']['scale']} scale)")
+    right.set(xlabel="step", ylabel="train accuracy (%)", title="training accuracy")
+    legend(left)
+    legend(right)
+    plt.show()

@@ -41,23 +41,39 @@ row still reports); "more consistent" is the trend of each run's distance to its
 from __future__ import annotations
 
 import math
-from typing import Mapping, NamedTuple
+from typing import Any, Mapping, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.lines import Line2D
 
 from ..claims import UNDECIDED, Claim, Difference, divergence_row, exceeds, num, t_quantile, verdict
 from ..data import Dataset
 from ..gauss_newton import gauss_newton_train
 from ..models import quintic_model
-from ..plotting import mean_se
+from ..plotting import (
+    as_1d,
+    as_runs,
+    bad_argument,
+    band,
+    check_axes,
+    legend,
+    log_positions,
+    mean_se,
+    panels,
+    seed_points,
+    set_log_ticks,
+)
 from ..precision import x64
 from ._common import Experiment, checkpoint_path, eval_points, load_quintic
 
 __all__ = [
     "SCALES", "EXPERIMENT", "MAX_TRAIN_RMSE", "load", "compute", "claims", "slope_variation",
     "kept_means", "geometric_means", "function_panels", "log_lambda", "Trend", "trend", "minimum_range", "MIN_TOL", "N_BOOTSTRAP",
+    "plot_functions", "plot",
 ]
 
 SCALES = {
@@ -378,7 +394,7 @@ EXPERIMENT = Experiment("fig9", SCALES, load, compute, claims, __name__)
 
 
 # ------------------------------------------------------------------------------------------------
-# What the notebook draws: pure functions of the results (nothing here is part of ``compute``).
+# What the figure draws: pure functions of the results (nothing here is part of ``compute``).
 
 
 def function_panels(results: Mapping, n: int = 4) -> list[int]:
@@ -395,3 +411,57 @@ def function_panels(results: Mapping, n: int = 4) -> list[int]:
     return sorted({int(round(v)) for v in np.linspace(0, L - 1, min(n, L))})
 
 
+# ------------------------------------------------------------------------------------------------
+# The plot: drawing only (not part of ``compute``: a change here recomputes nothing)
+
+
+def plot_functions(ax: Axes, x: Any, functions: Any, *, y_target: Any = None, x_train: Any = None,
+                   y_train: Any = None, lw: float = 1.0, alpha: float = 0.7) -> list[Line2D]:
+    """Learnt functions ``(S, N)`` on ``x`` ``(N,)`` (one per seed), with the target ``(N,)`` dashed
+    and the training points.
+
+    Returns the S function lines (target and training points get the labels ``target``, ``train``).
+    """
+    check_axes(ax)
+    xs = as_1d(x, "x")
+    f, _ = as_runs(functions, "functions", xs.shape[0])
+    lines = [ax.plot(xs, fi, lw=lw, alpha=alpha)[0] for fi in f]
+    if y_target is not None:
+        ax.plot(xs, as_1d(y_target, "y_target", xs.shape[0], "the target on x"), "k--", lw=1.5, label="target")
+    if (x_train is None) != (y_train is None):
+        raise bad_argument("y_train" if y_train is None else "x_train", "= None", "given together with the other")
+    if x_train is not None:
+        xt = as_1d(x_train, "x_train")
+        ax.plot(xt, as_1d(y_train, "y_train", xt.shape[0], "one per training point"), "ko", ms=3, label="train")
+    return lines
+
+
+def plot(results):
+    """Top: the test RMSE of every seed against λ (λ = 0 at the left edge), runs with train RMSE > 2.5
+    removed (grey crosses, at the top when off the chart); the black line is the mean over the kept
+    seeds, the red dashed line their geometric mean (the claims' statistic), each with a band of ±
+    one standard error. Bottom: the learned functions (the first seeds) for 4
+    values of λ spread over the grid, with the training points and the target."""
+    lams, test, kept = results["damping"], results["test_rmse"], results["kept"]
+    xs = log_positions(lams)  # λ = 0 at the left edge
+    fig, ax = panels(panel_size=(7, 4))
+    seed_points(ax, xs, test, kept=kept, jitter=0.08, cap=1e3, color="C0", size=18)
+    band(ax, xs, test, axis=1, where=kept, color="k", marker="o", label="mean over kept seeds (± s.e.)")
+    geo = geometric_means(results)  # the claims' statistic: the mean of log RMSE
+    ax.plot(xs, geo["mean"], "s--", color="C3", label="geometric mean over kept seeds (± s.e.)")
+    ax.fill_between(xs, geo["lo"], geo["hi"], color="C3", alpha=0.15, linewidth=0)
+    set_log_ticks(ax, xs, [f"{v:g}" for v in lams])
+    ax.set(yscale="log", xlabel="damping λ", ylabel="test RMSE",
+           title=f"Damped Gauss–Newton on the quintic ({results['config']['scale']} scale, {test.shape[1]} seeds)")
+    legend(ax)
+    plt.show()
+
+    pick = function_panels(results)  # 4 values of λ spread over the grid
+    fig, axes = panels(len(pick), panel_size=(3.6, 3.4), sharey=True, squeeze=False)
+    for ax, i in zip(axes[0], pick):
+        plot_functions(ax, results["x_test"], results["functions"][i], y_target=results["y_test"],
+                       x_train=results["x_train"], y_train=results["y_train"])
+        ax.set(title=f"λ = {lams[i]:g}", xlabel="x", ylim=(-6, 4))
+    axes[0][0].set_ylabel("f(x)")
+    legend(axes[0][0])
+    plt.show()

@@ -67,11 +67,14 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Mapping
+from typing import Any, Mapping, Sequence
 
 import jax
 import jax.numpy as jnp
+import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.lines import Line2D
 
 from ..claims import (
     NA,
@@ -90,6 +93,19 @@ from ..claims import (
 from ..data import Dataset
 from ..gauss_newton import gauss_newton_train
 from ..models import make_model
+from ..plotting import (
+    as_1d,
+    bad_argument,
+    check_axes,
+    legend,
+    panels,
+    plot_sweep,
+    real_array,
+    seed_curve,
+    seed_groups,
+    set_K_axis,
+    top_ticks,
+)
 from ..tree import tree_index, tree_stack
 from ._common import (
     Experiment,
@@ -104,7 +120,7 @@ from ._common import (
 )
 
 __all__ = ["SCALES", "EXPERIMENT", "load", "compute", "claims", "damping_for_K", "K_for_damping", "gn_K",
-           "per_K", "by_K", "timing"]
+           "per_K", "by_K", "timing", "gn_baseline", "sweep_colors", "plot"]
 
 INF = math.inf
 
@@ -299,7 +315,7 @@ EXPERIMENT = Experiment("gn", SCALES, load, compute, claims, __name__)
 
 
 # ------------------------------------------------------------------------------------------------
-# What the notebook draws: pure functions of the results (nothing here is part of ``compute``).
+# What the figure draws: pure functions of the results (nothing here is part of ``compute``).
 
 
 def by_K(results: Mapping) -> dict:
@@ -337,3 +353,83 @@ def timing(results: Mapping) -> str:
     gn = f" + {float(results['gn_wall_seconds']):.0f} s (GN)" if "gn_wall_seconds" in results else ""
     return (f"{int(results['n_runs'])} runs ({n_K} K × {n_seeds} seed{'s' if n_seeds != 1 else ''}, {G} GN), "
             f"{float(results['wall_seconds']):.0f} s (K sweep){gn} of computation")
+
+
+# ------------------------------------------------------------------------------------------------
+# The plot: drawing only (not part of ``compute``: a change here recomputes nothing)
+
+
+def gn_baseline(ax: Axes, K_equiv: Any, acc: Any, *, damping: Any = None, diverged: Any = None,
+                offset: float = 1.12, color: Any = "C2",
+                label: str | None = "damped Gauss–Newton at K(λ) = B/(λη)") -> Line2D | None:
+    """Damped Gauss–Newton runs on a K axis (:func:`iterlin.plotting.set_K_axis`): at their
+    equivalent K(λ) = B/(λη) ``K_equiv`` ``(L,)`` finite > 0, × ``offset`` (drawn just right of the K
+    run they match), the final test accuracy ``acc`` ``(L, S)`` (fractions) as
+    :func:`iterlin.plotting.seed_curve` (mean ± one s.e. over seeds, each seed a dot, diamonds), each
+    point labelled ``λ=…`` when ``damping`` ``(L,)`` is given; ``diverged`` ``(L,)`` marks points
+    where a seed diverged. Returns the mean's Line2D, or None when L = 0 (nothing drawn)."""
+    check_axes(ax)
+    Ks = as_1d(K_equiv, "K_equiv")
+    if Ks.size == 0:
+        return None
+    if not np.all(np.isfinite(Ks)) or np.any(Ks <= 0):
+        raise bad_argument("K_equiv", f"= {Ks.tolist()}", "finite and > 0 (λ > 0)")
+    values = real_array(acc, "acc")
+    if values.ndim != 2 or values.shape[0] != Ks.size:
+        raise bad_argument("acc", f"of shape {values.shape}", f"(L, S) with L = len(K_equiv) = {Ks.size}")
+    xs = Ks * float(offset)
+    line = seed_curve(ax, xs, values, diverged=diverged, color=color, marker="D", ms=7, label=label,
+                      diverged_label=None)
+    if damping is not None:
+        lam = as_1d(damping, "damping", Ks.size)
+        for x, y, v in zip(xs, 100.0 * np.nanmean(values, axis=1), lam):
+            ax.annotate(f"λ={v:.3g}", (x, y), textcoords="offset points", xytext=(4, -10), fontsize=7, color=color)
+    return line
+
+
+def sweep_colors(h: Mapping[str, Any], lines: Sequence[Any], K: Any) -> list[Any]:
+    """The colours of :func:`iterlin.plotting.plot_sweep`'s ``lines`` (one per group of the sweep
+    history ``h``, :func:`iterlin.plotting.seed_groups`) at each period of ``K`` ``(M,)``, so that
+    another method's lines match the K run they correspond to; a K the sweep does not have gets
+    ``"gray"``."""
+    groups = seed_groups(h)
+    gK = np.asarray(h["K"], np.float64)[[g[0] for g in groups]]
+    out = []
+    for k in as_1d(K, "K"):
+        i = np.flatnonzero(gK == k)
+        line = lines[i[0]] if i.size and i[0] < len(lines) else None
+        out.append(line.get_color() if isinstance(line, Line2D) else "gray")
+    return out
+
+
+def plot(results):
+    """Left: final test accuracy against K (log axis, K = ∞ at the right edge), the mean over seeds
+    ± one standard error, each seed a dot: the K runs (circles; K = ∞ by its linear model, the red
+    square) and the damped Gauss–Newton runs drawn at their equivalent K(λ) = B/(λη) (diamonds,
+    slightly to the right); the top axis gives the re-linearisations T/K of the K runs. A cross marks a
+    point where a seed diverged. Right: test accuracy over training (solid: the K runs' networks;
+    dotted: Gauss–Newton)."""
+    s = by_K(results)  # the grid, per-seed final accuracies, T/K, GN at K(λ), divergence
+    fig, (left, right) = panels(2, panel_size=(6.2, 4.2),
+                                suptitle=f"CNN on CIFAR-10: large K against damped Gauss–Newton "
+                                         f"({results['config']['scale']} scale, T = {s['steps']} steps)")
+    xs = set_K_axis(left, s["K"], ticks="all")
+    finite, inf = ~s["inf"], s["inf"]
+    seed_curve(left, xs[finite], s["acc"][finite], diverged=s["diverged"][finite], color="C0",
+               label="iterative linearisation, K", diverged_label="a seed diverged")
+    if inf.any():
+        seed_curve(left, xs[inf], s["acc"][inf], diverged=s["diverged"][inf], color="C3", marker="s", ms=8,
+                   label="K = ∞: the linear model", diverged_label=None)
+    gn_baseline(left, s["gn_K"], s["gn_acc"], damping=s["gn_damping"], diverged=s["gn_diverged"])
+    top_ticks(left, xs, [str(r) for r in s["relin"]], label="re-linearisations T/K")
+    left.set(ylabel="final test accuracy (%)")
+    legend(left)
+    lines = plot_sweep(right, results["runs"], "net_test_acc", label="K = {K}", diverged_label=None, marker=None)
+    if "gn" in results:
+        gn_groups = sorted(set(results["gn"]["K"].tolist()))
+        plot_sweep(right, results["gn"], "net_test_acc", linestyle=":", marker=None,
+                   color=sweep_colors(results["runs"], lines, gn_groups),
+                   label="GN at λ(K = {K})", diverged_label=None)
+    right.set(xlabel="step", ylabel="test accuracy (%)", title="over training")
+    legend(right)
+    plt.show()

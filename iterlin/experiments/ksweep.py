@@ -30,6 +30,7 @@ import math
 import time
 from typing import Mapping
 
+import matplotlib.pyplot as plt
 import numpy as np
 
 from ..claims import (
@@ -52,9 +53,10 @@ from ..claims import (
     unstable_runs,
 )
 from ..data import Dataset
+from ..plotting import band, legend, panels, plot_sweep, seed_curve, set_K_axis, top_ticks
 from ._common import Experiment, check_sharpness, checkpoint_path, cnn_sweep, load_data, sharpness_callback, trained_final
 
-__all__ = ["SCALES", "EXPERIMENT", "load", "compute", "claims", "FEW", "per_K", "by_K", "timing"]
+__all__ = ["SCALES", "EXPERIMENT", "load", "compute", "claims", "FEW", "per_K", "by_K", "timing", "plot"]
 
 INF = math.inf
 
@@ -230,7 +232,7 @@ EXPERIMENT = Experiment("ksweep", SCALES, load, compute, claims, __name__)
 
 
 # ------------------------------------------------------------------------------------------------
-# What the notebook draws: pure functions of the results (nothing here is part of ``compute``).
+# What the figure draws: pure functions of the results (nothing here is part of ``compute``).
 
 
 def by_K(results: Mapping) -> dict:
@@ -263,3 +265,38 @@ def timing(results: Mapping) -> str:
     n_K, n_seeds = len(set(np.asarray(h["K"]).tolist())), len(set(np.asarray(h["seed_index"]).tolist()))
     return (f"{int(results['n_runs'])} runs ({n_K} K × {n_seeds} seed{'s' if n_seeds != 1 else ''}) in one sweep, "
             f"{float(results['wall_seconds']):.0f} s of computation")
+
+
+# ------------------------------------------------------------------------------------------------
+# The plot: drawing only (not part of ``compute``: a change here recomputes nothing)
+
+
+def plot(results):
+    """Left: final test accuracy against K (log axis, K = ∞ at the right edge), the mean over seeds
+    ± one standard error, each seed a dot: the network f(θ_T) for finite K (circles), the linear
+    model for K = ∞ (the red square), and K = ∞'s network (the open square); the top axis gives
+    the number of re-linearisations T/K. A cross marks a K at which a seed diverged. Right: test accuracy over
+    training for every K (solid: the network; dashed: K = ∞'s linear model)."""
+    s = by_K(results)  # the grid, per-seed final accuracies, T/K, divergence
+    h = results["runs"]
+    fig, (left, right) = panels(2, panel_size=(6.2, 4.2),
+                                suptitle=f"CNN on CIFAR-10: final test accuracy against K ({results['config']['scale']} "
+                                         f"scale, T = {s['steps']} steps, {int(results['n_runs'])} runs)")
+    xs = set_K_axis(left, s["K"], ticks="all")
+    finite, inf = ~s["inf"], s["inf"]
+    seed_curve(left, xs[finite], s["acc"][finite], diverged=s["diverged"][finite], color="C0",
+               label="finite K: the network f(θ_T)", diverged_label="a seed diverged")
+    if inf.any():
+        seed_curve(left, xs[inf], s["acc"][inf], diverged=s["diverged"][inf], color="C3", marker="s", ms=8,
+                   label="K = ∞: the linear model (the model trained)", diverged_label=None)
+        band(left, xs[inf], s["net_inf"], axis=1, scale=100, color="C0", marker="s", mfc="white",
+             linestyle="none", ms=8, label="K = ∞: its network f(θ_T) (≡ any K ≥ T)")
+    top_ticks(left, xs, [str(r) for r in s["relin"]], label="re-linearisations T/K")
+    left.set(ylabel="final test accuracy (%)")
+    legend(left)
+    lines = plot_sweep(right, h, "net_test_acc", label="K = {K}", diverged_label=None, marker=None)
+    plot_sweep(right, h, "lin_test_acc", linestyle="--", marker=None, color=lines, select=lambda k: k == float("inf"),
+               label="K = {K}: linear model", diverged_label=None)
+    right.set(xlabel="step", ylabel="test accuracy (%)", title="over training")
+    legend(right)
+    plt.show()

@@ -73,6 +73,7 @@ from typing import Any, Callable, Mapping, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import matplotlib.pyplot as plt
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
@@ -96,11 +97,12 @@ from ..gauss_newton import gauss_newton_step
 from ..jacobian import flat_jacobian, rcond
 from ..linearise import linearised_apply
 from ..models import make_model
+from ..plotting import band, legend, panels
 from ..precision import matmul, x64
 from ._common import Experiment, network_correct, seed_keys
 
 __all__ = ["SCALES", "EXPERIMENT", "load", "compute", "claims", "Linearisation", "linearise_at", "update",
-           "flow_phi", "damped_phi", "lanczos_apply", "run_specs", "slopes"]
+           "flow_phi", "damped_phi", "lanczos_apply", "run_specs", "slopes", "plot"]
 
 INF = math.inf
 
@@ -589,7 +591,7 @@ EXPERIMENT = Experiment("limit", SCALES, load, compute, claims, __name__)
 
 
 # ------------------------------------------------------------------------------------------------
-# What the notebook draws (not part of ``compute``)
+# What the figure draws (not part of ``compute``)
 
 
 def accuracy_by_R(results: Mapping) -> dict:
@@ -599,3 +601,43 @@ def accuracy_by_R(results: Mapping) -> dict:
     Rs = sorted({int(r) for r, m, n in zip(runs["R"], runs["method"], runs["n_train"]) if m == "flow" and n == n_main})
     return {"R": np.asarray(Rs),
             "acc": np.stack([runs["net_test_acc"][_select(results, method="flow", R=R, n_train=n_main)] for R in Rs])}
+
+
+# ------------------------------------------------------------------------------------------------
+# The plot: drawing only (not part of ``compute``: a change here recomputes nothing)
+
+
+def plot(results):
+    """Left: test accuracy of the network against R at fixed total time (seeds as dots, mean ± s.e.),
+    with Gauss–Newton, damped GN and K = ∞ as horizontal lines. Right: test error against N (log-log)
+    for K = ∞ and the iterated flow at R = n_relin."""
+    runs = results["runs"]
+    n_main = int(np.max(runs["n_train"]))
+    fig, (ax, ax2) = panels(2, panel_size=(5.5, 4))
+    by = accuracy_by_R(results)
+    band(ax, by["R"], by["acc"], axis=1, color="C0", marker="o", label="iterated flow, τ = T/R")
+    for i, R in enumerate(by["R"]):
+        ax.scatter(np.full(by["acc"].shape[1], R), by["acc"][i], color="C0", s=10, alpha=0.5)
+    for method, key, color, label in (("gn", "net_test_acc", "C3", "Gauss–Newton (τ = ∞)"),
+                                      ("damped", "net_test_acc", "C2", "damped GN (λ = 1/τ)"),
+                                      ("kernel", "lin_test_acc", "k", "K = ∞ (eNTK at θ₀)")):
+        sel = (runs["method"] == method) & (runs["n_train"] == n_main)
+        ax.axhline(runs[key][sel].mean(), color=color, linestyle="--", label=label)
+    ax.set(xscale="log", xlabel="re-linearisations R (total time fixed)", ylabel="test accuracy",
+           title=f"N = {n_main} ({results['config']['scale']} scale)")
+    legend(ax)
+    Rn = results["config"]["n_relin"]
+    for method, R, net, color, label in (("kernel", None, False, "k", "K = ∞"),
+                                         ("flow", Rn, True, "C0", f"iterated flow, R = {Rn}")):
+        sel = (runs["method"] == method) & ((runs["R"] == R) if R else True)
+        sizes = np.unique(runs["n_train"][sel])
+        err = np.stack([1 - runs["net_test_acc" if net else "lin_test_acc"][sel & (runs["n_train"] == m)]
+                        for m in sizes])
+        band(ax2, sizes, err, axis=1, color=color, marker="o",
+             label=f"{label} (slope {slopes(results, method, R, net)[0].mean():.3f})")
+    ax2.set(xscale="log", yscale="log", xlabel="training images N", ylabel="test error", title="data scaling")
+    legend(ax2)
+    plt.show()
+    t = results["relin_seconds"]
+    print("seconds per re-linearisation (median, this run): "
+          + ", ".join(f"N={n}: {s:.1f} s" for n, s in zip(t["n_train"], t["seconds"])))

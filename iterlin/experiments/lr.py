@@ -31,6 +31,7 @@ from __future__ import annotations
 import time
 from typing import Mapping
 
+import matplotlib.pyplot as plt
 import numpy as np
 
 from ..claims import (
@@ -53,7 +54,8 @@ from ..claims import (
 )
 from ..data import Dataset
 from ..models import make_model
-from ..stability import first_unstable_step, max_stable_lr
+from ..plotting import legend, panels, plot_bound, plot_sweep, run_colors, seed_curve, set_log_ticks
+from ..stability import bound_record, first_unstable_step, max_stable_lr
 from ._common import (
     Experiment,
     check_sharpness,
@@ -67,7 +69,7 @@ from ._common import (
 )
 
 __all__ = ["SCALES", "EXPERIMENT", "load", "compute", "claims", "decade", "plan", "large_K", "per_lr", "failures",
-           "crossing_claim", "by_lr", "timing"]
+           "crossing_claim", "by_lr", "timing", "plot"]
 
 SCALES = {
     # smoke: 256 images, 24 steps of 16, K = 1 and 3 (8 re-linearisations), rates 0.01-0.1; λ_max
@@ -281,7 +283,7 @@ EXPERIMENT = Experiment("lr", SCALES, load, compute, claims, __name__, expand={"
 
 
 # ------------------------------------------------------------------------------------------------
-# What the notebook draws: pure functions of the results (nothing here is part of ``compute``).
+# What the figure draws: pure functions of the results (nothing here is part of ``compute``).
 
 
 def by_lr(results: Mapping, metric: str = "final_test_acc") -> dict:
@@ -308,3 +310,46 @@ def timing(results: Mapping) -> str:
     n = [len(set(np.asarray(h[k]).tolist())) for k in ("K", "lr", "seed_index")]
     return (f"{int(results['n_runs'])} runs ({n[0]} K × {n[1]} rates × {n[2]} seed{'s' if n[2] != 1 else ''}) "
             f"in one sweep; {float(results['wall_seconds']):.0f} s of computation (with 2/λ_max)")
+
+
+# ------------------------------------------------------------------------------------------------
+# The plot: drawing only (not part of ``compute``: a change here recomputes nothing)
+
+
+def plot(results):
+    """Top: final test accuracy (left) and final test loss (right, log scale) against the learning
+    rate, one line per K: the mean over seeds ± one standard error, each seed a dot, a cross where a
+    seed diverged (frozen at its last finite state); the dotted line is the linear model's stability
+    bound 2/λ_max at initialisation. Middle: test accuracy over training at each rate, for K = 1
+    (left) and the large K (right); a cross marks a run that diverged. Bottom (when the run recorded
+    it): the linear model's bound 2/λ_max(θ_s) along training, each seed a line, one colour per rate;
+    dashed: the rates η; a cross where a large-K run's linear model's loss rose inside a block."""
+    acc, loss = by_lr(results), by_lr(results, "net_test_loss")  # (K, lr, seed) arrays and the bound
+    h = results["runs"]
+    recorded = "lr_over_bound" in h
+    fig, axes = panels(2, 3 if recorded else 2, panel_size=(6, 4), squeeze=False,
+                       suptitle=f"CNN on CIFAR-10: learning rates ({results['config']['scale']} scale, "
+                                f"T = {results['config']['steps']} steps, {int(results['n_runs'])} runs)")
+    for ax, s, scale_, what in ((axes[0, 0], acc, 100, "final test accuracy (%)"),
+                                (axes[0, 1], loss, 1, "final test loss")):
+        for i, k in enumerate(s["K"]):
+            seed_curve(ax, s["lr"], s["values"][i], diverged=s["diverged"][i], scale=scale_, color=f"C{i}",
+                       label=f"K = {fmt_K(k)}", diverged_label=f"K = {fmt_K(k)}: a seed diverged")
+        ax.axvline(s["bound"], color="k", linestyle=":", label=f"2/λ_max(θ_0) = {s['bound']:.3g}")
+        set_log_ticks(ax, s["lr"])  # a tick at every rate of the grid
+        ax.set(xlabel="learning rate", ylabel=what)
+        legend(ax)
+    axes[0, 1].set_yscale("log")
+    colors = run_colors(len(acc["lr"])) * len(acc["K"])  # one colour per rate, the same for every K
+    for ax, k in ((axes[1, 0], acc["K"][0]), (axes[1, 1], acc["K"][-1])):
+        plot_sweep(ax, h, "net_test_acc", select=lambda kk, k=k: kk == k, color=colors, marker=None,
+                   label="lr {lr:g}", diverged_label="lr {lr:g} diverged")
+        ax.set(xlabel="step", ylabel="test accuracy (%)", title=f"K = {fmt_K(k)} over training")
+        legend(ax)
+    if recorded:
+        record = bound_record(h)
+        for ax, k in ((axes[2, 0], acc["K"][0]), (axes[2, 1], acc["K"][-1])):
+            plot_bound(ax, record, select=lambda kk, k=k: kk == k, fraction=None, label="lr {lr}")
+            ax.set(xlabel="step", ylabel="2 / λ_max(θ_s)", title=f"K = {fmt_K(k)}: the linear model's bound")
+            legend(ax)
+    plt.show()

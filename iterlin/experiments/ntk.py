@@ -33,6 +33,7 @@ from __future__ import annotations
 import math
 from typing import Mapping
 
+import matplotlib.pyplot as plt
 import numpy as np
 
 from ..claims import (
@@ -48,11 +49,12 @@ from ..claims import (
 )
 from ..data import Dataset
 from ..ntk import kernel_tracker, relinearisation_steps
+from ..plotting import legend, mark_steps, panels, plot_sweep
 from ._common import Experiment, checkpoint_path, cnn_sweep, eval_points, load_data, seeds
 
 __all__ = [
     "SCALES", "EXPERIMENT", "PROBE_CAP", "KERNEL_BYTES", "MOVES", "load", "compute", "claims", "eval_steps",
-    "probe_size", "kernel_bytes", "relin_kernel_changes", "relin_steps", "relin_table",
+    "probe_size", "kernel_bytes", "relin_kernel_changes", "relin_steps", "relin_table", "plot",
 ]
 
 #: ``n_probe=None``: every training image loaded, but at most this many (kernels 1000 × 1000).
@@ -216,7 +218,7 @@ EXPERIMENT = Experiment("ntk", SCALES, load, compute, claims, __name__)
 
 
 # ------------------------------------------------------------------------------------------------
-# What the notebook draws and prints: pure functions of the results (nothing here is part of ``compute``).
+# What the figure draws and prints: pure functions of the results (nothing here is part of ``compute``).
 
 
 def _first_seed_largest(history: Mapping) -> tuple[int, int]:
@@ -252,3 +254,32 @@ def relin_table(results: Mapping) -> str:
         lines.append(f"{int(t):>8}  {int(n):>24}  {'yes' if r else 'no':>28}  "
                      + "  ".join(f"{float(x['distance'][e]):>9.4f}" for x in cs))
     return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------------
+# The plot: drawing only (not part of ``compute``: a change here recomputes nothing)
+
+
+def plot(results):
+    """Left: the network's kernel, distance from its value at initialisation. Centre: its velocity
+    (none at step 0). Right: the change of the linear model's kernel Θ̂_{θ_s} since the previous
+    evaluation point; dotted verticals mark the large K's re-linearisations. Lines: the mean over
+    seeds, bands ± one standard error; a cross marks a diverged run. Then the linear model's kernel
+    at every evaluation point of the large-K runs (relin_table)."""
+    h = results["runs"]
+    later = {**h, "step": h["step"][1:], "kernel_distance_relin": h["kernel_distance_relin"][:, 1:],
+             "kernel_velocity": h["kernel_velocity"][:, 1:]}  # step 0 has no previous point
+    fig, (a, b, c) = panels(3, panel_size=(5, 4.2),
+                            suptitle=f"empirical NTK of the CNN on {int(results['n_probe'])} CIFAR-10 images "
+                                     f"({results['config']['scale']} scale)")
+    plot_sweep(a, h, "kernel_distance_init", scale=1, diverged_label=None)
+    plot_sweep(b, later, "kernel_velocity", scale=1, diverged_label=None)
+    plot_sweep(c, later, "kernel_distance_relin", scale=1, diverged_label=None)
+    mark_steps(c, relin_steps(results))  # the large K's re-linearisations
+    a.set(xlabel="step", ylabel="d(Θ_t, Θ_0)", title="network kernel: distance from initialisation")
+    b.set(xlabel="step", ylabel="d(Θ_t, Θ_prev) per step", title="network kernel: velocity")
+    c.set(xlabel="step", ylabel="d(Θ_s, Θ_s,prev)", title="linear model's kernel: change since previous point")
+    for ax in (a, b, c):
+        legend(ax)
+    plt.show()
+    print(relin_table(results))

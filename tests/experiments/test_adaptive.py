@@ -14,6 +14,7 @@ from _toy import fake_cifar, flat_mlp, tiny_problem
 from iterlin import relin
 from iterlin.claims import NA, UNDECIDED
 from iterlin.experiments import _common, adaptive, resolve
+from iterlin.experiments.adaptive import accuracy_against_updates, placement_dots, relin_raster
 
 INF = math.inf
 BIG = 100_000  # test images: 2 s.e. of Δ ≈ 0.4 points
@@ -256,3 +257,49 @@ def test_the_placement_row_decides_over_seeds():
     assert adaptive.claims(res)[1].holds == UNDECIDED
     res = _results([0.4] * 4, [0.4] * 3, tol_relin=(0, 0, 0), relin_step=np.full((3, 1), -1))
     assert adaptive.claims(res)[1].holds == NA
+
+
+# ----------------------------------------------------------------------------------------------
+# the figure: accuracy_against_updates, relin_raster, placement_dots
+
+
+def test_accuracy_against_updates_means_in_order_of_updates_each_seed_a_dot(ax):
+    relin = np.array([[10.0, 12.0], [2.0, 4.0]])  # (N, S): setting 0 makes more updates than setting 1
+    acc = np.array([[0.5, 0.7], [0.2, np.nan]])  # a seed without a finite accuracy is left out
+    line = accuracy_against_updates(ax, relin, acc, names=["K=1", "K=8"], diverged=[False, True], label="K")
+    np.testing.assert_allclose(line.get_xydata(), [[3.0, 20.0], [11.0, 60.0]])  # ordered by updates, in %
+    assert line.get_label() == "K" and ax.get_xscale() == "symlog"
+    (dots,) = ax.collections[1:]  # the error bars, then the seeds
+    np.testing.assert_allclose(dots.get_offsets(), [[10.0, 50.0], [12.0, 70.0], [2.0, 20.0]])
+    assert [t.get_text() for t in ax.texts] == ["K=1", "K=8"]
+    (cross,) = [ln for ln in ax.lines if ln.get_marker() == "x"]
+    np.testing.assert_allclose(cross.get_xydata(), [[3.0, 20.0]])
+    with pytest.raises(ValueError, match="^acc "):
+        accuracy_against_updates(ax, relin, acc[:, :1])
+    with pytest.raises(ValueError, match="^names "):
+        accuracy_against_updates(ax, relin, acc, names=["K=1"])
+
+
+def test_relin_raster_one_row_per_run_top_to_bottom(ax):
+    relin_raster(ax, [[10, 20], [5]], ["K=10", "tol=0.1"], T=40, colors=["C0", "C1"])
+    first, second = ax.collections
+    assert first.get_positions() == [10.0, 20.0] and first.get_lineoffset() == 1  # the first run on top
+    assert second.get_positions() == [5.0] and second.get_lineoffset() == 0
+    assert dict(zip(ax.get_yticks(), (t.get_text() for t in ax.get_yticklabels()))) == {1: "K=10", 0: "tol=0.1"}
+    assert ax.get_xlim() == (0, 40)
+    assert sorted(ln.get_xdata()[0] for ln in ax.lines) == [10.0, 20.0]  # dotted lines at T/4 and T/2
+    with pytest.raises(ValueError, match="^labels "):
+        relin_raster(ax, [[10]], ["a", "b"], T=40)
+
+
+def test_placement_dots_each_setting_a_column_of_each_fraction(ax):
+    early = np.array([[[0.5, 0.75]], [[0.25, 1.0]]])  # (N = 2 settings, S = 1 seed, F = 2 fractions)
+    even = np.full_like(early, 0.5)
+    placement_dots(ax, early, even, [0.25, 0.5], ["tol=0.1", "tol=0.01"])
+    filled = [ln for ln in ax.lines if ln.get_markerfacecolor() != "none"]
+    np.testing.assert_allclose([ln.get_xydata()[0] for ln in filled], [[0, 50], [1, 25], [3, 75], [4, 100]])
+    assert [ln.get_label() for ln in filled[:2]] == ["tol=0.1", "tol=0.01"]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["by 0.25·T", "by 0.5·T"]
+    with pytest.raises(ValueError, match="^even "):
+        placement_dots(ax, early, even[:1], [0.25, 0.5], ["a", "b"])
+

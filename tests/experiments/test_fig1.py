@@ -10,7 +10,14 @@ import pytest
 
 from iterlin.claims import CHECKS_HEADING, NA, UNDECIDED, claims_table, exceeds
 from iterlin.experiments import claims, fig1, resolve, run
-from iterlin.experiments.fig1 import bridge_curves, diverged_K, seed_rmse, summary
+from iterlin.experiments.fig1 import (
+    bridge_curves,
+    diverged_K,
+    plot_literal,
+    plot_stability_bound,
+    seed_rmse,
+    summary,
+)
 
 
 def test_plan():
@@ -459,17 +466,8 @@ def test_literal_claim_rows():
     assert old[LITERAL] == NA and old[LITERAL_BOUND] == NA
 
 
-def test_literal_plot_helpers_draw_and_skip_old_results():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from iterlin.plotting import plot_literal, plot_stability_bound
-
-    fig, ax = plt.subplots()
+def test_literal_plot_helpers_draw_and_skip_old_results(ax):
     lit = _literal()
     assert len(plot_literal(ax, lit)) == 4  # per rate: the literal runs and their closed form
     assert len(plot_stability_bound(ax, lit)) == 4  # per rate and K: the median bound
     assert plot_literal(ax, None) == [] and plot_stability_bound(ax, None) == []  # results from before the runs
-    plt.close(fig)

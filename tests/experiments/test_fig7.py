@@ -12,7 +12,8 @@ from _toy import fake_history
 
 from iterlin.claims import NA, UNDECIDED, seed_interval
 from iterlin.experiments import fig7, resolve
-from iterlin.experiments.fig7 import filter_match, match_marks, match_report
+from iterlin.experiments.fig7 import filter_grid, filter_match, match_marks, match_report
+from iterlin.probes import filters_to_image
 
 
 def test_scales():
@@ -171,3 +172,43 @@ def test_match_report_ratio_and_fraction():
     text = match_report(_summary_results([[0.0, 1.0, 2.0], [0.0, 0.5, 1.5], [0.0, 1.0, 2.0], [0.0, 0.5, 1.0]]))
     assert text == ("2 seeds (mean ± s.e.): final ratio (large K / K = 1): 0.62 ± 0.12; K = 1 reaches the large-K "
                     "final size at 62 ± 12 % of training (cosine there: 1.00 ± 0.00)")
+
+
+# ----------------------------------------------------------------------------------------------
+# the figure: filter_grid
+
+
+def test_filter_grid_draws_each_filter_of_each_run(figures):
+    rng = np.random.default_rng(2)
+    delta = 0.01 * rng.normal(size=(2, 4, 5, 5, 3, 6))  # (R, E, h, w, C, F)
+    fig, axes = filter_grid(delta, [0, 8, 16, 24], [1, math.inf], runs=[1, 0], filters=2, vrange=0.5,
+                            title="range ±{vrange:g}")
+    assert axes.shape == (4, 4)
+    np.testing.assert_allclose(axes[0, 2].images[0].get_array(), filters_to_image(delta[1, 2, :, :, :, 0], 0.5))
+    np.testing.assert_allclose(axes[3, 1].images[0].get_array(), filters_to_image(delta[0, 1, :, :, :, 1], 0.5))
+    assert axes[0, 0].get_ylabel() == "filter 1\nK = ∞" and axes[1, 0].get_ylabel() == "filter 1\nK = 1"
+    assert [axes[3, e].get_xlabel() for e in range(4)] == ["0", "8", "16", "24"]
+    assert fig._suptitle.get_text() == "range ±0.5"
+
+
+def test_filter_grid_stretched_range(figures):
+    delta = np.zeros((1, 2, 2, 2, 3, 3))
+    delta[0, 1, 0, 0, 0, 0] = 0.02
+    delta[0, 1, 0, 0, 0, 2] = 0.5  # filter 3 is not drawn: it does not set the range
+    fig, axes = filter_grid(delta, [0, 1], [1], filters=[0, 1], vrange="max", title="±{vrange:.3g}")
+    assert fig._suptitle.get_text() == "±0.02"
+    assert axes[0, 1].images[0].get_array()[0, 0, 0] == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("kwargs, name", [
+    (dict(delta=np.zeros((2, 4, 5, 5, 3))), "delta"),
+    (dict(step=[0, 1, 2]), "step"),
+    (dict(K=[1]), "K"),
+    (dict(runs=[2]), "runs"),
+    (dict(filters=7), "filters"),
+    (dict(vrange=0.0), "vrange"),
+])
+def test_filter_grid_bad_arguments_name_the_parameter(figures, kwargs, name):
+    args = dict(delta=np.zeros((2, 4, 5, 5, 3, 6)), step=[0, 1, 2, 3], K=[1, 8]) | kwargs
+    with pytest.raises(ValueError, match=f"^{name} "):
+        filter_grid(args.pop("delta"), args.pop("step"), args.pop("K"), **args)

@@ -8,7 +8,7 @@ import pytest
 
 from iterlin.claims import NA, UNDECIDED
 from iterlin.experiments import claims, fig9, resolve, run
-from iterlin.experiments.fig9 import function_panels, kept_means
+from iterlin.experiments.fig9 import function_panels, kept_means, plot_functions
 
 
 def test_config_validation():
@@ -270,3 +270,31 @@ def test_geometric_means_over_kept_seeds_match_the_trend():
     np.testing.assert_allclose(np.log10(g["mean"]), t.means)
     np.testing.assert_allclose(np.log10(g["hi"]) - np.log10(g["mean"]), t.ses)
     assert np.all(g["lo"] < g["mean"]) and np.all(g["mean"] < g["hi"])
+
+
+# ----------------------------------------------------------------------------------------------
+# the figure: plot_functions
+
+
+def test_plot_functions_one_line_per_seed_the_target_and_the_training_points(ax):
+    f = np.arange(12.0).reshape(4, 3)  # 4 seeds on 3 points
+    lines = plot_functions(ax, [0, 1, 2], f, y_target=[1, 2, 3], x_train=[0, 2], y_train=[1, 3])
+    assert len(lines) == 4 and len(ax.lines) == 6
+    np.testing.assert_allclose(lines[2].get_ydata(), f[2])
+    target, train = ax.lines[4], ax.lines[5]
+    assert target.get_label() == "target" and target.get_linestyle() == "--"
+    assert train.get_label() == "train" and train.get_marker() == "o"
+    np.testing.assert_allclose(train.get_xydata(), [[0, 1], [2, 3]])
+
+
+@pytest.mark.parametrize("kwargs, name", [
+    (dict(functions=np.zeros((4, 2))), "functions"),
+    (dict(y_target=[1, 2]), "y_target"),
+    (dict(x_train=[0, 2]), "y_train"),
+    (dict(x_train=[0, 2], y_train=[1]), "y_train"),
+])
+def test_plot_functions_bad_arguments_name_the_parameter(ax, kwargs, name):
+    args = dict(functions=np.zeros((4, 3))) | kwargs
+    with pytest.raises(ValueError, match=f"^{name} "):
+        plot_functions(ax, [0, 1, 2], args.pop("functions"), **args)
+

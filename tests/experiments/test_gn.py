@@ -15,6 +15,7 @@ from jax.flatten_util import ravel_pytree
 
 from iterlin.claims import NA, UNDECIDED
 from iterlin.experiments import _common, gn, resolve
+from iterlin.experiments.gn import gn_baseline, sweep_colors
 from iterlin.gauss_newton import gauss_newton_step
 from iterlin.linearise import linearised_apply
 
@@ -231,3 +232,31 @@ def test_seeds_are_paired():
     assert "3 seeds, 100000 paired test images" in rows[0].measured
     s = gn.by_K(_results([0.40, 0.39, 0.38, 0.30], [0.39, 0.38], seeds=3))
     assert s["acc"].shape == (4, 3) and s["gn_acc"].shape == (2, 3) and s["gn_diverged"].tolist() == [False, False]
+
+
+# ----------------------------------------------------------------------------------------------
+# the figure: gn_baseline, sweep_colors
+
+
+def test_gn_baseline_draws_each_lambda_right_of_its_K_with_seeds_and_labels(ax):
+    acc = np.array([[0.4, 0.5], [0.6, 0.7]])  # (L, S) fractions
+    line = gn_baseline(ax, [10.0, 100.0], acc, damping=[0.1, 0.01], diverged=[False, True], offset=1.1)
+    np.testing.assert_allclose(line.get_xydata(), [[11.0, 45.0], [110.0, 65.0]])  # × offset; the mean in %
+    assert line.get_marker() == "D" and line.get_label() == "damped Gauss–Newton at K(λ) = B/(λη)"
+    assert [t.get_text() for t in ax.texts] == ["λ=0.1", "λ=0.01"]
+    (cross,) = [ln for ln in ax.lines if ln.get_marker() == "x"]
+    np.testing.assert_allclose(cross.get_xydata(), [[110.0, 65.0]])  # the point where a seed diverged
+    assert gn_baseline(ax, [], np.zeros((0, 2))) is None  # no damped runs: nothing drawn
+    with pytest.raises(ValueError, match="^K_equiv "):
+        gn_baseline(ax, [10.0, math.inf], acc)
+    with pytest.raises(ValueError, match="^acc "):
+        gn_baseline(ax, [10.0], acc)
+
+
+def test_sweep_colors_match_the_K_runs_and_grey_for_a_K_without_one(ax):
+    from iterlin.plotting import plot_sweep
+
+    h = {**fake_history([1.0, 8.0, 1.0, 8.0], 0.1, 8, [0.5, 0.4, 0.5, 0.4]), "seed_index": np.array([0, 0, 1, 1])}
+    lines = plot_sweep(ax, h, "net_test_acc", color=["C3", "C5"])
+    assert sweep_colors(h, lines, [8.0, 1.0, 4.0]) == ["C5", "C3", "gray"]
+

@@ -243,3 +243,23 @@ def test_load_refuses_a_provenance_that_is_not_the_stored_runs(toy, tmp_path, fi
     with pytest.raises(reference.ReferenceMismatch, match=message):
         reference.load("toy", base=base)
     assert reference.main(["toy", "--claims-only", "--results", str(base)]) == 2
+
+
+@pytest.mark.parametrize("name", registry.names())
+def test_every_figure_plots_its_committed_reference_run(name, figures, capsys):
+    """Each figure's ``plot`` (in its module; the notebook calls it) draws the committed run, as the
+    page's first cell does, without a warning."""
+    import importlib
+    import warnings
+
+    ref = reference.load(name, check_claims=False)
+    if ref is None:
+        pytest.skip(f"no reference run of {name} is committed")
+    module = importlib.import_module(registry.get(name).module)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        warnings.filterwarnings("ignore", "FigureCanvasAgg is non-interactive")  # plt.show() on Agg
+        module.plot(ref.results)
+    assert figures.get_fignums(), f"{name}'s plot drew no figure"
+    assert all(ax.has_data() for n in figures.get_fignums() for ax in figures.figure(n).axes if ax.get_visible()
+               and not ax.get_label() == "<colorbar>"), f"{name}'s plot left an empty panel"
