@@ -775,9 +775,10 @@ def _seed_label(h: Mapping) -> Callable[[int], str]:
 
 def failed_runs(h: Mapping, label: Callable | None = None) -> dict[int, tuple[int, str]]:
     """``{i: (step, why)}``: the runs with K > 1 of a sweep history whose linear model's training
-    failed, with the step and a description: it diverged, its training loss exploded
-    (:func:`exploded_runs`), or the linear model's training loss rose inside a block by over
-    :data:`BLOCK_RISE` (:func:`iterlin.stability.block_loss_rise`); the description says where
+    failed, with the step and a description of the first failure: it diverged, its training loss
+    exploded (:func:`exploded_runs`; the step of its peak), or the linear model's training loss
+    rose inside a block by over :data:`BLOCK_RISE` (:func:`iterlin.stability.block_loss_rise`),
+    whichever came first; the description says where
     the history's sharpness record put η against 2/λ_max(θ_s). K = 1 is ordinary SGD and is not
     judged here (a network can train at the edge of stability). ``label`` names run i (default
     ``K=… seed …``)."""
@@ -790,17 +791,20 @@ def failed_runs(h: Mapping, label: Callable | None = None) -> dict[int, tuple[in
     risen = _block_rises(h)
     out = {}
     for i in np.flatnonzero(K > 1):
+        events = []  # (step, why): the earliest is the run's failure
         if div[i]:
             t = int(at[i])
-            out[int(i)] = t, f"{name(i)} diverged at step {t}{note(i, t)}"
+            events.append((t, f"{name(i)} diverged at step {t}{note(i, t)}"))
         elif boom[i]:
             first_loss, peak, at_peak = _loss_peaks(h)
             t = int(np.asarray(h["step"])[at_peak[i]])
-            out[int(i)] = t, f"{name(i)}: training loss {first_loss[i]:.3g} → {peak[i]:.3g} at step {t}{note(i, t)}"
-        elif risen is not None and risen[0][i]:
+            events.append((t, f"{name(i)}: training loss {first_loss[i]:.3g} → {peak[i]:.3g} at step {t}{note(i, t)}"))
+        if risen is not None and risen[0][i]:
             t = int(risen[3][i])
-            out[int(i)] = t, (f"{name(i)}: the linear model's loss rose inside a block, {risen[1][i]:.3g} → "
-                              f"{risen[2][i]:.3g} at step {t}{note(i, t)}")
+            events.append((t, f"{name(i)}: the linear model's loss rose inside a block, {risen[1][i]:.3g} → "
+                              f"{risen[2][i]:.3g} at step {t}{note(i, t)}"))
+        if events:
+            out[int(i)] = min(events, key=lambda e: e[0])
     return out
 
 

@@ -477,3 +477,14 @@ def test_a_tables_verdict_in_one_line():
     assert repr(v) == str(v) and v._repr_html_().startswith("<p class='iterlin-verdict'><strong>Verdict of")
     one = ClaimsTable("x", "smoke", [Claim("a", "p", "m", UNDECIDED)]).verdict()
     assert one == "Verdict of x at scale 'smoke': of 1 claim, 0 hold, 1 undecided."
+
+
+def test_failed_runs_report_the_first_failure():
+    h = fake_history([1, 2], 0.1, 6, [0.4, 0.4], n_evals=3, diverged=[False, True], diverged_step=6)
+    h["n_relin"] = np.array([[0, 2, 4, 6], [0, 1, 1, 3]])
+    h["lin_train_loss"] = np.array([[2.3, 1.9, 1.6, 1.4], [2.3, 1.5, 2.2, 1.4]])  # rose at step 4, diverged at 6
+    (step, why), = claims.failed_runs(h).values()
+    assert step == 4 and why == "K=2 seed 0: the linear model's loss rose inside a block, 1.5 → 2.2 at step 4"
+    h["diverged_step"] = np.array([-1, 2])  # diverged first
+    assert claims.failed_runs(h)[1] == (2, "K=2 seed 0 diverged at step 2")
+    assert claims.failed_runs(dict(h, K=np.array([1.0, 1.0]))) == {}  # K = 1 is not judged
