@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Mapping, NamedTuple, Sequence
 
-__all__ = ["Evidence", "Finding", "FINDINGS", "STABILITY_ROW", "Found", "findings"]
+__all__ = ["Evidence", "Finding", "FINDINGS", "STABILITY_ROW", "Found", "findings", "stability_row"]
 
 
 class Evidence(NamedTuple):
@@ -86,6 +86,7 @@ class Found(NamedTuple):
     decisive: Mapping | None
     also: tuple[Mapping | None, ...]
     stability: Mapping | None  #: the decisive run's :data:`STABILITY_ROW`, None where not recorded
+    also_stability: tuple[Mapping | None, ...] = ()  #: the same for each of ``also``
 
 
 def _row(rows: Sequence[Mapping] | None, evidence: Evidence) -> Mapping | None:
@@ -98,6 +99,13 @@ def _row(rows: Sequence[Mapping] | None, evidence: Evidence) -> Mapping | None:
     return hits[0]
 
 
+def stability_row(rows: Sequence[Mapping] | None) -> Mapping | None:
+    """The :data:`STABILITY_ROW` of a reference run's claims rows, None when it has none or it is
+    n/a (no sharpness record)."""
+    hits = [r for r in rows or () if r["claim"].startswith(STABILITY_ROW)]
+    return hits[0] if hits and hits[0]["holds"] != "n/a at this scale" else None
+
+
 def findings(rows: Mapping[str, Sequence[Mapping] | None],
              table: Sequence[Finding] = FINDINGS) -> list[Found]:
     """Each finding of ``table`` with its rows, from ``rows``: the reference run's claims rows per
@@ -106,10 +114,7 @@ def findings(rows: Mapping[str, Sequence[Mapping] | None],
     out = []
     for f in table:
         decisive_rows = rows.get(f.decisive.experiment)
-        stability = None
-        if decisive_rows is not None:
-            stable = [r for r in decisive_rows if r["claim"].startswith(STABILITY_ROW)]
-            stability = stable[0] if stable else None
         out.append(Found(f, _row(decisive_rows, f.decisive),
-                         tuple(_row(rows.get(e.experiment), e) for e in f.also), stability))
+                         tuple(_row(rows.get(e.experiment), e) for e in f.also), stability_row(decisive_rows),
+                         tuple(stability_row(rows.get(e.experiment)) for e in f.also)))
     return out

@@ -41,7 +41,10 @@ def test_the_verdict_is_read_not_stated():
                                                                                 Evidence("limit", "few"))),)
     (f,) = findings(rows, table)
     assert f.decisive["holds"] == "no" and f.also[0]["holds"] == "yes" and f.also[1] is None  # no limit run
-    assert f.stability["measured"] == "0.25"
+    assert f.stability["measured"] == "0.25" and f.also_stability == (None, None)
+    rows["fig3"][1]["holds"] = "n/a at this scale"  # a stability row without a record is no record
+    assert findings(rows, table)[0].stability is None
+    rows["fig3"][1]["holds"] = "yes"
     rows["fig3"][0]["holds"] = "yes"
     assert findings(rows, table)[0].decisive["holds"] == "yes"
 
