@@ -57,7 +57,7 @@ import yaml
 from iterlin.checkpoint import CheckpointError
 from iterlin.claims import CHECKS_HEADING, COLUMNS, HOLDS, KINDS
 from iterlin.experiments import reference, scales_table
-from iterlin.experiments.findings import FINDINGS, findings
+from iterlin.experiments.findings import FINDINGS, NO_RATE, findings
 
 EXECUTED = "book/executed"
 #: What ``iterlin.cache.cached`` prints (stdout) when it computes or loads an experiment's results.
@@ -496,12 +496,13 @@ def findings_page(items: list[dict], table=None) -> str:
             verdict, measured = "no reference run yet", ""
         else:
             verdict, measured = f.decisive["holds"], f.decisive["measured"]
-        stable = ("not recorded" if f.stability is None
+        stable = ("exact flow: no rate" if d.experiment in NO_RATE else "not recorded" if f.stability is None
                   else f"{f.stability['holds']}: {f.stability['measured']}")
         also = "; ".join(
             f"{_link(e.experiment)} ({escape(e.row)}…): "
             + ("no reference run" if r is None else f"**{escape(r['holds'])}**"
-               + (" (stability not recorded)" if st is None else f" (stable: {escape(st['holds'])})"))
+               + (" (exact flow: no rate)" if e.experiment in NO_RATE else " (stability not recorded)" if st is None
+                  else f" (stable: {escape(st['holds'])})"))
             for e, r, st in zip(f.finding.also, f.also, f.also_stability))
         lines.append(f"| {escape(f.finding.figure)}: {escape(f.finding.claim)} | {escape(f.finding.paper)} | "
                      f"{_link(d.experiment)} ({escape(scale.get(d.experiment) or '')}) | **{escape(verdict)}** | "

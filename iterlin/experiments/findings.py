@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Mapping, NamedTuple, Sequence
 
-__all__ = ["Evidence", "Finding", "FINDINGS", "STABILITY_ROW", "Found", "findings", "stability_row"]
+__all__ = ["Evidence", "Finding", "FINDINGS", "STABILITY_ROW", "NO_RATE", "Found", "findings", "stability_row"]
 
 
 class Evidence(NamedTuple):
@@ -72,6 +72,10 @@ FINDINGS: tuple[Finding, ...] = (
              Evidence("fig9", "more damping → smoother learned functions"),
              Evidence("limit", "damping helps"))),
 )
+
+#: The experiments that train with no learning rate, so have no rate to keep under the bound: the
+#: exact limit advances each linearisation by its closed-form flow (:mod:`iterlin.experiments.limit`).
+NO_RATE = ("limit",)
 
 #: The start of the claims row that records whether a run's linear model stayed stable
 #: (:func:`iterlin.claims.sharpness_claim`).
