@@ -55,6 +55,7 @@ __all__ = [
     "legend",
     "k1_and_largest",
     "plot_bound",
+    "accuracy_against_K",
     "bad_argument",
     "check_axes",
     "real_array",
@@ -678,6 +679,27 @@ def panels(
 
 # ------------------------------------------------------------------------------------------------
 # marks
+
+
+def accuracy_against_K(ax: Axes, K: Any, acc: Any, diverged: Any, relin: Sequence[Any], *, finite_label: str,
+                       inf_label: str) -> np.ndarray:
+    """Final test accuracy against K on a K axis (:func:`set_K_axis`, K = ∞ at the right edge): the
+    finite K as one :func:`seed_curve` (circles), K = ∞ as a red square, both the mean over seeds ±
+    one standard error with each seed a dot and a cross where a seed diverged; the top axis gives
+    the re-linearisations ``relin`` (one per K). ``K`` (M,), ``acc`` (M, S), ``diverged`` (M,).
+    Returns the x positions of the K (for more series on the same axis)."""
+    K = as_1d(K, "K")
+    xs = set_K_axis(ax, K, ticks="all")
+    inf = np.isinf(K)
+    acc, diverged = np.asarray(acc, np.float64), np.asarray(diverged, bool)
+    seed_curve(ax, xs[~inf], acc[~inf], diverged=diverged[~inf], color="C0", label=finite_label,
+               diverged_label="a seed diverged")
+    if inf.any():
+        seed_curve(ax, xs[inf], acc[inf], diverged=diverged[inf], color="C3", marker="s", ms=8, label=inf_label,
+                   diverged_label=None)
+    top_ticks(ax, xs, [str(r) for r in relin], label="re-linearisations T/K")
+    ax.set(ylabel="final test accuracy (%)")
+    return xs
 
 
 def plot_bound(ax: Axes, record: Any, *, fraction: float | None = 1 / 3, label: str = "K = {K}, lr {lr}",

@@ -13,6 +13,7 @@ import pytest  # noqa: E402
 from matplotlib.colors import to_rgba  # noqa: E402
 
 from iterlin.plotting import (  # noqa: E402
+    accuracy_against_K,
     as_1d,
     as_runs,
     bad_argument,
@@ -366,3 +367,14 @@ def test_argument_checks_the_figures_share_name_the_parameter(ax):
     with pytest.raises(ValueError, match=r"^K of shape \(\) is not allowed"):
         per_run(5, "K", 2)
 
+
+
+def test_accuracy_against_K_draws_finite_K_infinity_and_the_updates(ax):
+    K = np.array([1.0, 10.0, math.inf])
+    acc = np.array([[0.40, 0.42], [0.38, 0.40], [0.30, 0.31]])
+    xs = accuracy_against_K(ax, K, acc, np.array([False, True, False]), [100, 10, 0], finite_label="finite",
+                            inf_label="inf")
+    assert xs.shape == (3,) and xs[2] > xs[1] > xs[0]  # ∞ at the right edge
+    labels = [ln.get_label() for ln in ax.get_lines()]
+    assert "finite" in labels and "inf" in labels and "a seed diverged" in labels
+    assert ax.get_ylabel() == "final test accuracy (%)"

@@ -94,6 +94,7 @@ from ..data import Dataset
 from ..gauss_newton import gauss_newton_train
 from ..models import make_model
 from ..plotting import (
+    accuracy_against_K,
     as_1d,
     bad_argument,
     check_axes,
@@ -103,8 +104,6 @@ from ..plotting import (
     real_array,
     seed_curve,
     seed_groups,
-    set_K_axis,
-    top_ticks,
 )
 from ..tree import tree_index, tree_stack
 from ._common import (
@@ -413,16 +412,9 @@ def plot(results):
     fig, (left, right) = panels(2, panel_size=(6.2, 4.2),
                                 suptitle=f"CNN on CIFAR-10: large K against damped Gauss–Newton "
                                          f"({results['config']['scale']} scale, T = {s['steps']} steps)")
-    xs = set_K_axis(left, s["K"], ticks="all")
-    finite, inf = ~s["inf"], s["inf"]
-    seed_curve(left, xs[finite], s["acc"][finite], diverged=s["diverged"][finite], color="C0",
-               label="iterative linearisation, K", diverged_label="a seed diverged")
-    if inf.any():
-        seed_curve(left, xs[inf], s["acc"][inf], diverged=s["diverged"][inf], color="C3", marker="s", ms=8,
-                   label="K = ∞: the linear model", diverged_label=None)
+    accuracy_against_K(left, s["K"], s["acc"], s["diverged"], s["relin"], finite_label="iterative linearisation, K",
+                       inf_label="K = ∞: the linear model")
     gn_baseline(left, s["gn_K"], s["gn_acc"], damping=s["gn_damping"], diverged=s["gn_diverged"])
-    top_ticks(left, xs, [str(r) for r in s["relin"]], label="re-linearisations T/K")
-    left.set(ylabel="final test accuracy (%)")
     legend(left)
     lines = plot_sweep(right, results["runs"], "net_test_acc", label="K = {K}", diverged_label=None, marker=None)
     if "gn" in results:

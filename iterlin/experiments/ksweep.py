@@ -53,7 +53,7 @@ from ..claims import (
     unstable_runs,
 )
 from ..data import Dataset
-from ..plotting import band, legend, panels, plot_sweep, seed_curve, set_K_axis, top_ticks
+from ..plotting import accuracy_against_K, band, legend, panels, plot_sweep
 from ._common import Experiment, check_sharpness, checkpoint_path, cnn_sweep, load_data, sharpness_callback, trained_final
 
 __all__ = ["SCALES", "EXPERIMENT", "load", "compute", "claims", "FEW", "per_K", "by_K", "timing", "plot"]
@@ -282,17 +282,13 @@ def plot(results):
     fig, (left, right) = panels(2, panel_size=(6.2, 4.2),
                                 suptitle=f"CNN on CIFAR-10: final test accuracy against K ({results['config']['scale']} "
                                          f"scale, T = {s['steps']} steps, {int(results['n_runs'])} runs)")
-    xs = set_K_axis(left, s["K"], ticks="all")
-    finite, inf = ~s["inf"], s["inf"]
-    seed_curve(left, xs[finite], s["acc"][finite], diverged=s["diverged"][finite], color="C0",
-               label="finite K: the network f(θ_T)", diverged_label="a seed diverged")
+    xs = accuracy_against_K(left, s["K"], s["acc"], s["diverged"], s["relin"],
+                            finite_label="finite K: the network f(θ_T)",
+                            inf_label="K = ∞: the linear model (the model trained)")
+    inf = s["inf"]
     if inf.any():
-        seed_curve(left, xs[inf], s["acc"][inf], diverged=s["diverged"][inf], color="C3", marker="s", ms=8,
-                   label="K = ∞: the linear model (the model trained)", diverged_label=None)
         band(left, xs[inf], s["net_inf"], axis=1, scale=100, color="C0", marker="s", mfc="white",
              linestyle="none", ms=8, label="K = ∞: its network f(θ_T) (≡ any K ≥ T)")
-    top_ticks(left, xs, [str(r) for r in s["relin"]], label="re-linearisations T/K")
-    left.set(ylabel="final test accuracy (%)")
     legend(left)
     lines = plot_sweep(right, h, "net_test_acc", label="K = {K}", diverged_label=None, marker=None)
     plot_sweep(right, h, "lin_test_acc", linestyle="--", marker=None, color=lines, select=lambda k: k == float("inf"),
