@@ -788,6 +788,7 @@ def failed_runs(h: Mapping, label: Callable | None = None) -> dict[int, tuple[in
     name = label or _seed_label(h)
     note = _unstable_note(h)
     boom = exploded_runs(h)
+    peaks = _loss_peaks(h) if boom.any() else None
     risen = _block_rises(h)
     out = {}
     for i in np.flatnonzero(K > 1):
@@ -796,7 +797,7 @@ def failed_runs(h: Mapping, label: Callable | None = None) -> dict[int, tuple[in
             t = int(at[i])
             events.append((t, f"{name(i)} diverged at step {t}{note(i, t)}"))
         elif boom[i]:
-            first_loss, peak, at_peak = _loss_peaks(h)
+            first_loss, peak, at_peak = peaks
             t = int(np.asarray(h["step"])[at_peak[i]])
             events.append((t, f"{name(i)}: training loss {first_loss[i]:.3g} → {peak[i]:.3g} at step {t}{note(i, t)}"))
         if risen is not None and risen[0][i]:
