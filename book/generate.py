@@ -478,6 +478,13 @@ def runtimes_page(items: list[dict]) -> str:
     )
 
 
+def _stability(experiment: str, row) -> str:
+    """What the front page says of a run's stability record (``row``: its stability row or None)."""
+    if experiment in NO_RATE:
+        return "solved in closed form: no rate"
+    return "stability not recorded" if row is None else f"stable: {escape(row['holds'])}"
+
+
 def findings_page(items: list[dict], table=None) -> str:
     """The front page's table (:func:`iterlin.experiments.findings.findings` of the reference runs'
     rows, for ``table``, default :data:`~iterlin.experiments.findings.FINDINGS`); GenerateError
@@ -496,13 +503,11 @@ def findings_page(items: list[dict], table=None) -> str:
             verdict, measured = "no reference run yet", ""
         else:
             verdict, measured = f.decisive["holds"], f.decisive["measured"]
-        stable = ("exact flow: no rate" if d.experiment in NO_RATE else "not recorded" if f.stability is None
+        stable = (_stability(d.experiment, f.stability) if d.experiment in NO_RATE or f.stability is None
                   else f"{f.stability['holds']}: {f.stability['measured']}")
         also = "; ".join(
             f"{_link(e.experiment)} ({escape(e.row)}…): "
-            + ("no reference run" if r is None else f"**{escape(r['holds'])}**"
-               + (" (exact flow: no rate)" if e.experiment in NO_RATE else " (stability not recorded)" if st is None
-                  else f" (stable: {escape(st['holds'])})"))
+            + ("no reference run" if r is None else f"**{escape(r['holds'])}** ({_stability(e.experiment, st)})")
             for e, r, st in zip(f.finding.also, f.also, f.also_stability))
         lines.append(f"| {escape(f.finding.figure)}: {escape(f.finding.claim)} | {escape(f.finding.paper)} | "
                      f"{_link(d.experiment)} ({escape(scale.get(d.experiment) or '')}) | **{escape(verdict)}** | "

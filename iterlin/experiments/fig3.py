@@ -9,7 +9,8 @@ Config keys: ``K`` (list; 1 and the large period), ``lr``, ``steps``, ``batch_si
 :func:`~iterlin.experiments._common.sharpness_callback`).
 Conventions: :mod:`iterlin.experiments._common`.
 
-Results: ``"runs"``: a :func:`~iterlin.experiments._common.sweep` history (every seed × K), with the sharpness record ``sharpness`` and ``lr_over_bound``; ``"n_test"``. The
+Results: ``"runs"``: a :func:`~iterlin.experiments._common.sweep` history (every seed × K), with
+the sharpness record ``sharpness`` and ``lr_over_bound``; ``"n_test"``. The
 paper's curves are ``net_test_acc`` for every K and ``lin_test_acc`` (the linear model being
 trained) for the large K.
 """
@@ -21,7 +22,18 @@ from typing import Mapping
 import matplotlib.pyplot as plt
 import numpy as np
 
-from ..claims import UNDECIDED, UNSTABLE, Claim, divergence_claim, fmt_K, on_par_claim, pct, runs_of, sharpness_claim, verdict
+from ..claims import (
+    UNDECIDED,
+    UNSTABLE,
+    Claim,
+    divergence_claim,
+    fmt_K,
+    on_par_claim,
+    pct,
+    runs_of,
+    sharpness_claim,
+    verdict,
+)
 from ..data import Dataset
 from ..plotting import legend, panels, plot_bound, plot_sweep
 from ..stability import bound_record

@@ -73,9 +73,10 @@ FINDINGS: tuple[Finding, ...] = (
              Evidence("limit", "damping helps"))),
 )
 
-#: The experiments that train with no learning rate, so have no rate to keep under the bound: the
-#: exact limit advances each linearisation by its closed-form flow (:mod:`iterlin.experiments.limit`).
-NO_RATE = ("limit",)
+#: The experiments whose linearisations are solved in closed form, so have no gradient-descent rate
+#: to keep under the bound: the exact limit (each linearisation advanced by its closed-form flow,
+#: :mod:`iterlin.experiments.limit`) and Fig. 9 (each damped Gauss–Newton step a ridge solve).
+NO_RATE = ("limit", "fig9")
 
 #: The start of the claims row that records whether a run's linear model stayed stable
 #: (:func:`iterlin.claims.sharpness_claim`).

@@ -54,7 +54,15 @@ from ..claims import (
 )
 from ..data import Dataset
 from ..plotting import accuracy_against_K, band, legend, panels, plot_sweep
-from ._common import Experiment, check_sharpness, checkpoint_path, cnn_sweep, load_data, sharpness_callback, trained_final
+from ._common import (
+    Experiment,
+    check_sharpness,
+    checkpoint_path,
+    cnn_sweep,
+    load_data,
+    sharpness_callback,
+    trained_final,
+)
 
 __all__ = ["SCALES", "EXPERIMENT", "load", "compute", "claims", "FEW", "per_K", "by_K", "timing", "plot"]
 
