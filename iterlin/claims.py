@@ -44,7 +44,7 @@ import numpy as np
 from .cache import repo_root
 from .checkpoint import atomic_write_bytes
 from .relin import fmt_K
-from .stability import block_loss_rise, first_unstable_step
+from .stability import STABLE_FRACTION, block_loss_rise, first_unstable_step
 
 __all__ = [
     "Claim",
@@ -822,11 +822,6 @@ def unstable_runs(h: Mapping, label: Callable | None = None) -> dict[int, str]:
         for i in np.flatnonzero((K > 1) & (first >= 0)):
             out.setdefault(int(i), f"{name(i)}: η above 2/λ_max(θ_s) at step {int(first[i])}")
     return dict(sorted(out.items()))
-
-
-#: The share of the linear model's bound 2/λ_max(θ_s) that the rate of a reference run is meant to
-#: stay under along training (:func:`sharpness_claim`): a margin for the sharpening between records.
-STABLE_FRACTION = 1 / 3
 
 
 def sharpness_claim(h: Mapping, fraction: float = STABLE_FRACTION) -> Claim:

@@ -35,6 +35,7 @@ from matplotlib.legend import Legend
 from matplotlib.lines import Line2D
 
 from .relin import fmt_K
+from .stability import STABLE_FRACTION
 
 __all__ = [
     "mean_se",
@@ -702,7 +703,7 @@ def accuracy_against_K(ax: Axes, K: Any, acc: Any, diverged: Any, relin: Sequenc
     return xs
 
 
-def plot_bound(ax: Axes, record: Any, *, fraction: float | None = 1 / 3, label: str = "K = {K}, lr {lr}",
+def plot_bound(ax: Axes, record: Any, *, fraction: float | None = STABLE_FRACTION, label: str = "K = {K}, lr {lr}",
                select: Callable[[float], bool] | None = None) -> list:
     """The linear model's bound 2/λ_max(θ_s) along training (a :class:`iterlin.stability.BoundRecord`):
     one line per run through its recorded points, coloured by (K, lr) setting (seeds share a

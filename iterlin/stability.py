@@ -49,7 +49,7 @@ from .validate import check_int, check_xy
 
 __all__ = ["ggn_matvec", "ggn_top_eig", "ggn_sharpness", "max_stable_lr", "linear_model_sharpness",
            "SharpnessRecorder", "sharpness_recorder", "first_unstable_step", "block_loss_rise", "BoundRecord",
-           "bound_record"]
+           "bound_record", "STABLE_FRACTION"]
 
 
 def _vdot(a, b):
@@ -296,6 +296,12 @@ def block_loss_rise(history, rtol: float = 0.1):
                 low = min(low, v)
     one = np.ndim(history["lin_train_loss"]) == 1
     return tuple(a[0] for a in (rose, start, peak, at)) if one else (rose, start, peak, at)
+
+
+#: The share of the linear model's bound 2/λ_max(θ_s) that the rate of a reference run is meant to
+#: stay under along training (:func:`iterlin.claims.sharpness_claim` judges it,
+#: :func:`iterlin.plotting.plot_bound` draws it): a margin for the sharpening between records.
+STABLE_FRACTION = 1 / 3
 
 
 class BoundRecord(NamedTuple):

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Mapping, NamedTuple, Sequence
 
+from ..claims import NA
+
 __all__ = ["Evidence", "Finding", "FINDINGS", "STABILITY_ROW", "NO_RATE", "Found", "findings", "stability_row"]
 
 
@@ -108,7 +110,7 @@ def stability_row(rows: Sequence[Mapping] | None) -> Mapping | None:
     """The :data:`STABILITY_ROW` of a reference run's claims rows, None when it has none or it is
     n/a (no sharpness record)."""
     hits = [r for r in rows or () if r["claim"].startswith(STABILITY_ROW)]
-    return hits[0] if hits and hits[0]["holds"] != "n/a at this scale" else None
+    return hits[0] if hits and hits[0]["holds"] != NA else None
 
 
 def findings(rows: Mapping[str, Sequence[Mapping] | None],
