@@ -54,6 +54,7 @@ __all__ = [
     "UNSTABLE",
     "STABLE_FRACTION",
     "unstable_runs",
+    "unstable_among",
     "failed_runs",
     "run_seeds",
     "sharpness_claim",
@@ -824,6 +825,13 @@ def unstable_runs(h: Mapping, label: Callable | None = None) -> dict[int, str]:
     return dict(sorted(out.items()))
 
 
+def unstable_among(h: Mapping, runs) -> list[str]:
+    """What made each of ``runs`` (indices into the sweep history ``h``) unstable, in order
+    (:func:`unstable_runs`); empty when none was."""
+    chosen = {int(i) for i in np.atleast_1d(runs)}
+    return [why for i, why in unstable_runs(h).items() if i in chosen]
+
+
 def sharpness_claim(h: Mapping, fraction: float = STABLE_FRACTION) -> Claim:
     """Whether η stayed under ``fraction`` of the linear model's bound 2/λ_max(θ_s) at every point
     the history records it (``lr_over_bound`` (R, E), :func:`iterlin.stability.sharpness_recorder`)
@@ -870,7 +878,7 @@ def on_par_claim(claim: str, paper: str, h: Mapping, *, n_test: int, tol: float 
     j = runs_of(h, Kj)
     relin = int(np.asarray(h["n_relin"])[j[0], -1])
     d = sweep_difference(h, i1, j, n_test=n_test, metric=metric)
-    unstable = [why for i, why in unstable_runs(h).items() if i in set(j.tolist())]
+    unstable = unstable_among(h, j)
     measured = (f"K=1: {pct(acc[i1].mean())}; K={fmt_K(Kj)} ({relin} re-linearisations): {pct(acc[j].mean())}; "
                 + d.describe() + ("; unstable: " + "; ".join(unstable) if unstable else ""))
     if bool(np.asarray(h["diverged"])[i1].any()):

@@ -62,6 +62,7 @@ __all__ = [
     "rmse",
     "check_sharpness",
     "sharpness_callback",
+    "merge_callbacks",
 ]
 
 
@@ -123,6 +124,28 @@ def sharpness_callback(config: Mapping, data: Dataset, lr: float | Sequence[floa
     x, y = data.x_train[:m], data.y_train[:m]
     return lambda apply_fn, params0: sharpness_recorder(
         apply_fn, x, y, lr=lr, iters=config["sharpness_iters"], every=config["sharpness_every"])
+
+
+def merge_callbacks(*factories: Callable) -> Callable:
+    """One ``callback(apply_fn, params0)`` factory of :func:`cnn_sweep` from several: its callback
+    runs each of theirs at every evaluation point and merges their values (the same key from two is
+    a ValueError: one would hide the other)."""
+
+    def factory(apply_fn, params0):
+        callbacks = [f(apply_fn, params0) for f in factories]
+
+        def callback(step, state):
+            out: dict = {}
+            for cb in callbacks:
+                vals = cb(step, state) or {}
+                if clash := sorted(set(out) & set(vals)):
+                    raise ValueError(f"callbacks={factories!r} is not allowed: two of them record {clash}")
+                out.update(vals)
+            return out
+
+        return callback
+
+    return factory
 
 
 def load_data(config: Mapping) -> Dataset:

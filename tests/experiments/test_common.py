@@ -227,3 +227,22 @@ def test_network_correct_in_chunks_equals_one_pass():
     assert got.dtype == bool and got.shape == (x.shape[0],)
     np.testing.assert_array_equal(got, whole)
     assert 0 < got.sum() < got.size  # both outcomes occur, so a constant answer would fail
+
+
+def test_merge_callbacks_runs_each_and_refuses_a_shared_key():
+    seen = []
+
+    def first(apply_fn, params0):
+        seen.append(("first", apply_fn, params0))
+        return lambda step, state: {"a": step}
+
+    def second(apply_fn, params0):
+        seen.append(("second", apply_fn, params0))
+        return lambda step, state: {"b": state}
+
+    cb = C.merge_callbacks(first, second)("f", "p0")
+    assert seen == [("first", "f", "p0"), ("second", "f", "p0")]  # each factory gets the sweep's arguments
+    assert cb(3, "s") == {"a": 3, "b": "s"}
+    clash = C.merge_callbacks(first, first)("f", "p0")
+    with pytest.raises(ValueError, match=r"callbacks=.* is not allowed: two of them record \['a'\]"):
+        clash(0, None)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from _toy import fake_history
 
-from iterlin.claims import NA, UNDECIDED, seed_interval
+from iterlin.claims import NA, UNDECIDED, UNSTABLE, seed_interval
 from iterlin.experiments import fig7, resolve
 from iterlin.experiments.fig7 import filter_grid, filter_match, match_marks, match_report
 from iterlin.probes import filters_to_image
@@ -18,12 +18,16 @@ from iterlin.probes import filters_to_image
 
 def test_scales():
     assert resolve("fig7")["n_seeds"] == 1
-    assert resolve("fig7", "cpu")["n_seeds"] >= 2 and resolve("fig7", "cpu")["n_train"] is None
-    assert resolve("fig7", "gpu")["n_seeds"] >= 3
+    # cpu and gpu: Fig. 3's stable setting (the linear model under its bound), with its sharpness record
+    same = ("K", "lr", "steps", "batch_size", "augment", "n_train", "n_sharpness", "sharpness_every")
+    for scale in ("cpu", "gpu"):
+        assert {k: resolve("fig7", scale)[k] for k in same} == {k: resolve("fig3", scale)[k] for k in same}
+    assert resolve("fig7", "cpu")["n_seeds"] >= 3 and resolve("fig7", "gpu")["n_seeds"] >= 8
 
 
 def test_fig7_filters_tiny_two_seeds(tiny_cifar):
-    config = resolve("fig7", K=2, steps=2, batch_size=8, n_train=16, n_test=8, n_evals=2, n_seeds=2)
+    config = resolve("fig7", K=2, steps=2, batch_size=8, n_train=16, n_test=8, n_evals=2, n_seeds=2,
+                     n_sharpness=8, sharpness_every=1)
     r = fig7.compute(config, tiny_cifar)
     h = r["runs"]
     d = np.asarray(h["filters_delta"])
@@ -37,8 +41,11 @@ def test_fig7_filters_tiny_two_seeds(tiny_cifar):
         assert np.asarray(m[k]).shape == (2,)  # one per seed
     # seed by seed: the ratio is that seed's large-K run over its own K = 1 run
     np.testing.assert_allclose(m["ratio"], [m["norm"][1, -1] / m["norm"][0, -1], m["norm"][3, -1] / m["norm"][2, -1]])
+    # the sharpness record beside the filters, at every evaluation point (sharpness_every=1)
+    assert np.asarray(h["lr_over_bound"]).shape == (4, 3) and np.all(np.isfinite(h["lr_over_bound"]))
     rows = fig7.claims({**r, "config": config})
-    assert len(rows) == 3 and rows[1].holds == NA  # "about 10 %" judged only at scale 'paper'
+    assert len(rows) == 4 and rows[1].holds == NA  # "about 10 %" judged only at scale 'paper'
+    assert rows[2].claim.startswith("the linear model stays stable") and rows[2].holds != NA
 
 
 def _trajectories(large_scales, steps=(0, 10, 20, 30, 40), K=(1.0, 8.0)):
@@ -104,7 +111,7 @@ def _results(ratio, fraction, *, scale="smoke", K=(1, 8), diverged=None, cosine=
 
 def test_claims_hold_over_seeds():
     rows = fig7.claims(_results([0.5, 0.502], [0.1, 0.101], scale="paper"))
-    assert [r.holds for r in rows] == ["yes", "yes", "yes"]
+    assert [r.holds for r in rows] == ["yes", "yes", NA, "yes"]  # no sharpness record in these histories
     assert rows[0].measured == "‖ΔW_T‖ K=8 / K=1 = 0.50 (95 % t interval [0.49, 0.51], 2 seeds)"
     assert rows[1].measured == ("K=1 reaches the final large-K ‖ΔW‖ at 10.1 % of training (95 % t interval "
                                 "[9.4 %, 10.7 %], 2 seeds; cos 0.90)")
@@ -112,7 +119,7 @@ def test_claims_hold_over_seeds():
 
 def test_claims_fail_over_seeds():
     rows = fig7.claims(_results([0.95, 0.951], [0.5, 0.501], scale="paper", diverged=[True, False, False, False]))
-    assert [r.holds for r in rows] == ["no", "no", "no"]
+    assert [r.holds for r in rows] == ["no", "no", NA, "no"]  # K = 1 (seed 0) diverged: no
     rows = fig7.claims(_results([1.2, 1.21], [float("nan")] * 2, scale="paper"))  # large K moved further
     assert [r.holds for r in rows[:2]] == ["no", "no"] and "never" in rows[1].measured
 
@@ -126,8 +133,23 @@ def test_claims_undecided():
     assert fig7.claims(_results([0.5, 0.5], [0.05, 0.5], scale="paper"))[1].holds == UNDECIDED
 
 
+def test_claims_unstable_large_k():
+    # seed 1's large-K run diverged: its filters say nothing about feature learning, whatever the ratio
+    rows = fig7.claims(_results([0.5, 0.502], [0.1, 0.101], diverged=[False, False, False, True]))
+    assert rows[0].holds == UNSTABLE and "unstable: K=8 seed 1 diverged at step 3" in rows[0].measured and rows[-1].holds == "no"
+    # η above 2/λ_max(θ_s) at a recorded step of a large-K run, though nothing diverged
+    r = _results([0.5, 0.502], [0.1, 0.101])
+    ratio = np.full((4, 3), np.nan)
+    ratio[:, 0] = 0.2
+    ratio[1, 2] = 1.3
+    r["runs"]["lr_over_bound"] = ratio
+    rows = fig7.claims(r)
+    assert rows[0].holds == UNSTABLE and "η above 2/λ_max(θ_s) at step" in rows[0].measured
+    assert rows[2].holds == "no"  # the sharpness row agrees
+
+
 def test_claims_not_applicable():
-    assert [r.holds for r in fig7.claims(_results([0.5, 0.52], [0.1, 0.1]))] == ["yes", NA, "yes"]  # not 'paper'
+    assert [r.holds for r in fig7.claims(_results([0.5, 0.52], [0.1, 0.1]))] == ["yes", NA, NA, "yes"]  # not 'paper'
     assert fig7.claims(_results([float("nan")] * 2, [float("nan")] * 2))[0].holds == NA  # K = 1 never moved
     rows = fig7.claims(_results(1.0, 1.0, K=(1,)))
     assert [r.holds for r in rows] == [NA, "yes"] and rows[0].claim == "fig7: large K against K = 1"
