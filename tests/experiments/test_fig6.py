@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from _toy import FakeSweep, fake_cifar, fake_history, null_model
 
-from iterlin.claims import NA, UNDECIDED
+from iterlin.claims import NA, UNDECIDED, UNSTABLE
 from iterlin.experiments import _common, fig6, resolve
 from iterlin.experiments.fig6 import probe_size, probe_table
 
@@ -21,7 +21,8 @@ def test_config():
 
 
 def test_fig6_probes_tiny_two_seeds(tiny_cifar):
-    config = resolve("fig6", K=2, steps=2, batch_size=8, n_train=16, n_test=8, n_probe=10, n_evals=1, n_seeds=2)
+    config = resolve("fig6", K=2, steps=2, batch_size=8, n_train=16, n_test=8, n_probe=10, n_evals=1, n_seeds=2,
+                     n_sharpness=8, sharpness_every=1)
     r = fig6.compute(config, tiny_cifar)
     h = r["runs"]
     assert h["step"].tolist() == [0, 2] and h["K"].tolist() == [1.0, 2.0, 1.0, 2.0]
@@ -34,7 +35,9 @@ def test_fig6_probes_tiny_two_seeds(tiny_cifar):
     assert acc[0, 0] == acc[1, 0] and acc[2, 0] == acc[3, 0]  # the runs of one seed share θ_0
     assert int(r["n_probe"]) == 10 and int(r["n_test"]) == 8
     rows = fig6.claims({**r, "config": config})
-    assert len(rows) == 7 and rows[-1].claim == "every run stays finite (no NaN or exploding loss)"
+    assert np.asarray(h["lr_over_bound"]).shape == (4, 2) and np.all(np.isfinite(h["lr_over_bound"]))
+    assert len(rows) == 8 and rows[-1].claim == "every run stays finite (no NaN or exploding loss)"
+    assert rows[-2].claim.startswith("the linear model stays stable") and rows[-2].holds != NA
     assert "2 seeds" in rows[0].measured
 
 
@@ -63,10 +66,13 @@ def test_scales_fit_the_installed_subset(scale):
 
 def test_load_refuses_more_probe_images_than_loaded(monkeypatch):
     monkeypatch.setattr("iterlin.experiments._common.load_cifar10", lambda n, n_test: fake_cifar(n, n_test))
-    config = resolve("fig6", n_train=16, n_test=8, batch_size=8, n_probe=17)
+    config = resolve("fig6", n_train=16, n_test=8, batch_size=8, n_probe=17, n_sharpness=16)
     with pytest.raises(ValueError, match="n_probe=17 is not allowed: n_probe must be <= n_train=16"):
         fig6.EXPERIMENT.load(config)
-    assert fig6.load(resolve("fig6", n_train=16, n_test=8, batch_size=8, n_probe=16)).x_train.shape[0] == 16
+    with pytest.raises(ValueError, match="n_sharpness=17 is not allowed: n_sharpness must be <= n_train=16"):
+        fig6.load(resolve("fig6", n_train=16, n_test=8, batch_size=8, n_probe=16, n_sharpness=17))
+    config = resolve("fig6", n_train=16, n_test=8, batch_size=8, n_probe=16, n_sharpness=16)
+    assert fig6.load(config).x_train.shape[0] == 16
 
 
 def test_compute_fits_the_probes_on_the_derived_number(monkeypatch):
@@ -116,7 +122,7 @@ def _results(k1, large, *, n_test=1000, K=(1, 8), diverged=None):
 
 def test_claims_hold_when_large_K_lags():
     rows = fig6.claims(_results([0.2, 0.5, 0.6], [0.2, 0.3, 0.4]))
-    assert [r.holds for r in rows] == ["yes"] * 7
+    assert [r.holds for r in rows] == ["yes"] * 6 + [NA, "yes"]  # no sharpness record in these histories
     assert [r.claim for r in rows[:3]] == ["layer1: the features' linear separability improves over training (K = 1)",
                                            "layer1: large-K features improve slower",
                                            "layer1: large-K features level off lower"]
@@ -126,7 +132,7 @@ def test_claims_hold_when_large_K_lags():
 
 def test_claims_fail_when_large_K_does_not_lag():
     rows = fig6.claims(_results([0.2, 0.3, 0.4], [0.2, 0.5, 0.6]))
-    assert [r.holds for r in rows] == ["yes", "no", "no"] * 2 + ["yes"]
+    assert [r.holds for r in rows] == ["yes", "no", "no"] * 2 + [NA, "yes"]
     # slower but not lower: improves slower holds, levels off lower is undecided (Δ = 0)
     rows = fig6.claims(_results([0.2, 0.5, 0.5], [0.2, 0.3, 0.5]))
     assert [r.holds for r in rows[:3]] == ["yes", "yes", UNDECIDED]
@@ -157,14 +163,27 @@ def test_runs_are_found_by_K_not_by_position():
     """The same runs listed large K first: the verdicts do not change."""
     a = fig6.claims(_results([0.2, 0.5, 0.6], [0.2, 0.3, 0.4], K=(1, 8)))
     b = fig6.claims(_results([0.2, 0.5, 0.6], [0.2, 0.3, 0.4], K=(8, 1)))
-    assert [r.holds for r in a] == [r.holds for r in b] == ["yes"] * 7
+    assert [r.holds for r in a] == [r.holds for r in b] == ["yes"] * 6 + [NA, "yes"]
     assert [r.measured for r in a] == [r.measured for r in b]
 
 
 def test_a_diverged_run_is_not_compared():
+    # the large K diverged: its linear model was unstable, and the comparisons say so
     rows = fig6.claims(_results([0.2, 0.5, 0.6], [0.2, 0.3, 0.4], diverged=[False, True]))
-    assert [r.holds for r in rows] == ["yes", NA, NA] * 2 + ["no"]
+    assert [r.holds for r in rows] == ["yes", UNSTABLE, UNSTABLE] * 2 + [NA, "no"]
     assert rows[-1].measured == "diverged: K=8, lr=0.05 at step 3"
+    assert rows[1].measured.endswith("; unstable: K=8 seed 0 diverged at step 3")
+    # K = 1 diverged: its probes read a frozen state, so nothing is compared
+    rows = fig6.claims(_results([0.2, 0.5, 0.6], [0.2, 0.3, 0.4], diverged=[True, False]))
+    assert [r.holds for r in rows] == [NA] * 6 + [NA, "no"]
+
+
+def test_eta_above_the_bound_makes_the_comparison_unstable():
+    r = _results([0.2, 0.5, 0.6], [0.2, 0.3, 0.4])
+    r["runs"]["lr_over_bound"] = np.array([[0.1, 0.2, 0.9], [0.1, 0.2, 1.4]])  # the large K crossed at step 24
+    rows = fig6.claims(r)
+    assert [r.holds for r in rows] == ["yes", UNSTABLE, UNSTABLE] * 2 + ["no", "yes"]
+    assert "η above 2/λ_max(θ_s) at step 24" in rows[1].measured
 
 
 def test_only_K1_run():
