@@ -133,7 +133,7 @@ ref = reference.show("fig1", fig1.plot, table=False)
 # parameter moves: the Gauss–Newton end.
 #
 # **How the claims are judged.** Every comparison between runs is paired by seed (the runs of one
-# seed share their initialisation) and decided on the 2 s.e. interval of the mean difference over
+# seed share their initialisation) and decided on the 95 % Student's t interval of the mean difference over
 # seeds: "on par" when the interval lies inside the tolerance, "worse" when it excludes 0,
 # undecided otherwise (always with one seed). The row "damping plays the role of $K \approx 1/(\lambda\eta)$"
 # pairs each damped run with the $K$ nearest $1/(\lambda\eta)$ and holds only when the data also

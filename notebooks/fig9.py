@@ -92,7 +92,7 @@ ref = reference.show("fig9", fig9.plot, table=False)
 # grid, not a comparison of its two ends: the least-squares slope of the per-$\lambda$ mean over the
 # kept seeds against $\log_{10}\lambda$ ($\lambda = 0$ one decade left of the smallest $\lambda > 0$, as
 # drawn), with a standard error from the seed-to-seed spread (`iterlin.experiments.fig9.trend`). It
-# holds when the slope's 2 s.e. interval lies below 0, fails when it lies above, and is undecided
+# holds when the slope's 95 % t interval lies below 0, fails when it lies above, and is undecided
 # otherwise; the steps of the grid where the mean rises are listed. "More consistent" uses each
 # run's distance to its $\lambda$'s median test RMSE; "smoother" the logarithm of the slope variation
 # (the total variation of $f'$ on the test grid, $\sum_i |s_{i+1} - s_i|$ with $s_i$ the slopes between

@@ -82,7 +82,7 @@ ref = reference.show("gn", gn.plot, table=False)
 # one program. Scored by the final test accuracy of the network (the linear model for $K = \infty$).
 #
 # **The claim.** Per large $K$: "$K$ ends on par with damped Gauss–Newton at $\lambda = B/(K\eta)$",
-# by the shared noise rule: the 2 s.e. interval of the difference (Gauss–Newton minus $K$, paired
+# by the shared noise rule: the 95 % t interval of the difference (Gauss–Newton minus $K$, paired
 # over seeds and test images) inside ±2 points is "yes", wholly outside "no", else "undecided"; a
 # diverged run is "no".
 #

@@ -109,8 +109,8 @@ ref = reference.show("ntk", ntk.plot, table=False)
 # Shared details: CNN of Appendix C, Flax default initialisation, softmax cross-entropy on the
 # linearised logits, plain SGD, no augmentation; the runs of one seed start from the same
 # initialisation and see the same batches. Kernels are exact (per-example Jacobians,
-# `iterlin.ntk.empirical_ntk`). The claim that the kernel moves is decided on the 2
-# standard-error interval over seeds; that the linear model's kernel is exactly fixed between
+# `iterlin.ntk.empirical_ntk`). The claim that the kernel moves is decided on the 95 %
+# Student's t interval over seeds; that the linear model's kernel is exactly fixed between
 # re-linearisations and moves at each one holds by construction, and is listed apart as a
 # consistency check.
 #
