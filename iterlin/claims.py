@@ -832,14 +832,16 @@ def unstable_among(h: Mapping, runs) -> list[str]:
     return [why for i, why in unstable_runs(h).items() if i in chosen]
 
 
-def sharpness_claim(h: Mapping, fraction: float = STABLE_FRACTION) -> Claim:
+def sharpness_claim(h: Mapping, fraction: float = STABLE_FRACTION, *, panel: str = "") -> Claim:
     """Whether η stayed under ``fraction`` of the linear model's bound 2/λ_max(θ_s) at every point
     the history records it (``lr_over_bound`` (R, E), :func:`iterlin.stability.sharpness_recorder`)
     along every run with K > 1, whose linear model is trained for K steps (K = 1 re-linearises
     every step: its record, the network's own sharpness, is reported beside it, not judged). The
-    largest η·λ_max/2 of each group with its run and step; n/a without a record of a K > 1 run."""
+    largest η·λ_max/2 of each group with its run and step; n/a without a record of a K > 1 run.
+    ``panel``: the claim starts ``"<panel>: "`` (a figure with several sweeps, e.g. Fig. 2's)."""
     ratio = np.asarray(h.get("lr_over_bound", ()), np.float64)
-    claim = f"the linear model stays stable: η under {fraction:.2g} of 2/λ_max(θ_s) along every large-K run"
+    claim = (f"{panel}: " if panel else "") + (
+        f"the linear model stays stable: η under {fraction:.2g} of 2/λ_max(θ_s) along every large-K run")
     rule = (f"'yes' when η·λ_max/2 ≤ {fraction:.2g} at every record of every run with K > 1 (λ_max of the linear "
             "model's Hessian on a fixed training subset, by power iteration); above 1 the linearisation diverges")
     K = np.asarray(h["K"], np.float64)

@@ -178,6 +178,17 @@ def _count(minimum: int, none_ok: bool, maximum: int, why: str) -> Callable:
     return validator
 
 
+def _optional_count(value: Any, name: str) -> int | None:
+    """A count of training images in [1, :data:`MAX_TRAIN`], or None / ``"none"`` for none."""
+    if value is None or (isinstance(value, str) and value.strip().lower() == "none"):
+        return None
+    try:
+        return check_int(value, name, minimum=1, maximum=MAX_TRAIN)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}={value!r} is not allowed: {name} must be an integer in [1, {MAX_TRAIN}] "
+                         "(CIFAR-10 has 50000 training images), or None / 'none' for none") from None
+
+
 def _int(minimum: int, maximum: int, why: str) -> Callable:
     """A single integer in [minimum, maximum]; ``why`` (the reason for the bound) goes into the message."""
     return _scalar(lambda v, n: check_int(v, n, minimum=minimum, maximum=maximum, why=why))
@@ -259,10 +270,13 @@ VALIDATORS: dict[str, Callable[[Any, str, Any], Any]] = {
     "augment_bn": _bool,
     "bn_mode": _scalar(lambda v, n: check_choice(v, n, ("batch", "frozen"))),
     "n_probe": _count(1, True, MAX_TRAIN, "CIFAR-10 has 50000 training images"),
-    # the learning-rate sweep (iterlin.experiments.lr): the stability bound 2/λ_max at θ_0
+    # Fig. 5: training images held out to choose each run's early-stopping point (None, or "none":
+    # none, the paper's "optimal" early stopping on the test set)
+    "n_val": _scalar(_optional_count),
+    # the linear model's sharpness (iterlin.stability): λ_max on the first n_sharpness training images
     "n_sharpness": _count(1, False, MAX_TRAIN, "CIFAR-10 has 50000 training images"),
     "sharpness_iters": _int(1, MAX_STEPS, "it is a number of power-iteration steps, and step counters are int32"),
-    # Fig. 3 and the learning-rate sweep: λ_max recorded along training every this many steps
+    # λ_max recorded along training every this many steps (Figs. 2, 3, 6, 7, ksweep, lr)
     "sharpness_every": _int(1, MAX_STEPS, _STEPS_WHY),
     # when to re-linearise (iterlin.experiments.adaptive): the adaptive policy's tolerances
     "tol": _v_tol,

@@ -34,6 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .jacobian import eigh_psd
+from .linearise import linearised_apply
 from .precision import matmul
 from .tree import tree_index
 from .validate import check_int, check_positive, check_xy
@@ -46,6 +47,7 @@ __all__ = [
     "first_layer_filters",
     "filter_tracker",
     "filters_to_image",
+    "heldout_tracker",
 ]
 
 #: The ridge penalties tried by default (1e-4, 1e-3, ..., 1e2).
@@ -322,6 +324,48 @@ def filter_tracker(get_filters: Callable = first_layer_filters, *, n: int = 3, p
                          np.stack([first_n(get_filters(run(params0, r)), "get_filters(params0)") for r in range(runs)]))
         delta = w - mem["w0"]
         return {"filters_delta": delta if sweep else delta[0]}
+
+    return callback
+
+
+def heldout_tracker(apply_fn: Callable, x, y, *, batch_size: int = 1000) -> Callable:
+    """A ``callback`` for :func:`~iterlin.training.fit` scoring every run on held-out images, for
+    early stopping chosen without the test set (Fig. 5).
+
+    At each evaluation point, for θ_t = ``state.params`` and θ_s = ``state.params_s``: the accuracy
+    on ``(x, y)`` (N held-out examples, integer labels) of the network f(θ_t) and of the current
+    linear model f_lin_s(θ_t) = f(θ_s) + J(θ_s)(θ_t − θ_s) (for K = ∞, θ_s = θ_0: the fixed-NTK
+    model). History keys ``net_val_acc`` and ``lin_val_acc``: floats for one run, (R,) for a sweep,
+    stacked over evaluation points by ``fit``. A diverged run is scored at its frozen state, as every
+    tracker. ``batch_size``: examples per compiled forward pass (the last chunk padded and masked).
+    """
+    check_xy(x, y)
+    batch_size = check_int(batch_size, "batch_size", minimum=1)
+    x, y = jnp.asarray(x), jnp.asarray(y)
+    n = int(x.shape[0])
+    bs = min(batch_size, n)
+    nb = -(-n // bs)
+    idx = np.minimum(np.arange(nb * bs), n - 1).reshape(nb, bs)
+    mask = jnp.asarray((np.arange(nb * bs) < n).reshape(nb, bs))
+
+    @jax.jit
+    def correct(params, params_s, xb, yb, mb):
+        net = jnp.argmax(apply_fn(params, xb), axis=-1) == yb
+        lin = jnp.argmax(linearised_apply(apply_fn, params_s, params, xb), axis=-1) == yb
+        return jnp.sum(net & mb), jnp.sum(lin & mb)
+
+    def score(params, params_s):
+        counts = np.zeros(2)
+        for i in range(nb):
+            counts += np.asarray(correct(params, params_s, x[idx[i]], y[idx[i]], mask[i]), np.float64)
+        return counts / n
+
+    def callback(step, state):
+        sweep, runs, run = _runs(state)
+        acc = np.stack([score(run(state.params, r), run(state.params_s, r)) for r in range(runs)])  # (R, 2)
+        if not sweep:
+            return {"net_val_acc": float(acc[0, 0]), "lin_val_acc": float(acc[0, 1])}
+        return {"net_val_acc": acc[:, 0], "lin_val_acc": acc[:, 1]}
 
     return callback
 

@@ -18,7 +18,7 @@
 # # Figure 2: iterative linearisation for several K, full batch and mini-batch
 
 # %% tags=["parameters", "hide-cell"]
-scale = "smoke"  # "smoke" (CPU, minutes), "cpu" (CPU, ~45 min), "gpu" (one H100, ~10 min), "paper" (the paper's settings)
+scale = "smoke"  # "smoke" (CPU, minutes), "cpu" (CPU, ~1.5 h), "gpu" (one H100), "paper" (the paper's settings)
 K = None  # full-batch periods: a list, or one K meaning the sweep [1, K] (K 1 is always kept); inf: never
 lr = None  # full-batch learning rate (the mini-batch runs use lr / factor)
 steps = None  # full-batch steps (the mini-batch runs make steps * factor)
@@ -75,28 +75,26 @@ ref = reference.show("fig2", fig2.plot, table=False)
 #   for $K \in \{1, 8, \infty\}$. The paper's learning rates would show nothing in so few steps.
 #   So few images and steps leave every run near chance level: this scale checks that the pipeline
 #   works; it does not reproduce the figure.
-# * `cpu` (the reference run, shown at the top of this page; about 45 minutes of a 2-core CPU):
-#   a full-batch step is a pass over its training set, so the full-batch panel uses the first
-#   1,024 installed training images (`n_train_full`; all 4,660 would allow only a handful of
-#   steps) and the mini-batch panel all of them; every test image; 2 seeds; full batch: 100
-#   steps at 0.03 for $K \in \{1, 10, \infty\}$ (below the linear model's stability bound
-#   $2/\lambda_{\max} \approx 0.054$ at initialisation; 0.1 is above it); mini-batch: `factor` 3,
-#   batches of 128, 300 steps at 0.01 for $K \in \{1, 30, \infty\}$. The two panels train on
-#   different sets here, so the right panel compares the same gradient-flow time
-#   (learning rate × steps), not the same objective. 100 full-batch steps on 1,024 images leave
-#   full-batch $K = 1$ far below the paper's accuracy (more would take hours of this CPU). The
-#   committed run took 70 minutes (4,242 s, with other jobs beside it). What it shows: $K = 1$
-#   reaches 31.6 % (full batch) and 37.8 % (mini-batch); full-batch $K = 10$ tracks it for 40
-#   steps, then its training loss explodes (to 500–80,000 by step 100, finite) and it ends at
-#   chance, and mini-batch $K = 30$ ends 7 points behind. The rates here are 30–100 times the
-#   paper's, and the network sharpens as it trains: the bound $2/\lambda_{\max}$ that the linear
-#   model at $\theta_s$ needs falls below the rate, which gradient descent itself survives (it
-#   trains at the edge of stability) but $K$ steps on a fixed linear model do not. The paper's
-#   claim is made at rates far below this bound; the learning-rate notebook (`lr`) measures the
-#   same effect.
-# * `gpu` (one H100, about ten minutes by a FLOP estimate, not measured): every installed image,
-#   3 seeds, $K \in \{1, 5, 20, 50, \infty\}$, 100 full-batch steps at 0.05 and, with `factor`
-#   10, 1000 mini-batch steps of 256 at 0.005.
+# * `cpu` (the reference run's scale; about an hour and a half of a 2-core CPU): where the linear
+#   model stays stable (Figure 3's page says why: a network trained at rate $\eta$ sharpens until
+#   $\lambda_{\max}$ nears $2/\eta$, and a fixed linearisation cannot follow it there). Mini-batch:
+#   Figure 3's setting without augmentation, the first 1,000 training images, batches of 100 at
+#   learning rate 0.002 for 1,600 steps, $K \in \{1, 160\}$ (10 re-linearisations). Full batch:
+#   `factor` 2, so 800 steps at 0.004 for $K \in \{1, 80\}$, on the first 250 of those images
+#   (`n_train_full`: a full-batch step over all 1,000 would cost ten mini-batch steps, and fewer
+#   images are fitted sooner, so their curvature stops rising). Every test image, 3 seeds, 21
+#   evaluations per run, and $\lambda_{\max}$ of the linear model's curvature on the 250
+#   full-batch images at every re-linearisation of each panel, drawn below the accuracies as the
+#   bound $2/\lambda_{\max}(\theta_s)$ beside $\eta$. The two panels train on different sets, so
+#   the right panel compares the same gradient-flow time (learning rate × steps), not the same
+#   objective. Until that run is committed, the reference run above is the earlier `cpu` setting
+#   (every image, mini-batch at 0.01 with $K = 30$, full batch on 1,024 images at 0.03 with
+#   $K = 10$, 2 seeds, no sharpness record): there $K = 1$ reached 31.6 % (full batch) and
+#   37.8 % (mini-batch), the full-batch $K = 10$ run's loss exploded after 40 steps, and the
+#   mini-batch $K = 30$ ended 7 points behind, a run at rates close to the bound that the
+#   learning-rate notebook (`lr`) shows large $K$ failing at.
+# * `gpu` (one H100; not measured: no GPU was lent when this was written): the `cpu` setting with
+#   8 seeds, and $K = 8$ (100 re-linearisations) and $K = \infty$ beside.
 # * `paper`: learning rates 1e-3 / 1e-4, batches of 256, `factor` 10 (the paper's); the paper's
 #   $K$ values and step counts are not in its text: we use $K \in \{1, 10^2, 10^3, 10^4, \infty\}$
 #   and $10^5$ full-batch steps.

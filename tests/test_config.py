@@ -188,6 +188,17 @@ def test_describe():
     assert describe({"K": [1, math.inf], "lr": 0.001, "n": None}) == "K=[1, inf], lr=0.001, n=None"
 
 
+def test_held_out_images_or_none():
+    """n_val (Fig. 5's early stopping): a count, or None / "none" for none ("all" is no count of
+    held-out images: refused with the others, naming what is allowed)."""
+    held = {s: {**v, "n_val": 32} for s, v in SWEEP.items()}
+    assert r(dict(n_val="none"), scales=held)["n_val"] is None
+    assert r(dict(n_val=100.0), scales=held)["n_val"] == 100 and r(scales=held)["n_val"] == 32
+    for bad in (0, "all", True, 2.5, 50_001):
+        with pytest.raises(ValueError, match=rf"n_val={bad!r} is not allowed: .* or None / 'none' for none"):
+            r(dict(n_val=bad), scales=held)
+
+
 def test_all_images():
     assert r(dict(n_train="all"))["n_train"] is None
     assert r(dict(n_train="all"), scales=SIZES, expand={"n_train": halvings})["n_train"] == [None]

@@ -17,6 +17,7 @@ from iterlin.probes import (
     filters_to_image,
     first_layer_filters,
     fit_linear_probe,
+    heldout_tracker,
     probe_tracker,
 )
 from iterlin.tree import tree_stack
@@ -177,3 +178,33 @@ def test_tracker_arguments_are_checked(cnn_problem):
         filter_tracker("conv1")
     with pytest.raises(ValueError, match="n=9"):
         filter_tracker(n=9)(0, SimpleNamespace(step=np.int32(0), params=params))
+
+
+def test_heldout_tracker_equals_the_loop_s_own_evaluation():
+    """Two routes to one number: the tracker scoring (x_val, y_val) at every evaluation point equals
+    fit's own evaluation of the network and of the current linear model given the same images as
+    its test split, run by run of a sweep over K (K = 1, 3, ∞: the linear model at θ_s, θ_0 for ∞),
+    with a chunk size that does not divide N (the padding is masked)."""
+    from _toy import tiny_problem
+
+    apply_fn, params, x, y = tiny_problem(n=40)
+    x_tr, y_tr, x_val, y_val = x[:24], y[:24], x[24:], y[24:]
+    _, h = iterlin.train_sweep(apply_fn, tree_stack([params] * 3), (x_tr, y_tr), K=[1, 3, float("inf")], steps=9,
+                               optimizer=optax.sgd(0.5), batch_size=8, eval_data=(x_val, y_val), eval_every=3,
+                               callback=heldout_tracker(apply_fn, x_val, y_val, batch_size=5))
+    assert np.asarray(h["net_val_acc"]).shape == (3, 4)
+    np.testing.assert_allclose(h["net_val_acc"], h["net_test_acc"], atol=1e-6)
+    np.testing.assert_allclose(h["lin_val_acc"], h["lin_test_acc"], atol=1e-6)
+    assert not np.allclose(h["lin_val_acc"][2], h["net_val_acc"][2])  # K = ∞: the linear model is not the network
+
+
+def test_heldout_tracker_arguments_are_checked():
+    from _toy import tiny_problem
+
+    apply_fn, params, x, y = tiny_problem(n=8)
+    with pytest.raises(ValueError, match="batch_size=0 is not allowed"):
+        heldout_tracker(apply_fn, x, y, batch_size=0)
+    with pytest.raises(ValueError):
+        heldout_tracker(apply_fn, x, y[:7])
+    single = heldout_tracker(apply_fn, x, y)(0, SimpleNamespace(step=np.int32(0), params=params, params_s=params))
+    assert set(single) == {"net_val_acc", "lin_val_acc"} and single["net_val_acc"] == single["lin_val_acc"]

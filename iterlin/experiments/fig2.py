@@ -12,8 +12,10 @@ costs as much as 36 mini-batch steps of 128).
 
 Config keys: ``K`` (list, full-batch periods), ``lr`` (full-batch rate), ``steps`` (full-batch
 steps), ``factor``, ``batch_size`` (mini-batch size of the centre panel), ``n_train``,
-``n_train_full``, ``n_test``, ``seed``, ``n_seeds``, ``n_evals``, ``n_eval_train``. Conventions:
-:mod:`iterlin.experiments._common`.
+``n_train_full``, ``n_test``, ``seed``, ``n_seeds``, ``n_evals``, ``n_eval_train``,
+``n_sharpness``, ``sharpness_iters``, ``sharpness_every`` (the sharpness record of each panel,
+:func:`~iterlin.experiments._common.sharpness_callback`; the mini-batch panel's every
+``sharpness_every × factor`` steps). Conventions: :mod:`iterlin.experiments._common`.
 """
 
 from __future__ import annotations
@@ -24,10 +26,11 @@ from typing import Mapping
 import matplotlib.pyplot as plt
 import numpy as np
 
-from ..claims import Claim, divergence_claim, on_par_claim
+from ..claims import Claim, divergence_claim, on_par_claim, sharpness_claim
 from ..data import Dataset
-from ..plotting import legend, panels, plot_sweep
-from ._common import Experiment, checkpoint_path, cnn_sweep, load_data
+from ..plotting import legend, panels, plot_bound, plot_sweep
+from ..stability import bound_record
+from ._common import Experiment, check_sharpness, checkpoint_path, cnn_sweep, load_data, sharpness_callback
 
 __all__ = ["SCALES", "EXPERIMENT", "load", "compute", "claims", "minibatch_periods", "full_batch_data", "plot"]
 
@@ -36,36 +39,45 @@ INF = math.inf
 SCALES = {
     "smoke": dict(
         K=[1, 4, INF], lr=0.05, steps=8, factor=2, batch_size=32, n_train=128, n_train_full=None, n_test=150,
-        seed=0, n_seeds=1, n_evals=4, n_eval_train=None,
+        seed=0, n_seeds=1, n_evals=4, n_eval_train=None, n_sharpness=32, sharpness_iters=10, sharpness_every=4,
     ),
-    # cpu: a full-batch step is a pass over its training set, so the full-batch panel uses 1,024
-    # of the installed images (n_train_full) and the mini-batch panel all of them (4,660 with the
-    # shared subset), every test image, 2 seeds × K in {1, 10, ∞}. Full batch: 100 steps at 0.03
-    # (below the linear model's stability bound 2/λ_max ≈ 0.054 at θ_0, iterlin.stability);
-    # mini-batch: factor 3, so 300 steps of 128 at 0.01 with K in {1, 30, ∞} (the ksweep and lr
-    # runs' setting, where K = 1 passes 35 %). Measured on this 2-core CPU: 2.2 ms per image for
-    # a plain step, 3.2 ms linearised, so ESTIMATE ≈ 2 × (225 + 2 × 330) s full batch + 2 × (85 +
-    # 2 × 125) s mini-batch ≈ 40 min, plus 6 evaluations of each run. Measured (results/fig2):
-    # 4,242 s with other jobs beside it; K = 1 31.6 % / 37.8 %, large K's loss exploded.
+    # cpu: where the linear model stays stable (issue 25; Fig. 3's cpu scale says why a network at
+    # rate η sharpens towards 2/η, which a fixed linearisation cannot follow). Mini-batch: Fig. 3's
+    # setting without augmentation, 1,000 training images, batches of 100 at lr 0.002 for 1,600
+    # steps, K = 160 (10 re-linearisations). Full batch: factor 2, so lr 0.004 for 800 steps,
+    # K = 80, on the first 250 of those images (n_train_full: a full-batch step over all 1,000 would
+    # cost 10 mini-batch steps, and fewer images are fitted sooner, so their curvature stops
+    # rising). Every test image, 3 seeds; λ_max of the linear model's curvature on the 250
+    # full-batch images at every re-linearisation of each panel (every 80 / 160 steps); 21
+    # evaluations per run. The earlier cpu scale (every image at lr 0.01 mini-batch, 1,024 at 0.03
+    # full batch, 2 seeds) put η near the bound: its large-K runs blew up after a few blocks.
     "cpu": dict(
-        K=[1, 10, INF], lr=0.03, steps=100, factor=3, batch_size=128, n_train=None, n_train_full=1024,
-        n_test=None, seed=0, n_seeds=2, n_evals=5, n_eval_train=500,
+        K=[1, 80], lr=0.004, steps=800, factor=2, batch_size=100, n_train=1000, n_train_full=250,
+        n_test=None, seed=0, n_seeds=3, n_evals=20, n_eval_train=None, n_sharpness=250, sharpness_iters=30,
+        sharpness_every=80,
     ),
-    # gpu: an ESTIMATE (no GPU measured): ~0.17 GFLOP per image per linearised step; 3 seeds × 5 runs
-    # × 100 full-batch steps × every installed image, plus the mini-batch panel.
+    # gpu: NOT MEASURED on a GPU. The cpu setting with 8 seeds and K = 8 and ∞ beside.
     "gpu": dict(
-        K=[1, 5, 20, 50, INF], lr=0.05, steps=100, factor=10, batch_size=256, n_train=None,
-        n_train_full=None, n_test=None, seed=0, n_seeds=3, n_evals=20, n_eval_train=5000,
+        K=[1, 8, 80, INF], lr=0.004, steps=800, factor=2, batch_size=100, n_train=1000, n_train_full=250,
+        n_test=None, seed=0, n_seeds=8, n_evals=20, n_eval_train=None, n_sharpness=250, sharpness_iters=30,
+        sharpness_every=80,
     ),
     # paper: lr 1e-3 full batch, 1e-4 mini-batch of 256, K x 10 (the paper); the K values and
     # T are ours (the paper's legend and step counts are not in the text).
     "paper": dict(
         K=[1, 100, 1000, 10_000, INF], lr=1e-3, steps=100_000, factor=10, batch_size=256,
         n_train=50_000, n_train_full=None, n_test=10_000, seed=0, n_seeds=3, n_evals=100, n_eval_train=10_000,
+        n_sharpness=1000, sharpness_iters=30, sharpness_every=1000,
     ),
 }
 
-load = load_data
+def load(config: Mapping) -> Dataset:
+    """CIFAR-10 as :func:`~iterlin.experiments._common.load_data`, and ``n_sharpness`` checked
+    against the full-batch panel's images (:func:`full_batch_data`: λ_max is measured on the first
+    ones, the same for both panels)."""
+    data = load_data(config)
+    check_sharpness(config, full_batch_data(config, data))
+    return data
 
 
 def minibatch_periods(K, factor: int) -> list:
@@ -82,30 +94,42 @@ def full_batch_data(config: Mapping, data: Dataset) -> Dataset:
     return data._replace(x_train=data.x_train[:n], y_train=data.y_train[:n])
 
 
+def _mini_config(config: Mapping) -> dict:
+    """The mini-batch panel's view of ``config`` for its sharpness record: λ_max every
+    ``sharpness_every × factor`` steps (its periods are ``factor`` times longer)."""
+    return {**config, "sharpness_every": config["sharpness_every"] * config["factor"]}
+
+
 def compute(config: Mapping, data: Dataset, *, checkpoint_dir=None, progress: bool = False) -> dict:
     """Results: ``"full"`` and ``"mini"``, each a :func:`~iterlin.experiments._common.sweep`
-    history (``K`` holds that panel's periods); ``"n_test"``; ``"n_train"`` (training images of
-    each panel, (2,): full batch, mini-batch). Plot ``mini`` against ``step / factor``."""
+    history (``K`` holds that panel's periods) with the sharpness record ``sharpness`` and
+    ``lr_over_bound`` (λ_max on the first ``n_sharpness`` training images, the same images for
+    both panels); ``"n_test"``; ``"n_train"`` (training images of each panel, (2,): full batch,
+    mini-batch). Plot ``mini`` against ``step / factor``."""
     f = config["factor"]
     full_data = full_batch_data(config, data)
-    full = cnn_sweep(config, full_data, batch_size=None, checkpoint=checkpoint_path(checkpoint_dir, "full"),
-                     progress=progress)
+    full = cnn_sweep(config, full_data, batch_size=None, callback=sharpness_callback(config, full_data, config["lr"]),
+                     checkpoint=checkpoint_path(checkpoint_dir, "full"), progress=progress)
     mini = cnn_sweep(config, data, K=minibatch_periods(config["K"], f), lr=config["lr"] / f,
-                     steps=config["steps"] * f, checkpoint=checkpoint_path(checkpoint_dir, "mini"),
-                     progress=progress)
+                     steps=config["steps"] * f,
+                     callback=sharpness_callback(_mini_config(config), data, config["lr"] / f),
+                     checkpoint=checkpoint_path(checkpoint_dir, "mini"), progress=progress)
     return {"full": full, "mini": mini, "n_test": np.asarray(data.x_test.shape[0]),
             "n_train": np.asarray([full_data.x_train.shape[0], data.x_train.shape[0]])}
 
 
 def claims(results: Mapping) -> list[Claim]:
-    """Large K on par with K = 1, full batch and mini-batch; divergence."""
+    """Large K on par with K = 1, full batch and mini-batch (``"no (unstable)"`` where the large
+    K's linear model was unstable); whether each panel's linear model stayed under its bound;
+    divergence."""
     n = int(results["n_test"])
+    full, mini = results["full"], results["mini"]
     return [
-        on_par_claim("full batch: large K performs on par with K = 1", "on par (Fig. 2 left)", results["full"],
-                     n_test=n),
-        on_par_claim("mini-batch: large K performs on par with K = 1", "on par (Fig. 2 centre)", results["mini"],
-                     n_test=n),
-        divergence_claim({"full batch": results["full"], "mini-batch": results["mini"]}),
+        on_par_claim("full batch: large K performs on par with K = 1", "on par (Fig. 2 left)", full, n_test=n),
+        on_par_claim("mini-batch: large K performs on par with K = 1", "on par (Fig. 2 centre)", mini, n_test=n),
+        sharpness_claim(full, panel="full batch"),
+        sharpness_claim(mini, panel="mini-batch"),
+        divergence_claim({"full batch": full, "mini-batch": mini}),
     ]
 
 
@@ -119,23 +143,36 @@ EXPERIMENT = Experiment("fig2", SCALES, load, compute, claims, __name__)
 def plot(results):
     """Network test accuracy over training, one line per K (the mini-batch K > 1 are ``factor``
     times the full-batch ones), the mean over seeds ± one standard error; a cross marks a run that
-    diverged (its curve stays at its last finite state)."""
+    diverged (its curve stays at its last finite state). Below (when the runs recorded it): each
+    panel's bound 2/λ_max(θ_s) of the linear model along every run, each seed a line; dashed the
+    panel's rate η, dotted 3η; a cross where a large-K run's linear model's loss rose inside a block."""
     c = results["config"]
     f = c["factor"]
     full, mini = results["full"], results["mini"]
-    fig, axes = panels(3, panel_size=(5, 4), sharey=True, suptitle=f"CNN on CIFAR-10 ({c['scale']} scale)")
+    recorded = "lr_over_bound" in full and "lr_over_bound" in mini
+    fig, axes = panels(3, 2 if recorded else 1, panel_size=(5, 4), squeeze=False,
+                       suptitle=f"CNN on CIFAR-10 ({c['scale']} scale)")
+    top = axes[0]
+    for ax in top[1:]:
+        ax.sharey(top[0])
     series = [
-        (axes[0], full, "full batch", {}),
-        (axes[1], mini, f"mini-batch ({c['batch_size']})", {}),
-        (axes[2], full, "full batch", {}),
-        (axes[2], mini, "mini-batch", dict(step_scale=1 / f, linestyle=":")),  # against step / factor
+        (top[0], full, "full batch", {}),
+        (top[1], mini, f"mini-batch ({c['batch_size']})", {}),
+        (top[2], full, "full batch", {}),
+        (top[2], mini, "mini-batch", dict(step_scale=1 / f, linestyle=":")),  # against step / factor
     ]
     for ax, h, name, style in series:
         plot_sweep(ax, h, "net_test_acc", label=name + ", K = {K}", diverged_label=None, **style)
     n_full, n_mini = results["n_train"]
-    axes[0].set(title=f"full batch ({n_full} images), lr {c['lr']:g}", xlabel="step", ylabel="test accuracy (%)")
-    axes[1].set(title=f"mini-batch ({n_mini} images), lr {c['lr'] / f:g}, K × {f}", xlabel="step")
-    axes[2].set(title=f"comparison (mini-batch steps ÷ {f})", xlabel="full-batch step")
-    for ax in axes:
+    top[0].set(title=f"full batch ({n_full} images), lr {c['lr']:g}", xlabel="step", ylabel="test accuracy (%)")
+    top[1].set(title=f"mini-batch ({n_mini} images), lr {c['lr'] / f:g}, K × {f}", xlabel="step")
+    top[2].set(title=f"comparison (mini-batch steps ÷ {f})", xlabel="full-batch step")
+    for ax in top:
         legend(ax)
+    if recorded:
+        for ax, h, name in ((axes[1, 0], full, "full batch"), (axes[1, 1], mini, "mini-batch")):
+            plot_bound(ax, bound_record(h), label="K = {K}")
+            ax.set(xlabel="step", ylabel="2 / λ_max(θ_s)", title=f"{name}: the linear model's bound (dashed: η)")
+            legend(ax)
+        axes[1, 2].set_axis_off()
     plt.show()

@@ -1,4 +1,4 @@
-"""Fig. 5: optimally early-stopped test accuracy against training-set size, for several K (Sec. 4.2).
+"""Fig. 5: early-stopped test accuracy against training-set size, for several K (Sec. 4.2).
 
 The paper: every finite K scales with data like K = 1, while K = ∞ (the fixed NTK: no feature
 learning) scales worse; K = ∞ was trained at a higher learning rate (1e-3 against 1e-5), and a
@@ -7,22 +7,27 @@ K = 1 control at that rate shows the rate is not the cause.
 Config keys: ``n_train`` (list of training-set sizes; None: all installed; a single size n
 expands to [n/4, n/2, n]), ``K`` (list of periods trained at ``lr``), ``lr``, ``lr_inf`` (the rate
 of the K = ∞ run and of its K = 1 control), ``steps`` (per run, enough to fit the training set),
-``batch_size`` (None: full batch), ``n_test``, ``seed``, ``n_seeds``, ``n_evals``,
-``n_eval_train``. ``n_train=[None]`` ("all") derives the sizes from the installed copy: six
-halvings of every installed image, n/32 … n (printed when loaded).
+``batch_size`` (None: full batch), ``n_test``, ``n_val`` (training images held out to choose
+each run's early-stopping point, :func:`load`; None: the best test accuracy, the paper's "optimal"
+early stopping), ``seed``, ``n_seeds``, ``n_evals``, ``n_eval_train``. ``n_train=[None]``
+("all") derives the sizes from the installed copy: six halvings of every installed image but the
+held-out ones, n/32 … n (printed when loaded).
 
 Results: ``n_train`` (N,) sizes; ``K`` (R,), ``lr`` (R,) and ``seed_index`` (R,) of the runs
 (every seed × :func:`runs`, seed-major); ``best_test_acc`` (N, R): the maximum test accuracy over
 evaluation points ("optimal early stopping") of the model the run trains: the network f(θ) for
 finite K, the linear model f_lin_0(θ) for K = ∞ (the fixed-NTK model, as Fig. 1 scores it);
-``final_train_acc`` (N, R) of that same model; ``diverged`` (N, R); and ``"histories"``: the
-sweep history of each size, keyed by the size as a string.
+``final_train_acc`` (N, R) of that same model; ``diverged`` (N, R); with ``n_val``,
+``stopped_test_acc`` (N, R): the test accuracy of that model at the evaluation point where its
+accuracy on the ``n_val`` held-out images (``"n_val"``) was highest (:func:`stopped_at_best`),
+and the histories record ``net_val_acc``/``lin_val_acc``; and ``"histories"``: the sweep history
+of each size, keyed by the size as a string. The claims use :func:`stopped`.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Mapping
+from typing import Mapping, NamedTuple
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -47,15 +52,17 @@ from ..claims import (
 )
 from ..config import halvings
 from ..data import Dataset, load_cifar10
+from ..probes import heldout_tracker
 from ..plotting import legend, panels, plot_sweep, set_log_ticks
 from ._common import Experiment, check_batch, checkpoint_path, cnn_sweep, early_stopped
 
-__all__ = ["SCALES", "EXPERIMENT", "load", "compute", "claims", "runs", "off_lr", "by_size", "gain_difference", "plot"]
+__all__ = ["SCALES", "EXPERIMENT", "SizedData", "load", "compute", "claims", "runs", "stopped_at_best", "stopped",
+           "off_lr", "by_size", "gain_difference", "plot"]
 
 SCALES = {
     "smoke": dict(
         K=[1, 4], lr=0.1, lr_inf=0.1, steps=10, batch_size=None, n_train=[16, 32, 64],
-        n_test=100, seed=0, n_seeds=1, n_evals=2, n_eval_train=None,
+        n_test=100, n_val=32, seed=0, n_seeds=1, n_evals=2, n_eval_train=None,
     ),
     # cpu: three small sets that SGD can fit (the paper trains to convergence), 2 seeds, K = 1, 30
     # and ∞ at one rate (no separate control), batches of 50 for 500 steps (62-250 epochs);
@@ -65,18 +72,19 @@ SCALES = {
     # Measured at 0.01 (results/fig5, 1601 s): every K = 30 run diverged too, at steps 390-481.
     "cpu": dict(
         K=[1, 30], lr=0.01, lr_inf=0.01, steps=500, batch_size=50, n_train=[100, 200, 400],
-        n_test=500, seed=0, n_seeds=2, n_evals=6, n_eval_train=None,
+        n_test=500, n_val=None, seed=0, n_seeds=2, n_evals=6, n_eval_train=None,
     ),
     # gpu: ESTIMATE 6 sizes (halvings of every installed image) × 3 seeds × 5 runs × 4000 steps × 256.
     "gpu": dict(
         K=[1, 100, 1000], lr=1e-2, lr_inf=5e-2, steps=4000, batch_size=256,
-        n_train=[None], n_test=None, seed=0, n_seeds=3, n_evals=40, n_eval_train=5000,
+        n_train=[None], n_test=None, n_val=500, seed=0, n_seeds=3, n_evals=40, n_eval_train=5000,
     ),
-    # paper: lr 1e-5, K = inf at 1e-3 with a K = 1 control (the paper); K, sizes, T ours.
+    # paper: lr 1e-5, K = inf at 1e-3 with a K = 1 control, optimal early stopping on the test set
+    # (n_val None: all 50,000 images train; the paper); K, sizes, T ours.
     "paper": dict(
         K=[1, 1000, 100_000], lr=1e-5, lr_inf=1e-3, steps=2_000_000, batch_size=256,
-        n_train=[1000, 2000, 5000, 10_000, 20_000, 50_000], n_test=10_000, seed=0, n_seeds=3, n_evals=200,
-        n_eval_train=10_000,
+        n_train=[1000, 2000, 5000, 10_000, 20_000, 50_000], n_test=10_000, n_val=None, seed=0, n_seeds=3,
+        n_evals=200, n_eval_train=10_000,
     ),
 }
 
@@ -84,21 +92,45 @@ SCALES = {
 DERIVED_SIZES = 6
 
 
-def load(config: Mapping) -> dict:
-    """One :class:`~iterlin.data.Dataset` per training-set size, keyed by the size as a string.
+class SizedData(NamedTuple):
+    """What :func:`load` gives :func:`compute`: one :class:`~iterlin.data.Dataset` per
+    training-set size (keyed by the size loaded, as a string), and the held-out training images that
+    choose each run's early-stopping point (a Dataset whose ``x_train``/``y_train`` are those images;
+    None without ``n_val``)."""
 
-    ``[None]`` ("all"): six halvings of every installed training image, n/32 … n (printed)."""
+    by_size: Mapping[str, Dataset]
+    heldout: Dataset | None = None
+
+
+def load(config: Mapping) -> SizedData:
+    """The training sets, each the first n installed images, and the held-out images.
+
+    ``[None]`` ("all"): six halvings of every installed training image but the ``n_val`` held out,
+    n/32 … n (printed). ``n_val``: the images right after the largest training set, ``[n_max,
+    n_max + n_val)`` (the same images on every copy that holds them, the full archive or a subset);
+    a ValueError names ``n_val`` when fewer are installed."""
     sizes = list(config["n_train"])
+    n_val = config.get("n_val") or 0
     if sizes == [None]:
-        n = load_cifar10(None, 1).x_train.shape[0]
+        n = load_cifar10(None, 1).x_train.shape[0] - n_val
         sizes = sorted({max(1, n // 2**i) for i in range(DERIVED_SIZES)})
-        print(f"fig5: training-set sizes derived from the {n} installed training images: {sizes}")
+        print(f"fig5: training-set sizes derived from the {n + n_val} installed training images"
+              + (f" less {n_val} held out" if n_val else "") + f": {sizes}")
     out = {}
     for n in sizes:
         d = load_cifar10(n, config["n_test"])
         out[str(d.x_train.shape[0])] = d
     check_batch(config, min(d.x_train.shape[0] for d in out.values()))
-    return out
+    if not n_val:
+        return SizedData(out)
+    top = max(int(n) for n in out)
+    pool = load_cifar10(top + n_val, 1)
+    if pool.x_train.shape[0] < top + n_val:
+        raise ValueError(f"n_val={n_val} is not allowed: {pool.x_train.shape[0]} training images are installed, "
+                         f"and the largest training set takes {top}; n_val must be <= {pool.x_train.shape[0] - top}, "
+                         "or None (early stopping on the test set)")
+    test = out[str(top)]
+    return SizedData(out, Dataset(pool.x_train[top:], pool.y_train[top:], test.x_test, test.y_test))
 
 
 def runs(config: Mapping) -> list[tuple[float, float]]:
@@ -114,32 +146,64 @@ def runs(config: Mapping) -> list[tuple[float, float]]:
     return out
 
 
-def compute(config: Mapping, data: Mapping[str, Dataset], *, checkpoint_dir=None, progress: bool = False) -> dict:
-    """Every seed × (K, lr) of :func:`runs` in one program per training-set size."""
+def compute(config: Mapping, data: SizedData, *, checkpoint_dir=None, progress: bool = False) -> dict:
+    """Every seed × (K, lr) of :func:`runs` in one program per training-set size, each run scored on
+    the held-out images at every evaluation point when ``data.heldout`` is given."""
     pairs = runs(config)
     Ks, lrs = [k for k, _ in pairs], [lr for _, lr in pairs]
-    sizes = sorted(data, key=int)
+    sizes = sorted(data.by_size, key=int)
+    held = data.heldout
+    callback = None if held is None else (lambda f, p0: heldout_tracker(f, held.x_train, held.y_train))
     histories = {
-        n: cnn_sweep(config, data[n], K=Ks, lr=lrs, checkpoint=checkpoint_path(checkpoint_dir, f"n{n}"),
-                     progress=progress)
+        n: cnn_sweep(config, data.by_size[n], K=Ks, lr=lrs, callback=callback,
+                     checkpoint=checkpoint_path(checkpoint_dir, f"n{n}"), progress=progress)
         for n in sizes
     }
     first = histories[sizes[0]]
     fixed = np.isinf(np.asarray(first["K"], np.float64))  # K = ∞: the linear model is the model trained
-    best = [np.where(fixed, early_stopped(histories[n], "lin_test_acc"), early_stopped(histories[n])) for n in sizes]
-    train = [np.where(fixed, np.asarray(histories[n]["lin_train_acc"])[:, -1],
-                      np.asarray(histories[n]["net_train_acc"])[:, -1]) for n in sizes]
-    return {
+
+    def trained(h, metric):  # (R, E): the metric of the model each run trains
+        return np.where(fixed[:, None], np.asarray(h[f"lin_{metric}"], np.float64),
+                        np.asarray(h[f"net_{metric}"], np.float64))
+
+    out = {
         "n_train": np.asarray([int(n) for n in sizes]),
         "K": np.asarray(first["K"], np.float64),
         "lr": np.asarray(first["lr"], np.float64),
         "seed_index": np.asarray(first["seed_index"]),
-        "best_test_acc": np.stack(best),
-        "final_train_acc": np.stack(train),
+        "best_test_acc": np.stack([np.where(fixed, early_stopped(histories[n], "lin_test_acc"),
+                                            early_stopped(histories[n])) for n in sizes]),
+        "final_train_acc": np.stack([trained(histories[n], "train_acc")[:, -1] for n in sizes]),
         "diverged": np.stack([np.asarray(histories[n]["diverged"]) for n in sizes]),
-        "n_test": np.asarray(data[sizes[0]].x_test.shape[0]),
+        "n_test": np.asarray(data.by_size[sizes[0]].x_test.shape[0]),
         "histories": histories,
     }
+    if held is not None:
+        out["stopped_test_acc"] = np.stack([
+            stopped_at_best(trained(histories[n], "val_acc"), trained(histories[n], "test_acc")) for n in sizes])
+        out["n_val"] = np.asarray(held.x_train.shape[0])
+    return out
+
+
+def stopped_at_best(val: np.ndarray, test: np.ndarray) -> np.ndarray:
+    """Early stopping chosen on held-out images: ``test`` (R, E) at each run's evaluation point of
+    highest ``val`` (R, E) accuracy, the earliest on a tie; points where ``val`` is not finite are
+    skipped (a run with none gives NaN). (R,)."""
+    val, test = np.asarray(val, np.float64), np.asarray(test, np.float64)
+    ok = np.isfinite(val)
+    best = np.argmax(np.where(ok, val, -np.inf), axis=-1)
+    picked = np.take_along_axis(test, best[:, None], axis=-1)[:, 0]
+    return np.where(ok.any(axis=-1), picked, np.nan)
+
+
+def stopped(results: Mapping) -> tuple[np.ndarray, str]:
+    """The early-stopped test accuracy (N, R) the claims and the plot use, and how it was stopped:
+    on the held-out training images when the run had them (``stopped_test_acc``), else the best
+    test accuracy over evaluation points (``best_test_acc``, the paper's "optimal" early stopping)."""
+    if "stopped_test_acc" in results:
+        return (np.asarray(results["stopped_test_acc"], np.float64),
+                f"early stopping on {int(results['n_val'])} held-out training images")
+    return np.asarray(results["best_test_acc"], np.float64), "optimal early stopping (the best test accuracy)"
 
 
 def _gain(best: np.ndarray) -> np.ndarray:
@@ -150,8 +214,9 @@ def _gain(best: np.ndarray) -> np.ndarray:
 def gain_difference(results: Mapping, ia, ib) -> Difference:
     """The shared noise rule (:func:`iterlin.claims.difference`) for gain_B − gain_A, runs ``ia``
     and ``ib`` paired by seed: the seed spread of the per-seed differences, and the test-set noise
-    of the four early-stopped accuracies involved, Σ p(1 − p)/n (two sizes × two settings)."""
-    best = np.asarray(results["best_test_acc"], np.float64)
+    of the four early-stopped accuracies involved (:func:`stopped`), Σ p(1 − p)/n (two sizes × two
+    settings)."""
+    best, _ = stopped(results)
     n = int(results["n_test"])
     ga, gb = _gain(best)[ia], _gain(best)[ib]
     accs = [best[0, ia].mean(), best[-1, ia].mean(), best[0, ib].mean(), best[-1, ib].mean()]
@@ -165,7 +230,7 @@ def claims(results: Mapping) -> list[Claim]:
     Every comparison goes through the shared noise rule, over seeds; the scaling rows are judged
     only when every run fitted its training set (the paper trains to convergence): else n/a."""
     K, lr = np.asarray(results["K"]), np.asarray(results["lr"])
-    best = np.asarray(results["best_test_acc"], np.float64)  # (N, R)
+    best, how = stopped(results)  # (N, R)
     sizes = np.asarray(results["n_train"])
     config = results.get("config", {})
     lr0, lr_inf = config.get("lr", lr[0]), config.get("lr_inf", lr[np.flatnonzero(np.isinf(K))[0]])
@@ -194,7 +259,7 @@ def claims(results: Mapping) -> list[Claim]:
         scale_rows = [Claim(
             "every finite K scales with data like K = 1", "same rate for all finite K", measured,
             holds if converged else NA,
-            "gain = early-stopped test acc. at the largest n minus the smallest; "
+            f"gain = early-stopped test acc. ({how}) at the largest n minus the smallest; "
             + on_par_rule(SCALING_TOL) + ", for every finite K" + ("" if converged else not_conv),
         )]
         iinf, ic = runs_of(h, math.inf, lr_inf), runs_of(h, 1, lr_inf)
@@ -204,7 +269,8 @@ def claims(results: Mapping) -> list[Claim]:
             f"gain {span}: K=∞ (linear model) {num(100 * gain[iinf].mean(), 1)} pts; K=1 (same lr) "
             f"{num(100 * gain[ic].mean(), 1)} pts; gain_1 − gain_∞: {d.describe()}",
             exceeds(d) if converged else NA,
-            "gain_1 − gain_∞ at the same learning rate (lr_inf): " + EXCEEDS_RULE + ("" if converged else not_conv),
+            f"gain_1 − gain_∞ at the same learning rate (lr_inf), {how}: " + EXCEEDS_RULE
+            + ("" if converged else not_conv),
         ))
     ic = runs_of(h, 1, lr_inf)
     if lr_inf == lr0:
@@ -216,7 +282,7 @@ def claims(results: Mapping) -> list[Claim]:
             "the higher lr of K = ∞ does not explain the gap", "K = 1 at 1e-3 ≈ K = 1 at 1e-5",
             f"K=1 at n={int(sizes[-1])}: {pct(best[-1, i1].mean())} (lr {lr0:g}) vs {pct(best[-1, ic].mean())} "
             f"(lr {lr_inf:g}); {d.describe()}",
-            on_par(d, ON_PAR), on_par_rule(ON_PAR) + " (early-stopped, at the largest n)",
+            on_par(d, ON_PAR), on_par_rule(ON_PAR) + f" ({how}, at the largest n)",
         )
     div = {f"n={n}": results["histories"][str(int(n))] for n in sizes}
     return [*scale_rows, control, conv, divergence_claim(div)]
@@ -257,17 +323,21 @@ def off_lr(results: Mapping) -> np.ndarray:
 
 
 def plot(results):
-    """Left: early-stopped test accuracy against the number of training images (log scale), one
-    line per (K, lr), the mean over seeds ± one standard error (K = ∞: its linear model). Right:
+    """Left: early-stopped test accuracy (:func:`stopped`: on held-out training images where the
+    run had them) against the number of training images (log scale), one line per (K, lr), the
+    mean over seeds ± one standard error (K = ∞: its linear model). Right:
     the final training accuracy of the same runs, to see how close to convergence they are. A
     cross marks a run that diverged (at the first size where it did)."""
     n = results["n_train"]
+    acc, how = stopped(results)
+    shown = {**results, "stopped": acc}
     fig, (left, right) = panels(2, suptitle=f"Data scaling of the CNN on CIFAR-10 ({results['config']['scale']} scale)")
-    for ax, metric, what in ((left, "best_test_acc", "early-stopped test accuracy (%)"),
+    for ax, metric, what in ((left, "stopped", "early-stopped test accuracy (%)"),
                              (right, "final_train_acc", "final train accuracy (%)")):
-        plot_sweep(ax, by_size(results, metric), metric, label="K = {K}, lr {lr:g}",
+        plot_sweep(ax, by_size(shown, metric), metric, label="K = {K}, lr {lr:g}",
                    diverged_label=None if ax is left else "K = {K} diverged")
         set_log_ticks(ax, n)
         ax.set(xlabel="training images", ylabel=what)
         legend(ax)
+    left.set_title(how, fontsize="medium")
     plt.show()

@@ -106,10 +106,16 @@ def _row(rows: Sequence[Mapping] | None, evidence: Evidence) -> Mapping | None:
     return hits[0]
 
 
-def stability_row(rows: Sequence[Mapping] | None) -> Mapping | None:
-    """The :data:`STABILITY_ROW` of a reference run's claims rows, None when it has none or it is
-    n/a (no sharpness record)."""
-    hits = [r for r in rows or () if r["claim"].startswith(STABILITY_ROW)]
+def stability_row(rows: Sequence[Mapping] | None, evidence: Evidence | None = None) -> Mapping | None:
+    """The :data:`STABILITY_ROW` of a reference run's claims rows that goes with ``evidence``: the
+    row of its panel (``"<panel>: the linear model stays stable…"`` when ``evidence.row`` starts
+    ``"<panel>: "``, as Fig. 2's panels), else the run's own; None when it has none or it is n/a
+    (no sharpness record)."""
+    rows = list(rows or ())
+    hits = []
+    if evidence is not None and ": " in evidence.row:
+        hits = [r for r in rows if r["claim"].startswith(evidence.row.split(": ")[0] + ": " + STABILITY_ROW)]
+    hits = hits or [r for r in rows if r["claim"].startswith(STABILITY_ROW)]
     return hits[0] if hits and hits[0]["holds"] != NA else None
 
 
@@ -122,6 +128,7 @@ def findings(rows: Mapping[str, Sequence[Mapping] | None],
     for f in table:
         decisive_rows = rows.get(f.decisive.experiment)
         out.append(Found(f, _row(decisive_rows, f.decisive),
-                         tuple(_row(rows.get(e.experiment), e) for e in f.also), stability_row(decisive_rows),
-                         tuple(stability_row(rows.get(e.experiment)) for e in f.also)))
+                         tuple(_row(rows.get(e.experiment), e) for e in f.also),
+                         stability_row(decisive_rows, f.decisive),
+                         tuple(stability_row(rows.get(e.experiment), e) for e in f.also)))
     return out

@@ -180,11 +180,15 @@ def revalidate(config: Mapping) -> dict:
 
 
 def data_fingerprint(data: Any) -> str:
-    """sha256 of a Dataset's fingerprint, or of a dict/list of Datasets' fingerprints."""
+    """sha256 of a Dataset's fingerprint, or of a dict/list of Datasets' fingerprints, or of a
+    NamedTuple's fields (by name; a field that is None is left out)."""
     if isinstance(data, Dataset):
         return data.fingerprint
     h = hashlib.sha256()
-    items = sorted(data.items()) if isinstance(data, Mapping) else enumerate(data)
+    if hasattr(data, "_asdict"):
+        items = [(k, d) for k, d in data._asdict().items() if d is not None]
+    else:
+        items = sorted(data.items()) if isinstance(data, Mapping) else enumerate(data)
     for k, d in items:
         h.update(f"{k}:{data_fingerprint(d)};".encode())
     return h.hexdigest()

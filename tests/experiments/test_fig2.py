@@ -43,8 +43,28 @@ def test_fig2_minibatch_runs_scale_lr_K_and_steps(fake_sweep):
     assert full["n"] == mini["n"] == 16 and res["n_train"].tolist() == [16, 16]
     res["n_test"] = np.asarray(100_000)  # enough test images to decide "on par"
     rows = fig2.claims(res)
-    assert [r.holds for r in rows] == ["yes", "yes", "yes"]
+    assert [r.holds for r in rows] == ["yes", "yes", NA, NA, "yes"]  # the fake records no sharpness
+    assert callable(full["callback"]) and callable(mini["callback"])  # each panel records its own
     assert "K=4 (1 re-linearisations)" in rows[0].measured and "K=12 (1 re-linearisations)" in rows[1].measured
+
+
+def test_each_panel_records_lambda_max_at_its_own_re_linearisations(fake_sweep, monkeypatch):
+    """The full-batch panel's λ_max every ``sharpness_every`` steps at its rate; the mini-batch
+    panel's every ``sharpness_every × factor`` at lr / factor, on the same first images."""
+    seen = []
+    monkeypatch.setattr(fig2, "sharpness_callback",
+                        lambda c, d, lr: seen.append((c["sharpness_every"], lr, d.x_train[: c["n_sharpness"]])))
+    config = resolve("fig2", K=[1, 4], lr=0.2, steps=8, factor=2, batch_size=4, n_train=16, n_train_full=8,
+                     n_evals=4, n_sharpness=8, sharpness_every=4)
+    fig2.compute(config, fake_cifar(16))
+    (every_full, lr_full, x_full), (every_mini, lr_mini, x_mini) = seen
+    assert (every_full, lr_full, every_mini, lr_mini) == (4, 0.2, 8, 0.1)
+    np.testing.assert_array_equal(x_full, x_mini)
+    # λ_max is measured on the full-batch panel's images: n_sharpness is checked against them
+    monkeypatch.setattr("iterlin.experiments._common.load_cifar10", lambda n, n_test: fake_cifar(n, n_test))
+    with pytest.raises(ValueError, match="n_sharpness=9 is not allowed: n_sharpness must be <= n_train=8"):
+        fig2.load(dict(config, n_sharpness=9))
+    assert fig2.load(config).x_train.shape[0] == 16
 
 
 def test_fig2_full_batch_panel_trains_on_the_first_n_train_full_images(fake_sweep):
@@ -73,22 +93,34 @@ def _results(full_acc, mini_acc, n_test=100_000, full_div=None, mini_div=None):
 
 def test_claims_hold_when_on_par():
     rows = fig2.claims(_results([0.40, 0.395, 0.30], [0.40, 0.41, 0.30]))
-    assert [r.holds for r in rows] == ["yes", "yes", "yes"]
+    assert [r.holds for r in rows] == ["yes", "yes", NA, NA, "yes"]
     assert rows[0].measured.startswith("K=1: 40.0 %; K=5 (10 re-linearisations): 39.5 %; Δ -0.5 pts, 2 s.e.")
-    assert rows[2].measured == "none diverged"
+    assert rows[4].measured == "none diverged"
+    assert rows[2].claim.startswith("full batch: the linear model stays stable")
+    assert rows[3].claim.startswith("mini-batch: the linear model stays stable")
+
+
+def test_each_panel_is_judged_on_its_own_bound():
+    r = _results([0.40, 0.40, 0.30], [0.40, 0.40, 0.30])
+    r["full"]["lr_over_bound"] = np.array([[0.2, 0.3, 0.3], [0.2, 0.25, 0.3], [0.2, np.nan, np.nan]])
+    r["mini"]["lr_over_bound"] = np.array([[0.2, 0.3, 0.3], [0.2, 0.5, 1.2], [0.2, np.nan, np.nan]])
+    rows = fig2.claims(r)
+    # full batch under a third of the bound: decided; the mini-batch K = 50 crossed it at step 500
+    assert [r.holds for r in rows] == ["yes", UNSTABLE, "yes", "no", "yes"]
+    assert "η above 2/λ_max(θ_s) at step 500" in rows[1].measured
 
 
 def test_claims_fail_when_apart_or_diverged():
     rows = fig2.claims(_results([0.40, 0.35, 0.30], [0.40, 0.43, 0.30]))
-    assert [r.holds for r in rows] == ["no", "no", "yes"]  # -5 and +3 points
+    assert [r.holds for r in rows] == ["no", "no", NA, NA, "yes"]  # -5 and +3 points
     rows = fig2.claims(_results([0.40, 0.40, 0.30], [0.40, 0.40, 0.30], mini_div=[False, True, False]))
-    assert [r.holds for r in rows] == ["yes", UNSTABLE, "no"]  # large K diverged: not evidence
-    assert rows[2].measured == "diverged: mini-batch: K=50, lr=0.01 at step 3"
+    assert [r.holds for r in rows] == ["yes", UNSTABLE, NA, NA, "no"]  # large K diverged: not evidence
+    assert rows[4].measured == "diverged: mini-batch: K=50, lr=0.01 at step 3"
 
 
 def test_claims_undecided_when_the_test_set_is_too_small():
     rows = fig2.claims(_results([0.40, 0.40, 0.30], [0.40, 0.37, 0.30], n_test=150))
-    assert [r.holds for r in rows] == [UNDECIDED, UNDECIDED, "yes"]  # 2 s.e. of Δ on 150 images ≈ 11 points
+    assert [r.holds for r in rows] == [UNDECIDED, UNDECIDED, NA, NA, "yes"]  # 2 s.e. of Δ on 150 images ≈ 11 points
     only_inf = {"full": fake_history([1, math.inf], 0.1, 50, [0.4, 0.3]),
                 "mini": fake_history([1, math.inf], 0.1, 50, [0.4, 0.3]), "n_test": np.asarray(100_000)}
-    assert [r.holds for r in fig2.claims(only_inf)] == [NA, NA, "yes"]  # no finite K > 1 to compare
+    assert [r.holds for r in fig2.claims(only_inf)] == [NA, NA, NA, NA, "yes"]  # no finite K > 1 to compare

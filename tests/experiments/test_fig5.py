@@ -40,7 +40,7 @@ def test_runs_dedupe():
 def test_load_checks_batch_size_against_the_smallest_size(monkeypatch):
     monkeypatch.setattr(fig5, "load_cifar10", lambda n, n_test: fake_cifar(min(n, 10), n_test))
     data = fig5.load({"n_train": [4, 16], "n_test": 3, "batch_size": None})
-    assert sorted(data) == ["10", "4"]  # keyed by the size actually loaded
+    assert sorted(data.by_size) == ["10", "4"] and data.heldout is None  # keyed by the size actually loaded
     with pytest.raises(ValueError, match=r"batch_size=5 is not allowed.*n_train=4"):
         fig5.load({"n_train": [4, 16], "n_test": 3, "batch_size": 5})
 
@@ -59,7 +59,7 @@ def test_compute_one_sweep_per_size_and_results(monkeypatch):
     monkeypatch.setattr(_common, "sweep", sweep)
     monkeypatch.setattr(_common, "make_model", null_model)
     config = resolve("fig5", K=[1, 4], lr=0.1, lr_inf=0.5, n_train=[8, 16], steps=4, n_evals=2)
-    res = fig5.compute(config, {"16": fake_cifar(16), "8": fake_cifar(8)})
+    res = fig5.compute(config, fig5.SizedData({"16": fake_cifar(16), "8": fake_cifar(8)}))
     assert [c["n"] for c in fake.calls] == [8, 16]  # sizes in numeric order
     assert all(c["K"] == [1.0, 4.0, math.inf, 1.0] and c["lr"] == [0.1, 0.1, 0.5, 0.5] for c in fake.calls)
     assert res["n_train"].tolist() == [8, 16] and res["best_test_acc"].shape == (2, 4)
@@ -68,6 +68,7 @@ def test_compute_one_sweep_per_size_and_results(monkeypatch):
     assert np.allclose(res["best_test_acc"][:, 0], [0.2, 0.4])  # the K = 1 run's network
     assert np.allclose(res["final_train_acc"][1], [0.8, 0.78, 0.21, 0.8]) and res["diverged"].shape == (2, 4)
     assert sorted(res["histories"]) == ["16", "8"] and int(res["n_test"]) == 8
+    assert "stopped_test_acc" not in res and all(c["callback"] is None for c in fake.calls)  # no n_val
     res["config"] = config
     rows = {r.claim: r for r in fig5.claims(res)}
     assert rows[CONVERGED].holds == "no"  # train acc. 0.8 < 99 %: the scaling rows are not judged
@@ -78,8 +79,64 @@ def test_compute_one_sweep_per_size_and_results(monkeypatch):
 def test_sizes_derived_from_the_installed_copy(monkeypatch, capsys):
     monkeypatch.setattr(fig5, "load_cifar10", lambda n, n_test: fake_cifar(640 if n is None else n, n_test or 3))
     data = fig5.load({"n_train": [None], "n_test": None, "batch_size": 4})
-    assert sorted(map(int, data)) == [20, 40, 80, 160, 320, 640]
+    assert sorted(map(int, data.by_size)) == [20, 40, 80, 160, 320, 640]
     assert "derived from the 640 installed training images: [20, 40, 80, 160, 320, 640]" in capsys.readouterr().out
+    # with images held out, the sizes are halvings of what is left
+    data = fig5.load({"n_train": [None], "n_test": None, "batch_size": 4, "n_val": 40})
+    assert sorted(map(int, data.by_size)) == [18, 37, 75, 150, 300, 600] and data.heldout.x_train.shape[0] == 40
+    assert "640 installed training images less 40 held out: [18, 37, 75, 150, 300, 600]" in capsys.readouterr().out
+
+
+def test_heldout_images_follow_the_largest_training_set(monkeypatch):
+    """The n_val images right after the largest set: disjoint from every training set, the same
+    images on any copy that holds them; more than are installed is refused, naming n_val."""
+    pool = fake_cifar(100, 3)
+
+    def load(n, n_test):
+        m = pool.x_train.shape[0] if n is None else min(n, pool.x_train.shape[0])
+        return pool._replace(x_train=pool.x_train[:m], y_train=pool.y_train[:m])
+
+    monkeypatch.setattr(fig5, "load_cifar10", load)
+    data = fig5.load({"n_train": [8, 16], "n_test": 3, "batch_size": None, "n_val": 10})
+    np.testing.assert_array_equal(data.heldout.x_train, pool.x_train[16:26])
+    np.testing.assert_array_equal(data.heldout.y_train, pool.y_train[16:26])
+    with pytest.raises(ValueError, match=r"n_val=85 is not allowed: 100 training images are installed, and the "
+                                         r"largest training set takes 16; n_val must be <= 84"):
+        fig5.load({"n_train": [8, 16], "n_test": 3, "batch_size": None, "n_val": 85})
+
+
+def test_stopped_at_best_picks_the_test_accuracy_where_held_out_accuracy_peaks():
+    val = np.array([[0.1, 0.5, 0.4], [0.3, 0.3, 0.2], [np.nan, np.nan, np.nan], [np.nan, 0.2, 0.6]])
+    test = np.array([[0.2, 0.3, 0.9], [0.4, 0.8, 0.1], [0.5, 0.5, 0.5], [0.9, 0.1, 0.2]])
+    # the peak, not the best test accuracy; the earliest on a tie; NaN points skipped; none: NaN
+    np.testing.assert_array_equal(fig5.stopped_at_best(val, test), [0.3, 0.4, np.nan, 0.2])
+
+
+def test_compute_with_heldout_images_stops_on_them(monkeypatch):
+    """Each run is stopped where the model it trains (the network; K = ∞: its linear model) does
+    best on the held-out images, and the claims then say so."""
+    def sweep(*args, callback=None, **kw):
+        h = FakeSweep()(*args, **kw)
+        assert callable(callback)  # a held-out tracker factory
+        R, E = h["net_test_acc"].shape
+        h["net_val_acc"] = np.tile([0.1, 0.9, 0.2], (R, 1))[:, :E]  # the network peaks at point 1
+        h["lin_val_acc"] = np.tile([0.1, 0.2, 0.9], (R, 1))[:, :E]  # the linear model at point 2
+        h["lin_test_acc"] = h["lin_test_acc"] * 0.5
+        h["lin_train_acc"] = h["net_train_acc"]
+        return h
+
+    monkeypatch.setattr(_common, "sweep", sweep)
+    monkeypatch.setattr(_common, "make_model", null_model)
+    config = resolve("fig5", K=[1, 4], lr=0.1, lr_inf=0.1, n_train=[8, 16], steps=4, n_evals=2, n_val=8)
+    data = fig5.SizedData({"8": fake_cifar(8), "16": fake_cifar(16)}, fake_cifar(8))
+    res = fig5.compute(config, data)
+    h = res["histories"]["8"]
+    np.testing.assert_allclose(res["stopped_test_acc"][0, :2], h["net_test_acc"][:2, 1])
+    np.testing.assert_allclose(res["stopped_test_acc"][0, 2], h["lin_test_acc"][2, 2])  # K = ∞
+    assert int(res["n_val"]) == 8
+    res["config"] = config
+    rows = {r.claim: r for r in fig5.claims(res)}
+    assert "early stopping on 8 held-out training images" in rows[SCALE].rule
 
 
 # ----------------------------------------------------------------------------------------------

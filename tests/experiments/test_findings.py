@@ -56,3 +56,18 @@ def test_a_missing_or_ambiguous_row_is_refused(start):
     table = (Finding("Fig. 3", "c", "p", Evidence("fig3", start)),)
     with pytest.raises(ValueError, match=r"fig3: [02] claims rows start with .* update iterlin.experiments.findings"):
         findings(rows, table)
+
+
+def test_a_panel_s_evidence_reads_that_panel_s_stability_row():
+    rows = {"fig2": [{"claim": "full batch: large K on par", "holds": "no", "measured": "a"},
+                     {"claim": "mini-batch: large K on par", "holds": "yes", "measured": "b"},
+                     {"claim": "full batch: " + STABILITY_ROW + ": η under 0.33", "holds": "no", "measured": "0.9"},
+                     {"claim": "mini-batch: " + STABILITY_ROW + ": η under 0.33", "holds": "yes", "measured": "0.2"}]}
+    table = (Finding("Fig. 2", "c", "p", Evidence("fig2", "mini-batch: large K"), (Evidence("fig2", "full batch: large K"),)),)
+    (f,) = findings(rows, table)
+    assert f.stability["measured"] == "0.2" and f.also_stability[0]["measured"] == "0.9"
+    # a run with one stability row (no panels) gives it to every row, whatever its prefix
+    rows = {"fig3": [{"claim": "SGD + augmentation: large K", "holds": "yes", "measured": "m"},
+                     {"claim": STABILITY_ROW + ": η under 0.33", "holds": "yes", "measured": "0.3"}]}
+    (f,) = findings(rows, (Finding("Fig. 3", "c", "p", Evidence("fig3", "SGD + augmentation")),))
+    assert f.stability["measured"] == "0.3"
