@@ -55,6 +55,8 @@ __all__ = [
     "STABLE_FRACTION",
     "unstable_runs",
     "unstable_among",
+    "Failure",
+    "failures",
     "failed_runs",
     "run_seeds",
     "sharpness_claim",
@@ -657,45 +659,72 @@ def exploded_runs(h: Mapping) -> np.ndarray:
     return ~div & (peak > EXPLODING * np.abs(first))
 
 
+class Failure(NamedTuple):
+    """One way run ``run`` of a sweep history failed (:func:`failures`)."""
+
+    run: int
+    kind: str  #: "diverged", "exploded", "rose" (inside a block) or "jumped" (between evaluations)
+    step: int  #: where: the divergence, the loss's peak, or the top of the rise
+    low: float = math.nan  #: the loss before (NaN for "diverged")
+    high: float = math.nan  #: the loss at ``step`` (NaN for "diverged")
+
+
+def failures(h: Mapping) -> list[Failure]:
+    """Every failure of every run of a sweep history, by run: it diverged (``diverged`` /
+    ``diverged_step``); it stayed finite but its ``net_train_loss`` rose above :data:`EXPLODING`
+    times its value at the first evaluation ("exploded": its first and largest value, at the
+    largest's step); its linear model's training loss (``lin_train_loss``, blocks by ``n_relin``)
+    rose inside a block by over :data:`BLOCK_RISE` ("rose": :func:`iterlin.stability.block_loss_rise`);
+    and, for K > 1 runs with none of these, its ``net_train_loss`` rose by over :data:`BLOCK_RISE`
+    between two evaluations ("jumped": where no evaluation falls inside a block)."""
+    div, at = np.atleast_1d(np.asarray(h["diverged"], bool)), np.atleast_1d(h["diverged_step"])
+    out = [Failure(int(i), "diverged", int(at[i])) for i in np.flatnonzero(div)]
+    boom = exploded_runs(h)
+    if boom.any():
+        first, peak, at_peak = _loss_peaks(h)
+        steps = np.asarray(h["step"])
+        out += [Failure(int(i), "exploded", int(steps[at_peak[i]]), float(first[i]), float(peak[i]))
+                for i in np.flatnonzero(boom)]
+    risen = _block_rises(h)
+    done = div | boom
+    if risen is not None:
+        up, low, peak, t_up = risen
+        out += [Failure(int(i), "rose", int(t_up[i]), float(low[i]), float(peak[i])) for i in np.flatnonzero(up)]
+        done = done | up
+    out += [Failure(i, "jumped", t, low, peak) for i, low, peak, t in _net_rises(h, done)]
+    return sorted(out, key=lambda f: f.run)
+
+
 def divergence_claim(histories: Mapping[str, Mapping], label: Callable | None = None, *,
                      prefix: bool = True) -> Claim:
-    """:func:`divergence_row` for sweep histories by panel name: each diverged run as
-    ``"<panel>: <label> at step <t>"`` (the panel only when ``prefix`` and there are several),
-    ``label(panel, history, i) -> str`` naming run ``i`` (default :func:`run_label`); and each run
-    that stayed finite but whose ``net_train_loss`` (R, E) rose above :data:`EXPLODING` times its
-    value at the first evaluation, with that value, its largest and the step of the largest; and
-    each run whose linear model's training loss (``lin_train_loss`` (R, E), blocks by ``n_relin``)
-    rose inside a block by over :data:`BLOCK_RISE` (:func:`iterlin.stability.block_loss_rise`).
-    Where a history records the sharpness (``lr_over_bound`` (R, E),
-    :func:`iterlin.stability.sharpness_recorder`), each failing run says whether η was above
-    2/λ_max(θ_s) before it failed ("unstable: η above 2/λ_max(θ_s) from step t") or not."""
+    """:func:`divergence_row` of the :func:`failures` of sweep histories by panel name: each
+    diverged run as ``"<panel>: <label> at step <t>"`` (the panel only when ``prefix`` and there are
+    several), ``label(panel, history, i) -> str`` naming run ``i`` (default :func:`run_label`); each
+    run whose loss exploded, with its first and largest value and the step of the largest; each
+    run whose linear model's loss rose inside a block (and did neither of those), and each large-K
+    run whose loss rose between evaluations, with the loss before and after. Where a history
+    records the sharpness (``lr_over_bound`` (R, E), :func:`iterlin.stability.sharpness_recorder`),
+    each failing run says whether η was above 2/λ_max(θ_s) before it failed ("unstable: η above
+    2/λ_max(θ_s) from step t") or not."""
     label = run_label if label is None else label
-    bad, exploded, rose, jumped = [], [], [], []
+    found: dict[str, list[str]] = {"diverged": [], "exploded": [], "rose": [], "jumped": []}
     for panel, h in histories.items():
-        div, at = np.atleast_1d(np.asarray(h["diverged"], bool)), np.atleast_1d(h["diverged_step"])
         where = f"{panel}: " if prefix and len(histories) > 1 else ""
         unstable = _unstable_note(h)
-        for i in np.flatnonzero(div):
-            bad.append(f"{where}{label(panel, h, i)} at step {int(at[i])}{unstable(i, int(at[i]))}")
-        boom = exploded_runs(h)
-        if boom.any():
-            first, peak, at_peak = _loss_peaks(h)
-            for i in np.flatnonzero(boom):
-                t = int(np.asarray(h['step'])[at_peak[i]])
-                exploded.append(f"{where}{label(panel, h, i)}: training loss {first[i]:.3g} → {peak[i]:.3g} "
-                                f"at step {t}{unstable(i, t)}")
-        risen = _block_rises(h)
-        if risen is not None:
-            up, low, peak, t_up = risen
-            for i in np.flatnonzero(up & ~div & ~boom):
-                rose.append(f"{where}{label(panel, h, i)}: {low[i]:.3g} → {peak[i]:.3g} at step {int(t_up[i])}"
-                            f"{unstable(i, int(t_up[i]))}")
-            done = up | div | boom
-        else:
-            done = div | boom
-        for i, low, peak, t_up in _net_rises(h, done):
-            jumped.append(f"{where}{label(panel, h, i)}: {low:.3g} → {peak:.3g} at step {t_up}{unstable(i, t_up)}")
-    return divergence_row(bad, exploded, rose, jumped)
+        events = failures(h)
+        worse = {f.run for f in events if f.kind in ("diverged", "exploded")}
+        for f in events:
+            if f.kind == "rose" and f.run in worse:
+                continue  # reported as the worse failure
+            name = f"{where}{label(panel, h, f.run)}"
+            if f.kind == "diverged":
+                text = f"{name} at step {f.step}"
+            elif f.kind == "exploded":
+                text = f"{name}: training loss {f.low:.3g} → {f.high:.3g} at step {f.step}"
+            else:
+                text = f"{name}: {f.low:.3g} → {f.high:.3g} at step {f.step}"
+            found[f.kind].append(text + unstable(f.run, f.step))
+    return divergence_row(found["diverged"], found["exploded"], found["rose"], found["jumped"])
 
 
 def _net_rises(h: Mapping, skip) -> list:
@@ -776,37 +805,26 @@ def _seed_label(h: Mapping) -> Callable[[int], str]:
 
 def failed_runs(h: Mapping, label: Callable | None = None) -> dict[int, tuple[int, str]]:
     """``{i: (step, why)}``: the runs with K > 1 of a sweep history whose linear model's training
-    failed, with the step and a description of the first failure: it diverged, its training loss
-    exploded (:func:`exploded_runs`; the step of its peak), or the linear model's training loss
-    rose inside a block by over :data:`BLOCK_RISE` (:func:`iterlin.stability.block_loss_rise`),
-    whichever came first; the description says where
-    the history's sharpness record put η against 2/λ_max(θ_s). K = 1 is ordinary SGD and is not
-    judged here (a network can train at the edge of stability). ``label`` names run i (default
-    ``K=… seed …``)."""
+    failed, with the step and a description of the first failure (:func:`failures`: it diverged,
+    its training loss exploded, or the linear model's training loss rose inside a block, whichever
+    came first); the description says where the history's sharpness record put η against
+    2/λ_max(θ_s). K = 1 is ordinary SGD and is not judged here (a network can train at the edge of
+    stability). ``label`` names run i (default ``K=… seed …``)."""
     K = np.atleast_1d(np.asarray(h["K"], np.float64))
-    div = np.atleast_1d(np.asarray(h["diverged"], bool))
-    at = np.atleast_1d(np.asarray(h["diverged_step"]))
     name = label or _seed_label(h)
     note = _unstable_note(h)
-    boom = exploded_runs(h)
-    peaks = _loss_peaks(h) if boom.any() else None
-    risen = _block_rises(h)
-    out = {}
-    for i in np.flatnonzero(K > 1):
-        events = []  # (step, why): the earliest is the run's failure
-        if div[i]:
-            t = int(at[i])
-            events.append((t, f"{name(i)} diverged at step {t}{note(i, t)}"))
-        elif boom[i]:
-            first_loss, peak, at_peak = peaks
-            t = int(np.asarray(h["step"])[at_peak[i]])
-            events.append((t, f"{name(i)}: training loss {first_loss[i]:.3g} → {peak[i]:.3g} at step {t}{note(i, t)}"))
-        if risen is not None and risen[0][i]:
-            t = int(risen[3][i])
-            events.append((t, f"{name(i)}: the linear model's loss rose inside a block, {risen[1][i]:.3g} → "
-                              f"{risen[2][i]:.3g} at step {t}{note(i, t)}"))
-        if events:
-            out[int(i)] = min(events, key=lambda e: e[0])
+    out: dict[int, tuple[int, str]] = {}
+    for f in failures(h):
+        if K[f.run] <= 1 or f.kind == "jumped":
+            continue
+        if f.kind == "diverged":
+            why = f"{name(f.run)} diverged at step {f.step}"
+        elif f.kind == "exploded":
+            why = f"{name(f.run)}: training loss {f.low:.3g} → {f.high:.3g} at step {f.step}"
+        else:
+            why = f"{name(f.run)}: the linear model's loss rose inside a block, {f.low:.3g} → {f.high:.3g} at step {f.step}"
+        if f.run not in out or f.step < out[f.run][0]:
+            out[f.run] = (f.step, why + note(f.run, f.step))
     return out
 
 
