@@ -77,24 +77,25 @@ ref = reference.show("fig2", fig2.plot, table=False)
 #   works; it does not reproduce the figure.
 # * `cpu` (the reference run's scale; about an hour and a half of a 2-core CPU): where the linear
 #   model stays stable (Figure 3's page says why: a network trained at rate $\eta$ sharpens until
-#   $\lambda_{\max}$ nears $2/\eta$, and a fixed linearisation cannot follow it there). Mini-batch:
-#   Figure 3's setting without augmentation, the first 1,000 training images, batches of 100 at
-#   learning rate 0.002 for 1,600 steps, $K \in \{1, 160\}$ (10 re-linearisations). Full batch:
-#   `factor` 2, so 800 steps at 0.004 for $K \in \{1, 80\}$, on the first 250 of those images
-#   (`n_train_full`: a full-batch step over all 1,000 would cost ten mini-batch steps, and fewer
-#   images are fitted sooner, so their curvature stops rising). Every test image, 3 seeds, 21
-#   evaluations per run, and $\lambda_{\max}$ of the linear model's curvature on the 250
-#   full-batch images at every re-linearisation of each panel, drawn below the accuracies as the
-#   bound $2/\lambda_{\max}(\theta_s)$ beside $\eta$. The two panels train on different sets, so
-#   the right panel compares the same gradient-flow time (learning rate × steps), not the same
-#   objective. Until that run is committed, the reference run above is the earlier `cpu` setting
+#   $\lambda_{\max}$ nears $2/\eta$, and a fixed linearisation cannot follow it there). One rate for
+#   both panels (`factor` 1): full-batch gradient descent at twice the mini-batch rate was measured
+#   first and is not stable (on 250 images at 0.004, $\eta\lambda_{\max}/2$ rose to 0.98 along
+#   $K = 80$ and to 0.79 along $K = 1$ within 800 steps, although the network fitted the images).
+#   Both panels: learning rate 0.002, 1,000 steps, $K \in \{1, 100\}$ (10 re-linearisations);
+#   mini-batch on the first 1,000 training images in batches of 100 (Figure 3's setting without
+#   augmentation), full batch on the first 250 of them (`n_train_full`: a full-batch step over all
+#   1,000 would cost ten mini-batch steps). Every test image, 3 seeds, 21 evaluations per run, and
+#   $\lambda_{\max}$ of the linear model's curvature on the 250 full-batch images at every
+#   re-linearisation, drawn below the accuracies as the bound $2/\lambda_{\max}(\theta_s)$ beside
+#   $\eta$. The two panels train on different sets, so the right panel compares the same number of
+#   steps at one rate, not the same objective. Until that run is committed, the reference run above is the earlier `cpu` setting
 #   (every image, mini-batch at 0.01 with $K = 30$, full batch on 1,024 images at 0.03 with
 #   $K = 10$, 2 seeds, no sharpness record): there $K = 1$ reached 31.6 % (full batch) and
 #   37.8 % (mini-batch), the full-batch $K = 10$ run's loss exploded after 40 steps, and the
 #   mini-batch $K = 30$ ended 7 points behind, a run at rates close to the bound that the
 #   learning-rate notebook (`lr`) shows large $K$ failing at.
 # * `gpu` (one H100; not measured: no GPU was lent when this was written): the `cpu` setting with
-#   8 seeds, and $K = 8$ (100 re-linearisations) and $K = \infty$ beside.
+#   8 seeds, and $K = 10$ (100 re-linearisations) and $K = \infty$ beside.
 # * `paper`: learning rates 1e-3 / 1e-4, batches of 256, `factor` 10 (the paper's); the paper's
 #   $K$ values and step counts are not in its text: we use $K \in \{1, 10^2, 10^3, 10^4, \infty\}$
 #   and $10^5$ full-batch steps.
