@@ -664,7 +664,7 @@ class Failure(NamedTuple):
 
     run: int
     kind: str  #: "diverged", "exploded", "rose" (inside a block) or "jumped" (between evaluations)
-    step: int  #: where: the divergence, the loss's peak, or the top of the rise
+    step: int  #: the step of the divergence, of the loss's peak, or of the top of the rise
     low: float = math.nan  #: the loss before (NaN for "diverged")
     high: float = math.nan  #: the loss at ``step`` (NaN for "diverged")
 
