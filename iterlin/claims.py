@@ -668,6 +668,19 @@ class Failure(NamedTuple):
     low: float = math.nan  #: the loss before (NaN for "diverged")
     high: float = math.nan  #: the loss at ``step`` (NaN for "diverged")
 
+    def describe(self, name: str, *, headed: bool = False) -> str:
+        """``name`` (the run) and what happened: the step, and the losses where there are some;
+        ``headed``: under a heading that names the kind (:func:`divergence_row`), so without it."""
+        if self.kind == "diverged":
+            return f"{name} at step {self.step}" if headed else f"{name} diverged at step {self.step}"
+        losses = f"{self.low:.3g} → {self.high:.3g} at step {self.step}"
+        if self.kind == "exploded":
+            return f"{name}: training loss {losses}"
+        if headed:
+            return f"{name}: {losses}"
+        what = "the linear model's loss rose inside a block" if self.kind == "rose" else "the loss rose between evaluations"
+        return f"{name}: {what}, {losses}"
+
 
 def failures(h: Mapping) -> list[Failure]:
     """Every failure of every run of a sweep history, by run: it diverged (``diverged`` /
@@ -716,14 +729,8 @@ def divergence_claim(histories: Mapping[str, Mapping], label: Callable | None = 
         for f in events:
             if f.kind == "rose" and f.run in worse:
                 continue  # reported as the worse failure
-            name = f"{where}{label(panel, h, f.run)}"
-            if f.kind == "diverged":
-                text = f"{name} at step {f.step}"
-            elif f.kind == "exploded":
-                text = f"{name}: training loss {f.low:.3g} → {f.high:.3g} at step {f.step}"
-            else:
-                text = f"{name}: {f.low:.3g} → {f.high:.3g} at step {f.step}"
-            found[f.kind].append(text + unstable(f.run, f.step))
+            found[f.kind].append(f.describe(f"{where}{label(panel, h, f.run)}", headed=True)
+                                 + unstable(f.run, f.step))
     return divergence_row(found["diverged"], found["exploded"], found["rose"], found["jumped"])
 
 
@@ -817,14 +824,8 @@ def failed_runs(h: Mapping, label: Callable | None = None) -> dict[int, tuple[in
     for f in failures(h):
         if K[f.run] <= 1 or f.kind == "jumped":
             continue
-        if f.kind == "diverged":
-            why = f"{name(f.run)} diverged at step {f.step}"
-        elif f.kind == "exploded":
-            why = f"{name(f.run)}: training loss {f.low:.3g} → {f.high:.3g} at step {f.step}"
-        else:
-            why = f"{name(f.run)}: the linear model's loss rose inside a block, {f.low:.3g} → {f.high:.3g} at step {f.step}"
         if f.run not in out or f.step < out[f.run][0]:
-            out[f.run] = (f.step, why + note(f.run, f.step))
+            out[f.run] = (f.step, f.describe(name(f.run)) + note(f.run, f.step))
     return out
 
 

@@ -52,6 +52,7 @@ from ..models import cnn_features
 from ..plotting import legend, panels, plot_sweep
 from ..probes import probe_tracker
 from ._common import (
+    STABLE,
     Experiment,
     check_sharpness,
     checkpoint_path,
@@ -83,17 +84,9 @@ SCALES = {
     # images at 10 points (one per re-linearisation) and λ_max of the linear model's curvature on
     # 256 training images at each. The earlier cpu scale (every image, lr 0.01, K = 20, 200 steps,
     # 2 seeds) sat near the bound that Fig. 3's K = 50 crossed; its runs did not record it.
-    "cpu": dict(
-        K=[1, 160], lr=0.002, steps=1600, batch_size=100, augment=True, n_train=1000, n_test=None,
-        n_probe=None, seed=0, n_seeds=3, n_evals=10, n_eval_train=None, n_sharpness=256, sharpness_iters=30,
-        sharpness_every=160,
-    ),
+    "cpu": dict(STABLE, n_probe=None, n_seeds=3, n_evals=10),
     # gpu: NOT MEASURED on a GPU. The cpu setting with 8 seeds (t(7) = 2.36 against t(2) = 4.30).
-    "gpu": dict(
-        K=[1, 160], lr=0.002, steps=1600, batch_size=100, augment=True, n_train=1000, n_test=None,
-        n_probe=None, seed=0, n_seeds=8, n_evals=10, n_eval_train=None, n_sharpness=256, sharpness_iters=30,
-        sharpness_every=160,
-    ),
+    "gpu": dict(STABLE, n_probe=None, n_seeds=8, n_evals=10),
     "paper": dict(  # K = 5e6 (the paper's); lr, T, augmentation as our Fig. 3 paper settings
         K=[1, 5_000_000], lr=1e-4, steps=60_000_000, batch_size=256, augment=True, n_train=50_000,
         n_test=10_000, n_probe=10_000, seed=0, n_seeds=3, n_evals=30, n_eval_train=10_000, n_sharpness=1000,
