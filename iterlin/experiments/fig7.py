@@ -49,7 +49,18 @@ from ..claims import (
     unstable_among,
 )
 from ..data import Dataset
-from ..plotting import as_1d, bad_argument, k1_and_largest, legend, panels, per_run, plot_sweep, real_array
+from ..plotting import (
+    as_1d,
+    bad_argument,
+    k1_and_largest,
+    legend,
+    panels,
+    per_run,
+    plot_bound,
+    plot_sweep,
+    real_array,
+)
+from ..stability import bound_record
 from ..probes import filter_tracker, filters_to_image
 from ._common import (
     STABLE,
@@ -348,7 +359,8 @@ def plot(results):
     scale, [−0.5, 0.5] → [0, 1], then with the range stretched to the run's largest change. Then
     the size of the change, ‖W_t − W_0‖ over all 50 filters: the mean over seeds ± one standard
     error; the dotted line is the large K's mean final size, the dot where K = 1's mean first
-    reaches it; and the per-seed summary (match_report)."""
+    reaches it; beside it (when the run recorded it) the linear model's bound 2/λ_max(θ_s) along
+    every run, with η dashed and 3η dotted; and the per-seed summary (match_report)."""
     h = results["runs"]
     scale = results["config"]["scale"]
     first = k1_and_largest(h["K"])  # the first seed's K = 1 and large-K runs (runs are seed-major)
@@ -358,7 +370,9 @@ def plot(results):
                           f"({scale} scale)")
         plt.show()
     m = match_marks(results)
-    fig, ax = panels(panel_size=(6.4, 4))
+    recorded = "lr_over_bound" in h
+    fig, axes = panels(2 if recorded else 1, panel_size=(6.4, 4), squeeze=False)
+    ax = axes[0, 0]
     plot_sweep(ax, {**h, "filter_change": results["match"]["norm"]}, "filter_change", scale=1)
     ax.axhline(m["target"], ls=":", color="gray")
     if np.isfinite(m["step"]):
@@ -366,5 +380,10 @@ def plot(results):
                 label=f"K = 1 reaches it at {pct(m['fraction'], 0)} of training")
     ax.set(xlabel="step", ylabel="‖W_t − W_0‖ (all first-layer filters)", title=f"size of the filter change ({scale} scale)")
     legend(ax)
+    if recorded:
+        ax = axes[0, 1]
+        plot_bound(ax, bound_record(h), label="K = {K}")
+        ax.set(xlabel="step", ylabel="2 / λ_max(θ_s)", title="the linear model's bound (dashed: η; dotted: 3η)")
+        legend(ax)
     plt.show()
     print(match_report(results))
