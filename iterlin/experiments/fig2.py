@@ -176,5 +176,5 @@ def plot(results):
             plot_bound(ax, bound_record(h), label="K = {K}")
             ax.set(xlabel="step", ylabel="2 / λ_max(θ_s)", title=f"{name}: the linear model's bound (dashed: η)")
             legend(ax)
-        axes[1, 2].set_axis_off()
+        axes[1, 2].set_visible(False)
     plt.show()
