@@ -100,7 +100,7 @@ from .jacobian import (  # noqa: F401 (flat_jacobian re-exported)
 from .losses import Loss, get_loss, mse_targets
 from .precision import matmul
 from .memo import memoise
-from .training import TrainState, _check_train_args, commit_step, fit, init_state
+from .training import TrainState, check_train_args, commit_step, fit, init_state
 from .tree import tree_size
 from .validate import check_choice, check_int, check_nonnegative, check_positive, check_xy
 
@@ -580,7 +580,7 @@ def gauss_newton_train(
         )
     sweep = _is_sequence(damping)
     state = init_gauss_newton_state(params, damping, filter=filter, stacked=sweep)
-    _check_train_args(data, steps, loss, batch_size, fit_kwargs.get("eval_data"))
+    check_train_args(data, steps, loss, batch_size, fit_kwargs.get("eval_data"))
     x, y = (jnp.asarray(a) for a in data)
     _check_labels(kw["loss"], y)
     hs = np.atleast_1d(np.asarray(state.policy))

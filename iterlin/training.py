@@ -87,6 +87,7 @@ __all__ = [
     "make_step",
     "make_batch_fn",
     "fit",
+    "check_train_args",
     "default_evaluation",
     "DEFAULT_EVAL_BUDGET",
     "DEFAULT_EVAL_POINTS",
@@ -563,8 +564,12 @@ def _same(a, b) -> bool:
     return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)  # nan equals nan here
 
 
-def _check_train_args(data, steps, loss, batch_size, eval_data) -> None:
-    """What train/train_sweep check before the initial refresh (compute); fit checks the rest."""
+def check_train_args(data, steps, loss, batch_size, eval_data) -> None:
+    """Validate what ``train``, ``train_sweep`` and ``gauss_newton.gauss_newton_train`` share, before their initial refresh.
+
+    ``data`` and ``eval_data`` are ``(x, y)`` pairs, ``steps`` a positive count, ``batch_size`` None or
+    in 1 … len(x), ``loss`` a known loss; a bad one raises an error naming it. :func:`fit` checks the rest.
+    """
     x, y = (jnp.asarray(a) for a in _check_pair(data, "data"))
     if eval_data is not None:
         eval_data = tuple(jnp.asarray(a) for a in _check_pair(eval_data, "eval_data"))
@@ -1193,7 +1198,7 @@ def train(
     _check_optimizer(optimizer)
     policy = as_policy(K)
     _check_reset(reset_optimizer)
-    _check_train_args(data, steps, loss, batch_size, fit_kwargs.get("eval_data"))
+    check_train_args(data, steps, loss, batch_size, fit_kwargs.get("eval_data"))
     _check_placement_kwargs(fit_kwargs, sweep=False, data=data, batch_size=batch_size)
     (policy,), fit_kwargs = _policy_for_fit([policy], fit_kwargs)
     if refresh is not None:  # statistics at θ_0 before the first linearisation
@@ -1295,7 +1300,7 @@ def train_sweep(
         )
     _check_optimizer(optimizer)
     _check_reset(reset_optimizer)
-    _check_train_args(data, steps, loss, batch_size, fit_kwargs.get("eval_data"))
+    check_train_args(data, steps, loss, batch_size, fit_kwargs.get("eval_data"))
     _check_placement_kwargs(fit_kwargs, sweep=True, data=data, batch_size=batch_size)
     policies, fit_kwargs = _policy_for_fit(policies, fit_kwargs)
     if refresh is not None:

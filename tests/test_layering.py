@@ -185,15 +185,9 @@ def test_the_core_never_imports_the_experiment_layer():
     assert core_to_experiment_layer(PACKAGE_DIR) == []
 
 
-#: Known, to be removed: ``training._check_train_args`` needs a public name, which is a rename inside
-#: training.py (its definition and two calls), left until the concurrent work on training.py lands.
-#: Listed exactly, so that a new private import fails, and so does this entry once it is gone.
-KNOWN_PRIVATE_IMPORTS = ["iterlin.gauss_newton imports iterlin.training._check_train_args"]
-
-
 def test_no_module_imports_another_modules_private_names():
     found = [f.rsplit(" (line", 1)[0] for f in private_imports(PACKAGE_DIR)]
-    assert found == KNOWN_PRIVATE_IMPORTS
+    assert found == []
 
 
 def test_no_import_cycles():
