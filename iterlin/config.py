@@ -273,6 +273,7 @@ VALIDATORS: dict[str, Callable[[Any, str, Any], Any]] = {
     # Fig. 5: training images held out to choose each run's early-stopping point (None, or "none":
     # none, the paper's "optimal" early stopping on the test set)
     "n_val": _scalar(_optional_count),
+    "n_main": _scalar(_optional_count),
     # the linear model's sharpness (iterlin.stability): λ_max on the first n_sharpness training images
     "n_sharpness": _count(1, False, MAX_TRAIN, "CIFAR-10 has 50000 training images"),
     "sharpness_iters": _int(1, MAX_STEPS, "it is a number of power-iteration steps, and step counters are int32"),

@@ -31,7 +31,8 @@ Runs (each from the same θ₀ per seed; the first linearisation at θ₀ is sha
 * **K = ∞**: kernel regression with the eNTK at θ₀, i.e. the linear model at θ₀ trained to
   convergence (τ = ∞, scored as the LINEAR model f_lin(θ_∞) = f(θ₀) + J(θ₀)(θ_∞ − θ₀));
 * **data scaling**: K = ∞ and the iterated flow with R = ``n_relin`` at every N of ``n_train``
-  (a doubling grid; the largest N is the one the runs above use).
+  (a doubling grid). The runs above use N = ``n_main`` (None: the largest), so that the grid can
+  reach past the N that the whole R grid can afford.
 
 The network f(θ) of every finite-τ run is scored on every installed test image (its linear model
 too). Units: σ and τ are for the SUMMED loss with unit rate (τ = Kη/N for ``train``'s mean loss
@@ -54,8 +55,9 @@ atomically after every re-linearisation).
 
 Config keys: ``n_train`` (list, doubling grid), ``n_test`` (None: every installed test image),
 ``total_time`` (T), ``relins`` (list of R), ``n_relin`` (R of GN, damped GN and the scaling runs),
-``seed``, ``n_seeds``, ``n_check`` (images of the consistency checks), ``gd_steps`` (steps of the
-literal GD runs of the checks).
+``n_main`` (the N of the R grid, GN and damped GN: one of ``n_train``; None: the largest), ``seed``,
+``n_seeds``, ``n_check`` (images of the consistency checks), ``gd_steps`` (steps of the literal GD
+runs of the checks).
 
 Results: ``runs``: (Q,) arrays ``method`` (str: "flow", "gn", "damped", "kernel"), ``R``, ``tau``,
 ``damping``, ``n_train``, ``seed``; ``net_test_acc``, ``lin_test_acc``, ``net_train_acc``,
@@ -102,7 +104,7 @@ from ..precision import matmul, x64
 from ._common import Experiment, network_correct, seed_keys
 
 __all__ = ["SCALES", "EXPERIMENT", "load", "compute", "claims", "Linearisation", "linearise_at", "update",
-           "flow_phi", "damped_phi", "lanczos_apply", "run_specs", "slopes", "plot"]
+           "flow_phi", "damped_phi", "lanczos_apply", "main_size", "ran_main_size", "run_specs", "slopes", "plot"]
 
 INF = math.inf
 
@@ -112,26 +114,29 @@ SCALES = {
     # and τ = T/R ≥ 1/σ for most directions only when R is large: the R grid reaches as far as cost allows.
     # smoke: N = 8 and 16, R ∈ {1, 2, 4}, GN / damped GN / scaling at R = 2, one seed: about a minute
     # and a half on a 2-core CPU (a check that the pipeline works; the accuracies are near chance).
-    "smoke": dict(n_train=[8, 16], n_test=None, total_time=0.5, relins=[1, 2, 4], n_relin=2, seed=0,
+    "smoke": dict(n_train=[8, 16], n_main=None, n_test=None, total_time=0.5, relins=[1, 2, 4], n_relin=2, seed=0,
                   n_seeds=1, n_check=8, gd_steps=40),
-    # cpu: N = 32, 64, 128, R ∈ {1, 2, 4, 8, 16}, GN / damped GN / scaling at R = 8, three seeds:
-    # per seed 27 + 14 re-linearisations at N = 128 and 16 at N ≤ 64, about 20 minutes a seed at the
-    # measured 20–25 s per re-linearisation at N = 128 (the notebook): about an hour.
-    "cpu": dict(n_train=[32, 64, 128], n_test=None, total_time=0.5, relins=[1, 2, 4, 8, 16], n_relin=8, seed=0,
-                n_seeds=3, n_check=32, gd_steps=200),
+    # cpu: the R grid {1, 2, 4, 8, 16}, GN and damped GN at N = 128, R = 8; the scaling runs (K = ∞ and
+    # R = 8) at N = 32, 64, 128 and 256; three seeds. Per seed: 27 + 14 re-linearisations at N = 128
+    # (20–25 s each, measured under load), 8 at N = 256 (about 80 s each under load: the Gram JJᵀ of a
+    # 2,560 × 227,484 Jacobian dominates) and 16 at N ≤ 64: about 30 minutes a seed, 1.5 hours in all.
+    "cpu": dict(n_train=[32, 64, 128, 256], n_main=128, n_test=None, total_time=0.5, relins=[1, 2, 4, 8, 16],
+                n_relin=8, seed=0, n_seeds=3, n_check=32, gd_steps=200),
     # gpu: N up to 1,000 (the kernel is 10⁴ × 10⁴), R up to 64 (an estimate, not run).
-    "gpu": dict(n_train=[125, 250, 500, 1000], n_test=None, total_time=0.5, relins=[1, 2, 4, 8, 16, 32, 64],
+    "gpu": dict(n_train=[125, 250, 500, 1000], n_main=None, n_test=None, total_time=0.5, relins=[1, 2, 4, 8, 16, 32, 64],
                 n_relin=8, seed=0, n_seeds=3, n_check=64, gd_steps=2000),
     # paper: the paper's training sets are far larger; the kernel route ends near N = 1,000 on one GPU.
-    "paper": dict(n_train=[250, 500, 1000], n_test=None, total_time=0.5, relins=[1, 2, 4, 8, 16, 32, 64, 128, 256],
+    "paper": dict(n_train=[250, 500, 1000], n_main=None, n_test=None, total_time=0.5, relins=[1, 2, 4, 8, 16, 32, 64, 128, 256],
                   n_relin=8, seed=0, n_seeds=3, n_check=64, gd_steps=2000),
 }
 
 
 def load(config: Mapping) -> Dataset:
     """CIFAR-10: the largest N of ``n_train`` training images (each smaller N takes the first ones)
-    and ``n_test`` test images (None: every installed one); ``n_check ≤ max N`` checked."""
+    and ``n_test`` test images (None: every installed one); ``n_check ≤ max N`` and ``n_main`` in
+    ``n_train`` checked."""
     n_max = max(config["n_train"])
+    main_size(config)
     data = load_cifar10(n_max, config["n_test"])
     if config["n_check"] > data.x_train.shape[0]:
         raise ValueError(f"n_check={config['n_check']} is not allowed: n_check must be <= max(n_train)={n_max}")
@@ -269,18 +274,30 @@ class Spec(NamedTuple):
         return damped_phi(self.damping) if self.method == "damped" else flow_phi(self.tau)
 
 
+def main_size(config: Mapping) -> int:
+    """N of the R grid, GN and damped GN: ``n_main``, which must be one of ``n_train`` (None: the largest)."""
+    sizes = sorted(config["n_train"])
+    n = config.get("n_main")
+    if n is None:
+        return sizes[-1]
+    if n not in sizes:
+        raise ValueError(f"n_main={n!r} is not allowed: n_main must be one of n_train={sizes}, or None (the largest)")
+    return int(n)
+
+
 def run_specs(config: Mapping) -> list[Spec]:
     """Every run of the config, seed-major (module docstring)."""
     T, Rn = float(config["total_time"]), int(config["n_relin"])
     sizes = sorted(config["n_train"])
+    n = main_size(config)
     specs = []
     for seed in range(config["seed"], config["seed"] + config["n_seeds"]):
-        n = sizes[-1]
         for R in sorted(set(config["relins"]) | {Rn}):
             specs.append(Spec("flow", R, T / R, 0.0, n, seed))
         specs.append(Spec("gn", Rn, INF, 0.0, n, seed))
         specs.append(Spec("damped", Rn, INF, Rn / T, n, seed))
-        for m in reversed(sizes):  # the largest first: its kernel at θ₀ is still at hand
+        # n first: its kernel at θ₀ is still at hand; then the rest, largest first
+        for m in [n] + [m for m in reversed(sizes) if m != n]:
             specs.append(Spec("kernel", 1, INF, 0.0, m, seed))
             if m != n:
                 specs.append(Spec("flow", Rn, T / Rn, 0.0, m, seed))
@@ -499,12 +516,18 @@ def slopes(results: Mapping, method: str, R: int | None = None, net: bool = True
     return np.asarray(out), np.asarray(var)
 
 
+def ran_main_size(results: Mapping) -> int:
+    """The N at which the results' R grid, GN and damped GN ran (:func:`main_size` of their config)."""
+    runs = results["runs"]
+    return int(np.max(np.asarray(runs["n_train"])[np.asarray(runs["method"]) == "gn"]))
+
+
 def claims(results: Mapping) -> list[Claim]:
     """The claims stated before the run (module docstring of the notebook), decided by the shared
     noise rule (:func:`iterlin.claims.difference`: a 95 % t interval of Δ, paired on the test images)."""
     runs = results["runs"]
     config = results.get("config", {})
-    n_main = int(np.max(runs["n_train"]))
+    n_main = ran_main_size(results)
     Rs = sorted({int(r) for r, m, n in zip(runs["R"], runs["method"], runs["n_train"]) if m == "flow" and n == n_main})
     Rn = int(config.get("n_relin", min(int(r) for r, m in zip(runs["R"], runs["method"]) if m == "gn")))
     flow = {R: _select(results, method="flow", R=R, n_train=n_main) for R in Rs}
@@ -595,9 +618,9 @@ EXPERIMENT = Experiment("limit", SCALES, load, compute, claims, __name__)
 
 
 def accuracy_by_R(results: Mapping) -> dict:
-    """At the largest N: R (L,), and per R the (S,) network test accuracies of the iterated flow."""
+    """At N = ``n_main`` (where GN ran): R (L,), and per R the (S,) network test accuracies of the iterated flow."""
     runs = results["runs"]
-    n_main = int(np.max(runs["n_train"]))
+    n_main = ran_main_size(results)
     Rs = sorted({int(r) for r, m, n in zip(runs["R"], runs["method"], runs["n_train"]) if m == "flow" and n == n_main})
     return {"R": np.asarray(Rs),
             "acc": np.stack([runs["net_test_acc"][_select(results, method="flow", R=R, n_train=n_main)] for R in Rs])}
@@ -612,7 +635,7 @@ def plot(results):
     with Gauss–Newton, damped GN and K = ∞ as horizontal lines. Right: test error against N (log-log)
     for K = ∞ and the iterated flow at R = n_relin."""
     runs = results["runs"]
-    n_main = int(np.max(runs["n_train"]))
+    n_main = ran_main_size(results)
     fig, (ax, ax2) = panels(2, panel_size=(5.5, 4))
     by = accuracy_by_R(results)
     band(ax, by["R"], by["acc"], axis=1, color="C0", marker="o", label="iterated flow, τ = T/R")

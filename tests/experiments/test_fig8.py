@@ -75,7 +75,7 @@ def test_fig8_tiny_two_seeds(monkeypatch, cifar_subset_path):
         np.testing.assert_allclose(r["sgd"][key][1], ref[key], rtol=1e-5, err_msg=key)
     assert not np.allclose(r["sgd"]["net_train_loss"][0], r["sgd"]["net_train_loss"][1])  # seeds differ
     rows = fig8.claims({**r, "config": config})
-    assert len(rows) == 6
+    assert len(rows) == 7
     assert [rows[i].holds for i in (1, 2)] == [NA, NA]  # the paper's numbers: judged only at scale 'paper'
     assert "2 seeds, 8 paired test images" in rows[0].measured
 
@@ -188,3 +188,26 @@ def test_claims_not_applicable():
     no_k = _results()
     no_k["config"] = {"scale": "paper"}
     assert fig8.claims(no_k)[0].measured.startswith("Adam-solved (K=∞)")  # K unknown
+
+
+def test_the_network_keeps_or_loses_what_each_solved_linearisation_learned():
+    """Re-linearisations on evaluation points pair the linear model's accuracy just before with the
+    network's right after; one off the evaluation grid and the padding (-1) are left out."""
+    results = _results(solved=[0.61, 0.62], sgd=[0.69, 0.70], adam=[0.71, 0.72],
+                       relin_acc=[[0.998, 1.0, 1.0], [0.99, 1.0, np.nan]])
+    s = results["solved"]
+    s["step"] = np.array([0, 200, 400])
+    s["relin_step"] = np.array([[200, 300, 400], [200, 400, -1]])
+    s["net_train_acc"] = np.array([[0.1, 0.95, 0.93], [0.1, 0.106, 0.95]])
+    before, after = fig8.kept(s)
+    np.testing.assert_allclose(before, [0.998, 1.0, 0.99, 1.0])
+    np.testing.assert_allclose(after, [0.95, 0.93, 0.106, 0.95])
+    row = next(r for r in fig8.claims(results) if r.claim.startswith("the network keeps"))
+    assert row.holds == "no"  # seed 1 fell from 99 % to 11 %
+    assert "99 % → 11 %" in row.measured and "at the 4 re-linearisations" in row.measured
+    s["net_train_acc"][1, 1] = 0.95
+    row = next(r for r in fig8.claims(results) if r.claim.startswith("the network keeps"))
+    assert row.holds == "yes"
+    # no log (a K = 1 run, or a history without it): no row
+    assert fig8.kept(results["sgd"])[0].size == 0
+    assert not any(r.claim.startswith("the network keeps") for r in fig8.claims(_results()))

@@ -112,6 +112,27 @@ def test_config_validation():
     assert cpu["n_seeds"] >= 3 and cpu["n_test"] is None and len(cpu["n_train"]) >= 3
     specs = limit.run_specs(resolve("limit"))
     assert {s.method for s in specs} == {"flow", "gn", "damped", "kernel"}
+    with pytest.raises(ValueError, match="n_main=24 is not allowed: n_main must be one of n_train=\\[8, 16\\]"):
+        limit.run_specs(resolve("limit", n_train=[8, 16], n_main=24))
+    with pytest.raises(ValueError, match="n_main"):
+        resolve("limit", n_main=0)
+
+
+def test_n_main_puts_the_r_grid_below_the_largest_scaling_size():
+    """The R grid, GN and damped GN at n_main; K = ∞ and R = n_relin at every N; per seed, the kernel
+    of n_main comes right after its R grid (its linearisation at θ₀ is still at hand)."""
+    config = resolve("limit", n_train=[8, 16, 32], n_main=16, relins=[1, 2], n_relin=2, n_seeds=2)
+    specs = limit.run_specs(config)
+    for seed in (0, 1):
+        mine = [s for s in specs if s.seed == seed]
+        assert {(s.method, s.n_train) for s in mine if s.method in ("gn", "damped")} == {("gn", 16), ("damped", 16)}
+        assert sorted(s.R for s in mine if s.method == "flow" and s.n_train == 16) == [1, 2]
+        assert [(s.method, s.n_train) for s in mine if s.n_train != 16] == [
+            ("kernel", 32), ("flow", 32), ("kernel", 8), ("flow", 8)]
+        at_main = [s.method for s in mine if s.n_train == 16]
+        assert at_main[-1] == "kernel" and mine.index([s for s in mine if s.method == "kernel"][0]) == len(at_main) - 1
+    # None: the largest, as before
+    assert {s.n_train for s in limit.run_specs(resolve("limit", n_train=[8, 16], n_main=None)) if s.method == "gn"} == {16}
 
 
 def test_n_check_above_the_images_loaded_is_refused(cifar_subset_path):
@@ -161,15 +182,15 @@ def test_tiny_real_run_and_resume(tmp_path, cifar_subset_path, monkeypatch):
 # ----------------------------------------------------------------------------------------------
 
 
-def _constructed(acc: dict, n_test=2000, seeds=3, sizes=(32, 64, 128), scaling=None):
-    """Results with the given per-(method, R) accuracy at the largest N (exactly reproducible)."""
+def _constructed(acc: dict, n_test=2000, seeds=3, sizes=(32, 64, 128), scaling=None, n_main=None):
+    """Results with the given per-(method, R) accuracy at N = n_main (None: the largest; exactly reproducible)."""
     rng = np.random.default_rng(0)
     rows = []
-    n = max(sizes)
+    n = max(sizes) if n_main is None else n_main
     for s in range(seeds):
         for (method, R), a in acc.items():
             rows.append((method, R, n, s, a))
-        for m in sizes[:-1]:
+        for m in [m for m in sizes if m != n]:
             for method, R in (("kernel", 1), ("flow", 2)):
                 rows.append((method, R, m, s, scaling[(method, m)]))
     correct = []
@@ -192,6 +213,20 @@ def _constructed(acc: dict, n_test=2000, seeds=3, sizes=(32, 64, 128), scaling=N
 
 def _holds(rows):
     return {r.claim.split(":")[0]: r.holds for r in rows}
+
+
+def test_claims_read_the_r_grid_at_n_main():
+    """With the scaling grid past n_main, the R-grid claims read n_main's runs, and the slope takes every N."""
+    good = {("flow", 1): 0.30, ("flow", 2): 0.40, ("flow", 4): 0.40, ("gn", 2): 0.33, ("damped", 2): 0.38,
+            ("kernel", 1): 0.29}
+    scaling = {("kernel", 32): 0.25, ("flow", 32): 0.25, ("kernel", 128): 0.31, ("flow", 128): 0.50}
+    results = _constructed(good, sizes=(32, 64, 128), n_main=64, scaling=scaling)
+    assert limit.ran_main_size(results) == 64
+    rows = limit.claims(results)
+    h = _holds(rows)
+    assert h["few feature updates suffice"] == "yes" and "(vs R=4: 40.0 %" in rows[0].measured
+    assert "K=∞ 29.0 %" in rows[1].measured  # the kernel at n_main, not at the largest N
+    assert h["K = ∞ scales worse with N than a finite τ"] == "yes"
 
 
 def test_claims_constructed_yes_and_no():
