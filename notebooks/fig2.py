@@ -123,7 +123,7 @@ reference.show_claims(ref)
 # number, what this run measured and whether it holds at this scale, by the rule in the last
 # column. "Large K" is the largest finite $K$ of the sweep; the paper gives no number for "on
 # par", so the rule is an equivalence test within 2 points, through the shared noise rule
-# (`iterlin.claims.difference`: seeds and the test images, paired).
+# (`iterlin.stats.difference`: seeds and the test images, paired).
 
 # %%
 # NBVAL_IGNORE_OUTPUT

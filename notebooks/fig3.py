@@ -114,7 +114,7 @@ ref = reference.show("fig3", fig3.plot, table=False)
 # cross-entropy on the linearised logits (the loss is not linearised), plain SGD; the runs of one
 # seed start from the same initialisation and see the same batches, so $K = 1$ and large $K$ are
 # compared seed by seed and on the same test images (the claims' noise rule,
-# `iterlin.claims.difference`).
+# `iterlin.stats.difference`).
 #
 # </details>
 

@@ -118,7 +118,7 @@ ref = reference.show("fig4", fig4.plot, table=False)
 # Shared details: Flax default initialisation, softmax cross-entropy on the linearised logits (the
 # loss is not linearised), plain SGD. In each panel the runs of one seed start from the same
 # initialisation and see the same batches, so $K = 1$ and the large $K$ are compared seed by seed
-# and on the same test images (the claims' noise rule, `iterlin.claims.difference`). Each panel's
+# and on the same test images (the claims' noise rule, `iterlin.stats.difference`). Each panel's
 # runs are one sweep (one compilation; on a CPU stepped one after the other). The test set is
 # evaluated for the network only (the paper's Fig. 4 shows the network's test accuracy; the linear
 # model is evaluated on the training images).

@@ -121,7 +121,7 @@ reference.show_claims(ref)
 # the pipeline works, not a reproduction), then its claims: the paper's claim, the paper's
 # statement, what this run measured and whether it holds at this scale, by the rule in the last
 # column (the paper gives no numbers for this figure). Every comparison goes through the shared
-# noise rule (`iterlin.claims.difference`); the scaling rows are judged only when every run fitted
+# noise rule (`iterlin.stats.difference`); the scaling rows are judged only when every run fitted
 # its training set, as the paper's runs did.
 
 # %%

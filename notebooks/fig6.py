@@ -101,7 +101,7 @@ ref = reference.show("fig6", fig6.plot, table=False)
 # Shared details: CNN of Appendix C (2×2 max-pooling after each convolution), Flax default
 # initialisation, softmax cross-entropy on the linearised logits, plain SGD; the runs of one seed
 # start from the same initialisation and see the same batches, so $K = 1$ and the large $K$ are
-# compared seed by seed (the claims' noise rule, `iterlin.claims.difference`, combines the spread
+# compared seed by seed (the claims' noise rule, `iterlin.stats.difference`, combines the spread
 # over seeds and the test set's noise). The probes read the *network*'s hidden activations at
 # $\theta_t$ (not the linear model's), as the paper: "this measure of features looks at hidden
 # layer activations rather than the Jacobian of the network".

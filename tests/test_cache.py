@@ -22,18 +22,8 @@ from iterlin.cache import (
     save_results,
 )
 from iterlin.checkpoint import CheckpointError
-from iterlin.claims import (
-    NA,
-    Claim,
-    claims_markdown,
-    claims_table,
-    collect_claims,
-    fmt_K,
-    num,
-    pct,
-    publish_claims,
-    verdict,
-)
+from iterlin.claims import NA, Claim, claims_markdown, claims_table, collect_claims, fmt_K, publish_claims, verdict
+from iterlin.stats import num, pct
 
 CONFIG = {"experiment": "figX", "K": [1, math.inf], "lr": 0.1, "n_train": None}
 

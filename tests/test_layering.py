@@ -30,6 +30,8 @@ EXPERIMENT_LAYER = (
     "iterlin.cache",
     "iterlin.fingerprint",
     "iterlin.claims",
+    "iterlin.stats",
+    "iterlin.failures",
     "iterlin.plotting",
     "iterlin.compilation",
 )

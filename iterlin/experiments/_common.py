@@ -255,7 +255,7 @@ def sweep(
       The history (module docstring) with ``K`` (R,) float64, ``lr`` (R,) float64 and
       ``seed_index`` (R,) int added; with ``eval_data``, also ``net_test_correct`` and
       ``lin_test_correct`` (R, n_test) bool: whether each run's final network and linear model
-      classify each test image correctly, for paired comparisons (:func:`iterlin.claims.difference`).
+      classify each test image correctly, for paired comparisons (:func:`iterlin.stats.difference`).
       With policies other than :func:`iterlin.relin.every`: ``K`` is each policy's ``K`` (its cap,
       ∞ for none), and the history also holds ``policy`` (R,) str (the kind), one (R,) float64
       array per hyperparameter (``tol``, ``min_period``, …) and the policy's log,
@@ -423,7 +423,7 @@ def trained_final(history: Mapping) -> dict:
     is never the model being trained; Figs. 1 and 5 score it so).
 
     Returns ``final_test_acc`` (R,) float64 and, when the history records per-image correctness,
-    ``final_test_correct`` (R, n_test) bool (for paired comparisons, :func:`iterlin.claims.difference`).
+    ``final_test_correct`` (R, n_test) bool (for paired comparisons, :func:`iterlin.stats.difference`).
     """
     fixed = np.isinf(np.asarray(history["K"], np.float64))
     out = {"final_test_acc": np.where(fixed, np.asarray(history["lin_test_acc"], np.float64)[:, -1],

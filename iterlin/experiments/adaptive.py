@@ -45,25 +45,11 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.lines import Line2D
 
-from ..claims import (
-    NA,
-    ON_PAR,
-    UNDECIDED,
-    Claim,
-    all_verdicts,
-    beyond,
-    divergence_claim,
-    final_difference,
-    fmt_K,
-    on_par,
-    on_par_rule,
-    pct,
-    runs_of,
-    seed_interval,
-)
+from ..claims import NA, ON_PAR, UNDECIDED, Claim, all_verdicts, beyond, divergence_claim, fmt_K, on_par, on_par_rule
 from ..data import Dataset
 from ..plotting import CROSS_SIZE, as_1d, bad_argument, check_axes, legend, mean_se, panels, real_array
 from ..relin import adaptive
+from ..stats import final_difference, pct, runs_of, seed_interval
 from ._common import Experiment, checkpoint_path, cnn_sweep, load_data, trained_final
 
 __all__ = ["SCALES", "EXPERIMENT", "load", "compute", "claims", "per_policy", "fewer_updates", "by_policy",
@@ -163,12 +149,12 @@ def _diverged(results: Mapping) -> np.ndarray:
 
 
 def per_policy(results: Mapping) -> tuple[list[dict], list[dict]]:
-    """Each setting against K = 1, paired by seed and test image (:func:`~iterlin.claims.final_difference`).
+    """Each setting against K = 1, paired by seed and test image (:func:`~iterlin.stats.final_difference`).
 
     Returns ``(fixed, adaptive)``: for every fixed K > 1 (∞ included, as 0 re-linearisations) and
     every tolerance, a dict with ``K`` or ``tol``, ``relin``: the most re-linearisations any of its
     seeds made (int; a setting "uses fewer" only if it does in every seed), ``relin_seeds`` (S,),
-    ``diff``: its final test accuracy minus K = 1's (:class:`~iterlin.claims.Difference`) and
+    ``diff``: its final test accuracy minus K = 1's (:class:`~iterlin.stats.Difference`) and
     ``par``: :func:`~iterlin.claims.on_par` within :data:`~iterlin.claims.ON_PAR` ("no" when a run
     of it or of K = 1 diverged). ``([], [])`` without a K = 1 run.
     """

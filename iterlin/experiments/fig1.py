@@ -93,7 +93,7 @@ import numpy as np
 import optax
 from matplotlib.axes import Axes
 
-from ..claims import UNDECIDED, Claim, Difference, divergence_row, exceeds, fmt_K, num, on_par, pct, verdict
+from ..claims import UNDECIDED, Claim, divergence_row, exceeds, fmt_K, on_par, verdict
 from ..closed_form import equivalent_damping, gd_filter, gn_filter, gradient_flow_limit, residual_spectrum
 from ..data import Dataset
 from ..gauss_newton import gauss_newton_train
@@ -115,6 +115,7 @@ from ..plotting import (
 )
 from ..precision import x64
 from ..stability import max_stable_lr
+from ..stats import Difference, num, pct
 from ..training import train_sweep
 from ..tree import tree_index
 from ._common import Experiment, checkpoint_path, eval_points, index_of_K, load_quintic, rmse
@@ -573,7 +574,7 @@ def seed_difference(a, b) -> Difference:
     s.e. is std_s(b_s − a_s)/√n over the n seeds left (ddof 1; :func:`iterlin.plotting.mean_se`),
     NaN for n < 2, with n − 1 degrees of freedom (the interval is Student's t); there is no
     test-sampling term: the test grid is fixed (evenly spaced points).
-    Returns a :class:`iterlin.claims.Difference` (``n_test`` 0, ``paired``) for
+    Returns a :class:`iterlin.stats.Difference` (``n_test`` 0, ``paired``) for
     :func:`iterlin.claims.on_par` and :func:`iterlin.claims.exceeds` (through :func:`decide`).
     """
     a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)

@@ -22,21 +22,11 @@ from typing import Mapping
 import matplotlib.pyplot as plt
 import numpy as np
 
-from ..claims import (
-    UNDECIDED,
-    UNSTABLE,
-    Claim,
-    divergence_claim,
-    fmt_K,
-    on_par_claim,
-    pct,
-    runs_of,
-    sharpness_claim,
-    verdict,
-)
+from ..claims import UNDECIDED, UNSTABLE, Claim, divergence_claim, fmt_K, on_par_claim, sharpness_claim, verdict
 from ..data import Dataset
 from ..plotting import legend, panels, plot_bound, plot_sweep
 from ..stability import bound_record
+from ..stats import pct, runs_of
 from ._common import STABLE, Experiment, check_sharpness, checkpoint_path, cnn_sweep, load_data, sharpness_callback
 
 __all__ = ["SCALES", "EXPERIMENT", "load", "compute", "claims", "plot"]

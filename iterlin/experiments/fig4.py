@@ -55,8 +55,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 import optax
 
-from ..claims import EXPLODING, UNDECIDED, Claim, divergence_claim, exploded_runs, on_par_claim
+from ..claims import UNDECIDED, Claim, divergence_claim, on_par_claim
 from ..data import Dataset
+from ..failures import EXPLODING, exploded_runs
 from ..losses import get_loss
 from ..models import make_model
 from ..plotting import legend, panels, plot_sweep
@@ -195,7 +196,7 @@ def fisher_one_sided(a: int, n_a: int, b: int, n_b: int) -> float:
 
 def divergence_counts(results: Mapping) -> tuple[int, int, int, int]:
     """``(diverged with BN, BN runs, diverged without BN, no-BN runs)``, counted over every seed and K:
-    a run diverged when the guard stopped it or its loss exploded (:func:`iterlin.claims.exploded_runs`)."""
+    a run diverged when the guard stopped it or its loss exploded (:func:`iterlin.failures.exploded_runs`)."""
     d_b, d_nb = (np.asarray(results[p]["diverged"], bool) | exploded_runs(results[p]) for p in ("bn", "no_bn"))
     return int(d_b.sum()), int(d_b.size), int(d_nb.sum()), int(d_nb.size)
 

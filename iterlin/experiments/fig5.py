@@ -38,22 +38,18 @@ from ..claims import (
     ON_PAR,
     UNDECIDED,
     Claim,
-    Difference,
-    difference,
     divergence_claim,
     exceeds,
     fmt_K,
-    num,
     on_par,
     on_par_rule,
-    pct,
-    runs_of,
     verdict,
 )
 from ..config import halvings
 from ..data import Dataset, load_cifar10
-from ..probes import heldout_tracker
 from ..plotting import legend, panels, plot_sweep, set_log_ticks
+from ..probes import heldout_tracker
+from ..stats import Difference, difference, num, pct, runs_of
 from ._common import Experiment, check_batch, checkpoint_path, cnn_sweep, early_stopped
 
 __all__ = ["SCALES", "EXPERIMENT", "SizedData", "load", "compute", "claims", "runs", "stopped_at_best", "stopped",
@@ -212,7 +208,7 @@ def _gain(best: np.ndarray) -> np.ndarray:
 
 
 def gain_difference(results: Mapping, ia, ib) -> Difference:
-    """The shared noise rule (:func:`iterlin.claims.difference`) for gain_B − gain_A, runs ``ia``
+    """The shared noise rule (:func:`iterlin.stats.difference`) for gain_B − gain_A, runs ``ia``
     and ``ib`` paired by seed: the seed spread of the per-seed differences, and the test-set noise
     of the four early-stopped accuracies involved (:func:`stopped`), Σ p(1 − p)/n (two sizes × two
     settings)."""

@@ -32,25 +32,13 @@ from typing import Mapping
 import matplotlib.pyplot as plt
 import numpy as np
 
-from ..claims import (
-    EXCEEDS_RULE,
-    NA,
-    UNSTABLE,
-    Claim,
-    difference,
-    divergence_claim,
-    exceeds,
-    fmt_K,
-    only_k1_rows,
-    pct,
-    runs_of,
-    sharpness_claim,
-    unstable_among,
-)
+from ..claims import EXCEEDS_RULE, NA, UNSTABLE, Claim, divergence_claim, exceeds, fmt_K, only_k1_rows, sharpness_claim
 from ..data import Dataset
+from ..failures import unstable_among
 from ..models import cnn_features
 from ..plotting import legend, panels, plot_sweep
 from ..probes import probe_tracker
+from ..stats import difference, pct, runs_of
 from ._common import (
     STABLE,
     Experiment,
@@ -154,12 +142,12 @@ def _diverged(h: Mapping, *idx) -> bool:
 
 def claims(results: Mapping) -> list[Claim]:
     """Per layer: K = 1's probe improves over training; the large K's improves slower and levels off
-    lower. Each is the shared noise rule (:func:`iterlin.claims.difference` then
+    lower. Each is the shared noise rule (:func:`iterlin.stats.difference` then
     :func:`~iterlin.claims.exceeds`) over the seeds (paired by seed) and the test images (the
     probes' per-image predictions are not recorded: two independent binomials, and the average over
     evaluation points is given the test noise of one accuracy, an upper bound); a comparison
     involving a diverged K = 1 run is n/a (its probes read a frozen state), one whose large-K run's
-    linear model was unstable (:func:`iterlin.claims.unstable_among`) is :data:`~iterlin.claims.UNSTABLE`."""
+    linear model was unstable (:func:`iterlin.failures.unstable_among`) is :data:`~iterlin.claims.UNSTABLE`."""
     h = results["runs"]
     if (rows := only_k1_rows("fig6", h)) is not None:
         return rows

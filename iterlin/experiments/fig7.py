@@ -32,23 +32,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.figure import Figure
 
-from ..claims import (
-    NA,
-    UNDECIDED,
-    UNSTABLE,
-    Claim,
-    beyond,
-    divergence_claim,
-    fmt_K,
-    num,
-    only_k1_rows,
-    pct,
-    runs_of,
-    seed_interval,
-    sharpness_claim,
-    unstable_among,
-)
+from ..claims import NA, UNDECIDED, UNSTABLE, Claim, beyond, divergence_claim, fmt_K, only_k1_rows, sharpness_claim
 from ..data import Dataset
+from ..failures import unstable_among
 from ..plotting import (
     as_1d,
     bad_argument,
@@ -60,8 +46,9 @@ from ..plotting import (
     plot_sweep,
     real_array,
 )
-from ..stability import bound_record
 from ..probes import filter_tracker, filters_to_image
+from ..stability import bound_record
+from ..stats import num, pct, runs_of, seed_interval
 from ._common import (
     STABLE,
     Experiment,
@@ -134,7 +121,7 @@ def filter_match(history: Mapping) -> dict:
     """How far the large-K filters moved, measured against K = 1's trajectory, seed by seed (Fig. 7).
 
     With ΔW_t = W_t − W_0 (all first-layer filters) and ‖·‖ the Frobenius norm, for each seed s
-    (its K = 1 run and its largest-K run, :func:`iterlin.claims.runs_of`):
+    (its K = 1 run and its largest-K run, :func:`iterlin.stats.runs_of`):
 
     * ``norm`` (R, E): ‖ΔW_t‖ of each run at each evaluation point;
     * ``ratio`` (S,): ‖ΔW_T^{large}‖ / ‖ΔW_T^{K=1}‖ at the last step (< 1: the large-K filters
@@ -200,7 +187,7 @@ def claims(results: Mapping) -> list[Claim]:
         f"the ratio of the final filter changes (all 50 filters): yes when its 95 % t interval over seeds lies "
         f"below {num(SLOWER, 1)} (\"much\" slower: at least 10 % less), no when wholly at or above it, else "
         "undecided (also with one seed: no spread to estimate); n/a when K = 1's filters did not move; "
-        f"'{UNSTABLE}' when a large-K run's linear model was unstable (iterlin.claims.unstable_runs)",
+        f"'{UNSTABLE}' when a large-K run's linear model was unstable (iterlin.failures.unstable_runs)",
     )
     if not np.any(np.isfinite(frac)):
         where, reached = "never (within this run)", "no"

@@ -33,7 +33,7 @@ runs of one kind stacked over seeds (:func:`stack_runs`): ``step`` (E,); ``n_rel
 ``seed_index`` (S,) 0..S−1, so that :func:`iterlin.plotting.plot_sweep` draws each kind as the
 mean over seeds; ``net_test_correct`` (S, n_test) bool, whether each run's final network
 classifies each test image correctly (:func:`network_correct`, for the paired comparisons of
-:func:`iterlin.claims.difference`). ``"solved"`` also has ``inner_steps`` (S, E) and the
+:func:`iterlin.stats.difference`). ``"solved"`` also has ``inner_steps`` (S, E) and the
 re-linearisation log (S, J), padded past a run's own J_s entries (−1 for steps, NaN for
 accuracies and losses, ``""`` for reasons): ``relin_step``, ``relin_inner_steps``, ``relin_acc``
 (the linear model's train accuracy at each re-linearisation, just before it), ``relin_loss``,
@@ -50,10 +50,11 @@ import numpy as np
 import optax
 
 from ..adam_solve import train_adam_solved
-from ..claims import EXCEEDS_RULE, NA, Claim, difference, divergence_row, exceeds, fmt_K, pct, verdict
+from ..claims import EXCEEDS_RULE, NA, Claim, divergence_row, exceeds, fmt_K, verdict
 from ..data import Dataset
 from ..models import make_model
 from ..plotting import band, legend, mark_steps, panels, plot_sweep
+from ..stats import difference, pct
 from ..training import train
 from ._common import Experiment, checkpoint_path, eval_points, load_data, network_correct, seed_keys, seeds
 
@@ -182,7 +183,7 @@ def _final(h: Mapping) -> np.ndarray:
 
 
 def _diff(a: Mapping, b: Mapping, n_test: int):
-    """:func:`iterlin.claims.difference` of B's final network test accuracy against A's, paired by
+    """:func:`iterlin.stats.difference` of B's final network test accuracy against A's, paired by
     seed, and on the test images when both record ``net_test_correct``."""
     pair = {}
     if "net_test_correct" in a and "net_test_correct" in b:

@@ -50,7 +50,7 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.lines import Line2D
 
-from ..claims import UNDECIDED, Claim, Difference, divergence_row, exceeds, num, t_quantile, verdict
+from ..claims import UNDECIDED, Claim, divergence_row, exceeds, verdict
 from ..data import Dataset
 from ..gauss_newton import gauss_newton_train
 from ..models import quintic_model
@@ -68,6 +68,7 @@ from ..plotting import (
     set_log_ticks,
 )
 from ..precision import x64
+from ..stats import Difference, num, t_quantile
 from ._common import Experiment, checkpoint_path, eval_points, load_quintic
 
 __all__ = [

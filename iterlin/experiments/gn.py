@@ -76,21 +76,9 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.lines import Line2D
 
-from ..claims import (
-    NA,
-    ON_PAR,
-    Claim,
-    divergence_claim,
-    final_difference,
-    fmt_K,
-    num,
-    on_par,
-    on_par_rule,
-    pct,
-    run_label,
-    runs_of,
-)
+from ..claims import NA, ON_PAR, Claim, divergence_claim, fmt_K, on_par, on_par_rule
 from ..data import Dataset
+from ..failures import run_label
 from ..gauss_newton import gauss_newton_train
 from ..models import make_model
 from ..plotting import (
@@ -105,6 +93,7 @@ from ..plotting import (
     seed_curve,
     seed_groups,
 )
+from ..stats import final_difference, num, pct, runs_of
 from ..tree import tree_index, tree_stack
 from ._common import (
     Experiment,
@@ -239,7 +228,7 @@ def compute(config: Mapping, data: Dataset, *, checkpoint_dir=None, progress: bo
 
 def _combined(results: Mapping) -> tuple[dict, int]:
     """K runs then GN runs in one ``final_test_acc``/``final_test_correct`` record (for
-    :func:`~iterlin.claims.final_difference`), and the offset R of the GN runs."""
+    :func:`~iterlin.stats.final_difference`), and the offset R of the GN runs."""
     R = len(np.asarray(results["final_test_acc"]))
     acc = np.concatenate([np.asarray(results["final_test_acc"], np.float64),
                           np.asarray(results.get("gn_final_test_acc", np.zeros(0)), np.float64)])
@@ -252,7 +241,7 @@ def _combined(results: Mapping) -> tuple[dict, int]:
 
 def per_K(results: Mapping) -> list[dict]:
     """Per finite K > 1 of the sweep: ``K``, ``relin`` (⌊T/K⌋), ``damping`` (λ(K), summed loss, or
-    None without a GN partner), ``diff`` (GN at λ(K) minus K: :class:`~iterlin.claims.Difference`,
+    None without a GN partner), ``diff`` (GN at λ(K) minus K: :class:`~iterlin.stats.Difference`,
     or None) and ``par``: :func:`~iterlin.claims.on_par` within :data:`~iterlin.claims.ON_PAR`,
     "no" when a run of either diverged, :data:`~iterlin.claims.NA` without a partner."""
     h, g = results["runs"], results.get("gn")

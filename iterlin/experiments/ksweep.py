@@ -43,17 +43,15 @@ from ..claims import (
     all_verdicts,
     divergence_claim,
     exceeds,
-    final_difference,
     fmt_K,
     on_par,
     on_par_rule,
-    pct,
-    runs_of,
     sharpness_claim,
-    unstable_runs,
 )
 from ..data import Dataset
+from ..failures import unstable_runs
 from ..plotting import accuracy_against_K, band, legend, panels, plot_sweep
+from ..stats import final_difference, pct, runs_of
 from ._common import (
     STABLE,
     Experiment,
@@ -122,9 +120,9 @@ def compute(config: Mapping, data: Dataset, *, checkpoint_dir=None, progress: bo
 
 def per_K(results: Mapping) -> list[dict]:
     """Per finite K > 1: ``K``, ``relin`` (re-linearisations at the end), ``diff`` (K against
-    K = 1, :class:`~iterlin.claims.Difference`) and ``par``: :func:`~iterlin.claims.on_par` within
+    K = 1, :class:`~iterlin.stats.Difference`) and ``par``: :func:`~iterlin.claims.on_par` within
     :data:`~iterlin.claims.ON_PAR` ("no" when a run of K = 1 diverged, :data:`~iterlin.claims.UNSTABLE`
-    when a run of K was unstable, :func:`~iterlin.claims.unstable_runs`)."""
+    when a run of K was unstable, :func:`~iterlin.failures.unstable_runs`)."""
     h = results["runs"]
     K = np.asarray(h["K"], np.float64)
     div1 = bool(np.asarray(h["diverged"], bool)[runs_of(h, 1)].any())

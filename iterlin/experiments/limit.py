@@ -80,19 +80,7 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 
 from ..checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from ..claims import (
-    NA,
-    ON_PAR,
-    Claim,
-    Difference,
-    all_verdicts,
-    difference,
-    exceeds,
-    num,
-    on_par,
-    pct,
-    verdict,
-)
+from ..claims import NA, ON_PAR, Claim, all_verdicts, exceeds, on_par, verdict
 from ..closed_form import flow_filter, gn_filter
 from ..data import Dataset, load_cifar10
 from ..gauss_newton import gauss_newton_step
@@ -101,6 +89,7 @@ from ..linearise import linearised_apply
 from ..models import make_model
 from ..plotting import band, legend, panels
 from ..precision import matmul, x64
+from ..stats import Difference, difference, num, pct
 from ._common import Experiment, network_correct, seed_keys
 
 __all__ = ["SCALES", "EXPERIMENT", "load", "compute", "claims", "Linearisation", "linearise_at", "update",
@@ -524,7 +513,7 @@ def ran_main_size(results: Mapping) -> int:
 
 def claims(results: Mapping) -> list[Claim]:
     """The claims stated before the run (module docstring of the notebook), decided by the shared
-    noise rule (:func:`iterlin.claims.difference`: a 95 % t interval of Δ, paired on the test images)."""
+    noise rule (:func:`iterlin.stats.difference`: a 95 % t interval of Δ, paired on the test images)."""
     runs = results["runs"]
     config = results.get("config", {})
     n_main = ran_main_size(results)

@@ -34,28 +34,13 @@ from typing import Mapping
 import matplotlib.pyplot as plt
 import numpy as np
 
-from ..claims import (
-    BLOCK_RISE,
-    NA,
-    ON_PAR,
-    UNDECIDED,
-    Claim,
-    all_verdicts,
-    divergence_claim,
-    exceeds,
-    failed_runs,
-    final_difference,
-    fmt_K,
-    num,
-    on_par,
-    on_par_rule,
-    run_seeds,
-    runs_of,
-)
+from ..claims import NA, ON_PAR, UNDECIDED, Claim, all_verdicts, divergence_claim, exceeds, fmt_K, on_par, on_par_rule
 from ..data import Dataset
+from ..failures import BLOCK_RISE, failed_runs
 from ..models import make_model
 from ..plotting import legend, panels, plot_bound, plot_sweep, run_colors, seed_curve, set_log_ticks
 from ..stability import bound_record, first_unstable_step, max_stable_lr
+from ..stats import final_difference, num, run_seeds, runs_of
 from ._common import (
     Experiment,
     check_sharpness,
@@ -232,7 +217,7 @@ def claims(results: Mapping) -> list[Claim]:
 
 def failures(results: Mapping) -> list[dict]:
     """Per large-K run of a history with a sharpness record: ``run`` (index), ``lr``, ``seed``,
-    ``failed`` (the step its linear model's training failed, :func:`~iterlin.claims.failed_runs`;
+    ``failed`` (the step its linear model's training failed, :func:`~iterlin.failures.failed_runs`;
     −1 if never) and ``crossed`` (the first recorded step with η above 2/λ_max(θ_s),
     :func:`iterlin.stability.first_unstable_step`; −1 if never). Empty without a record."""
     h = results["runs"]

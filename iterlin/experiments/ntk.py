@@ -36,20 +36,11 @@ from typing import Mapping
 import matplotlib.pyplot as plt
 import numpy as np
 
-from ..claims import (
-    Claim,
-    beyond,
-    divergence_claim,
-    fmt_K,
-    num,
-    only_k1_rows,
-    runs_of,
-    seed_interval,
-    verdict,
-)
+from ..claims import Claim, beyond, divergence_claim, fmt_K, only_k1_rows, verdict
 from ..data import Dataset
 from ..ntk import kernel_tracker, relinearisation_steps
 from ..plotting import legend, mark_steps, panels, plot_sweep
+from ..stats import num, runs_of, seed_interval
 from ._common import Experiment, checkpoint_path, cnn_sweep, eval_points, load_data, seeds
 
 __all__ = [

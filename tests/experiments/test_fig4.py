@@ -160,7 +160,7 @@ def test_bn_divergence_is_counted_and_tested():
     assert rows[2].holds == "no"
     rows = fig4.claims(_results(nb4, nb4, S=2, div_b=[False, True, False, False]))
     assert rows[2].holds == UNDECIDED and rows[3].holds == "no"  # 1 of 4 against 0 of 4: p = 0.5
-    # finite runs whose training loss exploded count as diverged (iterlin.claims.exploded_runs)
+    # finite runs whose training loss exploded count as diverged (iterlin.failures.exploded_runs)
     res = _results(nb4, nb4, S=2)
     res["no_bn"]["net_train_loss"] = np.array([[2.3, 2.1]] * 4) * np.array([[1, 1], [1, 30], [1, 1], [1, 30]])
     res["no_bn"]["step"] = np.array([0, 200])
