@@ -55,12 +55,15 @@ DEFAULT_LAMBDAS = tuple(float(v) for v in np.logspace(-4, 2, 7))
 
 
 class ProbeResult(NamedTuple):
-    """A fitted linear probe's accuracies (fractions in [0, 1]) and the chosen ridge penalty λ."""
+    """A fitted linear probe's accuracies (fractions in [0, 1]), the chosen ridge penalty λ, and
+    whether it classifies each test example correctly ((M,) bool; ``test_acc`` is its mean), so that
+    two probes scored on the same examples can be compared paired (:func:`iterlin.stats.difference`)."""
 
     train_acc: float
     test_acc: float
     lam: float
     val_acc: float  # accuracy on the held-out part at the chosen λ (before refitting on all data)
+    test_correct: np.ndarray | None = None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -107,7 +110,8 @@ def _ridge_scores(z, y1h, z_eval, lambdas):
 def _probe(z_tr, y_tr, z_te, y_te, fit_idx, val_idx, grid, num_classes):
     """The whole probe in one compiled program: standardise, choose λ on the held-out part, refit.
 
-    Returns (train_acc, test_acc, index of the chosen λ in ``grid`` (ascending), held-out accuracy).
+    Returns (train_acc, test_acc, index of the chosen λ in ``grid`` (ascending), held-out accuracy,
+    (M,) whether each test example is classified correctly).
     """
     mu, sd = z_tr.mean(0), z_tr.std(0)
     sd = jnp.where(sd > 1e-6 * jnp.maximum(1.0, jnp.max(sd)), sd, 1.0)  # constant features → 0
@@ -119,7 +123,8 @@ def _probe(z_tr, y_tr, z_te, y_te, fit_idx, val_idx, grid, num_classes):
     best = grid.shape[0] - 1 - jnp.argmax(val_accs[::-1])  # the best accuracy; ties: the larger λ
     scores = _ridge_scores(z_tr, y1h, jnp.concatenate([z_tr, z_te]), grid[best][None])[0]
     n = z_tr.shape[0]
-    return acc(scores[:n], y_tr), acc(scores[n:], y_te), best, val_accs[best]
+    correct = jnp.argmax(scores[n:], axis=-1) == y_te
+    return acc(scores[:n], y_tr), jnp.mean(correct), best, val_accs[best], correct
 
 
 def fit_linear_probe(
@@ -153,7 +158,7 @@ def fit_linear_probe(
       seed: seed of the held-out split.
 
     Returns:
-      :class:`ProbeResult` ``(train_acc, test_acc, lam, val_acc)``.
+      :class:`ProbeResult` ``(train_acc, test_acc, lam, val_acc, test_correct)``.
     """
     num_classes = check_int(num_classes, "num_classes", minimum=2)
     z_tr, y_tr = _check_features(features_train, y_train, "features_train", "y_train")
@@ -182,11 +187,12 @@ def fit_linear_probe(
     perm = np.random.default_rng(seed).permutation(n)
     fit_idx, val_idx = np.sort(perm[n_val:]), np.sort(perm[:n_val])
     grid = sorted(lambdas)
-    train_acc, test_acc, best, val_acc = jax.device_get(
+    train_acc, test_acc, best, val_acc, correct = jax.device_get(
         _probe(z_tr, jnp.asarray(y_tr), z_te, jnp.asarray(y_te), jnp.asarray(fit_idx), jnp.asarray(val_idx),
                jnp.asarray(grid, z_tr.dtype), num_classes)
     )
-    return ProbeResult(float(train_acc), float(test_acc), float(grid[int(best)]), float(val_acc))
+    return ProbeResult(float(train_acc), float(test_acc), float(grid[int(best)]), float(val_acc),
+                       np.asarray(correct, bool))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -246,7 +252,9 @@ def probe_tracker(
 
     Returns:
       ``callback(step, state) -> {"probe_<layer>_train_acc", "probe_<layer>_test_acc",
-      "probe_<layer>_lam"}``, floats for one run, arrays (R,) for a sweep (a loop over runs).
+      "probe_<layer>_lam", "probe_<layer>_test_correct"}``: floats for one run, arrays (R,) for a
+      sweep (a loop over runs); ``test_correct`` whether the probe classifies each test image
+      correctly, (M,) bool for one run, (R, M) for a sweep (for paired comparisons of probes).
 
     Example::
 
@@ -273,6 +281,7 @@ def probe_tracker(
     def callback(step, state):
         sweep, runs, run = _runs(state)
         out = {f"probe_{layer}_{k}": np.zeros(runs) for layer in layers for k in ("train_acc", "test_acc", "lam")}
+        out.update({f"probe_{layer}_test_correct": np.zeros((runs, len(y_te)), bool) for layer in layers})
         for r in range(runs):
             p = run(state.params, r)
             f_tr = _batched_features(feat, p, x_tr, batch_size, layers)
@@ -283,7 +292,10 @@ def probe_tracker(
                 out[f"probe_{layer}_train_acc"][r] = res.train_acc
                 out[f"probe_{layer}_test_acc"][r] = res.test_acc
                 out[f"probe_{layer}_lam"][r] = res.lam
-        return out if sweep else {k: float(v[0]) for k, v in out.items()}
+                out[f"probe_{layer}_test_correct"][r] = res.test_correct
+        if sweep:
+            return out
+        return {k: (v[0] if k.endswith("_correct") else float(v[0])) for k, v in out.items()}
 
     return callback
 

@@ -37,8 +37,11 @@ def test_probe_separates_separable_features(d):
     res = fit_linear_probe(x_tr, y_tr, x_te, y_te, num_classes=3)
     assert res.train_acc == 1.0 and res.test_acc == 1.0 and res.val_acc == 1.0
     assert res.lam in DEFAULT_LAMBDAS
-    # deterministic: the same λ and accuracies again
-    assert fit_linear_probe(x_tr, y_tr, x_te, y_te, num_classes=3) == res
+    assert res.test_correct.shape == (60,) and res.test_correct.dtype == bool and res.test_correct.all()
+    # deterministic: the same λ, accuracies and per-image results again
+    again = fit_linear_probe(x_tr, y_tr, x_te, y_te, num_classes=3)
+    assert again[:4] == res[:4]
+    np.testing.assert_array_equal(again.test_correct, res.test_correct)
 
 
 def test_probe_on_random_labels_is_near_chance_on_test():
@@ -47,8 +50,9 @@ def test_probe_on_random_labels_is_near_chance_on_test():
     y_tr, y_te = rng.integers(0, 4, 300), rng.integers(0, 4, 400)
     res = fit_linear_probe(x_tr, y_tr, x_te, y_te, num_classes=4, seed=3)
     assert abs(res.test_acc - 0.25) < 0.1
+    assert res.test_correct.mean() == pytest.approx(res.test_acc)  # two routes to the test accuracy
     assert res.train_acc > res.test_acc  # it fits noise on the training set, which does not transfer
-    assert fit_linear_probe(x_tr, y_tr, x_te, y_te, num_classes=4, seed=3) == res
+    assert fit_linear_probe(x_tr, y_tr, x_te, y_te, num_classes=4, seed=3)[:4] == res[:4]
     # the chosen λ is always one of the grid's
     grid = (0.03, 0.3, 3.0)
     assert fit_linear_probe(x_tr, y_tr, x_te, y_te, num_classes=4, lambdas=grid).lam in grid
@@ -135,6 +139,10 @@ def test_trackers_inside_train(cnn_problem):
             v = hist[f"probe_{layer}_{k}"]
             assert v.shape == (3,) and np.all((0 <= v) & (v <= 1))
         assert set(hist[f"probe_{layer}_lam"]) <= set(DEFAULT_LAMBDAS)
+    for layer in ("layer1", "layer2"):  # per test image, at every point; its mean is the test accuracy
+        c = hist[f"probe_{layer}_test_correct"]
+        assert c.shape == (3, len(y) - 32) and c.dtype == bool
+        np.testing.assert_allclose(c.mean(axis=1), hist[f"probe_{layer}_test_acc"], rtol=1e-6)
     # the probe at step 0 is the probe of the initial network's features
     f0 = features_fn(params, x)
     ref = fit_linear_probe(f0["layer2"][:32], y[:32], f0["layer2"][32:], y[32:], num_classes=3)
@@ -159,6 +167,8 @@ def test_trackers_on_a_sweep_state_match_single_runs(cnn_problem):
     for r, p in enumerate([params, other]):
         single = make_probes()(0, SimpleNamespace(step=np.int32(0), params=p))
         assert single["probe_layer2_test_acc"] == got["probe_layer2_test_acc"][r]
+        np.testing.assert_array_equal(single["probe_layer2_test_correct"], got["probe_layer2_test_correct"][r])
+    assert got["probe_layer2_test_correct"].shape == (2, len(y) - 32)
     filt = filter_tracker(n=2, params0=stacked)
     moved = tree_stack([jax.tree.map(lambda a: a + 0.1, params), other])
     d = filt(4, SimpleNamespace(step=np.full(2, 4, np.int32), params=moved))["filters_delta"]

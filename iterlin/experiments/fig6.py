@@ -52,7 +52,7 @@ from ._common import (
 
 __all__ = [
     "SCALES", "EXPERIMENT", "PROBE_LAYERS", "PROBE_CAP", "load", "compute", "claims", "probe_size",
-    "probe_summary", "probe_table", "plot",
+    "probe_summary", "probe_correct", "probe_table", "plot",
 ]
 
 #: ``n_probe=None`` fits the probes on every training image loaded, but at most this many: the
@@ -136,6 +136,19 @@ def probe_summary(history: Mapping, layer: str) -> dict:
     return {"initial": acc[:, 0], "final": acc[:, -1], "mean": later.mean(axis=1), "gain": acc[:, -1] - acc[:, 0]}
 
 
+def probe_correct(history: Mapping, layer: str) -> dict | None:
+    """Per run and test image, the probe's correctness matching :func:`probe_summary`: ``initial``
+    and ``final`` (R, M) bool, ``mean`` (R, M) the fraction of the evaluation points after step 0 at
+    which the image was right (its mean over images is ``probe_summary``'s ``mean``); None when the
+    history does not record ``probe_<layer>_test_correct`` (R, E, M) (runs made before it did)."""
+    key = f"probe_{layer}_test_correct"
+    if key not in history:
+        return None
+    c = np.asarray(history[key], np.float64)
+    later = c[:, 1:] if c.shape[1] > 1 else c
+    return {"initial": c[:, 0], "final": c[:, -1], "mean": later.mean(axis=1)}
+
+
 def _diverged(h: Mapping, *idx) -> bool:
     return bool(np.asarray(h["diverged"], bool)[np.concatenate(idx)].any())
 
@@ -143,10 +156,11 @@ def _diverged(h: Mapping, *idx) -> bool:
 def claims(results: Mapping) -> list[Claim]:
     """Per layer: K = 1's probe improves over training; the large K's improves slower and levels off
     lower. Each is the shared noise rule (:func:`iterlin.stats.difference` then
-    :func:`~iterlin.claims.exceeds`) over the seeds (paired by seed) and the test images (the
-    probes' per-image predictions are not recorded: two independent binomials, and the average over
-    evaluation points is given the test noise of one accuracy, an upper bound); a comparison
-    involving a diverged K = 1 run is n/a (its probes read a frozen state), one whose large-K run's
+    :func:`~iterlin.claims.exceeds`) over the seeds (paired by seed) and the test images: paired on
+    the images where the history records each probe's per-image correctness (:func:`probe_correct`;
+    for the average over evaluation points, the per-image fraction of points right), else two
+    independent binomials (runs made before it was recorded); a comparison involving a diverged
+    K = 1 run is n/a (its probes read a frozen state), one whose large-K run's
     linear model was unstable (:func:`iterlin.failures.unstable_among`) is :data:`~iterlin.claims.UNSTABLE`."""
     h = results["runs"]
     if (rows := only_k1_rows("fig6", h)) is not None:
@@ -165,8 +179,13 @@ def claims(results: Mapping) -> list[Claim]:
     rule = f"n/a when K = 1 diverged, '{UNSTABLE}' when a large-K run's linear model was unstable"
     rows = []
     for layer in PROBE_LAYERS:
-        s = probe_summary(h, layer)
-        rise = difference(s["initial"][i1], s["final"][i1], n_test=n_test)
+        s, c = probe_summary(h, layer), probe_correct(h, layer)
+
+        def diff(what_a, ia, what_b, ib):  # B − A of probe_summary's values, paired on the images when recorded
+            pair = {} if c is None else {"correct_a": c[what_a][ia], "correct_b": c[what_b][ib]}
+            return difference(s[what_a][ia], s[what_b][ib], n_test=n_test, **pair)
+
+        rise = diff("initial", i1, "final", i1)
         rows.append(Claim(
             f"{layer}: the features' linear separability improves over training (K = 1)",
             "improves as training progresses (Fig. 6)",
@@ -175,14 +194,14 @@ def claims(results: Mapping) -> list[Claim]:
             NA if _diverged(h, i1) else exceeds(rise),
             "Δ = final − initial of K = 1; " + EXCEEDS_RULE + "; n/a when the run diverged",
         ))
-        slower = difference(s["mean"][j], s["mean"][i1], n_test=n_test)
+        slower = diff("mean", j, "mean", i1)
         rows.append(Claim(
             f"{layer}: large-K features improve slower", "slower than K = 1 (Fig. 6)",
             f"probe acc. averaged over training (steps > 0): K=1 {pct(s['mean'][i1].mean())} vs "
             f"K={fmt_K(Kj)} {pct(s['mean'][j].mean())}; {slower.describe()}{note}",
             against_k1(slower), "Δ = K = 1 − large K, averaged over steps > 0; " + EXCEEDS_RULE + "; " + rule,
         ))
-        lower = difference(s["final"][j], s["final"][i1], n_test=n_test)
+        lower = diff("final", j, "final", i1)
         rows.append(Claim(
             f"{layer}: large-K features level off lower", "lower than K = 1 (Fig. 6)",
             f"final probe acc.: K=1 {pct(s['final'][i1].mean())} vs K={fmt_K(Kj)} {pct(s['final'][j].mean())}; "

@@ -39,6 +39,11 @@ def test_fig6_probes_tiny_two_seeds(tiny_cifar):
     assert len(rows) == 8 and rows[-1].claim == "every run stays finite (no NaN or exploding loss)"
     assert rows[-2].claim.startswith("the linear model stays stable") and rows[-2].holds != NA
     assert "2 seeds" in rows[0].measured
+    for layer in fig6.PROBE_LAYERS:  # per test image, every run and point; two routes to the accuracy
+        c = np.asarray(h[f"probe_{layer}_test_correct"])
+        assert c.shape == (4, 2, 8) and c.dtype == bool
+        np.testing.assert_allclose(c.mean(axis=2), h[f"probe_{layer}_test_acc"], rtol=1e-6)
+    assert "paired test images" in rows[0].measured
 
 
 # ------------------------------------------------------------------------------------------------
@@ -209,3 +214,34 @@ def test_probe_table_means_over_seeds():
     # K = 1's final: 30 % and 50 %: mean 40 %, s.e. = std(ddof=1)/√2 = 10 points
     assert lines[1] == ("layer1  K =    1: initial  10.0 ± 0.0 %, final  40.0 ± 10.0 %, "
                         "mean over training  30.0 ± 5.0 %")
+
+
+def _nested(acc, n):
+    """(E, n) bool: at each point the first round(acc·n) images right (nested across runs: the
+    tightest pairing)."""
+    out = np.zeros((len(acc), n), bool)
+    for e, a in enumerate(acc):
+        out[e, :int(round(a * n))] = True
+    return out
+
+
+def test_recorded_per_image_results_pair_the_comparisons():
+    """Three seeds, 932 test images, the large K two points lower at the end in every seed: as two
+    independent binomials that is inside the noise; paired on the same images (the probes agree on
+    the rest) it is decided. probe_correct's means are probe_summary's (two routes)."""
+    k1 = [[0.38, 0.39, 0.40], [0.37, 0.39, 0.405], [0.38, 0.385, 0.395]]
+    large = [[0.38, 0.38, 0.38], [0.37, 0.375, 0.385], [0.38, 0.38, 0.375]]
+    r = _results(k1, large, n_test=932)
+    unpaired = fig6.claims(r)
+    assert unpaired[2].holds == UNDECIDED and "932 unpaired test images" in unpaired[2].measured
+    h = r["runs"]
+    for layer in fig6.PROBE_LAYERS:
+        h[f"probe_{layer}_test_correct"] = np.stack([_nested(a, 932) for a in h[f"probe_{layer}_test_acc"]])
+        s, c = fig6.probe_summary(h, layer), fig6.probe_correct(h, layer)
+        for what in ("initial", "final", "mean"):
+            np.testing.assert_allclose(c[what].mean(axis=1), s[what], atol=1e-3)
+    paired = fig6.claims(r)
+    assert paired[2].holds == "yes" and "932 paired test images" in paired[2].measured
+    same_delta = [x.measured.split(";")[1].split(",")[0] for x in (paired[2], unpaired[2])]
+    assert same_delta == [" Δ +2.0 pts"] * 2  # the same Δ, a narrower interval
+    assert fig6.probe_correct({"probe_layer1_test_acc": np.zeros((2, 3))}, "layer1") is None
