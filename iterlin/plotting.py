@@ -35,7 +35,7 @@ from matplotlib.legend import Legend
 from matplotlib.lines import Line2D
 
 from .relin import fmt_K
-from .stability import STABLE_FRACTION
+from .stability import STABLE_FRACTION, bound_record
 
 __all__ = [
     "mean_se",
@@ -56,6 +56,7 @@ __all__ = [
     "legend",
     "k1_and_largest",
     "plot_bound",
+    "bound_panel",
     "accuracy_against_K",
     "bad_argument",
     "check_axes",
@@ -736,6 +737,19 @@ def plot_bound(ax: Axes, record: Any, *, fraction: float | None = STABLE_FRACTIO
         if fraction:
             ax.axhline(r / fraction, color="k", linestyle=":", lw=0.8)
     ax.set_yscale("log")
+    return lines
+
+
+def bound_panel(ax: Axes, history: Mapping, *, title: str = "") -> list:
+    """:func:`plot_bound` of a sweep history that records the sharpness (``lr_over_bound``,
+    :func:`iterlin.stability.bound_record`), one line per K, with the axes labelled and the title
+    ``"<title>the linear model's bound (dashed: η; dotted: 3η)"`` (the dotted line: η over
+    :data:`~iterlin.stability.STABLE_FRACTION`). The panel that Figs. 2, 3 and 7 draw beside their
+    accuracies."""
+    lines = plot_bound(ax, bound_record(history), label="K = {K}")
+    ax.set(xlabel="step", ylabel="2 / λ_max(θ_s)",
+           title=f"{title}the linear model's bound (dashed: η; dotted: {1 / STABLE_FRACTION:.0f}η)")
+    legend(ax)
     return lines
 
 

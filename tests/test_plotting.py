@@ -18,6 +18,7 @@ from iterlin.plotting import (  # noqa: E402
     as_runs,
     bad_argument,
     band,
+    bound_panel,
     check_axes,
     per_run,
     plot_bound,
@@ -346,6 +347,18 @@ def test_plot_bound_one_line_per_run_the_rates_and_the_rises(ax):
     assert ax.get_yscale() == "log"
     _, ax2 = plt.subplots()
     assert len(plot_bound(ax2, rec, select=lambda k: k > 1, fraction=None)) == 1
+
+
+def test_bound_panel_draws_a_history_s_record_with_its_labels(ax):
+    """Figs. 2, 3 and 7's panel: the bound η / lr_over_bound of each K along the recorded steps,
+    the axes named, and the title saying what the dashed and dotted lines are."""
+    h = {"step": np.array([0, 2, 4]), "K": np.array([1.0, 4.0]), "lr": np.array([0.1, 0.1]),
+         "lr_over_bound": np.array([[0.05, 0.1, 0.2], [0.05, 0.2, 0.25]])}
+    lines = bound_panel(ax, h, title="mini-batch: ")
+    assert [ln.get_label() for ln in lines] == ["K = 1", "K = 4"]
+    np.testing.assert_allclose(lines[1].get_xydata(), [[0, 2.0], [2, 0.5], [4, 0.4]])  # 0.1 / ratio
+    assert ax.get_title() == "mini-batch: the linear model's bound (dashed: η; dotted: 3η)"
+    assert (ax.get_xlabel(), ax.get_ylabel()) == ("step", "2 / λ_max(θ_s)") and ax.get_legend() is not None
 
 
 def test_argument_checks_the_figures_share_name_the_parameter(ax):

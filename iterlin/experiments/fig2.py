@@ -28,8 +28,7 @@ import numpy as np
 
 from ..claims import Claim, divergence_claim, on_par_claim, sharpness_claim
 from ..data import Dataset
-from ..plotting import legend, panels, plot_bound, plot_sweep
-from ..stability import bound_record
+from ..plotting import bound_panel, legend, panels, plot_sweep
 from ._common import Experiment, check_sharpness, checkpoint_path, cnn_sweep, load_data, sharpness_callback
 
 __all__ = ["SCALES", "EXPERIMENT", "load", "compute", "claims", "minibatch_periods", "full_batch_data", "plot"]
@@ -173,8 +172,6 @@ def plot(results):
         legend(ax)
     if recorded:
         for ax, h, name in ((axes[1, 0], full, "full batch"), (axes[1, 1], mini, "mini-batch")):
-            plot_bound(ax, bound_record(h), label="K = {K}")
-            ax.set(xlabel="step", ylabel="2 / λ_max(θ_s)", title=f"{name}: the linear model's bound (dashed: η)")
-            legend(ax)
+            bound_panel(ax, h, title=f"{name}: ")
         axes[1, 2].set_visible(False)
     plt.show()

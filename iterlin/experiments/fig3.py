@@ -24,8 +24,7 @@ import numpy as np
 
 from ..claims import UNDECIDED, UNSTABLE, Claim, divergence_claim, fmt_K, on_par_claim, sharpness_claim, verdict
 from ..data import Dataset
-from ..plotting import legend, panels, plot_bound, plot_sweep
-from ..stability import bound_record
+from ..plotting import bound_panel, legend, panels, plot_sweep
 from ..stats import pct, runs_of
 from ._common import STABLE, Experiment, check_sharpness, checkpoint_path, cnn_sweep, load_data, sharpness_callback
 
@@ -126,8 +125,5 @@ def plot(results):
            title=f"CNN, SGD + augmentation ({results['config']['scale']} scale)")
     legend(ax)
     if recorded:
-        ax = axes[0, 1]
-        plot_bound(ax, bound_record(h), label="K = {K}")
-        ax.set(xlabel="step", ylabel="2 / λ_max(θ_s)", title="the linear model's bound (dashed: η; dotted: 3η)")
-        legend(ax)
+        bound_panel(axes[0, 1], h)
     plt.show()

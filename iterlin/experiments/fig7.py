@@ -38,16 +38,15 @@ from ..failures import unstable_among
 from ..plotting import (
     as_1d,
     bad_argument,
+    bound_panel,
     k1_and_largest,
     legend,
     panels,
     per_run,
-    plot_bound,
     plot_sweep,
     real_array,
 )
 from ..probes import filter_tracker, filters_to_image
-from ..stability import bound_record
 from ..stats import num, pct, runs_of, seed_interval
 from ._common import (
     STABLE,
@@ -368,9 +367,6 @@ def plot(results):
     ax.set(xlabel="step", ylabel="‖W_t − W_0‖ (all first-layer filters)", title=f"size of the filter change ({scale} scale)")
     legend(ax)
     if recorded:
-        ax = axes[0, 1]
-        plot_bound(ax, bound_record(h), label="K = {K}")
-        ax.set(xlabel="step", ylabel="2 / λ_max(θ_s)", title="the linear model's bound (dashed: η; dotted: 3η)")
-        legend(ax)
+        bound_panel(axes[0, 1], h)
     plt.show()
     print(match_report(results))
