@@ -9,8 +9,8 @@ Each notebook ends with one table built from :class:`Claim` rows::
     ]
     print(publish_claims("fig3", rows, scale="smoke"))
 
-* ``measured`` and ``paper`` are strings, rounded by the caller (:func:`~iterlin.stats.pct`, :func:`~iterlin.stats.num`) so that
-  the printed table is stable across reruns (nbval compares it).
+* ``measured`` and ``paper`` are strings, rounded by the caller (:func:`~iterlin.stats.pct`,
+  :func:`~iterlin.stats.num`) so that the printed table is stable across reruns (nbval compares it).
 * ``holds`` is ``"yes"``, ``"no"``, ``"undecided"`` or ``"n/a at this scale"``, decided by the
   ``rule`` written in the row: a claim about an absolute number of the paper (82.3 %) cannot hold at
   the smoke scale's few images and steps, and says so instead of "no".

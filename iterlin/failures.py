@@ -19,7 +19,8 @@ from .relin import fmt_K
 from .stability import block_loss_rise, first_unstable_step
 from .stats import run_seeds
 
-__all__ = ["EXPLODING", "BLOCK_RISE", "Failure", "failures", "exploded_runs", "failed_runs", "unstable_runs", "unstable_among", "unstable_note", "run_label"]
+__all__ = ["EXPLODING", "BLOCK_RISE", "Failure", "failures", "exploded_runs", "failed_runs", "unstable_runs",
+           "unstable_among", "unstable_note", "run_label"]
 
 
 def _fmt_lr(v: float) -> str:

@@ -20,7 +20,8 @@ from typing import Mapping, NamedTuple
 
 import numpy as np
 
-__all__ = ["pct", "num", "Difference", "difference", "t_quantile", "seed_interval", "final_difference", "sweep_difference", "runs_of", "run_seeds", "two_se", "beyond_noise"]
+__all__ = ["pct", "num", "Difference", "difference", "t_quantile", "seed_interval", "final_difference",
+           "sweep_difference", "runs_of", "run_seeds", "two_se", "beyond_noise"]
 
 
 def pct(x: float, digits: int = 1) -> str:

@@ -565,7 +565,8 @@ def _same(a, b) -> bool:
 
 
 def check_train_args(data, steps, loss, batch_size, eval_data) -> None:
-    """Validate what ``train``, ``train_sweep`` and ``gauss_newton.gauss_newton_train`` share, before their initial refresh.
+    """Validate what ``train``, ``train_sweep`` and ``gauss_newton.gauss_newton_train`` share, before
+    their initial refresh.
 
     ``data`` and ``eval_data`` are ``(x, y)`` pairs, ``steps`` a positive count, ``batch_size`` None or
     in 1 … len(x), ``loss`` a known loss; a bad one raises an error naming it. :func:`fit` checks the rest.

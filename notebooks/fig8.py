@@ -87,8 +87,8 @@ ref = reference.show("fig8", fig8.plot, table=False)
 #   mechanism on the training set (each linear model reaches 100 % while the network lags far
 #   behind) and checks the pipeline; the test-accuracy comparisons read "undecided".
 # * `cpu` (the setting of the reference run; about two hours of a 2-core CPU; the run committed
-#   today, shown at the top of this page, is the first one of 800 steps described below): the first 500 training images and every installed test image (932), 3 seeds,
-#   2,400 steps of 100 for each of the three runs, $K = 200$ (12 linearisations of 40 epochs each,
+#   today, shown at the top of this page, is the first one of 800 steps described below): the
+#   first 500 training images and every installed test image (932), 3 seeds, 2,400 steps of 100 for each of the three runs, $K = 200$ (12 linearisations of 40 epochs each,
 #   Adam at 1e-3), SGD at 0.05; evaluated at every re-linearisation. **Why 500 images:** the
 #   paper's "solved" means 100 % train accuracy before each re-linearisation. A one-seed probe of
 #   this setting (400 steps) measured 99.8 % and 100 % before its two re-linearisations; on every

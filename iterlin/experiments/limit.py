@@ -112,11 +112,11 @@ SCALES = {
     "cpu": dict(n_train=[32, 64, 128, 256], n_main=128, n_test=None, total_time=0.5, relins=[1, 2, 4, 8, 16],
                 n_relin=8, seed=0, n_seeds=3, n_check=32, gd_steps=200),
     # gpu: N up to 1,000 (the kernel is 10⁴ × 10⁴), R up to 64 (an estimate, not run).
-    "gpu": dict(n_train=[125, 250, 500, 1000], n_main=None, n_test=None, total_time=0.5, relins=[1, 2, 4, 8, 16, 32, 64],
-                n_relin=8, seed=0, n_seeds=3, n_check=64, gd_steps=2000),
+    "gpu": dict(n_train=[125, 250, 500, 1000], n_main=None, n_test=None, total_time=0.5,
+                relins=[1, 2, 4, 8, 16, 32, 64], n_relin=8, seed=0, n_seeds=3, n_check=64, gd_steps=2000),
     # paper: the paper's training sets are far larger; the kernel route ends near N = 1,000 on one GPU.
-    "paper": dict(n_train=[250, 500, 1000], n_main=None, n_test=None, total_time=0.5, relins=[1, 2, 4, 8, 16, 32, 64, 128, 256],
-                  n_relin=8, seed=0, n_seeds=3, n_check=64, gd_steps=2000),
+    "paper": dict(n_train=[250, 500, 1000], n_main=None, n_test=None, total_time=0.5,
+                  relins=[1, 2, 4, 8, 16, 32, 64, 128, 256], n_relin=8, seed=0, n_seeds=3, n_check=64, gd_steps=2000),
 }
 
 
