@@ -87,7 +87,12 @@ ref = reference.show("fig5", fig5.plot, table=False)
 #   so no separate control). At 0.05 for 300 steps (this edition's first reference run) every
 #   $K = 30$ run diverged, between steps 151 and 180; at 0.01 they diverged too, later (steps
 #   390–481), while $K = 1$ trained: on these small sets the linear model's stable rate falls as
-#   training goes on, so the set-size claims are n/a at this scale.
+#   training goes on, so the set-size claims are n/a at this scale. A rerun where the linear model
+#   stays stable (rate about 0.002, as Figures 2, 3, 6 and 7) needs thousands of steps per run to fit
+#   even these sets: about four to five hours of this CPU for three seeds (an estimate from this
+#   run's 0.18 s per run-step, not run). The book's front page therefore decides "K = ∞ scales worse"
+#   with the exact limit ({doc}`limit`: kernel regression with the eNTK at $\theta_0$ against the
+#   iterated closed-form flow, at doubling training-set sizes, no learning rate).
 # * `gpu` (one H100, about ten minutes by a FLOP estimate, not measured): six sizes derived from the
 #   installed copy (every training image and its halvings down to 1/32, printed), 3 seeds, batches
 #   of 256, 4000 steps, $K \in \{1, 100, 1000\}$ at 0.01, $K = \infty$ and the control at 0.05;
