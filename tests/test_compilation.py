@@ -17,9 +17,11 @@ from iterlin import compilation
 from iterlin.cache import user_cache_dir
 
 #: A fresh process: turn the cache on, compile one program (slow enough to be written), report the
-#: folder and JAX's cache-hit events.
+#: folder and JAX's cache-hit events. The input and the sum are NumPy's, so that ``f`` is the only
+#: program compiled: on a loaded machine even ``jnp.ones`` compiles slower than the cache's
+#: threshold, and its entry would be written and hit as well.
 SCRIPT = """
-import json, sys, warnings, jax, jax.numpy as jnp
+import json, sys, warnings, jax, jax.numpy as jnp, numpy as np
 warnings.simplefilter("always")
 step = float(sys.argv[1]) if len(sys.argv) > 1 else 1.0
 hits = []
@@ -31,7 +33,7 @@ def f(x):
     for i in range(60):
         x = jnp.tanh(step * (x @ x.T) / 64 + i) @ x / 64
     return x
-out = float(f(jnp.ones((64, 64))).sum())
+out = float(np.asarray(f(np.ones((64, 64), np.float32))).sum())
 print(json.dumps({"path": None if path is None else str(path), "hits": len(hits), "out": out}))
 """
 
@@ -50,9 +52,8 @@ def _run(env_value, cwd, step=1.0, xdg=None, full=False):
 
 
 def _entries(folder):
-    """The cache entries of SCRIPT's program ``f`` (named ``jit_f-<key>…``). Other programs of the
-    process (``jnp.ones``, the sum) are written too when a loaded machine compiles them slower than
-    the cache's threshold, so a test that counted every entry would depend on the load."""
+    """The cache entries of SCRIPT's program ``f`` (named ``jit_f-<key>…``): any other program JAX
+    compiles on the way (none today) must not make a test depend on the machine's load."""
     return sorted(p for p in Path(folder).iterdir() if p.name.startswith("jit_f-"))
 
 
