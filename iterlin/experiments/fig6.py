@@ -131,9 +131,15 @@ def probe_summary(history: Mapping, layer: str) -> dict:
     number of points: "improves slower" means a lower mean for the same final value).
     Returns ``{"initial", "final", "mean", "gain"}``, each (R,).
     """
-    acc = np.asarray(history[f"probe_{layer}_test_acc"], np.float64)
-    later = acc[:, 1:] if acc.shape[1] > 1 else acc
-    return {"initial": acc[:, 0], "final": acc[:, -1], "mean": later.mean(axis=1), "gain": acc[:, -1] - acc[:, 0]}
+    s = _over_points(np.asarray(history[f"probe_{layer}_test_acc"], np.float64))
+    return {**s, "gain": s["final"] - s["initial"]}
+
+
+def _over_points(v: np.ndarray) -> dict:
+    """``initial``, ``final`` and ``mean`` (over the points after step 0; a single point is its own
+    mean) along axis 1 of per-run, per-point values v (R, E, ...)."""
+    later = v[:, 1:] if v.shape[1] > 1 else v
+    return {"initial": v[:, 0], "final": v[:, -1], "mean": later.mean(axis=1)}
 
 
 def probe_correct(history: Mapping, layer: str) -> dict | None:
@@ -144,9 +150,7 @@ def probe_correct(history: Mapping, layer: str) -> dict | None:
     key = f"probe_{layer}_test_correct"
     if key not in history:
         return None
-    c = np.asarray(history[key], np.float64)
-    later = c[:, 1:] if c.shape[1] > 1 else c
-    return {"initial": c[:, 0], "final": c[:, -1], "mean": later.mean(axis=1)}
+    return _over_points(np.asarray(history[key], np.float64))
 
 
 def _diverged(h: Mapping, *idx) -> bool:

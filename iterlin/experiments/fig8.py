@@ -180,16 +180,12 @@ def compute(config: Mapping, data: Dataset, *, checkpoint_dir=None, progress: bo
     return out
 
 
-def _final(h: Mapping) -> np.ndarray:
-    """The final network test accuracy of each seed, (S,)."""
-    return np.asarray(h["net_test_acc"], np.float64).reshape(-1, np.shape(h["net_test_acc"])[-1])[:, -1]
-
-
-def _final_train(h: Mapping) -> np.ndarray:
-    """The final network train accuracy of each seed, (S,); empty when the history has none."""
-    if "net_train_acc" not in h:
+def _final(h: Mapping, key: str = "net_test_acc") -> np.ndarray:
+    """The final value of the per-point metric ``key`` of each seed, (S,); empty when the history
+    does not record it."""
+    if key not in h:
         return np.zeros(0)
-    return np.asarray(h["net_train_acc"], np.float64).reshape(-1, np.shape(h["net_train_acc"])[-1])[:, -1]
+    return np.asarray(h[key], np.float64).reshape(-1, np.shape(h[key])[-1])[:, -1]
 
 
 def _diff(a: Mapping, b: Mapping, n_test: int):
@@ -259,7 +255,7 @@ def claims(results: Mapping) -> list[Claim]:
 
     worse = _diff(s, g, n_test)  # B = K = 1 SGD against A = Adam-solved: Δ > 0 means SGD is better
     not_adam = _diff(s, a, n_test)  # B = Adam (K = 1) against A = Adam-solved
-    fitted = {name: _final_train(results[name]) for name in RUNS}
+    fitted = {name: _final(results[name], "net_train_acc") for name in RUNS}
     converged = all(bool(np.all(v >= CONVERGED)) for v in fitted.values() if v.size)
     gate = (f"; n/a unless every run ends at ≥ {pct(CONVERGED, 0)} train accuracy (the paper compares converged "
             "solutions; row 'trained to convergence')")
