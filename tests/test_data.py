@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import iterlin.data as data
+import iterlin.data.cifar10 as data
 from iterlin.data import (
     CIFAR10_DIRNAME,
     CIFAR10_MEAN,

@@ -26,7 +26,6 @@ from iterlin.checkpoint import CheckpointError
 from iterlin.linearise import linearised_apply
 from iterlin.losses import get_loss
 from iterlin.training import (
-    _train_check_on,
     commit_step,
     fit,
     init_state,
@@ -35,6 +34,7 @@ from iterlin.training import (
     train,
     train_sweep,
 )
+from iterlin.training._steps import _train_check_on
 from iterlin.tree import tree_stack, tree_where
 
 OPT = optax.sgd(0.3, momentum=0.9)
@@ -215,7 +215,7 @@ def test_adaptive_decide_is_pure_and_vmaps_over_tolerances():
 def test_adaptive_costs_one_forward_pass_and_every_none(monkeypatch):
     """Tracing a step calls the network once inside the linearisation (its JVP) for every(K), and
     once more, at θ_t, for adaptive."""
-    import iterlin.training as T
+    from iterlin.training import _steps
 
     apply_fn, params, x, y = tiny_problem()
     calls = []
@@ -225,8 +225,8 @@ def test_adaptive_costs_one_forward_pass_and_every_none(monkeypatch):
         return apply_fn(p, xb)
 
     lin_calls = []
-    real = T.linearised_apply
-    monkeypatch.setattr(T, "linearised_apply", lambda *a, **k: lin_calls.append(1) or real(*a, **k))
+    real = _steps.linearised_apply
+    monkeypatch.setattr(_steps, "linearised_apply", lambda *a, **k: lin_calls.append(1) or real(*a, **k))
     for policy, net_forwards in ((relin.every(3), 0), (relin.adaptive(0.1), 1)):
         calls.clear(), lin_calls.clear()
         step = make_step(counting, OPT, "ce", policy=policy)

@@ -289,10 +289,11 @@ def test_training_metrics_on_a_subset_of_the_training_set(x64):
     (40, 256, 1024, 0), (3, 8, 24, 10),
 ])
 def test_default_evaluation_is_budgeted_at_a_tenth_of_the_images_trained_on(steps, batch, n_train, n_test):
-    from iterlin.training import DEFAULT_EVAL_BUDGET, MIN_EVAL_TRAIN, _eval_steps, default_evaluation
+    from iterlin.training import DEFAULT_EVAL_BUDGET, MIN_EVAL_TRAIN, default_evaluation
+    from iterlin.training._evaluation import eval_points
 
     every, n_sub = default_evaluation(steps, batch, n_train, n_test)
-    points = _eval_steps(steps, every, None)
+    points = eval_points(steps, every, None)
     assert 2 <= len(points) <= 21 and points[0] == 0 and points[-1] == steps
     assert min(n_train, MIN_EVAL_TRAIN) <= n_sub <= n_train
     evaluated = len(points) * (n_sub + n_test)
@@ -303,7 +304,8 @@ def test_default_evaluation_is_budgeted_at_a_tenth_of_the_images_trained_on(step
 
 
 def test_fit_evaluates_on_the_default_schedule_unless_told(x64):
-    from iterlin.training import _eval_steps, default_evaluation, fit, init_state, make_step
+    from iterlin.training import default_evaluation, fit, init_state, make_step
+    from iterlin.training._evaluation import eval_points
 
     apply_fn, params, x, y = tiny_problem(n=600)
     opt = optax.sgd(0.2)
@@ -311,10 +313,10 @@ def test_fit_evaluates_on_the_default_schedule_unless_told(x64):
                            batch_size=32, key=jax.random.PRNGKey(0), compiled_loop=True, **kw)[1]
     every, n_sub = default_evaluation(600, 32, x.shape[0])
     default = run()
-    assert default["step"].tolist() == _eval_steps(600, every, None) and 2 < len(default["step"]) < 21
+    assert default["step"].tolist() == eval_points(600, every, None) and 2 < len(default["step"]) < 21
     assert run(eval_every=200)["step"].tolist() == [0, 200, 400, 600]  # told: the schedule given
     # told the subset only: the schedule budgeted for it (all 600 images: fewer points)
-    assert run(eval_train_size=600)["step"].tolist() == _eval_steps(600, default_evaluation(600, 32, 600, 0, 600)[0],
+    assert run(eval_train_size=600)["step"].tolist() == eval_points(600, default_evaluation(600, 32, 600, 0, 600)[0],
                                                                     None)
     assert len(run(eval_train_size=600)["step"]) < len(default["step"])
     # the default subset is the first n_sub images; given a schedule, all of them
@@ -349,15 +351,17 @@ def test_fit_runs_K_1_without_the_linearisation(monkeypatch):
     and traces only its own step, ``step.k1``, which must not call the linearised apply at all.
     """
     import iterlin.training as T
+    from iterlin.training import _evaluation, _steps
 
     calls = []
-    real = T.linearised_apply
+    real = _steps.linearised_apply
 
     def counting(*args, **kwargs):
         calls.append(1)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(T, "linearised_apply", counting)
+    for module in (_steps, _evaluation):  # the step's linearised loss, and the evaluation's linear model
+        monkeypatch.setattr(module, "linearised_apply", counting)
     apply_fn, params, x, y = tiny_problem()
     opt = optax.sgd(0.1)
     T.fit(make_step(apply_fn, opt, "ce"), init_state(params, opt, 2), apply_fn, (x, y), steps=3, batch_size=8,

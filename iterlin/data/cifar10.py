@@ -1,7 +1,5 @@
-"""Datasets: CIFAR-10 (verified, safely unpickled) and the quintic regression task of Fig. 9.
+"""CIFAR-10, verified and safely unpickled.
 
-CIFAR-10
---------
 The official "python version" of CIFAR-10 (Krizhevsky, 2009): the archive ``cifar-10-python.tar.gz``
 (170498071 bytes, md5 ``c58f30108f718f92721af3b95e74349a``, from :data:`CIFAR10_URL`) holding
 ``cifar-10-batches-py/`` with the pickled batch files ``data_batch_1`` .. ``data_batch_5`` (10000
@@ -71,7 +69,6 @@ from __future__ import annotations
 import glob
 import hashlib
 import io
-import math
 import os
 import pickle
 import posixpath
@@ -90,8 +87,9 @@ from typing import Any, NamedTuple
 import numpy as np
 from tqdm import tqdm
 
-from iterlin.checkpoint import new_file_mode
-from iterlin.validate import check_int
+from ..checkpoint import new_file_mode
+from ..validate import check_int
+from .dataset import Dataset
 
 __all__ = [
     "CIFAR10_ARCHIVE",
@@ -105,9 +103,7 @@ __all__ = [
     "CIFAR10_URL",
     "DOWNLOAD_ENV_VAR",
     "ENV_VAR",
-    "QUINTIC_HALF_WIDTH",
     "DataError",
-    "Dataset",
     "DatasetNotFoundError",
     "FileRecord",
     "RestrictedUnpickler",
@@ -117,8 +113,6 @@ __all__ = [
     "find_cifar10",
     "load_cifar10",
     "md5sum",
-    "quintic",
-    "quintic_fn",
     "read_cifar10",
     "safe_unpickle",
     "standardise",
@@ -185,7 +179,7 @@ _CHUNK = 2**20
 
 
 # --------------------------------------------------------------------------------------------
-# Errors and the output type
+# Errors
 # --------------------------------------------------------------------------------------------
 
 
@@ -195,33 +189,6 @@ class DataError(ValueError):
 
 class DatasetNotFoundError(DataError, FileNotFoundError):
     """No copy of the dataset was found where it was looked for (the message lists where)."""
-
-
-class Dataset(NamedTuple):
-    """A train/test split as NumPy arrays (also a JAX pytree).
-
-    CIFAR-10 (:func:`load_cifar10`): ``x`` is ``(N, 32, 32, 3)`` float32 NHWC standardised per
-    channel, ``y`` is ``(N,)`` int32 class indices. :func:`read_cifar10` gives the same with
-    ``x`` as raw ``uint8``. Quintic (:func:`quintic`): ``x`` and ``y`` are ``(N, 1)``.
-    """
-
-    x_train: np.ndarray
-    y_train: np.ndarray
-    x_test: np.ndarray
-    y_test: np.ndarray
-
-    @property
-    def fingerprint(self) -> str:
-        """sha256 (hex) of the four arrays (field name, dtype, shape and C-order bytes of each).
-
-        Equal fingerprints mean bit-identical data; use it as a cache key.
-        """
-        h = hashlib.sha256()
-        for name, value in zip(self._fields, self, strict=True):
-            a = np.ascontiguousarray(np.asarray(value))
-            h.update(f"{name}:{a.dtype.str}:{a.shape};".encode())
-            h.update(a.reshape(-1).view(np.uint8))
-        return h.hexdigest()
 
 
 # --------------------------------------------------------------------------------------------
@@ -818,59 +785,3 @@ def load_cifar10(
     raw = read_cifar10(source, n_train, n_test, archive_md5=CIFAR10_MD5, files=CIFAR10_FILES)
     return Dataset(standardise(raw.x_train), raw.y_train, standardise(raw.x_test), raw.y_test)
 
-
-# --------------------------------------------------------------------------------------------
-# The quintic regression task (Fig. 9)
-# --------------------------------------------------------------------------------------------
-
-#: Half-width ``a`` of the quintic's input range ``[-a, a]``. The paper gives no range, only that
-#: outputs lie in [-4, 4]. With ``f(x) = x⁵/32 − x³/2 + 2x`` odd, ``y = f − 1`` and
-#: ``f' = 5x⁴/32 − 3x²/2 + 2 = 0`` at ``x² ∈ {1.6, 8}``, ``f`` rises to 1.62 at x = 1.26, falls to
-#: 0 at x = 2√2 and then grows, reaching 3 (i.e. ``y(−a) = −4``) at a* = 3.62569. The widest
-#: symmetric range inside the bound is therefore [−3.62569, 3.62569]; we use a = 3.625 = 29/8,
-#: just inside it and exactly representable, so ``y ∈ [−3.995, 1.995]`` on [−a, a].
-QUINTIC_HALF_WIDTH = 3.625
-
-
-def quintic_fn(x):
-    """The target of Fig. 9: ``y = x⁵/32 − x³/2 + 2x − 1`` (elementwise, NumPy or JAX)."""
-    return x**5 / 32 - x**3 / 2 + 2 * x - 1
-
-
-def quintic(
-    n_train: int = 20,
-    n_test: int = 1000,
-    *,
-    x_range: tuple[float, float] = (-QUINTIC_HALF_WIDTH, QUINTIC_HALF_WIDTH),
-    dtype: Any = np.float32,
-) -> Dataset:
-    """The quintic regression task of Fig. 9: ``n_train`` and ``n_test`` uniformly spaced points.
-
-    ``x = linspace(lo, hi, n)`` (endpoints included) for both splits, ``y = quintic_fn(x)``
-    (computed in float64, then cast to ``dtype``). Returns ``Dataset`` with all four arrays of
-    shape ``(n, 1)`` and dtype ``dtype``. Default range: :data:`QUINTIC_HALF_WIDTH`.
-    """
-    n_train = check_int(n_train, "n_train", minimum=1)
-    n_test = check_int(n_test, "n_test", minimum=1)
-    try:
-        lo, hi = (float(v) for v in x_range)
-    except (TypeError, ValueError):
-        raise ValueError(
-            f"x_range={x_range!r} is not allowed: x_range must be a pair (lo, hi) of numbers"
-        ) from None
-    if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
-        raise ValueError(f"x_range={x_range!r} is not allowed: x_range must be finite with lo < hi")
-    try:
-        dt = np.dtype(dtype)
-    except TypeError:
-        dt = None
-    if dt is None or dt.kind != "f":
-        raise TypeError(f"dtype={dtype!r} is not allowed: dtype must be a floating dtype")
-
-    def split(n):
-        x = np.linspace(lo, hi, n, dtype=np.float64)[:, None]
-        return x.astype(dt), quintic_fn(x).astype(dt)
-
-    x_train, y_train = split(n_train)
-    x_test, y_test = split(n_test)
-    return Dataset(x_train, y_train, x_test, y_test)

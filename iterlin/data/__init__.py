@@ -1,0 +1,69 @@
+"""Datasets: CIFAR-10 (verified, safely unpickled; :mod:`iterlin.data.cifar10`) and the quintic
+regression task of Fig. 9 (:mod:`iterlin.data.regression`), each returned as a :class:`Dataset`.
+
+Every public name of the submodules is re-exported here: ``from iterlin.data import load_cifar10``.
+"""
+
+from __future__ import annotations
+
+from .cifar10 import (
+    CIFAR10_ARCHIVE,
+    CIFAR10_CLASSES,
+    CIFAR10_DIRNAME,
+    CIFAR10_FILES,
+    CIFAR10_MD5,
+    CIFAR10_MEAN,
+    CIFAR10_SIZE,
+    CIFAR10_STD,
+    CIFAR10_URL,
+    DOWNLOAD_ENV_VAR,
+    ENV_VAR,
+    DataError,
+    DatasetNotFoundError,
+    FileRecord,
+    RestrictedUnpickler,
+    download_allowed,
+    download_archive,
+    extract_archive,
+    find_cifar10,
+    load_cifar10,
+    md5sum,
+    read_cifar10,
+    safe_unpickle,
+    standardise,
+    user_cache_dir,
+)
+from .dataset import Dataset
+from .regression import QUINTIC_HALF_WIDTH, quintic, quintic_fn
+
+__all__ = [
+    "CIFAR10_ARCHIVE",
+    "CIFAR10_CLASSES",
+    "CIFAR10_DIRNAME",
+    "CIFAR10_FILES",
+    "CIFAR10_MD5",
+    "CIFAR10_MEAN",
+    "CIFAR10_SIZE",
+    "CIFAR10_STD",
+    "CIFAR10_URL",
+    "DOWNLOAD_ENV_VAR",
+    "ENV_VAR",
+    "QUINTIC_HALF_WIDTH",
+    "DataError",
+    "Dataset",
+    "DatasetNotFoundError",
+    "FileRecord",
+    "RestrictedUnpickler",
+    "download_allowed",
+    "download_archive",
+    "extract_archive",
+    "find_cifar10",
+    "load_cifar10",
+    "md5sum",
+    "quintic",
+    "quintic_fn",
+    "read_cifar10",
+    "safe_unpickle",
+    "standardise",
+    "user_cache_dir",
+]

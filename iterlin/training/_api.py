@@ -1,0 +1,239 @@
+"""The entry points :func:`train` and :func:`train_sweep` (Algorithm 1).
+
+Part of :mod:`iterlin.training` (see its docstring); the public names are re-exported there.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from ..losses import Loss
+from ..relin import RelinPolicy, as_policy, log_size, one_rule
+from ..relin import history as relin_history
+from ..tree import tree_stack
+from ..validate import check_int
+from ._checks import check_optimizer, check_reset, check_train_args
+from ._loop import fit
+from ._placement import resolve_placement
+from ._state import K_code, init_state
+from ._steps import make_step
+
+__all__ = ["train", "train_sweep"]
+
+
+def _check_placement_kwargs(fit_kwargs: dict, *, sweep: bool, data, batch_size) -> None:
+    """:func:`fit`'s checks of ``devices``/``shard_runs``/``data_parallel``, made before any compute."""
+    resolve_placement(fit_kwargs.get("devices"), fit_kwargs.get("shard_runs"), fit_kwargs.get("data_parallel", False),
+               sweep=sweep, vectorise=fit_kwargs.get("vectorise"), batch_size=batch_size,
+               n_train=int(np.shape(data[0])[0]))
+
+
+def _initial_refresh(refresh, params, data, batch_size):
+    """θ_0's statistics (BatchNorm "frozen") from the first ``batch_size`` training images."""
+    x = jnp.asarray(data[0])
+    return refresh(params, x if batch_size is None else x[:batch_size])
+
+
+def train(
+    apply_fn: Callable,
+    params: Any,
+    data: tuple,
+    *,
+    K,
+    steps: int,
+    optimizer: optax.GradientTransformation,
+    loss: str | Loss = "ce",
+    batch_size: int | None = None,
+    key=None,
+    refresh: Callable | None = None,
+    reset_optimizer: bool = False,
+    **fit_kwargs,
+) -> tuple[Any, dict]:
+    """Train ``apply_fn`` by iterative linearisation with period K, or another policy (Algorithm 1).
+
+    Args:
+      apply_fn: ``apply_fn(params, x) -> (N, O)`` outputs (logits for ``"ce"``).
+      params: initial parameters θ_0 (any pytree); the first linearisation point.
+      data: ``(x, y)`` training set, held on device: x (N, ...), y (N,) int labels or (N, O) targets.
+      K: when to re-linearise: a period (int ≥ 1, an integral float such as 5e6, or ``math.inf``),
+        i.e. :func:`iterlin.relin.every` ``(K)``, or any policy of :mod:`iterlin.relin`
+        (``K=relin.adaptive(0.1)``, ``K=relin.until_solved(...)``).
+      steps: number of optimisation steps T.
+      optimizer: any optax transformation (its state is kept across re-linearisations, unless
+        ``reset_optimizer``).
+      loss: ``"ce"`` (softmax cross-entropy on the linearised logits) or ``"mse"`` (½‖f − y‖²).
+      batch_size: mini-batch size, or None for full batch.
+      key: PRNG key for batch order and augmentation (default ``PRNGKey(0)``).
+      refresh: ``refresh(params, x) -> params`` applied at each re-linearisation (BatchNorm "frozen").
+      reset_optimizer: re-initialise the optimizer's state at each re-linearisation (each
+        linearisation a fresh convex problem, as Fig. 8's Adam-solved runs); default False.
+      **fit_kwargs: passed to :func:`fit`: ``eval_data=(x_test, y_test)``; ``eval_every`` or
+        ``eval_steps`` (step 0 and the last step are always evaluated; default
+        :func:`default_evaluation`: up to 21 points, budgeted at a tenth of the images trained on);
+        ``eval_batch_size``; ``augment`` (random flip + 4-pixel crop on device, NHWC);
+        ``callback(step, state) -> dict`` run on the host at evaluation points, its values appended
+        to the history (kernel distances, probe accuracies); ``checkpoint`` (file path: saved
+        atomically at evaluation points, resumed when rerun with the same configuration);
+        ``progress`` (a progress bar); ``config`` (a dict identifying the run in the checkpoint);
+        ``data_parallel=True`` (each batch split over ``devices``, default every local device, θ
+        replicated; the batch size must be a multiple of the device count; see :func:`fit`).
+
+    Returns:
+      ``(params, history)``: θ_T and a dict of arrays over evaluation points: ``step``, ``n_relin``
+      (T/K so far), and ``{net,lin}_{train,test}_{loss,acc|rmse}`` for the network f(θ_t) and the
+      current linear model f_lin_s(θ_t); plus ``diverged`` and ``diverged_step`` (−1 if finite),
+      and the steps at which the run re-linearised, ``relin_step`` (J,) (θ_s ← θ_t after t =
+      ``relin_step[j]`` steps; at most :data:`iterlin.relin.MAX_LOG` of them), with the policy's log
+      (:func:`iterlin.relin.history`: ``relin_gap`` for ``adaptive``; ``relin_inner_steps``,
+      ``relin_acc``, ``relin_loss``, ``relin_reason`` for ``until_solved``).
+
+    Example:
+      Full-batch SGD on the MSE of 4 points, re-linearising every K = 10 steps. The network and its
+      current linearisation coincide right after a re-linearisation (steps 0 and 50) and drift
+      apart in between (step 25):
+
+      >>> import jax.numpy as jnp, optax
+      >>> from iterlin import train
+      >>> def f(params, x):  # a two-layer MLP: (N, 1) -> (N, 1), P = 12
+      ...     return jnp.tanh(x @ params["w1"] + params["b1"]) @ params["w2"]
+      >>> params0 = {"w1": jnp.array([[1.0, -2.0, 0.5, 1.5]]), "b1": jnp.array([0.0, 0.5, -0.5, 0.2]),
+      ...            "w2": jnp.array([[1.0], [0.5], [-1.0], [0.3]])}
+      >>> x = jnp.array([[-1.0], [-0.3], [0.4], [1.0]])
+      >>> y = jnp.sin(3 * x)
+      >>> params, hist = train(f, params0, (x, y), K=10, steps=50, optimizer=optax.sgd(0.5),
+      ...                      loss="mse", eval_every=25)
+      >>> hist["step"].tolist(), hist["n_relin"].tolist()
+      ([0, 25, 50], [0, 2, 5])
+      >>> print(hist["net_train_loss"].round(4), hist["lin_train_loss"].round(4))
+      [0.2898 0.0918 0.0513] [0.2898 0.0921 0.0513]
+      >>> hist["relin_step"].tolist()
+      [10, 20, 30, 40, 50]
+
+      The same network re-linearised when its linear model's loss on the batch is more than 1 % off
+      the network's (:func:`iterlin.relin.adaptive`):
+
+      >>> from iterlin import relin
+      >>> params, hist = train(f, params0, (x, y), K=relin.adaptive(0.01), steps=50, optimizer=optax.sgd(0.5),
+      ...                      loss="mse", eval_every=25)
+      >>> hist["relin_step"].tolist(), hist["n_relin"].tolist()
+      ([2, 13, 37, 46], [0, 2, 4])
+    """
+    check_optimizer(optimizer)
+    policy = as_policy(K)
+    check_reset(reset_optimizer)
+    check_train_args(data, steps, loss, batch_size, fit_kwargs.get("eval_data"))
+    _check_placement_kwargs(fit_kwargs, sweep=False, data=data, batch_size=batch_size)
+    (policy,), fit_kwargs = _policy_for_fit([policy], fit_kwargs)
+    if refresh is not None:  # statistics at θ_0 before the first linearisation
+        params = _initial_refresh(refresh, params, data, batch_size)
+    state = init_state(params, optimizer, policy, steps=steps)
+    step_fn = make_step(apply_fn, optimizer, loss, refresh=refresh, reset_optimizer=reset_optimizer, policy=policy)
+    state, history = fit(step_fn, state, apply_fn, data, steps=steps, loss=loss, batch_size=batch_size, key=key,
+                         **fit_kwargs)
+    history.update(relin_history(state))
+    return state.params, history
+
+
+def _policy_for_fit(policies: list, fit_kwargs: dict) -> tuple[list, dict]:
+    """The policies with ``until_solved``'s check chunked like the evaluation (``eval_batch_size``,
+    when it names no ``check_batch_size``), and ``fit_kwargs`` with the policies in ``config`` (so a
+    checkpoint names them; :func:`iterlin.relin.every` adds nothing: K is already recorded)."""
+    ebs = check_int(fit_kwargs.get("eval_batch_size", 1000), "eval_batch_size")
+    policies = [p._replace(check_batch_size=ebs) if p.train_check and p.check_batch_size is None else p
+                for p in policies]
+    one_rule(policies)
+    if any(p.kind != "every" for p in policies):
+        config = dict(fit_kwargs.get("config") or {})
+        config["relin"] = [p.describe() for p in policies]
+        fit_kwargs = {**fit_kwargs, "config": config}
+    return policies, fit_kwargs
+
+
+def train_sweep(
+    apply_fn: Callable,
+    params: Any,
+    data: tuple,
+    *,
+    K: Sequence,
+    steps: int,
+    optimizer: optax.GradientTransformation,
+    loss: str | Loss = "ce",
+    batch_size: int | None = None,
+    key=None,
+    refresh: Callable | None = None,
+    reset_optimizer: bool = False,
+    **fit_kwargs,
+) -> tuple[Any, dict]:
+    """Several runs (values of K and/or initial parameters) trained in ONE compiled program.
+
+    ``params`` is stacked on a leading run axis of size R (see :func:`iterlin.tree.tree_stack`, e.g.
+    one initialisation per seed, or the same one repeated); ``K`` is a sequence of R periods, or of R
+    re-linearisation policies of ONE kind (:mod:`iterlin.relin`) whose parameters may differ, e.g.
+    ``K=[relin.adaptive(tol) for tol in (0.01, 0.1, 1.0)]``: the parameters are arrays in the state,
+    so the runs are still one program. All runs see the same batch sequence (the same ``key``), so
+    they differ only in K and θ_0; run i equals ``train`` of run i alone. A diverged run is frozen
+    while the others continue.
+
+    With more than one local device and the runs vmapped (``vectorise``, the default on every backend),
+    the run axis is sharded over the devices (``NamedSharding(mesh, P("runs"))``; R padded to a
+    multiple of the device count by repeating the last run, the padding dropped from the results);
+    ``devices=[...]`` picks the devices, ``shard_runs=True/False`` forces it on/off (see :func:`fit`).
+
+    Returns ``(params, history)`` with params stacked (R, ...) and history arrays of shape (R, E)
+    (``step`` is (E,), ``diverged``/``diverged_step`` are (R,); the re-linearisation steps
+    ``relin_step`` and the policy's log are (R, J), padded with −1 or NaN, see
+    :func:`iterlin.relin.history`). Other arguments as :func:`train`.
+
+    Example:
+      K = 1 (gradient descent), K = 10 and K = ∞ (the linearisation at θ_0) from the same θ_0:
+
+      >>> import math
+      >>> import jax.numpy as jnp, optax
+      >>> from iterlin import train_sweep, tree_stack
+      >>> def f(params, x):  # a two-layer MLP: (N, 1) -> (N, 1), P = 12
+      ...     return jnp.tanh(x @ params["w1"] + params["b1"]) @ params["w2"]
+      >>> params0 = {"w1": jnp.array([[1.0, -2.0, 0.5, 1.5]]), "b1": jnp.array([0.0, 0.5, -0.5, 0.2]),
+      ...            "w2": jnp.array([[1.0], [0.5], [-1.0], [0.3]])}
+      >>> x = jnp.array([[-1.0], [-0.3], [0.4], [1.0]])
+      >>> y = jnp.sin(3 * x)
+      >>> params, hist = train_sweep(f, tree_stack([params0] * 3), (x, y), K=[1, 10, math.inf], steps=50,
+      ...                            optimizer=optax.sgd(0.5), loss="mse", eval_every=50)
+      >>> hist["n_relin"][:, -1].tolist()  # T/K re-linearisations per run
+      [50, 5, 0]
+      >>> print(hist["net_train_loss"].round(4))  # (R, E): runs × evaluation points
+      [[0.2898 0.0449]
+       [0.2898 0.0513]
+       [0.2898 0.1414]]
+    """
+    if isinstance(K, (str, bytes, RelinPolicy)) or not hasattr(K, "__len__"):
+        raise ValueError(f"K={K!r} is not allowed: K must be a sequence of periods (or policies), one per run")
+    policies = [as_policy(k) for k in K]
+    Ks = [K_code(p.K) for p in policies]
+    leaves = jax.tree.leaves(params)
+    if not leaves or any(np.shape(leaf)[:1] != (len(Ks),) for leaf in leaves):
+        raise ValueError(
+            f"params must be stacked on a leading run axis of size len(K)={len(Ks)}; got leading shapes "
+            f"{sorted({np.shape(leaf)[:1] for leaf in leaves})}"
+        )
+    check_optimizer(optimizer)
+    check_reset(reset_optimizer)
+    check_train_args(data, steps, loss, batch_size, fit_kwargs.get("eval_data"))
+    _check_placement_kwargs(fit_kwargs, sweep=True, data=data, batch_size=batch_size)
+    policies, fit_kwargs = _policy_for_fit(policies, fit_kwargs)
+    if refresh is not None:
+        params = jax.vmap(lambda p: _initial_refresh(refresh, p, data, batch_size))(params)
+    size = log_size(policies, steps)  # one log size for every run, so that their states stack
+    policy_states = tree_stack([p.init(size) for p in policies])
+    state = jax.vmap(lambda p, k, ps: init_state(p, optimizer, 1, policy=ps)._replace(K=k))(
+        params, jnp.asarray(Ks, jnp.int32), policy_states)
+    step_fn = make_step(apply_fn, optimizer, loss, refresh=refresh, reset_optimizer=reset_optimizer,
+                        policy=policies[0])
+    state, history = fit(step_fn, state, apply_fn, data, steps=steps, loss=loss, batch_size=batch_size, key=key,
+                         sweep=True, **fit_kwargs)
+    history.update(relin_history(state, sweep=True))
+    return state.params, history
