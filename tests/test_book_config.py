@@ -239,9 +239,18 @@ def test_api_page_documents_every_public_name(config, toc):
         obj = getattr(iterlin, name)
         if inspect.ismodule(obj):
             assert obj.__name__ in documented, f"book/api.md does not document the module {obj.__name__}"
-        else:
-            assert obj.__module__ in documented, f"book/api.md does not document {obj.__module__} ({name})"
-            assert (obj.__module__, name) in listed, f"iterlin.{name} is not in book/api.md's summary tables"
+            continue
+        # documented under its defining module, or under a package that re-exports it in __all__
+        # (iterlin.training defines its names in private submodules; autodoc documents them there)
+        homes = [m for m in sorted(documented) if _exports(m, name, obj)]
+        assert homes, f"book/api.md does not document {obj.__module__} ({name}), nor a package exporting it"
+        assert any((m, name) in listed for m in homes), f"iterlin.{name} is not in book/api.md's summary tables"
+
+
+def _exports(module: str, name: str, obj) -> bool:
+    """Whether ``module`` defines ``obj`` as ``name``, or lists ``name`` in its ``__all__`` as ``obj``."""
+    mod = importlib.import_module(module)
+    return getattr(mod, name, None) is obj and (obj.__module__ == module or name in getattr(mod, "__all__", ()))
 
 
 def test_make_test_runs_the_docstring_examples():

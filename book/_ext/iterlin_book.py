@@ -12,6 +12,11 @@ Two touches to the API page (``book/api.md``): autosummary cuts a one-line summa
 ". " unless it ends a known abbreviation, so the paper's "(Eq. 3)", "(Fig. 8)", "(Sec. 3.3)" are
 added to its list; and a NamedTuple field without a ``#:`` comment would show Python's generated
 "Alias for field number N", which says nothing, so that text is dropped.
+
+And one for the packages that re-export names defined in their submodules (``iterlin.training``,
+``iterlin.data``): autodoc reads a constant's ``#:`` comment only from the module it documents, so
+the comments of the re-exported constants are copied from the submodules that define them into that
+module's source analysis (:data:`REEXPORTING`); without it they would go undocumented.
 """
 
 from __future__ import annotations
@@ -44,6 +49,26 @@ def _drop_field_aliases(app, what, name, obj, options, lines):
         lines[:] = []
 
 
+#: Packages whose ``__all__`` re-exports constants documented by ``#:`` comments in their submodules.
+REEXPORTING = ("iterlin.training", "iterlin.data")
+
+
+def _reexported_attr_docs(app):
+    import importlib
+    import pkgutil
+
+    from sphinx.pycode import ModuleAnalyzer
+
+    for name in REEXPORTING:
+        package = importlib.import_module(name)
+        analyzer = ModuleAnalyzer.for_module(name)
+        docs = analyzer.find_attr_docs()
+        for info in pkgutil.iter_modules(package.__path__, name + "."):
+            for (namespace, attr), lines in ModuleAnalyzer.for_module(info.name).find_attr_docs().items():
+                if namespace == "" and attr in package.__all__ and ("", attr) not in docs:
+                    docs["", attr] = lines
+
+
 def setup(app):
     from sphinx.ext import autosummary
 
@@ -51,4 +76,5 @@ def setup(app):
     app.setup_extension("sphinx.ext.autodoc")
     app.connect("autodoc-process-docstring", _drop_field_aliases)
     app.connect("html-page-context", _dedupe_scripts, priority=900)
+    app.connect("builder-inited", _reexported_attr_docs)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}

@@ -1,5 +1,5 @@
-"""Datasets: CIFAR-10 (verified, safely unpickled; :mod:`iterlin.data.cifar10`) and the quintic
-regression task of Fig. 9 (:mod:`iterlin.data.regression`), each returned as a :class:`Dataset`.
+"""Datasets: CIFAR-10 (verified, safely unpickled; ``iterlin.data.cifar10``) and the quintic
+regression task of Fig. 9 (``iterlin.data.regression``), each returned as a :class:`Dataset`.
 
 Every public name of the submodules is re-exported here: ``from iterlin.data import load_cifar10``.
 """

@@ -68,8 +68,8 @@ def means(sums: dict, sizes: dict) -> dict:
     return out
 
 
-#: The most evaluation points a run may have: each is a pass over the evaluation data and a row
-#: of the history, and a checkpoint stores the whole history again at each of them.
+#: The most evaluation points a run may have (each is a pass over the evaluation data and a row
+#: of the history, and a checkpoint stores the whole history again at each of them).
 MAX_EVAL_POINTS = 100_001
 
 
