@@ -18,7 +18,7 @@
 # # Figure 1: the spectrum of K, from gradient descent to Gauss–Newton
 
 # %% tags=["parameters", "hide-cell"]
-scale = "smoke"  # "smoke" (CPU, minutes), "cpu" (CPU, ~25 min, 10 seeds), "gpu", "paper" (more seeds, longer)
+scale = "smoke"  # "smoke" (CPU, minutes), "cpu" (CPU, ~5 min, 10 seeds), "gpu", "paper" (more seeds, longer)
 K = None  # the K grid (a list; 1 is always included; inf: never re-linearise)
 lr = None  # GD learning rate for the mean loss (η is lr / n_train for the summed loss)
 steps = None  # T: literal GD steps; closed-form runs train at least as long
@@ -151,9 +151,8 @@ ref = reference.show("fig1", fig1.plot, table=False)
 # * `smoke` (default; a 2-core CPU, a few minutes): one seed, $K$ from 1 to $10^9$ and $\infty$,
 #   $T = 10^4$ at `lr` 0.02, at least 500 linearisations per closed-form run, 500 Gauss–Newton
 #   steps. A check that the pipeline works: with one seed no comparison can be decided.
-# * `cpu` (the committed reference run, shown at the top of this page; 21 minutes on a 2-core CPU shared with
-#   other work before the literal runs were added, which add about 4 minutes): the same training
-#   with $K = 3000$ added and 10 seeds.
+# * `cpu` (the committed reference run, shown at the top of this page; 295 s on a 2-core CPU, the
+#   literal runs included): the same training with $K = 3000$ added and 10 seeds.
 # * `gpu` and `paper`: 10 and 30 seeds, $T = 2 \cdot 10^4$, at least 1000 linearisations, 2000
 #   Gauss–Newton steps (no GPU needed: the model is tiny, the cost is seeds × runs).
 #
