@@ -18,7 +18,7 @@
 # # The empirical NTK during training: it moves under SGD, and stays put between re-linearisations
 
 # %% tags=["parameters", "hide-cell"]
-scale = "smoke"  # "smoke" (CPU, ~1 min), "cpu" (CPU, ~17 min), "gpu" (one H100, ~10 min), "paper" (our settings)
+scale = "smoke"  # "smoke" (CPU, ~1 min), "cpu" (CPU, ~5 min), "gpu" (one H100, ~10 min), "paper" (our settings)
 K = None  # the large period compared with plain SGD (K 1 always runs too); e.g. 5e6, or inf (never)
 lr = None  # SGD learning rate
 steps = None  # number of SGD steps T
@@ -89,7 +89,7 @@ ref = reference.show("ntk", ntk.plot, table=False)
 #   kernel moves a lot in the first few steps at this learning rate, but with one seed its spread
 #   over seeds cannot be estimated (the claim is undecided); the exactness of the fixed kernel
 #   does not depend on scale.
-# * `cpu` (the reference run, shown at the top of this page; about 15-18 minutes of a 2-core CPU):
+# * `cpu` (the reference run, shown at the top of this page; 279 s on a 2-core CPU):
 #   every installed image (4,660 training and 932 test images of the shared subset), 2 seeds, 180
 #   steps of 128 at learning rate 0.01, as Figure 3's (about 5 epochs), $K = 30$ (6 re-linearisations), evaluated
 #   every 15 steps so that every re-linearisation is seen alone, and a probe set of the first 20

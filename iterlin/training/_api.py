@@ -1,6 +1,6 @@
 """The entry points :func:`train` and :func:`train_sweep` (Algorithm 1).
 
-Part of :mod:`iterlin.training` (see its docstring); the public names are re-exported there.
+A private module of :mod:`iterlin.training` (see its docstring), which exports what users need.
 """
 
 from __future__ import annotations

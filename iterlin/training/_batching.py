@@ -1,6 +1,6 @@
 """Batches drawn on device as a pure function of (key, t), and data in chunks.
 
-Part of :mod:`iterlin.training` (see its docstring); the public names are re-exported there.
+A private module of :mod:`iterlin.training` (see its docstring), which exports what users need.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """What identifies a run in its checkpoint, and the check of a resumed checkpoint's progress.
 
-Part of :mod:`iterlin.training` (see its docstring); the public names are re-exported there.
+A private module of :mod:`iterlin.training` (see its docstring), which exports what users need.
 """
 
 from __future__ import annotations

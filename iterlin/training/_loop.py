@@ -1,6 +1,6 @@
 """The one training loop, :func:`fit`: compiled chunks between evaluation points.
 
-Part of :mod:`iterlin.training` (see its docstring); the public names are re-exported there.
+A private module of :mod:`iterlin.training` (see its docstring), which exports what users need.
 """
 
 from __future__ import annotations

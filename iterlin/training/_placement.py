@@ -1,6 +1,6 @@
 """Where a run's arrays live: a one-axis mesh over the local devices (runs or batch).
 
-Part of :mod:`iterlin.training` (see its docstring); the public names are re-exported there.
+A private module of :mod:`iterlin.training` (see its docstring), which exports what users need.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The training state and the one divergence guard (Eq. 3–4's bookkeeping).
 
-Part of :mod:`iterlin.training` (see its docstring); the public names are re-exported there.
+A private module of :mod:`iterlin.training` (see its docstring), which exports what users need.
 """
 
 from __future__ import annotations
