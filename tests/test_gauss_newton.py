@@ -439,8 +439,9 @@ def test_init_gauss_newton_state_values_and_stacking():
         init_gauss_newton_state(params, [1.0, 2.0], stacked=True)
 
 
-@pytest.mark.xfail(strict=False, reason="known bug, not yet fixed: jax.scipy.sparse.linalg.cg under vmap returns 0 "
-                   "for the CNN with matmul-lowered convolutions at batch 32 (found by the gn rerun of 2026-11-26)")
+@pytest.mark.xfail(strict=False, reason="known bug, not yet fixed: under vmap, the linearised CNN with matmul-lowered "
+                   "convolutions maps a zero tangent to NaN (batch 32), so CG's first residual is NaN and it returns "
+                   "x0 = 0 (found by the gn rerun of 2026-11-26)")
 def test_a_vmapped_primal_cg_sweep_of_the_cnn_equals_its_runs_one_by_one():
     """The sweep of damped GN steps (primal CG) on the paper's CNN, vmapped over two runs, equals the same
     runs stepped one after the other; with ``conv="matmul"`` (the CPU's default) the vmapped δ is 0."""
