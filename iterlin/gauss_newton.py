@@ -41,9 +41,10 @@ Three solvers give the same δ (``solver=``):
   With λ = 0 it is singular when the rank bound of JᵀHJ, N·O (N·(O − 1) for CE), is below P;
   a ``ValueError`` is then raised (use a kernel solver for the minimum-norm step).
 
-Both CG solvers use :func:`jax.scipy.sparse.linalg.cg`, which does not report non-convergence:
-``cg_tol``/``cg_maxiter`` bound the work (relative residual tolerance 1e-10 in float64, 1e-6 in
-float32 by default).
+Both CG solvers use :func:`conjugate_gradient` (the iteration of
+:func:`jax.scipy.sparse.linalg.cg`, started from x₀ = 0 with r₀ = b, so that the operator is never
+applied to a zero vector), which does not report non-convergence: ``cg_tol``/``cg_maxiter`` bound
+the work (relative residual tolerance 1e-10 in float64, 1e-6 in float32 by default).
 
 ``solver="auto"``: ``"kernel"`` if N·O ≤ :data:`KERNEL_MAX_OUTPUTS` (4096) and the Jacobian has
 at most :data:`KERNEL_MAX_JACOBIAN` (2²⁷) entries; otherwise CG in the smaller space:
@@ -77,6 +78,7 @@ is traced: runs with different λ (or τ) are vmapped together in one compilatio
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from typing import Any, Callable
@@ -86,7 +88,6 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from jax.flatten_util import ravel_pytree
-from jax.scipy.sparse.linalg import cg
 
 from .jacobian import (  # noqa: F401 (flat_jacobian re-exported)
     eigh_psd,
@@ -106,12 +107,14 @@ from .validate import check_choice, check_int, check_nonnegative, check_positive
 
 __all__ = [
     "SOLVERS",
+    "GaussNewtonConfig",
     "DAMPING_MODES",
     "FILTERS",
     "KERNEL_MAX_OUTPUTS",
     "KERNEL_MAX_JACOBIAN",
     "flat_jacobian",
     "select_solver",
+    "conjugate_gradient",
     "gauss_newton_step",
     "init_gauss_newton_state",
     "make_gauss_newton_step",
@@ -139,42 +142,63 @@ def _loss_name(loss: str | Loss) -> str:
     return check_choice(name, "loss", _GN_LOSSES)
 
 
-def _check_static(loss, filter, solver, damping_mode, step_size, cg_tol, cg_maxiter) -> dict:
-    """The static configuration of a step, validated; ``solver`` resolved to "kernel" for the flow."""
-    loss = _loss_name(loss)
-    filter = check_choice(filter, "filter", FILTERS)
-    solver = check_choice(solver, "solver", SOLVERS)
-    damping_mode = check_choice(damping_mode, "damping_mode", DAMPING_MODES)
-    step_size = check_positive(step_size, "step_size")
-    if cg_tol is not None:
-        cg_tol = check_positive(cg_tol, "cg_tol")
-    if cg_maxiter is not None:
-        cg_maxiter = check_int(cg_maxiter, "cg_maxiter", minimum=1)
-    if solver == "kernel_cg" and loss != "mse":
-        raise ValueError(
-            f"solver='kernel_cg' is not allowed with loss={loss!r}: the kernel system HΘ + λI is not "
-            "symmetric for cross-entropy, so CG does not apply to it; use solver='primal_cg' (the same "
-            "cost per iteration) or solver='kernel' (dense)."
-        )
-    if filter == "flow":
-        if loss != "mse":
+@dataclasses.dataclass(frozen=True)
+class GaussNewtonConfig:
+    """The static options of a Gauss–Newton step (see the module docstring), validated on construction.
+
+    ``loss`` may be given as a :class:`~iterlin.losses.Loss` and is stored by name; with
+    ``filter="flow"`` the solver is resolved to ``"kernel"``. Frozen and hashable, so a config is a
+    static argument of ``jax.jit`` and a memo key. Raises ``ValueError`` naming the option, the value
+    and what is allowed.
+    """
+
+    loss: str = "mse"
+    filter: str = "damped"
+    solver: str = "auto"
+    damping_mode: str = "absolute"
+    step_size: float = 1.0
+    cg_tol: float | None = None
+    cg_maxiter: int | None = None
+
+    def __post_init__(self):
+        loss = _loss_name(self.loss)
+        filter = check_choice(self.filter, "filter", FILTERS)
+        solver = check_choice(self.solver, "solver", SOLVERS)
+        damping_mode = check_choice(self.damping_mode, "damping_mode", DAMPING_MODES)
+        step_size = check_positive(self.step_size, "step_size")
+        cg_tol = None if self.cg_tol is None else check_positive(self.cg_tol, "cg_tol")
+        cg_maxiter = None if self.cg_maxiter is None else check_int(self.cg_maxiter, "cg_maxiter", minimum=1)
+        if solver == "kernel_cg" and loss != "mse":
             raise ValueError(
-                f"loss={loss!r} is not allowed with filter='flow': the flow filter is the closed-form gradient "
-                "flow of the linearised MSE problem (Eq. 18); use loss='mse', or filter='damped'."
+                f"solver='kernel_cg' is not allowed with loss={loss!r}: the kernel system HΘ + λI is not "
+                "symmetric for cross-entropy, so CG does not apply to it; use solver='primal_cg' (the same "
+                "cost per iteration) or solver='kernel' (dense)."
             )
-        if solver not in ("auto", "kernel"):
-            raise ValueError(
-                f"solver={solver!r} is not allowed with filter='flow': the flow filter needs the NTK's "
-                "eigendecomposition; use solver='kernel' (or 'auto')."
-            )
-        if damping_mode != "absolute":
-            raise ValueError(
-                f"damping_mode={damping_mode!r} is not allowed with filter='flow': the flow time τ is "
-                "absolute; use damping_mode='absolute'."
-            )
-        solver = "kernel"
-    return dict(loss=loss, filter=filter, solver=solver, damping_mode=damping_mode, step_size=step_size,
-                cg_tol=cg_tol, cg_maxiter=cg_maxiter)
+        if filter == "flow":
+            if loss != "mse":
+                raise ValueError(
+                    f"loss={loss!r} is not allowed with filter='flow': the flow filter is the closed-form "
+                    "gradient flow of the linearised MSE problem (Eq. 18); use loss='mse', or filter='damped'."
+                )
+            if solver not in ("auto", "kernel"):
+                raise ValueError(
+                    f"solver={solver!r} is not allowed with filter='flow': the flow filter needs the NTK's "
+                    "eigendecomposition; use solver='kernel' (or 'auto')."
+                )
+            if damping_mode != "absolute":
+                raise ValueError(
+                    f"damping_mode={damping_mode!r} is not allowed with filter='flow': the flow time τ is "
+                    "absolute; use damping_mode='absolute'."
+                )
+            solver = "kernel"
+        for name, value in dict(loss=loss, filter=filter, solver=solver, damping_mode=damping_mode,
+                                step_size=step_size, cg_tol=cg_tol, cg_maxiter=cg_maxiter).items():
+            object.__setattr__(self, name, value)
+
+    def record(self) -> dict:
+        """The options as stored in a run's checkpoint config (under ``"gauss_newton"``)."""
+        return {k: getattr(self, k) for k in ("filter", "step_size", "loss", "solver", "damping_mode", "cg_tol",
+                                              "cg_maxiter")}
 
 
 def _check_hyper(value, filter: str, name: str = "damping") -> float:
@@ -251,6 +275,40 @@ def _grad_and_hess(loss: str, out, y):
     return g, hess
 
 
+def conjugate_gradient(matvec: Callable, b, *, tol: float, maxiter: int | None = None):
+    """x ≈ A⁻¹b for a symmetric positive (semi-)definite A given as ``matvec(v) = Av``; b a vector (n,).
+
+    Conjugate gradients (Hestenes–Stiefel) from x₀ = 0, so r₀ = p₀ = b: at step k,
+    α = rᵀr / pᵀAp, x ← x + αp, r ← r − αAp, β = r'ᵀr' / rᵀr, p ← r' + βp; it stops when
+    ‖r‖² ≤ tol²·‖b‖² or after ``maxiter`` steps (default 10·n). The iterates are those of
+    :func:`jax.scipy.sparse.linalg.cg` with x0 = 0 and atol = 0 (it computes r₀ = b − A·0, one
+    product more). Starting from r₀ = b is not only cheaper: XLA:CPU (jaxlib 0.10.2) can compute
+    NaN for A·0 when the zero is a compile-time constant, the operator contains the JVP of a
+    max-pool and the solve is vmapped, and then jax's CG stops at once with x = 0
+    (``tests/test_gauss_newton.py`` checks a vmapped sweep of the CNN against its runs one by one).
+    Traceable, vmappable (a batch of systems runs until the last one stops); not differentiated.
+    """
+    maxiter = 10 * b.shape[0] if maxiter is None else maxiter
+    bound = tol**2 * jnp.vdot(b, b)
+
+    def cond(state):
+        _, _, rs, _, k = state
+        return (rs > bound) & (k < maxiter)
+
+    def body(state):
+        x, r, rs, p, k = state
+        ap = matvec(p)
+        alpha = rs / jnp.vdot(p, ap)
+        x = x + alpha * p
+        r = r - alpha * ap
+        rs_new = jnp.vdot(r, r)
+        return x, r, rs_new, r + (rs_new / rs) * p, k + 1
+
+    rs0 = jnp.vdot(b, b)
+    x, *_ = jax.lax.while_loop(cond, body, (jnp.zeros_like(b), b, rs0, b, 0))
+    return x
+
+
 def _cg_defaults(dtype, cg_tol):
     if cg_tol is not None:
         return cg_tol
@@ -289,18 +347,19 @@ def _kernel_ce(J, g, hess, lam, n, n_out):
 # ------------------------------------------------------------------------------------------
 
 
-def _gn_step(apply_fn, params, x, y, h, step_size, *, loss, filter, solver, damping_mode, cg_tol, cg_maxiter,
-             zero_damping=False):
+def _gn_step(apply_fn, params, x, y, h, config: GaussNewtonConfig, zero_damping=False):
     """θ − α·(the filtered Gauss–Newton update) and f(θ, X) as (N, O); arguments already validated.
 
-    h (λ or τ) and α are traced (scalars, may be vmapped); the rest is static. ``zero_damping``
-    (static, known only to eager callers) turns on the singular-system check of primal CG.
+    h (λ or τ) is traced (a scalar, may be vmapped); ``config`` (α = ``config.step_size``) is static.
+    ``zero_damping`` (static, known only to eager callers) turns on the singular-system check of
+    primal CG.
     """
+    loss, filter, damping_mode = config.loss, config.filter, config.damping_mode
     f, flat, unravel = _flat_fn(apply_fn, params, x)
     out, jvp_fn = jax.linearize(f, flat)
     n, n_out = out.shape
     p_size = flat.size
-    solver = select_solver(n * n_out, p_size, loss) if solver == "auto" else solver
+    solver = select_solver(n * n_out, p_size, loss) if config.solver == "auto" else config.solver
     if solver == "primal_cg" and zero_damping:
         _check_not_singular(loss, n, n_out, p_size)
     g, hess = _grad_and_hess(loss, out, y)
@@ -320,14 +379,14 @@ def _gn_step(apply_fn, params, x, y, h, step_size, *, loss, filter, solver, damp
     else:
         vjp_fn = jax.linear_transpose(jvp_fn, flat)
         lam = h if damping_mode == "absolute" else h * ntk_mean_diag(apply_fn, params, x)
-        tol = _cg_defaults(dtype, cg_tol)
+        tol = _cg_defaults(dtype, config.cg_tol)
         if solver == "kernel_cg":
 
             def matvec(v):  # (Θ + λI)v = J(Jᵀv) + λv
                 (jt_v,) = vjp_fn(v.reshape(n, n_out))
                 return jvp_fn(jt_v).reshape(-1) + lam * v
 
-            a, _ = cg(matvec, g.reshape(-1), tol=tol, atol=0.0, maxiter=cg_maxiter)
+            a = conjugate_gradient(matvec, g.reshape(-1), tol=tol, maxiter=config.cg_maxiter)
             (delta,) = vjp_fn(-a.reshape(n, n_out))
         else:
 
@@ -338,9 +397,9 @@ def _gn_step(apply_fn, params, x, y, h, step_size, *, loss, filter, solver, damp
                 return jt + lam * d
 
             (rhs,) = vjp_fn(-g)
-            delta, _ = cg(matvec, rhs, tol=tol, atol=0.0, maxiter=cg_maxiter)
+            delta = conjugate_gradient(matvec, rhs, tol=tol, maxiter=config.cg_maxiter)
 
-    new = unravel(flat + jnp.asarray(step_size, flat.dtype) * delta.astype(flat.dtype))
+    new = unravel(flat + jnp.asarray(config.step_size, flat.dtype) * delta.astype(flat.dtype))
     return new, out
 
 
@@ -422,15 +481,15 @@ def gauss_newton_step(
       0.1 0.378
       10.0 1.116
     """
-    kw = _check_static(loss, filter, solver, damping_mode, step_size, cg_tol, cg_maxiter)
-    h = _check_hyper(damping, kw["filter"], "damping")
+    config = GaussNewtonConfig(loss=loss, filter=filter, solver=solver, damping_mode=damping_mode,
+                               step_size=step_size, cg_tol=cg_tol, cg_maxiter=cg_maxiter)
+    h = _check_hyper(damping, config.filter, "damping")
     check_xy(x, y)
     x = jnp.asarray(x)
     y = jnp.asarray(y)
-    _check_labels(kw["loss"], y)
-    step_size = kw.pop("step_size")
-    static = dict(kw, zero_damping=(kw["filter"] == "damped" and h == 0.0))
-    new, _ = maybe_jit(_gn_step, apply_fn, **static)(apply_fn, params, x, y, h, step_size, **static)
+    _check_labels(config.loss, y)
+    static = dict(config=config, zero_damping=(config.filter == "damped" and h == 0.0))
+    new, _ = maybe_jit(_gn_step, apply_fn, **static)(apply_fn, params, x, y, h, **static)
     return new
 
 
@@ -499,19 +558,14 @@ def make_gauss_newton_step(
     Memoised: the same ``apply_fn`` and options (after validation) give the same function object,
     so :func:`~iterlin.training.fit` reuses its compiled programs.
     """
-    kw = _check_static(loss, filter, solver, damping_mode, step_size, cg_tol, cg_maxiter)
-    return _make_gauss_newton_step(apply_fn, *(kw[k] for k in _STEP_OPTIONS))
-
-
-#: The static options of a Gauss–Newton step, in :func:`_make_gauss_newton_step`'s order.
-_STEP_OPTIONS = ("loss", "filter", "solver", "damping_mode", "step_size", "cg_tol", "cg_maxiter")
+    return _make_gauss_newton_step(apply_fn, GaussNewtonConfig(
+        loss=loss, filter=filter, solver=solver, damping_mode=damping_mode, step_size=step_size, cg_tol=cg_tol,
+        cg_maxiter=cg_maxiter))
 
 
 @memoise
-def _make_gauss_newton_step(apply_fn, loss, filter, solver, damping_mode, step_size, cg_tol, cg_maxiter):
-    kw = dict(loss=loss, filter=filter, solver=solver, damping_mode=damping_mode, cg_tol=cg_tol,
-              cg_maxiter=cg_maxiter)
-    loss_obj = get_loss(loss)
+def _make_gauss_newton_step(apply_fn, config: GaussNewtonConfig):
+    loss_obj = get_loss(config.loss)
 
     def step(state: TrainState, batch):
         x, y = batch
@@ -520,7 +574,7 @@ def _make_gauss_newton_step(apply_fn, loss, filter, solver, damping_mode, step_s
                 f"state.policy={state.policy!r} is not allowed: make_gauss_newton_step reads the damping (or flow "
                 "time) of the run from state.policy, a scalar array; make the state with init_gauss_newton_state."
             )
-        params, out = _gn_step(apply_fn, state.params, x, y, state.policy, step_size, **kw)
+        params, out = _gn_step(apply_fn, state.params, x, y, state.policy, config)
         value = jnp.mean(loss_obj.per_example(out, y))
         new = commit_step(state, value, params, params, state.opt_state, jnp.asarray(True))
         return new, {"loss": value}
@@ -568,11 +622,9 @@ def gauss_newton_train(
 
     Returns ``(params, history)`` (stacked params and (R, E) history arrays for a sequence).
     """
-    step_fn = make_gauss_newton_step(
-        apply_fn, loss=loss, filter=filter, step_size=step_size, solver=solver, damping_mode=damping_mode,
-        cg_tol=cg_tol, cg_maxiter=cg_maxiter,
-    )
-    kw = _check_static(loss, filter, solver, damping_mode, step_size, cg_tol, cg_maxiter)
+    gn = GaussNewtonConfig(loss=loss, filter=filter, solver=solver, damping_mode=damping_mode, step_size=step_size,
+                           cg_tol=cg_tol, cg_maxiter=cg_maxiter)
+    step_fn = _make_gauss_newton_step(apply_fn, gn)
     if "sweep" in fit_kwargs:
         raise ValueError(
             f"sweep={fit_kwargs['sweep']!r} is not allowed: gauss_newton_train sweeps exactly when damping is a "
@@ -582,19 +634,18 @@ def gauss_newton_train(
     state = init_gauss_newton_state(params, damping, filter=filter, stacked=sweep)
     check_train_args(data, steps, loss, batch_size, fit_kwargs.get("eval_data"))
     x, y = (jnp.asarray(a) for a in data)
-    _check_labels(kw["loss"], y)
+    _check_labels(gn.loss, y)
     hs = np.atleast_1d(np.asarray(state.policy))
-    if kw["filter"] == "damped" and np.any(hs == 0) and kw["solver"] in ("auto", "primal_cg"):
+    if gn.filter == "damped" and np.any(hs == 0) and gn.solver in ("auto", "primal_cg"):
         one = jax.tree.map(lambda a: jax.ShapeDtypeStruct(np.shape(a)[1:], a.dtype), params) if sweep else params
         n = x.shape[0] if batch_size is None else int(batch_size)
         out = jax.eval_shape(_jitted(apply_fn), one, x[:1])  # a jitted apply_fn: traced once per shape, not per call
         n_out = int(np.prod(out.shape[1:], dtype=np.int64)) if len(out.shape) > 1 else 1
         p_size = tree_size(one)
-        if kw["solver"] == "primal_cg" or select_solver(n * n_out, p_size, kw["loss"]) == "primal_cg":
-            _check_not_singular(kw["loss"], n, n_out, p_size)
+        if gn.solver == "primal_cg" or select_solver(n * n_out, p_size, gn.loss) == "primal_cg":
+            _check_not_singular(gn.loss, n, n_out, p_size)
     config = dict(fit_kwargs.pop("config", None) or {})
-    config["gauss_newton"] = {k: kw[k] for k in ("filter", "step_size", "loss", "solver", "damping_mode", "cg_tol",
-                                                 "cg_maxiter")}
-    state, history = fit(step_fn, state, apply_fn, data, steps=steps, loss=kw["loss"], batch_size=batch_size,
+    config["gauss_newton"] = gn.record()
+    state, history = fit(step_fn, state, apply_fn, data, steps=steps, loss=gn.loss, batch_size=batch_size,
                          key=key, sweep=sweep, config=config, **fit_kwargs)
     return state.params, history
