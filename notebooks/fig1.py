@@ -151,7 +151,7 @@ ref = reference.show("fig1", fig1.plot, table=False)
 # * `smoke` (default; a 2-core CPU, a few minutes): one seed, $K$ from 1 to $10^9$ and $\infty$,
 #   $T = 10^4$ at `lr` 0.02, at least 500 linearisations per closed-form run, 500 Gauss–Newton
 #   steps. A check that the pipeline works: with one seed no comparison can be decided.
-# * `cpu` (the committed reference run, shown at the top of this page; 295 s on a 2-core CPU, the
+# * `cpu` (the committed reference run, shown at the top of this page; 251 s on a 2-core CPU, the
 #   literal runs included): the same training with $K = 3000$ added and 10 seeds.
 # * `gpu` and `paper`: 10 and 30 seeds, $T = 2 \cdot 10^4$, at least 1000 linearisations, 2000
 #   Gauss–Newton steps (no GPU needed: the model is tiny, the cost is seeds × runs).
