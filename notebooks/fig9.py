@@ -80,8 +80,8 @@ ref = reference.show("fig9", fig9.plot, table=False)
 # * `smoke` (default; a 2-core CPU, about a minute): $\lambda \in \{0, 10^{-3}, 10^{-2}, 10^{-1}, 1, 10\}$,
 #   10 seeds, 200 full Gauss–Newton steps ($\alpha = 1$) per run. The paper's whole setting except the
 #   number of seeds and steps: a check that the pipeline works.
-# * `cpu` (the committed reference run, shown at the top of this page; about 8 minutes of CPU time on a 2-core
-#   CPU, extrapolated from the same run with 10 and 20 seeds): $\lambda$ up to 100, 40 seeds, 500
+# * `cpu` (the committed reference run, shown at the top of this page; 258 s on a 2-core CPU, measured for the
+#   committed run): $\lambda$ up to 100, 40 seeds, 500
 #   steps per run (by then every $\lambda$'s median train RMSE has stopped changing, measured).
 # * `gpu`: $\lambda$ up to 100, 50 seeds, 2000 steps. `paper`: the same with 100 seeds. Neither needs a
 #   GPU (the network is tiny; the cost is λ × seeds × steps small eigendecompositions).
