@@ -94,12 +94,12 @@ ref = reference.show("gn", gn.plot, table=False)
 # * `smoke` (default; a 2-core CPU, about a minute): 256 real CIFAR-10 training images and 200 test
 #   images, 24 steps of 16 at learning rate 0.05, $K \in \{1, 8, \infty\}$, Gauss–Newton at
 #   $\lambda(8) = 40$ with 2 CG iterations, one seed. A check that the pipeline works, not a result.
-# * `cpu` (the reference run, about 25 minutes of a 2-core CPU by an estimate from measured step
-#   costs; see the module): every installed image (4,660 training and 932 test images), 2 seeds,
+# * `cpu` (the reference run, 396 s of a 2-core CPU, measured; sized when it was estimated at 25
+#   minutes, see the module): every installed image (4,660 training and 932 test images), 2 seeds,
 #   $T = 70$ steps of 128 at learning rate 0.01, $K \in \{1, 10, 35, \infty\}$, Gauss–Newton at
 #   $\lambda(10) = 1280$ and $\lambda(35) \approx 366$ with ONE CG iteration per step (the damped
-#   step restricted to the gradient direction). On this CPU a CG iteration costs about six
-#   linearised SGD steps, which forced both the short $T$ and the single iteration.
+#   step restricted to the gradient direction). When the scale was set, a CG iteration cost about
+#   six linearised SGD steps on this CPU, which forced both the short $T$ and the single iteration.
 # * `gpu` (one H100, about ten minutes: an estimate, not measured): 3 seeds, $T = 2000$ steps of 256,
 #   $K \in \{1, 100, 300, 1000, \infty\}$, Gauss–Newton with 10 CG iterations.
 # * `paper`: all of CIFAR-10 at the paper's mini-batch rate 1e-4, $T = 10^6$ steps of 256, $K$ up to
