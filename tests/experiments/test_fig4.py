@@ -11,7 +11,7 @@ import optax
 import pytest
 from _toy import fake_history, flat_mlp
 
-from iterlin.claims import UNDECIDED, UNSTABLE
+from iterlin.claims import NA, UNDECIDED, UNSTABLE
 from iterlin.experiments import _common, fig4, resolve
 from iterlin.training import train, train_sweep
 from iterlin.tree import tree_stack
@@ -70,10 +70,14 @@ def test_fig4_wiring_two_seeds(monkeypatch, tiny_cifar):
             for key in ("net_test_acc", "net_test_loss", "net_train_loss", "lin_train_loss", "n_relin"):
                 np.testing.assert_allclose(h[key][r_i], ref[key], rtol=2e-5, atol=1e-6, err_msg=f"{panel} {r_i} {key}")
         assert not np.allclose(h["net_train_loss"][0], h["net_train_loss"][2])  # the seeds differ
+        # the sharpness record (every evaluation point is a multiple of sharpness_every = 2), with the panel's rate
+        assert h["sharpness"].shape == (4, 3) and np.isfinite(h["sharpness"]).all() and (h["sharpness"] > 0).all()
+        np.testing.assert_allclose(h["lr_over_bound"], lr * h["sharpness"] / 2, rtol=1e-6)
     assert r["bn"]["n_relin"][:, -1].tolist() == [4, 0, 4, 0]
     assert int(r["n_test"]) == 8
     rows = fig4.claims({**r, "config": config})
-    assert len(rows) == 4
+    assert len(rows) == 6
+    assert [r.claim.split(":")[0] for r in rows[4:]] == ["no BN", "BN"] and "largest η·λ_max/2" in rows[4].measured
     assert rows[1].measured.startswith("K=1: ") and "no finite K > 1" in rows[1].measured  # K_bn = [1, ∞]
     assert "2 seeds, 8 paired test images" in rows[0].measured
 
@@ -119,7 +123,8 @@ def _results(acc_nb, acc_b, *, n_test=100_000, S=1, paired=False, div_nb=None, d
 
 def test_claims_hold_on_par_and_no_divergence():
     rows = fig4.claims(_results([0.5, 0.495], [0.6, 0.605]))
-    assert [r.holds for r in rows] == ["yes", "yes", UNDECIDED, "yes"]  # no run diverged: "more easily" undecided
+    # no run diverged: "more easily" undecided; no sharpness record in these histories: its rows n/a
+    assert [r.holds for r in rows] == ["yes", "yes", UNDECIDED, "yes", NA, NA]
     assert rows[0].claim == "no BatchNorm: large K ≈ SGD (K = 1)"
     assert rows[2].measured.startswith("diverged or loss exploded: BN 0/2 runs (lr 0.02), no BN 0/2 runs (lr 0.01)")
     assert rows[2].rule.endswith("learning rates or K differ between the panels (as in the paper)")
@@ -129,11 +134,11 @@ def test_claims_hold_on_par_and_no_divergence():
 
 
 def test_claims_fail():
-    assert [r.holds for r in fig4.claims(_results([0.5, 0.45], [0.6, 0.65]))] == ["no", "no", UNDECIDED, "yes"]
+    assert [r.holds for r in fig4.claims(_results([0.5, 0.45], [0.6, 0.65]))] == ["no", "no", UNDECIDED, "yes", NA, NA]
     # a no-BN large-K run diverged and no BN run did: one run in two is no evidence either way, and the
     # diverged run's linear model was unstable: not evidence about "on par" either
     rows = fig4.claims(_results([0.5, 0.5], [0.6, 0.6], div_nb=[False, True]))
-    assert [r.holds for r in rows] == [UNSTABLE, "yes", UNDECIDED, "no"]
+    assert [r.holds for r in rows] == [UNSTABLE, "yes", UNDECIDED, "no", NA, NA]
     assert rows[3].measured == "diverged: no BN: K=100, lr=0.01 at step 3"
 
 
