@@ -24,6 +24,15 @@ max-pool's derivative differs only where a window holds two equal maxima, where 
 splits the cotangent evenly between them and ``lax.reduce_window`` gives it to one; inside the
 paper's networks a tie follows a ReLU and sits at zero, where the ReLU's derivative is zero, so the
 networks' derivatives agree as well.
+
+A known XLA:CPU fault (jaxlib 0.10.2): in a jitted, ``vmap``-ed program, the linearisation of a
+network with this max-pool (``jax.linearize``) applied to a tangent that is zero at compile time
+(``jnp.zeros_like(θ)`` inside the program) can return NaN: the reduction of the max-pool's JVP is
+compiled into a YNNPACK library fusion that mishandles it (with
+``XLA_FLAGS=--xla_cpu_experimental_ynn_fusion_type=dot,individual_dot`` it does not occur). A tangent
+that is an argument, or computed from one, is unaffected. The library never applies a linearisation
+to a constant zero (:func:`iterlin.gauss_newton.conjugate_gradient` starts from r₀ = b for this
+reason); code of one's own that does should pass the zero in as an argument.
 """
 
 from __future__ import annotations
