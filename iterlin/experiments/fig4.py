@@ -62,7 +62,7 @@ from ..data import Dataset
 from ..failures import EXPLODING, exploded_runs
 from ..losses import get_loss
 from ..models import make_model
-from ..plotting import legend, panels, plot_sweep
+from ..plotting import bound_panel, legend, panels, plot_sweep
 from ..training import train_sweep
 from ..tree import tree_index, tree_stack
 from ._common import (
@@ -280,14 +280,19 @@ EXPERIMENT = Experiment("fig4", SCALES, load, compute, claims, __name__)
 
 
 def plot(results):
-    """Top: the network's test accuracy per panel. Bottom: the training loss of the network
+    """Top: the network's test accuracy per panel. Middle: the training loss of the network
     (solid) and of the linear model being trained (dashed, large K), on the first n_eval_train
     training images. Mean over seeds ± one standard error; a cross marks a run that diverged (its
-    curve stays at its last finite state)."""
+    curve stays at its last finite state). Bottom (when the run records the sharpness): the linear
+    model's bound 2/λ_max(θ_s) per run against η (:func:`iterlin.plotting.bound_panel`)."""
     titles = {"no_bn": "no BatchNorm, no augmentation",
               "bn": f"BatchNorm ({results['config']['bn_mode']} statistics) + augmentation"}
-    fig, axes = panels(2, 2, squeeze=False, suptitle=f"ResNet-18 on CIFAR-10 ({results['config']['scale']} scale)")
+    bounds = all("lr_over_bound" in results[key] for key in titles)
+    fig, axes = panels(2, 3 if bounds else 2, squeeze=False,
+                       suptitle=f"ResNet-18 on CIFAR-10 ({results['config']['scale']} scale)")
     for col, (key, title) in enumerate(titles.items()):
+        if bounds:
+            bound_panel(axes[2, col], results[key])
         h, top, bottom = results[key], axes[0, col], axes[1, col]
         lines = plot_sweep(top, h, "net_test_acc", label="K = {K}, lr = {lr:g}: network")
         plot_sweep(bottom, h, "net_train_loss", scale=1, color=lines, label="K = {K}: network",
