@@ -58,8 +58,10 @@ ref = reference.show("fig4", fig4.plot, table=False)
 # $f^{\mathrm{lin}}_{s}(\theta) = f_{\theta_s} + \nabla_\theta f_{\theta_s}^\top (\theta - \theta_s)$
 # is trained with SGD; every $K$ steps $\theta_s \leftarrow \theta$; $K = 1$ is ordinary SGD. Left:
 # ResNet-18 without BatchNorm and without data augmentation. Right: with BatchNorm and data
-# augmentation (random flips and 4-pixel crops). Top: the network's test accuracy; bottom: the
-# training loss of the network (solid) and of the linear model being trained (dashed, large $K$).
+# augmentation (random flips and 4-pixel crops). Top: the network's test accuracy; middle: the
+# training loss of the network (solid) and of the linear model being trained (dashed, large $K$);
+# bottom, where the run records it: the linear model's stability bound $2/\lambda_{\max}(\theta_s)$
+# along each run against the learning rate $\eta$ (dashed) and $3\eta$ (dotted).
 #
 # **What the paper claims** (Sec. 4.1, Fig. 4, Appendix C). Large-$K$ iterative linearisation
 # "again achieves similar test performance to SGD"; without BatchNorm at learning rate
