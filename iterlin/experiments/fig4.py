@@ -268,7 +268,7 @@ def claims(results: Mapping) -> list[Claim]:
         bn_divergence_claim(results),
         divergence_claim({"no BN": nb, "BN": b}),
     ]
-    rows += [sharpness_claim(h, panel=panel) for panel, h in (("no BN", nb), ("BN", b))]
+    rows += [sharpness_claim(h, panel=panel) for panel, h in (("no BatchNorm", nb), ("BatchNorm + augmentation", b))]
     return rows
 
 
