@@ -9,7 +9,10 @@ expands to [n/4, n/2, n]), ``K`` (list of periods trained at ``lr``), ``lr``, ``
 of the K = ∞ run and of its K = 1 control), ``steps`` (per run, enough to fit the training set),
 ``batch_size`` (None: full batch), ``n_test``, ``n_val`` (training images held out to choose
 each run's early-stopping point, :func:`load`; None: the best test accuracy, the paper's "optimal"
-early stopping), ``seed``, ``n_seeds``, ``n_evals``, ``n_eval_train``. ``n_train=[None]``
+early stopping), ``seed``, ``n_seeds``, ``n_evals``, ``n_eval_train``, and ``n_sharpness``,
+``sharpness_iters``, ``sharpness_every`` (the linear model's λ_max along every run, on the first
+``n_sharpness`` images of each training set: :func:`~iterlin.experiments._common.sharpness_callback`;
+None or absent: not recorded). ``n_train=[None]``
 ("all") derives the sizes from the installed copy: six halvings of every installed image but the
 held-out ones, n/32 … n (printed when loaded).
 
@@ -20,7 +23,8 @@ finite K, the linear model f_lin_0(θ) for K = ∞ (the fixed-NTK model, as Fig.
 ``final_train_acc`` (N, R) of that same model; ``diverged`` (N, R); with ``n_val``,
 ``stopped_test_acc`` (N, R): the test accuracy of that model at the evaluation point where its
 accuracy on the ``n_val`` held-out images (``"n_val"``) was highest (:func:`stopped_at_best`),
-and the histories record ``net_val_acc``/``lin_val_acc``; and ``"histories"``: the sweep history
+and the histories record ``net_val_acc``/``lin_val_acc``; with ``n_sharpness``, the histories
+record ``sharpness`` and ``lr_over_bound`` (R, E); and ``"histories"``: the sweep history
 of each size, keyed by the size as a string. The claims use :func:`stopped`.
 """
 
@@ -43,22 +47,34 @@ from ..claims import (
     fmt_K,
     on_par,
     on_par_rule,
+    sharpness_claim,
     verdict,
 )
 from ..config import halvings
 from ..data import Dataset, load_cifar10
-from ..plotting import legend, panels, plot_sweep, set_log_ticks
+from ..plotting import bound_panel, legend, panels, plot_sweep, set_log_ticks
 from ..probes import heldout_tracker
 from ..stats import Difference, difference, num, pct, runs_of
-from ._common import Experiment, check_batch, checkpoint_path, cnn_sweep, early_stopped
+from ._common import (
+    Experiment,
+    check_batch,
+    check_sharpness,
+    checkpoint_path,
+    cnn_sweep,
+    early_stopped,
+    merge_callbacks,
+    seeds,
+    sharpness_callback,
+)
 
 __all__ = ["SCALES", "EXPERIMENT", "SizedData", "load", "compute", "claims", "runs", "stopped_at_best", "stopped",
-           "off_lr", "by_size", "gain_difference", "plot"]
+           "off_lr", "by_size", "gain_difference", "pooled", "plot"]
 
 SCALES = {
     "smoke": dict(
         K=[1, 4], lr=0.1, lr_inf=0.1, steps=10, batch_size=None, n_train=[16, 32, 64],
         n_test=100, n_val=32, seed=0, n_seeds=1, n_evals=2, n_eval_train=None,
+        n_sharpness=8, sharpness_iters=4, sharpness_every=10,
     ),
     # cpu: three small sets that SGD can fit (the paper trains to convergence), 2 seeds, K = 1, 30
     # and ∞ at one rate (no separate control), batches of 50 for 500 steps (62-250 epochs);
@@ -69,18 +85,27 @@ SCALES = {
     "cpu": dict(
         K=[1, 30], lr=0.01, lr_inf=0.01, steps=500, batch_size=50, n_train=[100, 200, 400],
         n_test=500, n_val=None, seed=0, n_seeds=2, n_evals=6, n_eval_train=None,
+        n_sharpness=100, sharpness_iters=20, sharpness_every=100,
     ),
-    # gpu: ESTIMATE 6 sizes (halvings of every installed image) × 3 seeds × 5 runs × 4000 steps × 256.
+    # gpu: fig3's stable rate (lr 0.002, batches of 100; issue 25's measurement) for K = 1 and
+    # K = 160, and K = ∞ with its K = 1 control at 5× that rate (the paper's is 100×: 1e-3 against
+    # 1e-5; λ_max of the linear model at θ₀ was 15-41 on 256 of fig3's images over 8 seeds, so 0.01
+    # puts η·λ_max/2 near 0.2 at θ₀). Three sizes a factor 2.8 apart, 128, 362 and 1,024, and
+    # 4,000 steps without augmentation, so that the runs can fit them (the paper trains to
+    # convergence; the row "trained to convergence" checks it); early stopping on 500 held-out
+    # training images; 4 seeds (t(3) = 3.18); λ_max of the linear model on the first 128 training
+    # images every 400 steps (the row "stays stable" judges K = 160 and ∞).
     "gpu": dict(
-        K=[1, 100, 1000], lr=1e-2, lr_inf=5e-2, steps=4000, batch_size=256,
-        n_train=[None], n_test=None, n_val=500, seed=0, n_seeds=3, n_evals=40, n_eval_train=5000,
+        K=[1, 160], lr=0.002, lr_inf=0.01, steps=4000, batch_size=100,
+        n_train=[128, 362, 1024], n_test=None, n_val=500, seed=0, n_seeds=4, n_evals=40, n_eval_train=None,
+        n_sharpness=128, sharpness_iters=20, sharpness_every=400,
     ),
     # paper: lr 1e-5, K = inf at 1e-3 with a K = 1 control, optimal early stopping on the test set
     # (n_val None: all 50,000 images train; the paper); K, sizes, T ours.
     "paper": dict(
         K=[1, 1000, 100_000], lr=1e-5, lr_inf=1e-3, steps=2_000_000, batch_size=256,
         n_train=[1000, 2000, 5000, 10_000, 20_000, 50_000], n_test=10_000, n_val=None, seed=0, n_seeds=3,
-        n_evals=200, n_eval_train=10_000,
+        n_evals=200, n_eval_train=10_000, n_sharpness=1000, sharpness_iters=30, sharpness_every=100_000,
     ),
 }
 
@@ -116,7 +141,10 @@ def load(config: Mapping) -> SizedData:
     for n in sizes:
         d = load_cifar10(n, config["n_test"])
         out[str(d.x_train.shape[0])] = d
-    check_batch(config, min(d.x_train.shape[0] for d in out.values()))
+    smallest = min(out.values(), key=lambda d: d.x_train.shape[0])
+    check_batch(config, smallest.x_train.shape[0])
+    if config.get("n_sharpness"):
+        check_sharpness(config, smallest)
     if not n_val:
         return SizedData(out)
     top = max(int(n) for n in out)
@@ -149,9 +177,15 @@ def compute(config: Mapping, data: SizedData, *, checkpoint_dir=None, progress: 
     Ks, lrs = [k for k, _ in pairs], [lr for _, lr in pairs]
     sizes = sorted(data.by_size, key=int)
     held = data.heldout
-    callback = None if held is None else (lambda f, p0: heldout_tracker(f, held.x_train, held.y_train))
+
+    def callback(n):  # the held-out tracker and the sharpness record, each when configured
+        parts = [] if held is None else [lambda f, p0: heldout_tracker(f, held.x_train, held.y_train)]
+        if config.get("n_sharpness"):  # one rate per run, seed-major as the sweep orders its runs
+            parts.append(sharpness_callback(config, data.by_size[n], lrs * len(seeds(config))))
+        return merge_callbacks(*parts) if parts else None
+
     histories = {
-        n: cnn_sweep(config, data.by_size[n], K=Ks, lr=lrs, callback=callback,
+        n: cnn_sweep(config, data.by_size[n], K=Ks, lr=lrs, callback=callback(n),
                      checkpoint=checkpoint_path(checkpoint_dir, f"n{n}"), progress=progress)
         for n in sizes
     }
@@ -281,7 +315,19 @@ def claims(results: Mapping) -> list[Claim]:
             on_par(d, ON_PAR), on_par_rule(ON_PAR) + f" ({how}, at the largest n)",
         )
     div = {f"n={n}": results["histories"][str(int(n))] for n in sizes}
-    return [*scale_rows, control, conv, divergence_claim(div)]
+    return [*scale_rows, control, conv, sharpness_claim(pooled(results)), divergence_claim(div)]
+
+
+def pooled(results: Mapping) -> dict:
+    """Every size's runs as one sweep-like history (the sizes share their evaluation points): ``K``,
+    ``lr`` (N·R,), ``step`` (E,), and ``lr_over_bound`` (N·R, E) where the runs recorded it, for
+    :func:`~iterlin.claims.sharpness_claim` over every run of the figure."""
+    hs = [results["histories"][str(int(n))] for n in np.asarray(results["n_train"])]
+    out = {"K": np.concatenate([np.asarray(h["K"], np.float64) for h in hs]),
+           "lr": np.concatenate([np.asarray(h["lr"], np.float64) for h in hs]), "step": np.asarray(hs[0]["step"])}
+    if all("lr_over_bound" in h for h in hs):
+        out["lr_over_bound"] = np.concatenate([np.asarray(h["lr_over_bound"], np.float64) for h in hs])
+    return out
 
 
 #: "Scales like K = 1": the gains agree within this many points (fraction).
@@ -323,11 +369,19 @@ def plot(results):
     run had them) against the number of training images (log scale), one line per (K, lr), the
     mean over seeds ± one standard error (K = ∞: its linear model). Right:
     the final training accuracy of the same runs, to see how close to convergence they are. A
-    cross marks a run that diverged (at the first size where it did)."""
+    cross marks a run that diverged (at the first size where it did). Third, when the runs recorded
+    the sharpness: the linear model's bound 2/λ_max(θ_s) along the runs of the largest training set
+    (:func:`iterlin.plotting.bound_panel`)."""
     n = results["n_train"]
     acc, how = stopped(results)
     shown = {**results, "stopped": acc}
-    fig, (left, right) = panels(2, suptitle=f"Data scaling of the CNN on CIFAR-10 ({results['config']['scale']} scale)")
+    largest = results["histories"][str(int(n[-1]))]
+    bound = "lr_over_bound" in largest
+    fig, axes = panels(3 if bound else 2,
+                       suptitle=f"Data scaling of the CNN on CIFAR-10 ({results['config']['scale']} scale)")
+    left, right = axes[0], axes[1]
+    if bound:
+        bound_panel(axes[2], largest, title=f"n={int(n[-1])}: ")
     for ax, metric, what in ((left, "stopped", "early-stopped test accuracy (%)"),
                              (right, "final_train_acc", "final train accuracy (%)")):
         plot_sweep(ax, by_size(shown, metric), metric, label="K = {K}, lr {lr:g}",

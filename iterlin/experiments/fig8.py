@@ -66,19 +66,21 @@ SCALES = {
         K=15, lr_adam=1e-3, lr=0.05, steps=30, batch_size=None, n_train=12, n_test=60, seed=0,
         n_seeds=1, n_evals=4, n_eval_train=None,
     ),
-    # cpu: 500 training images, 3 seeds x 3 runs x 2,400 steps of 100 at the paper's Adam rate 1e-3.
+    # cpu: 500 training images, 3 seeds x 3 runs x 3,000 steps of 100 at the paper's Adam rate 1e-3.
     # K = 200 (12 linearisations of 40 epochs each) is the smallest K here that solves every
     # linearisation as the paper asks (measured in a one-seed probe, 400 steps: the linear model at
     # 99.8 % and 100 % train accuracy just before its two re-linearisations); the row "K is large
     # enough" checks it on every run. T: the paper compares converged runs, and after 800 steps (a
     # 3-seed run, 2,360 s) the Adam-solved network was still at 52-60 % train accuracy and rising, so
-    # T = 2,400 gives it 12 linearisations; the row "trained to convergence" checks it. The
+    # T = 2,400 gave it 12 linearisations; the row "trained to convergence" checks it. The
     # earlier cpu scale (every installed image, K = 80, 2 seeds) left each linearisation at 46-61 %
     # train accuracy, so it did not test the paper's "solved". Measured: about 1 s per step of the
-    # three runs on the 2-core CPU (the 800-step run: 2,360 s), so about two hours.
+    # three runs on the 2-core CPU (the 800-step run: 2,360 s). T = 3,000 (15 linearisations): at
+    # T = 2,400 (results/fig8 before, 3,019 s) one seed's Adam-solved network ended at 98.6 % train
+    # accuracy, under the 99 % of "trained to convergence", so the comparisons were not judged.
     "cpu": dict(
-        K=200, lr_adam=1e-3, lr=0.05, steps=2400, batch_size=100, n_train=500, n_test=None, seed=0,
-        n_seeds=3, n_evals=12, n_eval_train=None,
+        K=200, lr_adam=1e-3, lr=0.05, steps=3000, batch_size=100, n_train=500, n_test=None, seed=0,
+        n_seeds=3, n_evals=15, n_eval_train=None,
     ),
     # gpu: ESTIMATE (not measured): 3 seeds x 3 runs x 20k steps of 256, K = 2000 (10
     # linearisations); about 1.5e15 FLOP per seed.

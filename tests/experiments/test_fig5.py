@@ -18,6 +18,7 @@ INF_WORSE = "K = ∞ (no feature learning) scales worse"
 CONTROL = "the higher lr of K = ∞ does not explain the gap"
 CONVERGED = "runs are trained to convergence"
 DIVERGED = "every run stays finite (no NaN or exploding loss)"
+STABLE = "the linear model stays stable: η under 0.33 of 2/λ_max(θ_s) along every large-K run"
 
 
 def test_single_size_expands_to_halvings():
@@ -59,6 +60,7 @@ def test_compute_one_sweep_per_size_and_results(monkeypatch):
     monkeypatch.setattr(_common, "sweep", sweep)
     monkeypatch.setattr(_common, "make_model", null_model)
     config = resolve("fig5", K=[1, 4], lr=0.1, lr_inf=0.5, n_train=[8, 16], steps=4, n_evals=2)
+    del config["n_sharpness"]  # no sharpness record (as in the runs made before it)
     res = fig5.compute(config, fig5.SizedData({"16": fake_cifar(16), "8": fake_cifar(8)}))
     assert [c["n"] for c in fake.calls] == [8, 16]  # sizes in numeric order
     assert all(c["K"] == [1.0, 4.0, math.inf, 1.0] and c["lr"] == [0.1, 0.1, 0.5, 0.5] for c in fake.calls)
@@ -68,7 +70,7 @@ def test_compute_one_sweep_per_size_and_results(monkeypatch):
     assert np.allclose(res["best_test_acc"][:, 0], [0.2, 0.4])  # the K = 1 run's network
     assert np.allclose(res["final_train_acc"][1], [0.8, 0.78, 0.21, 0.8]) and res["diverged"].shape == (2, 4)
     assert sorted(res["histories"]) == ["16", "8"] and int(res["n_test"]) == 8
-    assert "stopped_test_acc" not in res and all(c["callback"] is None for c in fake.calls)  # no n_val
+    assert "stopped_test_acc" not in res and all(c["callback"] is None for c in fake.calls)  # no n_val, no λ_max
     res["config"] = config
     rows = {r.claim: r for r in fig5.claims(res)}
     assert rows[CONVERGED].holds == "no"  # train acc. 0.8 < 99 %: the scaling rows are not judged
@@ -139,6 +141,34 @@ def test_compute_with_heldout_images_stops_on_them(monkeypatch):
     assert "early stopping on 8 held-out training images" in rows[SCALE].rule
 
 
+def test_the_sharpness_record_uses_each_runs_own_rate():
+    """A real sweep of two seeds × (K, lr) at two rates: every run records λ_max of its linear model
+    and η·λ_max/2 with its own η (seed-major, as the sweep orders its runs), and the stability row
+    judges the K > 1 runs of every size pooled."""
+    config = resolve("fig5", K=[1, 2], lr=0.01, lr_inf=0.03, n_train=[8, 16], steps=4, n_evals=2, n_val=None,
+                     n_test=8, batch_size=4, n_seeds=2, n_sharpness=8, sharpness_iters=3, sharpness_every=2)
+    res = fig5.compute(config, fig5.SizedData({"8": fake_cifar(8), "16": fake_cifar(16)}))
+    for n in ("8", "16"):
+        h = res["histories"][n]
+        assert h["lr"].tolist() == [0.01, 0.01, 0.03, 0.03] * 2 and h["seed"].tolist() == [0] * 4 + [1] * 4
+        lam, ratio = np.asarray(h["sharpness"]), np.asarray(h["lr_over_bound"])
+        assert np.isfinite(lam).all() and (lam > 0).all()
+        np.testing.assert_allclose(ratio, lam * np.asarray(h["lr"])[:, None] / 2, rtol=1e-6)
+    pooled = fig5.pooled(res)
+    assert pooled["lr_over_bound"].shape == (16, 3) and pooled["K"].tolist()[:4] == [1.0, 2.0, math.inf, 1.0]
+    res["config"] = config
+    row = {r.claim: r for r in fig5.claims(res)}[STABLE]
+    worst = float(np.max(pooled["lr_over_bound"][pooled["K"] > 1]))
+    assert f"K>1: largest η·λ_max/2 {worst:.2f}" in row.measured
+    assert row.holds == ("yes" if worst <= 1 / 3 else "no")
+
+
+def test_a_sharpness_set_larger_than_the_smallest_training_set_is_refused(monkeypatch):
+    monkeypatch.setattr(fig5, "load_cifar10", lambda n, n_test: fake_cifar(n, n_test))
+    with pytest.raises(ValueError, match=r"n_sharpness=12 is not allowed: n_sharpness must be <= n_train=8"):
+        fig5.load({"n_train": [8, 16], "n_test": 3, "batch_size": None, "n_sharpness": 12})
+
+
 # ----------------------------------------------------------------------------------------------
 # Claims on constructed results: runs K = 1, 4 at lr 0.1; K = ∞ and K = 1 at lr_inf 0.5
 # ----------------------------------------------------------------------------------------------
@@ -164,7 +194,9 @@ def _results(best, *, train=1.0, sizes=(100, 400), lr_inf=0.5, diverged=None, K=
 
 
 def _holds(results):
-    return {r.claim: r.holds for r in fig5.claims(results)}
+    holds = {r.claim: r.holds for r in fig5.claims(results)}
+    assert holds.pop(STABLE) == NA  # constructed results record no sharpness
+    return holds
 
 
 def test_claims_all_hold():
