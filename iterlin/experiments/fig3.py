@@ -75,7 +75,8 @@ def compute(config: Mapping, data: Dataset, *, checkpoint_dir=None, progress: bo
 
 def claims(results: Mapping) -> list[Claim]:
     """|Δ| < 1 point between K = 1 and large K (the shared noise rule, over seeds, paired on the
-    test images); 82.3 % at paper scale; 8–12 updates suffice."""
+    test images); 82.3 % at paper scale; 8–12 updates suffice (on par within the shared ±2 points,
+    :data:`~iterlin.claims.ON_PAR`, with ≤ 12 re-linearisations)."""
     h = results["runs"]
     config = results.get("config", {})
     K, acc = np.asarray(h["K"]), np.asarray(h["net_test_acc"], np.float64)[:, -1]
@@ -89,13 +90,15 @@ def claims(results: Mapping) -> list[Claim]:
     )
     j = runs_of(h, K.max())[0]
     relin = int(np.asarray(h["n_relin"])[j, -1])
+    match = on_par_claim("", "", h, n_test=int(results["n_test"]))  # "comparable": the shared ±2 points
     few = Claim(
         "8-12 feature updates suffice to match K = 1", "8-12 re-linearisations",
-        f"{relin} re-linearisations (K={fmt_K(K[j])})",
-        gap.holds if gap.holds in (UNSTABLE, UNDECIDED) else
-        verdict(gap.holds == "yes" and relin <= 12, applicable=gap.holds in ("yes", "no")),
-        "≤ 12 re-linearisations and the row above holds (n/a when the row above is n/a; undecided or "
-        f"'{UNSTABLE}' when it is)",
+        match.measured,
+        match.holds if match.holds in (UNSTABLE, UNDECIDED) else
+        verdict(match.holds == "yes" and relin <= 12, applicable=match.holds in ("yes", "no")),
+        "≤ 12 re-linearisations, and the large-K run on par with K = 1: " + match.rule
+        + " (the paper's \"comparable generalisation\", judged as the K sweep judges it; the row "
+        f"above is the stricter ±1 point of Fig. 3's own numbers); undecided or '{UNSTABLE}' when that is",
     )
     return [gap, top, few, sharpness_claim(h), divergence_claim({"runs": h})]
 
