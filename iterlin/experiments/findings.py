@@ -35,11 +35,10 @@ class Finding(NamedTuple):
 
 
 #: The paper's claims, in the order of its figures (``SPEC.md``'s table, Figs. 2-9). The decisive
-#: experiment is the one whose setting the claim is about and whose linear model was checked stable
-#: where that was measured (Fig. 3's cpu scale keeps η under a third of 2/λ_max along every run).
-#: Fig. 5's is the exact limit, which has no rate to keep under the bound: Fig. 5's own cpu run
-#: trained at a rate its large K did not survive, and a stable one that trains every run to
-#: convergence is several CPU hours (``book/intro.md``).
+#: experiment is the one whose setting the claim is about and whose linear model's stability was
+#: recorded along its runs (Fig. 3's stable setting). Fig. 5's is the exact limit, which has no
+#: rate to keep under the bound: Fig. 5's own runs at a stable rate do not fit their largest set,
+#: whose large-K linearisations cross the bound (``book/intro.md``).
 FINDINGS: tuple[Finding, ...] = (
     Finding("Fig. 2", "large K performs on par with K = 1", "on par (full batch and mini-batch)",
             Evidence("fig2", "mini-batch: large K performs on par with K = 1"),
