@@ -39,7 +39,7 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import Callable, Iterable, Mapping, NamedTuple
+from typing import Callable, Iterable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
@@ -58,6 +58,7 @@ __all__ = [
     "UNSTABLE",
     "STABLE_FRACTION",
     "sharpness_claim",
+    "pooled_runs",
     "claims_table",
     "ClaimsTable",
     "claims_markdown",
@@ -440,7 +441,8 @@ def sharpness_claim(h: Mapping, fraction: float = STABLE_FRACTION, *, panel: str
     the history records it (``lr_over_bound`` (R, E), :func:`iterlin.stability.sharpness_recorder`)
     along every run with K > 1, whose linear model is trained for K steps (K = 1 re-linearises
     every step: its record, the network's own sharpness, is reported beside it, not judged). The
-    largest η·λ_max/2 of each group with its run and step; n/a without a record of a K > 1 run.
+    largest η·λ_max/2 of each group with its run (named by ``h["label"]`` (R,) where given, else by
+    its K) and step; n/a without a record of a K > 1 run.
     ``panel``: the claim starts ``"<panel>: "`` (a figure with several sweeps, e.g. Fig. 2's)."""
     ratio = np.asarray(h.get("lr_over_bound", ()), np.float64)
     claim = (f"{panel}: " if panel else "") + (
@@ -457,10 +459,22 @@ def sharpness_claim(h: Mapping, fraction: float = STABLE_FRACTION, *, panel: str
         if not np.isfinite(r).any():
             continue
         i, e = np.unravel_index(int(np.argmax(r)), r.shape)
-        parts.append(f"{what}: largest η·λ_max/2 {ratio[i, e]:.2f} (K={fmt_K(K[i])}, step {int(steps[e])})")
+        run = str(h["label"][i]) if "label" in h else f"K={fmt_K(K[i])}"
+        parts.append(f"{what}: largest η·λ_max/2 {ratio[i, e]:.2f} ({run}, step {int(steps[e])})")
     worst = float(np.nanmax(ratio[K > 1]))
     return Claim(claim, "not measured in the paper (its rate is ~500× under the bound at θ_0)",
                  "; ".join(parts), verdict(worst <= fraction), rule)
+
+
+def pooled_runs(histories: Sequence[Mapping]) -> dict:
+    """Several sweep histories that share their evaluation points as one, for
+    :func:`sharpness_claim` over every run of a figure: ``K`` (ΣR,), ``step`` (E,) of the first, and
+    ``lr_over_bound`` (ΣR, E) when every one recorded it."""
+    out = {"K": np.concatenate([np.asarray(h["K"], np.float64) for h in histories]),
+           "step": np.asarray(histories[0]["step"])}
+    if all("lr_over_bound" in h for h in histories):
+        out["lr_over_bound"] = np.concatenate([np.asarray(h["lr_over_bound"], np.float64) for h in histories])
+    return out
 
 
 def on_par_claim(claim: str, paper: str, h: Mapping, *, n_test: int, tol: float = ON_PAR,

@@ -12,6 +12,7 @@ from _toy import fake_history
 
 from iterlin import claims
 from iterlin.claims import (
+    pooled_runs,
     COLUMNS,
     HOLDS,
     NA,
@@ -298,6 +299,21 @@ def test_sharpness_claim():
     assert sharpness_claim(fake_history([1, 2], 0.1, 6, [0.4] * 2)).holds == NA
     only_k1 = dict(h, lr_over_bound=np.where(np.asarray(h["K"])[:, None] == 1, h["lr_over_bound"], np.nan))
     assert sharpness_claim(only_k1).holds == NA
+
+
+def test_pooled_runs_judge_every_run_of_several_sweeps_and_name_them_by_label():
+    a = fake_history([1, 2], 0.1, 6, [0.4] * 2, n_evals=3)
+    b = fake_history([math.inf], 0.1, 6, [0.4], n_evals=3)
+    a["lr_over_bound"] = np.array([[0.1, 0.2, 0.3, 0.2], [0.1, 0.2, 0.25, 0.3]])
+    assert "lr_over_bound" not in pooled_runs([a, b])  # one sweep without a record: no pooled record
+    b["lr_over_bound"] = np.array([[0.1, 0.5, 0.2, 0.2]])
+    h = pooled_runs([a, b])
+    assert h["K"].tolist() == [1, 2, math.inf] and h["lr_over_bound"].shape == (3, 4)
+    np.testing.assert_array_equal(h["step"], a["step"])
+    row = sharpness_claim(h)
+    assert row.holds == "no" and row.measured.startswith("K>1: largest η·λ_max/2 0.50 (K=∞, step 2)")
+    h["label"] = np.array(["K=1", "K=2", "tol=0.01"])
+    assert sharpness_claim(h).measured.startswith("K>1: largest η·λ_max/2 0.50 (tol=0.01, step 2)")
 
 
 def test_on_par_without_a_finite_large_K():

@@ -25,7 +25,10 @@ updates of a run is its final ``n_relin``: ⌊T/K⌋ for a fixed K, data-depende
 Config keys: ``K`` (list of periods, 1 always included), ``tol`` (list of tolerances, each a
 finite number > 0: tol = 0 would be K = 1 and tol = ∞ K = ∞, both already fixed periods), ``lr``,
 ``steps`` (T), ``batch_size``, ``augment``, ``n_train``, ``n_test``, ``seed``, ``n_seeds``,
-``n_evals``, ``n_eval_train``. Conventions: :mod:`iterlin.experiments._common`.
+``n_evals``, ``n_eval_train``, and ``n_sharpness``, ``sharpness_iters``, ``sharpness_every`` (the
+linear model's λ_max along every run of both sweeps:
+:func:`~iterlin.experiments._common.sharpness_callback`; absent: not recorded). Conventions:
+:mod:`iterlin.experiments._common`.
 
 Results: ``"fixed"`` and ``"adaptive"``: the two sweep histories (seed-major; the adaptive one
 with ``tol`` (R_a,) and ``relin_step`` (R_a, J), the steps of each run's re-linearisations padded
@@ -45,12 +48,34 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.lines import Line2D
 
-from ..claims import NA, ON_PAR, UNDECIDED, Claim, all_verdicts, beyond, divergence_claim, fmt_K, on_par, on_par_rule
+from ..claims import (
+    NA,
+    ON_PAR,
+    UNDECIDED,
+    Claim,
+    all_verdicts,
+    beyond,
+    divergence_claim,
+    fmt_K,
+    on_par,
+    on_par_rule,
+    pooled_runs,
+    sharpness_claim,
+)
 from ..data import Dataset
 from ..plotting import CROSS_SIZE, as_1d, bad_argument, check_axes, legend, mean_se, panels, real_array
 from ..relin import adaptive
 from ..stats import final_difference, pct, runs_of, seed_interval
-from ._common import Experiment, checkpoint_path, cnn_sweep, load_data, trained_final
+from ._common import (
+    STABLE,
+    Experiment,
+    check_sharpness,
+    checkpoint_path,
+    cnn_sweep,
+    load_data,
+    sharpness_callback,
+    trained_final,
+)
 
 __all__ = ["SCALES", "EXPERIMENT", "load", "compute", "claims", "per_policy", "fewer_updates", "by_policy",
            "placement", "even_fraction", "raster", "timing", "EARLY",
@@ -62,38 +87,29 @@ INF = math.inf
 
 SCALES = {
     # smoke: ksweep's smoke run (256 images, 24 steps of 16, lr 0.05, one seed): fixed K = 1, 3, 8
-    # (24, 8, 3 re-linearisations) and three tolerances; training metrics on 128 images.
+    # (24, 8, 3 re-linearisations) and three tolerances; training metrics on 128 images; λ_max on
+    # 32 images at steps 0 and 24.
     "smoke": dict(
         K=[1, 3, 8], tol=[0.003, 0.01, 0.03], lr=0.05, steps=24, batch_size=16, augment=False, n_train=256,
-        n_test=200, seed=0, n_seeds=1, n_evals=3, n_eval_train=128,
+        n_test=200, seed=0, n_seeds=1, n_evals=3, n_eval_train=128, n_sharpness=32, sharpness_iters=10,
+        sharpness_every=24,
     ),
-    # cpu: every installed image (4,660 / 932), 2 seeds, lr 0.01 (ksweep's and fig3's cpu rate), no
-    # augmentation, T = 200 steps of 128: fixed K = 1, 10, 30, 100 (200, 20, 6, 2 re-linearisations)
-    # and three tolerances. The tolerances were picked from a measured run (this config's CNN, data,
-    # lr and batches, seed 0, T = 100, adaptive(tol) for tol = 0.001 … 0.1): the relative gap
-    # |L_lin − L_net| / L_net on the batch grows from 0 after a re-linearisation and passed 0.001
-    # after ~7 steps, 0.003 after ~12, 0.01 after ~30–50; in 100 steps tol = 0.001, 0.003, 0.01,
-    # 0.03, 0.1 re-linearised 15, 8, 3, 1, 1 times. Over T = 200, tol = 0.003, 0.01, 0.03 should
-    # make about 16, 6 and 2 updates: the range of the fixed K = 10, 30, 100 (20, 6, 2), so that
-    # each fixed period has an adaptive run with about as many updates to be compared with.
-    # ESTIMATE (per-step costs measured on this CPU, not this config): K = 1 ≈ 0.26 s a step, a
-    # linearised step ≈ 0.62 s, an adaptive one ≈ 0.72 s (one more forward pass of the batch).
-    # 2 seeds × 200 steps × (0.26 + 3 × 0.62 + 3 × 0.72) ≈ 1710 s, + 3 evaluations × 14 runs ×
-    # ~3 s (1,432 images, network and linear model) ≈ 130 s, + ~90 s fixed (two compilations)
-    # ≈ 1930 s, about 32 minutes. Measured under load: that tolerance run (5 adaptive runs × 100
-    # steps, one compilation, 2 evaluations) took 944 s of wall time with the 2 cores shared at a
-    # load average of ~9, ≈ 1.8 s per adaptive run-step, 2.5× the 0.72 s above: under such load
-    # this config would take about 80 minutes.
+    # cpu: the K sweep's stable setting (fig3's: 1,000 training images, every test image, batches
+    # of 100 at lr 0.002 with augmentation, T = 1,600; η·λ_max/2 measured at 0.25-0.56 along its
+    # runs), 3 seeds: fixed K = 1, 40, 160, 400 (40, 10, 4 re-linearisations) and three tolerances,
+    # λ_max of the linear model every 160 steps. The tolerances from fig3's 8-seed gpu run at this
+    # setting: the relative gap |L_lin − L_net| / L_net of K = 160's linear model (its training
+    # images, median over seeds) was 0.003, 0.007, 0.011 at 40, 80, 120 steps into the first block
+    # and 0.0002-0.003 in the later ones, so tol = 0.0003, 0.001, 0.003 should re-linearise about
+    # every 40 steps, every 100 or so, and a few times early: the range of the fixed periods. The
+    # earlier cpu scale (every image, lr 0.01, T = 200, 2 seeds) sat at a rate the network sharpens
+    # up to within a few hundred steps.
     "cpu": dict(
-        K=[1, 10, 30, 100], tol=[0.003, 0.01, 0.03], lr=0.01, steps=200, batch_size=128, augment=False,
-        n_train=None, n_test=None, seed=0, n_seeds=2, n_evals=2, n_eval_train=500,
+        STABLE, K=[1, 40, 160, 400], tol=[0.0003, 0.001, 0.003], n_seeds=3, n_evals=20,
     ),
-    # gpu: ESTIMATE (not measured) 3 seeds × 12 runs × 10 000 steps of 256 ≈ 9e7 image-steps on one
-    # H100, about ten minutes as ksweep's gpu scale; fixed K up to 1000 (10 re-linearisations).
+    # gpu: NOT MEASURED on a GPU. The cpu setting with 8 seeds (t(7) = 2.36 against t(2) = 4.30).
     "gpu": dict(
-        K=[1, 10, 100, 300, 1000], tol=[0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0], lr=1e-2, steps=10_000,
-        batch_size=256, augment=False, n_train=None, n_test=None, seed=0, n_seeds=3, n_evals=20,
-        n_eval_train=5000,
+        STABLE, K=[1, 40, 160, 400], tol=[0.0003, 0.001, 0.003], n_seeds=8, n_evals=20,
     ),
     # paper: all of CIFAR-10 at the paper's mini-batch rate 1e-4 and batch 256, T = 1e6 steps (our
     # choice, as ksweep's; the paper ran no adaptive rule). An ESTIMATE of hundreds of GPU-hours.
@@ -104,7 +120,11 @@ SCALES = {
     ),
 }
 
-load = load_data
+def load(config: Mapping) -> Dataset:
+    """CIFAR-10 as :func:`~iterlin.experiments._common.load_data`, and ``n_sharpness <= n_train``
+    checked when the sharpness is recorded."""
+    data = load_data(config)
+    return check_sharpness(config, data) if config.get("n_sharpness") else data
 
 #: The fractions of training at which :func:`placement` counts the re-linearisations made so far;
 #: the placement row asks about the first half.
@@ -114,9 +134,10 @@ EARLY = (0.25, 0.5)
 def compute(config: Mapping, data: Dataset, *, checkpoint_dir=None, progress: bool = False) -> dict:
     """The fixed-period sweep and the adaptive sweep, same seeds (see the module docstring)."""
     started = time.perf_counter()
-    fixed = cnn_sweep(config, data, K=list(config["K"]), checkpoint=checkpoint_path(checkpoint_dir, "fixed"),
-                      progress=progress)
-    adapt = cnn_sweep(config, data, K=[adaptive(t) for t in config["tol"]],
+    callback = sharpness_callback(config, data, config["lr"]) if config.get("n_sharpness") else None
+    fixed = cnn_sweep(config, data, K=list(config["K"]), callback=callback,
+                      checkpoint=checkpoint_path(checkpoint_dir, "fixed"), progress=progress)
+    adapt = cnn_sweep(config, data, K=[adaptive(t) for t in config["tol"]], callback=callback,
                       checkpoint=checkpoint_path(checkpoint_dir, "adaptive"), progress=progress)
     wall = time.perf_counter() - started
     scored = trained_final(fixed)
@@ -302,7 +323,17 @@ def claims(results: Mapping) -> list[Claim]:
             "minus ⌊n/2⌋/n (n spread evenly, as a fixed period); 'yes' when the 95 % t interval over seeds lies "
             "above 0, 'no' when wholly at or below; undecided with one seed; 'yes' overall when every tolerance is",
         )
-    return [fewer, early, _divergence(results)]
+    return [fewer, early, _stability(results), _divergence(results)]
+
+
+def _stability(results: Mapping) -> Claim:
+    """The stability row over both sweeps (an adaptive run's history records K = ∞, no fixed
+    period; it is named by its tolerance)."""
+    fixed, adapt = results["fixed"], results["adaptive"]
+    h = pooled_runs([fixed, adapt])
+    h["label"] = ([f"K={fmt_K(k)}" for k in np.asarray(fixed["K"], np.float64)]
+                  + [f"tol={float(t):g}" for t in np.asarray(adapt["tol"], np.float64)])
+    return sharpness_claim(h)
 
 
 EXPERIMENT = Experiment("adaptive", SCALES, load, compute, claims, __name__)

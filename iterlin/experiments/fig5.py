@@ -47,6 +47,7 @@ from ..claims import (
     fmt_K,
     on_par,
     on_par_rule,
+    pooled_runs,
     sharpness_claim,
     verdict,
 )
@@ -68,7 +69,7 @@ from ._common import (
 )
 
 __all__ = ["SCALES", "EXPERIMENT", "SizedData", "load", "compute", "claims", "runs", "stopped_at_best", "stopped",
-           "off_lr", "by_size", "gain_difference", "pooled", "plot"]
+           "off_lr", "by_size", "gain_difference", "plot"]
 
 SCALES = {
     "smoke": dict(
@@ -315,19 +316,9 @@ def claims(results: Mapping) -> list[Claim]:
             on_par(d, ON_PAR), on_par_rule(ON_PAR) + f" ({how}, at the largest n)",
         )
     div = {f"n={n}": results["histories"][str(int(n))] for n in sizes}
-    return [*scale_rows, control, conv, sharpness_claim(pooled(results)), divergence_claim(div)]
+    stable = sharpness_claim(pooled_runs([results["histories"][str(int(n))] for n in sizes]))
+    return [*scale_rows, control, conv, stable, divergence_claim(div)]
 
-
-def pooled(results: Mapping) -> dict:
-    """Every size's runs as one sweep-like history (the sizes share their evaluation points): ``K``,
-    ``lr`` (N·R,), ``step`` (E,), and ``lr_over_bound`` (N·R, E) where the runs recorded it, for
-    :func:`~iterlin.claims.sharpness_claim` over every run of the figure."""
-    hs = [results["histories"][str(int(n))] for n in np.asarray(results["n_train"])]
-    out = {"K": np.concatenate([np.asarray(h["K"], np.float64) for h in hs]),
-           "lr": np.concatenate([np.asarray(h["lr"], np.float64) for h in hs]), "step": np.asarray(hs[0]["step"])}
-    if all("lr_over_bound" in h for h in hs):
-        out["lr_over_bound"] = np.concatenate([np.asarray(h["lr_over_bound"], np.float64) for h in hs])
-    return out
 
 
 #: "Scales like K = 1": the gains agree within this many points (fraction).

@@ -30,9 +30,11 @@ def test_config_and_scales():
     assert resolve("adaptive", tol=0.05)["tol"] == [0.05]  # one value means a list of one
     for scale in ("smoke", "cpu", "gpu", "paper"):
         c = resolve("adaptive", scale)
-        assert c["K"][0] == 1 and len(c["K"]) >= 3 and len(c["tol"]) >= 3 and c["augment"] is False, scale
-    cpu = resolve("adaptive", "cpu")
-    assert cpu["n_seeds"] >= 2 and cpu["n_train"] is None and cpu["lr"] == 0.01 and cpu["steps"] == 200
+        assert c["K"][0] == 1 and len(c["K"]) >= 3 and len(c["tol"]) >= 3, scale
+    cpu = resolve("adaptive", "cpu")  # the K sweep's stable setting, the sharpness recorded
+    ks = resolve("ksweep", "cpu")
+    assert all(cpu[k] == ks[k] for k in ("lr", "steps", "batch_size", "augment", "n_train", "n_sharpness"))
+    assert cpu["n_seeds"] >= 3 and cpu["sharpness_every"] == 160
     assert resolve("adaptive")["n_seeds"] == 1
 
 
@@ -96,7 +98,7 @@ def test_tiny_real_run_two_sweeps_two_seeds(monkeypatch):
     same seeds; the adaptive runs record their re-linearisation steps."""
     monkeypatch.setattr(_common, "make_model", lambda name, key: flat_mlp(key))
     config = resolve("adaptive", K=[2, 4], tol=[1e-4, 1e6], lr=0.05, steps=6, batch_size=4, n_train=16, n_test=8,
-                     n_evals=2, n_seeds=2, n_eval_train=None)
+                     n_evals=2, n_seeds=2, n_eval_train=None, n_sharpness=8, sharpness_iters=3, sharpness_every=3)
     r = adaptive.compute(config, fake_cifar(16, n_test=8))
     hf, ha = r["fixed"], r["adaptive"]
     assert hf["K"].tolist() == [1, 2, 4] * 2 and hf["seed"].tolist() == [0] * 3 + [1] * 3
@@ -112,7 +114,14 @@ def test_tiny_real_run_two_sweeps_two_seeds(monkeypatch):
     np.testing.assert_allclose(r["final_test_correct"].mean(1), r["final_test_acc"])
     np.testing.assert_allclose(r["final_test_acc"][6:], ha["net_test_acc"][:, -1])
     rows = adaptive.claims({**r, "config": config})
-    assert [row.kind for row in rows] == ["claim", "claim", "claim"]
+    assert [row.kind for row in rows] == ["claim", "claim", "claim", "claim"]
+    for h in (hf, ha):  # both sweeps record the linear model's sharpness, each run at the config's rate
+        np.testing.assert_allclose(h["lr_over_bound"], h["sharpness"] * 0.05 / 2, rtol=1e-6)
+    stable = rows[2]
+    assert stable.claim.startswith("the linear model stays stable") and stable.holds in ("yes", "no")
+    worst = max(np.nanmax(hf["lr_over_bound"][hf["K"] > 1]), np.nanmax(ha["lr_over_bound"]))
+    assert f"K>1: largest η·λ_max/2 {worst:.2f} (" in stable.measured
+    assert "(tol=" in stable.measured or "(K=" in stable.measured  # the run named by its setting
     assert "2 seeds, 8 paired test images" in rows[0].rule
     s = adaptive.by_policy(r)
     assert s["K"].tolist() == [1, 2, 4] and s["K_acc"].shape == (3, 2) and s["tol_relin"].shape == (2, 2)

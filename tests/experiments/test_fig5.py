@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from _toy import FakeSweep, fake_cifar, fake_history, null_model
 
-from iterlin.claims import NA, UNDECIDED
+from iterlin.claims import NA, UNDECIDED, pooled_runs
 from iterlin.experiments import _common, fig5, resolve, revalidate
 from iterlin.experiments.fig5 import off_lr, runs
 
@@ -154,7 +154,7 @@ def test_the_sharpness_record_uses_each_runs_own_rate():
         lam, ratio = np.asarray(h["sharpness"]), np.asarray(h["lr_over_bound"])
         assert np.isfinite(lam).all() and (lam > 0).all()
         np.testing.assert_allclose(ratio, lam * np.asarray(h["lr"])[:, None] / 2, rtol=1e-6)
-    pooled = fig5.pooled(res)
+    pooled = pooled_runs([res["histories"]["8"], res["histories"]["16"]])
     assert pooled["lr_over_bound"].shape == (16, 3) and pooled["K"].tolist()[:4] == [1.0, 2.0, math.inf, 1.0]
     res["config"] = config
     row = {r.claim: r for r in fig5.claims(res)}[STABLE]
