@@ -63,7 +63,7 @@ from ..claims import (
     sharpness_claim,
 )
 from ..data import Dataset
-from ..plotting import CROSS_SIZE, as_1d, bad_argument, check_axes, legend, mean_se, panels, real_array
+from ..plotting import CROSS_SIZE, as_1d, bad_argument, bound_panel, check_axes, legend, mean_se, panels, real_array
 from ..relin import adaptive
 from ..stats import final_difference, pct, runs_of, seed_interval
 from ._common import (
@@ -526,13 +526,18 @@ def plot(results):
     seed. Middle: when each run re-linearised (a tick per update), the fixed periods on top, then
     every adaptive run; dotted lines at T/4 and T/2. Right: the share of each adaptive run's
     updates made by T/4 and T/2 (dots, per seed) against the even placement of the same number
-    of updates (open circles)."""
+    of updates (open circles). Fourth, when the runs recorded the sharpness: the linear model's
+    bound 2/λ_max(θ_s) along the fixed periods' runs (:func:`iterlin.plotting.bound_panel`)."""
     s = by_policy(results)  # per setting and seed: updates made and final test accuracy
     labels, rows = raster(results)  # the steps of each run's re-linearisations
     p = placement(results)  # the shares made early, and the even placement's
-    fig, (left, mid, right) = panels(3, panel_size=(5.2, 4.2),
-                                     suptitle=f"CNN on CIFAR-10: when to update features ({results['config']['scale']} "
-                                              f"scale, T = {s['steps']} steps, {int(results['n_runs'])} runs)")
+    bound = "lr_over_bound" in results["fixed"]
+    fig, axes = panels(4 if bound else 3, panel_size=(5.2, 4.2),
+                       suptitle=f"CNN on CIFAR-10: when to update features ({results['config']['scale']} "
+                                f"scale, T = {s['steps']} steps, {int(results['n_runs'])} runs)")
+    left, mid, right = axes[:3]
+    if bound:
+        bound_panel(axes[3], results["fixed"], title="fixed K: ")
     accuracy_against_updates(left, s["K_relin"], s["K_acc"], names=[f"K={k:g}" for k in s["K"]],
                              diverged=s["K_diverged"], label="fixed period K", color="C0")
     accuracy_against_updates(left, s["tol_relin"], s["tol_acc"], names=[f"tol={t:g}" for t in s["tol"]],
