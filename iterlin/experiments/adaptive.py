@@ -116,7 +116,7 @@ SCALES = {
     "paper": dict(
         K=[1, 100, 1000, 10_000, 100_000], tol=[0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0], lr=1e-4,
         steps=1_000_000, batch_size=256, augment=False, n_train=50_000, n_test=10_000, seed=0, n_seeds=3,
-        n_evals=100, n_eval_train=10_000,
+        n_evals=100, n_eval_train=10_000, n_sharpness=1000, sharpness_iters=30, sharpness_every=10_000,
     ),
 }
 
