@@ -262,7 +262,9 @@ def claims(results: Mapping) -> list[Claim]:
     """Fig. 5: finite K scale like K = 1; K = ∞ scales worse; the higher lr is not the cause.
 
     Every comparison goes through the shared noise rule, over seeds; the scaling rows are judged
-    only when every run fitted its training set (the paper trains to convergence): else n/a."""
+    only when every run fitted its training set (the paper trains to convergence): else n/a. The
+    stability row judges the linear models of every size's K > 1 runs together
+    (:func:`~iterlin.claims.sharpness_claim` of :func:`~iterlin.claims.pooled_runs`)."""
     K, lr = np.asarray(results["K"]), np.asarray(results["lr"])
     best, how = stopped(results)  # (N, R)
     sizes = np.asarray(results["n_train"])
@@ -321,7 +323,6 @@ def claims(results: Mapping) -> list[Claim]:
     div = {f"n={n}": results["histories"][str(int(n))] for n in sizes}
     stable = sharpness_claim(pooled_runs([results["histories"][str(int(n))] for n in sizes]))
     return [*scale_rows, control, conv, stable, divergence_claim(div)]
-
 
 
 #: "Scales like K = 1": the gains agree within this many points (fraction).
