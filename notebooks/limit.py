@@ -118,8 +118,11 @@ ref = reference.show("limit", limit.plot, table=False)
 # run): the $R$ grid $\{1, 2, 4, 8, 16\}$, GN and damped GN at $N = 128$, $R = 8$ (`n_main`), and the
 # scaling runs ($K = \infty$ and $R = 8$) at $N \in \{32, 64, 128, 256\}$, three seeds; about an hour
 # and a half (a re-linearisation at $N = 256$ took 83 s under load, the Gram matrix $\phi\phi^\top$
-# most of it). The committed run is this setting: about three hours of a 2-core CPU shared with
-# other runs, over two sessions (3,772 s in its last leg, resumed from checkpoints). Each $N$
+# most of it). The committed run is this setting, rerun after the conjugate-gradient change of
+# 43cb5cc (which moved this figure's fingerprint, although the kernel route it uses computes no CG):
+# about three hours of a 2-core CPU shared with other runs, over three sessions (1,334 s in its last
+# leg, resumed from checkpoints); every array it stores equals the earlier run's (commit 4c27243)
+# bit for bit, except the measured seconds per re-linearisation. Each $N$
 # takes the first $N$ of the 256 images loaded, so its $N = 128$ set is not the earlier run's
 # (which loaded 128), and its accuracies at $N = 128$ differ from that run's by up to 2 points: the
 # spread of one training set of 128 images. The issue asked for $N$ up to 1,000 and $R$ up to hundreds: on
