@@ -708,15 +708,16 @@ def plot_bound(ax: Axes, record: Any, *, fraction: float | None = STABLE_FRACTIO
                select: Callable[[float], bool] | None = None) -> list:
     """The linear model's bound 2/λ_max(θ_s) along training (a :class:`iterlin.stability.BoundRecord`):
     one line per run through its recorded points, coloured by (K, lr) setting (seeds share a
-    colour), each rate η as a dashed horizontal line and ``fraction`` of the bound as a dotted one
+    colour; the settings in the order of the runs, as :func:`plot_sweep` colours them), each rate η as a dashed horizontal line and ``fraction`` of the bound as a dotted one
     at η / ``fraction`` (the margin a reference run keeps); a cross where a run's linear model's loss
     first rose inside a block, on its bound line. ``select(K) -> bool``: which runs to draw (default
     all). Log y axis. Returns one Line2D per setting drawn."""
     check_axes(ax)
     step = as_1d(record.step, "step")
     bound = real_array(record.bound, "bound")
-    settings = sorted({(float(k), float(r)) for k, r in zip(record.K, record.lr) if select is None or select(float(k))},
-                      key=lambda t: (t[1], t[0]))
+    # the settings in the order the runs first show them, so that colours follow plot_sweep's
+    settings = list(dict.fromkeys((float(k), float(r)) for k, r in zip(record.K, record.lr)
+                                  if select is None or select(float(k))))
     lines = []
     for c, (k, r) in enumerate(settings):
         color = f"C{c}"
@@ -740,13 +741,14 @@ def plot_bound(ax: Axes, record: Any, *, fraction: float | None = STABLE_FRACTIO
     return lines
 
 
-def bound_panel(ax: Axes, history: Mapping, *, title: str = "") -> list:
+def bound_panel(ax: Axes, history: Mapping, *, title: str = "", label: str = "K = {K}") -> list:
     """:func:`plot_bound` of a sweep history that records the sharpness (``lr_over_bound``,
-    :func:`iterlin.stability.bound_record`), one line per K, with the axes labelled and the title
-    ``"<title>the linear model's bound (dashed: η; dotted: 3η)"`` (the dotted line: η over
-    :data:`~iterlin.stability.STABLE_FRACTION`). The panel that Figs. 2, 3 and 7 draw beside their
-    accuracies."""
-    lines = plot_bound(ax, bound_record(history), label="K = {K}")
+    :func:`iterlin.stability.bound_record`), one line per run, labelled by ``label`` (a template of
+    :func:`plot_bound`'s; ``"K = {K}, lr {lr}"`` where the runs differ in rate), with the axes
+    labelled and the title ``"<title>the linear model's bound (dashed: η; dotted: 3η)"`` (the dotted
+    line: η over :data:`~iterlin.stability.STABLE_FRACTION`). The panel that Figs. 2, 3 and 7 draw
+    beside their accuracies."""
+    lines = plot_bound(ax, bound_record(history), label=label)
     ax.set(xlabel="step", ylabel="2 / λ_max(θ_s)",
            title=f"{title}the linear model's bound (dashed: η; dotted: {1 / STABLE_FRACTION:.0f}η)")
     legend(ax)

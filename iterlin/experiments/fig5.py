@@ -376,7 +376,7 @@ def plot(results):
                        suptitle=f"Data scaling of the CNN on CIFAR-10 ({results['config']['scale']} scale)")
     left, right = axes[0], axes[1]
     if bound:
-        bound_panel(axes[2], largest, title=f"n={int(n[-1])}: ")
+        bound_panel(axes[2], largest, title=f"n={int(n[-1])}: ", label="K = {K}, lr {lr}")
     for ax, metric, what in ((left, "stopped", "early-stopped test accuracy (%)"),
                              (right, "final_train_acc", "final train accuracy (%)")):
         plot_sweep(ax, by_size(shown, metric), metric, label="K = {K}, lr {lr:g}",
