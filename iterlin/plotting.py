@@ -708,9 +708,10 @@ def plot_bound(ax: Axes, record: Any, *, fraction: float | None = STABLE_FRACTIO
                select: Callable[[float], bool] | None = None) -> list:
     """The linear model's bound 2/λ_max(θ_s) along training (a :class:`iterlin.stability.BoundRecord`):
     one line per run through its recorded points, coloured by (K, lr) setting (seeds share a
-    colour; the settings in the order of the runs, as :func:`plot_sweep` colours them), each rate η as a dashed horizontal line and ``fraction`` of the bound as a dotted one
-    at η / ``fraction`` (the margin a reference run keeps); a cross where a run's linear model's loss
-    first rose inside a block, on its bound line. ``select(K) -> bool``: which runs to draw (default
+    colour; the settings in the order of the runs, as :func:`plot_sweep` colours them), each rate
+    η as a dashed horizontal line and ``fraction`` of the bound as a dotted one at η / ``fraction``
+    (the margin a reference run keeps); a cross where a run's linear model's loss first rose inside
+    a block, on its bound line. ``select(K) -> bool``: which runs to draw (default
     all). Log y axis. Returns one Line2D per setting drawn."""
     check_axes(ax)
     step = as_1d(record.step, "step")

@@ -77,7 +77,8 @@ def test_fig4_wiring_two_seeds(monkeypatch, tiny_cifar):
     assert int(r["n_test"]) == 8
     rows = fig4.claims({**r, "config": config})
     assert len(rows) == 6
-    assert [r.claim.split(":")[0] for r in rows[4:]] == ["no BatchNorm", "BatchNorm + augmentation"] and "largest η·λ_max/2" in rows[4].measured
+    assert [r.claim.split(":")[0] for r in rows[4:]] == ["no BatchNorm", "BatchNorm + augmentation"]
+    assert "largest η·λ_max/2" in rows[4].measured
     assert rows[1].measured.startswith("K=1: ") and "no finite K > 1" in rows[1].measured  # K_bn = [1, ∞]
     assert "2 seeds, 8 paired test images" in rows[0].measured
 
