@@ -119,6 +119,8 @@ def private_imports(root: Path) -> list[str]:
     for i in imports(root):
         if i.importer == i.target:
             continue
+        if i.name is None and "." not in i.target:  # a top-level package (the probe's `import iterlin`)
+            continue
         if i.name is None:  # a module: private if any part below the importer's package is
             parent = i.target.rsplit(".", 1)[0]
             if _private(i.target.rsplit(".", 1)[1]) and not (i.importer == parent or i.importer.startswith(parent + ".")):

@@ -14,7 +14,9 @@ each notebook, the run the book shows above this build's own (smoke) run:
   ``resumed`` (whether it resumed from checkpoints), ``config``, ``data_fingerprint`` and
   ``code_fingerprint`` (of the code that computes the figure,
   :func:`iterlin.fingerprint.code_fingerprint`), from which a page says "the library has changed
-  since" when today's code differs.
+  since" when today's code differs; and ``equivalent_code`` (written by ``--attest``): the later
+  code fingerprints shown to compute the same results, each with its ``iterlin_commit``, ``date``,
+  ``probe`` (the config that was compared) and ``arrays`` (how many were compared).
 
 One command regenerates them (``make results SCALE=cpu``)::
 
@@ -22,6 +24,7 @@ One command regenerates them (``make results SCALE=cpu``)::
     python -m iterlin.experiments.reference --scale cpu fig3 fig2  # some
     python -m iterlin.experiments.reference --claims-only          # re-derive claims.json
     python -m iterlin.experiments.reference --refingerprint        # which runs' code has changed
+    python -m iterlin.experiments.reference --attest fig3          # changed code, the same results?
 
 A reference run always computes (it never reads the result cache, so that its wall time is its
 own); an interrupted one resumes from its training checkpoints (``.cache/reference/``) when rerun
@@ -35,6 +38,17 @@ a change of :mod:`iterlin.fingerprint`'s rules every recorded one reads as chang
 then stores the re-derived fingerprints in ``provenance.json`` and the key of ``results.npz`` (the
 same arrays; runs whose commit had uncommitted changes, ``+dirty``, are left as they are: the code
 that ran is not known).
+
+``--attest`` is how a restructuring that changes no result keeps the committed runs current
+(:func:`attest`): for each run whose code has changed since, it computes the experiment at a probe
+config (``--probe-scale``, default ``smoke``: the paper's models on real data, every branch the
+experiment's compute takes at that scale) twice, in two processes, with the code of the run's
+commit and with today's committed code, and compares every stored array bit for bit (wall-clock
+measurements, keys naming ``seconds``, excepted). Only when all are equal is today's fingerprint
+added to the run's ``equivalent_code``; the page then says that the code differs and that it was
+shown to compute the same results, and at which scale. It is evidence about the probe config, not a
+rerun: a change whose effect only a larger config shows is not caught, so a change meant to alter
+results is rerun, never attested.
 """
 
 from __future__ import annotations
@@ -54,14 +68,16 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
+import numpy as np
+
 from ..cache import ResultsMismatch, load_results, repo_root, save_results
 from ..checkpoint import atomic_write_bytes
 from ..claims import Claim, ClaimsTable
 from ..fingerprint import code_fingerprint
 from . import registry
 
-__all__ = ["Reference", "ReferenceMismatch", "Refingerprint", "results_dir", "write", "load", "show", "rewrite_claims",
-           "refingerprint", "provenance_line", "device_name", "main"]
+__all__ = ["Reference", "ReferenceMismatch", "Refingerprint", "Attestation", "results_dir", "write", "load", "show",
+           "rewrite_claims", "refingerprint", "attest", "compare_results", "provenance_line", "device_name", "main"]
 _ENTRY_POINTS = ("load", "compute")
 
 
@@ -75,9 +91,18 @@ class Reference(NamedTuple):
 
     @property
     def changed_since(self) -> bool:
-        """Whether the code that computes this figure differs from the code that ran it."""
-        exp = registry.get(self.name)
-        return self.provenance.get("code_fingerprint") != code_fingerprint(exp.module, _ENTRY_POINTS)
+        """Whether the code that computes this figure differs from the code that ran it and has not
+        been shown to compute the same results (:func:`attest`)."""
+        today = code_fingerprint(registry.get(self.name).module, _ENTRY_POINTS)
+        return self.provenance.get("code_fingerprint") != today and self.attested is None
+
+    @property
+    def attested(self) -> dict | None:
+        """The provenance's ``equivalent_code`` entry for today's code (:func:`attest`), or None."""
+        today = code_fingerprint(registry.get(self.name).module, _ENTRY_POINTS)
+        if self.provenance.get("code_fingerprint") == today:
+            return None
+        return next((e for e in self.provenance.get("equivalent_code", []) if e["code_fingerprint"] == today), None)
 
     def claims(self) -> ClaimsTable:
         """The run's claims table (HTML in a notebook, fixed-width text elsewhere)."""
@@ -85,7 +110,7 @@ class Reference(NamedTuple):
 
     def caption(self) -> str:
         """:func:`provenance_line` of this run."""
-        return provenance_line(self.provenance, changed=self.changed_since)
+        return provenance_line(self.provenance, changed=self.changed_since, attested=self.attested)
 
 
 def results_dir(base: str | os.PathLike | None = None) -> Path:
@@ -200,6 +225,15 @@ def _check_commit(commit: Any, where: Path) -> None:
         raise ReferenceMismatch(f"{where}: iterlin_commit={text!r} is not a commit of this checkout")
 
 
+def _check_equivalents(entries: Any, where: Path) -> None:
+    """``equivalent_code`` is a list of :func:`attest`'s entries, each naming a commit of this checkout."""
+    fields = ("code_fingerprint", "iterlin_commit", "probe", "arrays", "date")
+    if not isinstance(entries, list) or not all(isinstance(e, dict) and all(f in e for f in fields) for e in entries):
+        raise ReferenceMismatch(f"{where}: equivalent_code must be a list of entries with {', '.join(fields)}")
+    for e in entries:
+        _check_commit(e["iterlin_commit"], where)
+
+
 def load(name: str, *, base=None, check_claims: bool = True) -> Reference | None:
     """The committed reference run of ``name``, or None when ``results/<name>/`` has none.
 
@@ -234,6 +268,7 @@ def load(name: str, *, base=None, check_claims: bool = True) -> Reference | None
     if list(provenance["seeds"]) != _seeds(config):
         raise ReferenceMismatch(f"{where}: seeds {provenance['seeds']!r} are not the stored config's {_seeds(config)!r}")
     _check_commit(provenance.get("iterlin_commit", "unknown"), where)
+    _check_equivalents(provenance.get("equivalent_code", []), where)
     results["config"] = config
     doc = json.loads((d / "claims.json").read_text(encoding="utf-8"))
     if not isinstance(doc, dict) or doc.get("name", name) != name or doc.get("scale") != scale:
@@ -301,6 +336,7 @@ class Refingerprint(NamedTuple):
     recorded: str  #: ``code_fingerprint`` as recorded in ``provenance.json``
     at_commit: str | None  #: today's rules applied to the code at ``commit`` (None: not available)
     today: str  #: today's rules applied to today's code
+    equivalents: tuple = ()  #: the fingerprints of ``equivalent_code`` as recorded (:func:`attest`)
 
     @property
     def dirty(self) -> bool:
@@ -309,7 +345,7 @@ class Refingerprint(NamedTuple):
     @property
     def changed_as_recorded(self) -> bool:
         """Whether the run reads as changed today (:attr:`Reference.changed_since`)."""
-        return self.recorded != self.today
+        return self.recorded != self.today and self.today not in self.equivalents
 
     @property
     def changed(self) -> bool | None:
@@ -344,15 +380,20 @@ def refingerprint(name: str, *, base=None) -> Refingerprint | None:
         return None
     prov = json.loads(path.read_text(encoding="utf-8"))
     commit = str(prov.get("iterlin_commit", ""))
-    at_commit = None
+    equivalents = tuple(str(e["code_fingerprint"]) for e in prov.get("equivalent_code", []))
+    return Refingerprint(name, commit, str(prov.get("code_fingerprint")), _fingerprint_at(exp.module, commit),
+                         code_fingerprint(exp.module, _ENTRY_POINTS), equivalents)
+
+
+def _fingerprint_at(module: str, commit: str) -> str | None:
+    """Today's fingerprint rules applied to ``module`` as it was at ``commit`` (None: not available)."""
     with tempfile.TemporaryDirectory() as tmp:
-        if _package_at(commit.removesuffix("+dirty"), Path(tmp)):
-            try:
-                at_commit = code_fingerprint(exp.module, _ENTRY_POINTS, root=tmp)
-            except ValueError:  # the experiment's module did not exist then
-                at_commit = None
-    return Refingerprint(name, commit, str(prov.get("code_fingerprint")), at_commit,
-                         code_fingerprint(exp.module, _ENTRY_POINTS))
+        if not _package_at(commit.removesuffix("+dirty"), Path(tmp)):
+            return None
+        try:
+            return code_fingerprint(module, _ENTRY_POINTS, root=tmp)
+        except ValueError:  # the experiment's module did not exist then
+            return None
 
 
 def _refingerprint_all(names: Sequence[str], base, write_back: bool) -> None:
@@ -360,8 +401,9 @@ def _refingerprint_all(names: Sequence[str], base, write_back: bool) -> None:
     for r in rows:
         state = {None: "unknown (the commit's code is not available)", True: "changed", False: "unchanged"}[r.changed]
         note = " (commit had uncommitted changes: derived from the commit)" if r.dirty else ""
+        attested = " (today's code attested equivalent)" if r.today in r.equivalents else ""
         print(f"{r.name}: {r.commit[:10]}{'+dirty' if r.dirty else ''}: code {state} since{note}; "
-              f"recorded fingerprint {'differs from' if r.changed_as_recorded else 'matches'} today's")
+              f"recorded fingerprint {'differs from' if r.changed_as_recorded else 'matches'} today's{attested}")
     print(f"{len(rows)} reference runs: {sum(r.changed_as_recorded for r in rows)} read as changed with the recorded "
           f"fingerprints, {sum(r.changed is not False for r in rows)} with fingerprints re-derived at their commits")
     if write_back:
@@ -378,11 +420,133 @@ def _refingerprint_all(names: Sequence[str], base, write_back: bool) -> None:
             except ResultsMismatch:  # re-keyed by an interrupted --write: only the provenance is left to do
                 load_results(d / "results.npz", key=new_key, config=config)
             prov["code_fingerprint"] = r.at_commit
+            for e in prov.get("equivalent_code", []):  # attested code: its fingerprint under today's rules too
+                e["code_fingerprint"] = _fingerprint_at(registry.get(r.name).module, e["iterlin_commit"]) or \
+                    e["code_fingerprint"]
             _write_json(d / "provenance.json", prov)
             print(f"{r.name}: code_fingerprint re-derived in {d / 'provenance.json'} and results.npz's key")
 
 
-def provenance_line(prov: Mapping, *, changed: bool = False) -> str:
+class Attestation(NamedTuple):
+    """The outcome of :func:`attest` for one reference run."""
+
+    name: str
+    recorded: str  #: the run's ``code_fingerprint``
+    today: str  #: today's code fingerprint
+    equal: bool | None  #: whether both codes computed the same results (None: not compared)
+    detail: str  #: what was compared, the first difference, or why nothing was
+
+
+#: A stored array whose key has a part containing this is a wall-clock measurement: never compared.
+WALL_CLOCK = "seconds"
+_PROBE_META = ("__key__", "__digest__", "__package__")
+
+
+def compare_results(a: str | os.PathLike, b: str | os.PathLike) -> tuple[bool, str]:
+    """Whether two result files (:func:`iterlin.cache.save_results`) hold the same config and the
+    same arrays bit for bit (keys, dtypes, shapes and bytes), wall-clock measurements
+    (:data:`WALL_CLOCK`) excepted; and a sentence saying so, or naming the first difference."""
+    with np.load(a, allow_pickle=False) as za, np.load(b, allow_pickle=False) as zb:
+        left, right = {k: za[k] for k in za.files}, {k: zb[k] for k in zb.files}
+    keys = [k for k in sorted(set(left) | set(right)) if k not in _PROBE_META]
+    timed = [k for k in keys if any(WALL_CLOCK in part for part in k.split("/"))]
+    for k in (k for k in keys if k not in timed):
+        if k not in left or k not in right:
+            return False, f"{k!r} is stored in {Path(b if k in right else a).name} only"
+        x, y = left[k], right[k]
+        if x.dtype != y.dtype or x.shape != y.shape:
+            return False, f"{k!r}: {x.dtype}{list(x.shape)} against {y.dtype}{list(y.shape)}"
+        if x.tobytes() != y.tobytes():
+            where = "the config" if k == "__config__" else repr(k)
+            return False, f"{where} differs" + ("" if x.dtype.kind not in "fc" else
+                                                f" (largest difference {np.nanmax(np.abs(x - y)):.3g})")
+    return True, f"{len(keys) - len(timed) - 1} arrays and the config equal bit for bit" + (
+        f" ({len(timed)} wall-clock arrays not compared)" if timed else "")
+
+
+def _run_probe(root: Path, name: str, scale: str, overrides: Mapping, out: Path) -> str | None:
+    """Compute ``name`` at the probe config in a new process whose ``iterlin`` is the one under
+    ``root`` (:mod:`._probe`); None when it ran, else why not."""
+    from . import _probe
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
+    work = out.parent / f"{out.stem}-work"
+    work.mkdir()
+    proc = subprocess.run([sys.executable, "-c", Path(_probe.__file__).read_text(encoding="utf-8"), name, scale,
+                           json.dumps(dict(overrides)), str(out), str(work / "checkpoints")],
+                          cwd=work, env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        return f"the probe failed (exit {proc.returncode}): {proc.stderr.strip()[-1500:]}"
+    with np.load(out, allow_pickle=False) as z:
+        package = Path(str(z["__package__"])).resolve()
+    if root.resolve() not in package.parents:
+        return f"the probe imported iterlin from {package.parent}, not from {root}"
+    return None
+
+
+def attest(name: str, *, base=None, scale: str = "smoke", overrides: Mapping | None = None,
+           run: Callable[[Path, str, str, Mapping, Path], str | None] | None = None) -> Attestation | None:
+    """Whether today's code computes what the code of ``name``'s reference run computed: both, from
+    git at their commits, run the experiment at ``scale`` with ``overrides``, and every stored array
+    is compared (:func:`compare_results`). ``run(package_root, name, scale, overrides, out)``
+    computes and stores one side and returns None, or why it could not (default: a new process
+    whose ``iterlin`` is the one under ``package_root``). When all are equal,
+    today's code fingerprint is added to the provenance's ``equivalent_code`` (module docstring).
+    Today's code must be committed (the entry names the commit it checked). None when no run is
+    committed."""
+    ref = load(name, base=base, check_claims=False)
+    if ref is None:
+        return None
+    prov = ref.provenance
+    recorded, today = str(prov["code_fingerprint"]), code_fingerprint(registry.get(name).module, _ENTRY_POINTS)
+
+    def outcome(equal, detail):
+        return Attestation(name, recorded, today, equal, detail)
+
+    if recorded == today or ref.attested is not None:
+        return outcome(True, "nothing to attest: today's code is the recorded one" if recorded == today else
+                       f"attested before, at iterlin {ref.attested['iterlin_commit'][:10]}")
+    commit, head = str(prov.get("iterlin_commit", "")), _commit()
+    if commit.endswith("+dirty") or commit.startswith("unknown"):
+        return outcome(None, f"not compared: the code of the run ({commit}) is not known")
+    if head.endswith("+dirty") or head.startswith("unknown"):
+        return outcome(None, f"not compared: today's code is not committed ({head}); commit it first")
+    with tempfile.TemporaryDirectory() as tmp:
+        files = {}
+        for label, sha in (("recorded", commit), ("today", head)):
+            root = Path(tmp) / label
+            if not _package_at(sha, root):
+                return outcome(None, f"not compared: commit {sha[:10]} is not in this checkout")
+            files[label] = Path(tmp) / f"{label}.npz"
+            failed = (run or _run_probe)(root, name, scale, overrides or {}, files[label])
+            if failed is not None:
+                return outcome(None, f"not compared: {label} code: {failed}")
+        equal, detail = compare_results(files["recorded"], files["today"])
+    probe = {"scale": scale, "overrides": dict(overrides or {})}
+    if equal:
+        prov.setdefault("equivalent_code", []).append({
+            "code_fingerprint": today, "iterlin_commit": head, "probe": probe, "arrays": detail,
+            "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")})
+        _write_json(results_dir(base) / name / "provenance.json", prov)
+    return outcome(equal, f"at scale {scale!r}" + (f" with {probe['overrides']}" if overrides else "") + f": {detail}")
+
+
+def _attest_all(names: Sequence[str], base, scale: str) -> int:
+    """``--attest``: 0 when every run is current or attested, 1 otherwise."""
+    failed = 0
+    for name in names:
+        ref = load(name, base=base, check_claims=False)
+        if ref is None or not ref.changed_since:
+            continue
+        print(f"{name}: computing at scale {scale!r} with the code of {ref.provenance['iterlin_commit'][:10]} and "
+              "with today's", flush=True)
+        a = attest(name, base=base, scale=scale)
+        failed += a.equal is not True
+        print(f"{name}: {'the same results' if a.equal else 'NOT attested'} {a.detail}", flush=True)
+    return 1 if failed else 0
+
+
+def provenance_line(prov: Mapping, *, changed: bool = False, attested: Mapping | None = None) -> str:
     """One line under a reference plot: scale, device, seeds, date, commit, wall time."""
     seeds = prov.get("seeds") or []
     if len(seeds) > 1 and seeds == list(range(seeds[0], seeds[0] + len(seeds))):
@@ -395,6 +559,10 @@ def provenance_line(prov: Mapping, *, changed: bool = False) -> str:
             f"iterlin {short}, JAX {prov['jax_version']}, {prov['wall_seconds']:.0f} s of computation.")
     if changed:
         line += " The library has changed since: the code that computes this figure differs from that commit's."
+    elif attested is not None:
+        line += (f" The code that computes this figure has changed since; at scale '{attested['probe']['scale']}' "
+                 f"it computes the same results bit for bit (compared at iterlin {attested['iterlin_commit'][:10]}, "
+                 f"{attested['date'][:10]}).")
     return line
 
 
@@ -408,6 +576,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="skip an experiment whose reference run at this scale exists")
     parser.add_argument("--refingerprint", action="store_true",
                         help="re-derive the runs' code fingerprints at their commits with today's rules; compare")
+    parser.add_argument("--attest", action="store_true",
+                        help="for each run whose code has changed: compare its commit's results with today's at "
+                             "--probe-scale, and record today's code as equivalent when every array is equal")
+    parser.add_argument("--probe-scale", default="smoke", help="with --attest: the scale compared (default: smoke)")
     parser.add_argument("--write", action="store_true",
                         help="with --refingerprint: store the re-derived fingerprints in provenance.json")
     args = parser.parse_args(argv)
@@ -419,6 +591,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.refingerprint:
         _refingerprint_all(names, args.results, args.write)
         return 0
+    if args.attest:
+        return _attest_all(names, args.results, args.probe_scale)
     if args.claims_only and not results_dir(args.results).is_dir():
         print(f"error: --claims-only: the results folder {str(results_dir(args.results))!r} does not exist "
               "(--results or $ITERLIN_RESULTS)", file=sys.stderr)

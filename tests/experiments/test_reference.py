@@ -160,9 +160,9 @@ def _git(cwd, *args):
     return subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True, check=True).stdout.strip()
 
 
-def test_refingerprint_re_derives_at_the_runs_commit(toy, tmp_path, monkeypatch, capsys):
-    """A run recorded under other fingerprint rules reads as changed; re-derived at its commit (a
-    checkout holding today's code, then one where fig3's compute differs) it does not, then does."""
+def _two_commits(tmp_path):
+    """A git checkout of today's ``iterlin/`` (commit ``same``), then one where fig3's compute
+    differs (commit ``other``): (repo, same, other)."""
     import shutil
 
     from iterlin.fingerprint import PACKAGE_DIR
@@ -179,18 +179,32 @@ def test_refingerprint_re_derives_at_the_runs_commit(toy, tmp_path, monkeypatch,
     lines.insert(compute.body[-1].lineno - 1, " " * compute.body[-1].col_offset + "print('edited')\n")
     fig3.write_text("".join(lines))
     _git(repo, "commit", "-q", "-am", "compute differs")
-    other = _git(repo, "rev-parse", "HEAD")
-    monkeypatch.setattr(reference, "repo_root", lambda: repo)
+    return repo, same, _git(repo, "rev-parse", "HEAD")
 
-    results = tmp_path / "results"
-    reference.write("toy", "cpu", base=results, checkpoint_root=tmp_path / "ckpt", progress=False)
+
+def _recorder(results):
+    """``recorded(commit, code)``: make the toy run under ``results`` one made at ``commit`` whose
+    fingerprint is ``code`` (e.g. by other rules)."""
     path = results / "toy" / "provenance.json"
     prov = json.loads(path.read_text())
 
-    def recorded(commit, code="0" * 64):  # a run made at `commit`, its fingerprint by other rules
+    def recorded(commit, code="0" * 64):
         arrays = load_results(results / "toy" / "results.npz")
         save_results(results / "toy" / "results.npz", arrays, key=f"reference:toy:cpu:{code}", config=prov["config"])
         path.write_text(json.dumps({**prov, "iterlin_commit": commit, "code_fingerprint": code}))
+
+    return recorded
+
+
+def test_refingerprint_re_derives_at_the_runs_commit(toy, tmp_path, monkeypatch, capsys):
+    """A run recorded under other fingerprint rules reads as changed; re-derived at its commit (a
+    checkout holding today's code, then one where fig3's compute differs) it does not, then does."""
+    repo, same, other = _two_commits(tmp_path)
+    monkeypatch.setattr(reference, "repo_root", lambda: repo)
+    results = tmp_path / "results"
+    reference.write("toy", "cpu", base=results, checkpoint_root=tmp_path / "ckpt", progress=False)
+    path = results / "toy" / "provenance.json"
+    recorded = _recorder(results)
 
     for commit, changed in [(same, False), ("f" * 40, None), (other, True)]:
         recorded(commit)
@@ -224,7 +238,118 @@ def test_claims_only_fails_without_the_results_folder(toy, tmp_path, monkeypatch
     assert reference.main(["toy", "--claims-only"]) == 1  # nothing to re-derive is a failure, not success
 
 
+def _probe_runner(calls, differ=()):
+    """A stand-in for the probe's process: the toy's results in-process (:mod:`._probe`), the last
+    array changed for the sides named in ``differ``; records (side, scale, overrides)."""
+    from iterlin.experiments import _probe
+
+    def run(root, name, scale, overrides, out):
+        side = root.name
+        assert (root / "iterlin" / "experiments" / "fig3.py").is_file()  # the commit's package, extracted
+        calls.append((side, scale, dict(overrides)))
+        _probe.main([name, scale, json.dumps(dict(overrides)), str(out), str(out.parent / f"{side}-ckpt")])
+        if side in differ:
+            arrays = load_results(out)
+            arrays["acc"] = arrays["acc"] + np.float64(1e-16) * 4
+            save_results(out, arrays, key="probe", config=json.loads(str(np.load(out)["__config__"])))
+        return None
+
+    return run
+
+
+def test_compare_results(tmp_path):
+    config = {"experiment": "toy", "scale": "smoke", "steps": 2}
+    a = {"acc": np.asarray([0.25, 0.5]), "n": {"steps": np.arange(3)}, "wall_seconds": np.asarray([1.0])}
+
+    def saved(name, results, cfg=config):
+        save_results(tmp_path / name, results, key="k", config=cfg)
+        return tmp_path / name
+
+    same = saved("a.npz", a)
+    assert reference.compare_results(same, saved("b.npz", {**a, "wall_seconds": np.asarray([9.0])})) == (
+        True, "2 arrays and the config equal bit for bit (1 wall-clock arrays not compared)")
+    cases = [
+        ({**a, "acc": np.asarray([0.25, 0.5 + 2 ** -40])}, config, "'acc' differs (largest difference 9.09e-13)"),
+        ({**a, "acc": np.asarray([0.25, 0.5], np.float32)}, config, "'acc': float64[2] against float32[2]"),
+        ({**a, "extra": np.zeros(1)}, config, "'extra' is stored in c2.npz only"),
+        (a, {**config, "steps": 3}, "the config differs"),
+    ]
+    for i, (results, cfg, message) in enumerate(cases):
+        assert reference.compare_results(same, saved(f"c{i}.npz", results, cfg)) == (False, message)
+
+
+def test_attest_records_equivalent_code_only_when_every_array_is_equal(toy, tmp_path, monkeypatch, capsys):
+    """A run made at an older commit (fig3's compute differs there) reads as changed; when both
+    codes compute the same results at the probe config it is attested (the page says so, and a
+    second attest has nothing to do); when one array differs in its last bit it is not; today's
+    code must be committed and the run's code known."""
+    repo, same, other = _two_commits(tmp_path)
+    monkeypatch.setattr(reference, "repo_root", lambda: repo)
+    monkeypatch.setattr(reference, "_commit", lambda: same)
+    results = tmp_path / "results"
+    reference.write("toy", "cpu", base=results, checkpoint_root=tmp_path / "ckpt", progress=False)
+    recorded = _recorder(results)
+
+    recorded(other)
+    calls = []
+    a = reference.attest("toy", base=results, run=_probe_runner(calls, differ=("recorded",)))
+    assert a.equal is False and a.detail.startswith("at scale 'smoke': 'acc' differs (largest difference 4")
+    assert calls == [("recorded", "smoke", {}), ("today", "smoke", {})]
+    assert reference.load("toy", base=results).changed_since  # not attested: still reads as changed
+
+    calls.clear()
+    a = reference.attest("toy", base=results, scale="cpu", overrides={"steps": 2}, run=_probe_runner(calls))
+    assert a.equal is True and a.detail == "at scale 'cpu' with {'steps': 2}: 2 arrays and the config equal bit for bit"
+    ref = reference.load("toy", base=results)
+    assert not ref.changed_since and ref.attested["iterlin_commit"] == same
+    assert ref.attested["probe"] == {"scale": "cpu", "overrides": {"steps": 2}}
+    assert "at scale 'cpu' it computes the same results bit for bit" in ref.caption()
+    again = reference.attest("toy", base=results, run=_probe_runner(calls := []))
+    assert again.equal is True and again.detail.startswith("attested before") and calls == []
+    assert reference.main(["toy", "--attest", "--results", str(results)]) == 0  # nothing left to attest
+
+    recorded(other)  # a fresh record: no equivalent code
+    monkeypatch.setattr(reference, "_commit", lambda: same + "+dirty")
+    assert reference.attest("toy", base=results, run=_probe_runner(calls)).equal is None and calls == []
+    monkeypatch.setattr(reference, "_commit", lambda: same)
+    recorded(other + "+dirty")
+    assert "is not known" in reference.attest("toy", base=results, run=_probe_runner(calls)).detail
+    recorded(other)
+    monkeypatch.setattr(reference, "_run_probe", _probe_runner(calls, differ=("today",)))
+    assert reference.main(["toy", "--attest", "--results", str(results)]) == 1
+    assert "toy: NOT attested at scale 'smoke': 'acc' differs" in capsys.readouterr().out
+
+
+def test_the_probe_runs_the_package_it_is_given(tmp_path):
+    """The probe's process imports ``iterlin`` from the root it is given, ahead of the installed one
+    (a stand-in package here: its registry computes without JAX), and says when it fails."""
+    root = tmp_path / "pkg"
+    (root / "iterlin" / "experiments").mkdir(parents=True)
+    (root / "iterlin" / "__init__.py").write_text("")
+    (root / "iterlin" / "cache.py").write_text(
+        "import json, numpy as np\n"
+        "def save_results(path, results, *, key, config):\n"
+        "    np.savez(path, __key__=np.asarray(key), __config__=np.asarray(json.dumps(config)), **results)\n")
+    (root / "iterlin" / "experiments" / "__init__.py").write_text("")
+    (root / "iterlin" / "experiments" / "registry.py").write_text(
+        "import numpy as np, types\n"
+        "def resolve(name, scale, **kw):\n"
+        "    if name != 'stand-in': raise ValueError(f'name={name!r} is not allowed')\n"
+        "    return {'experiment': name, 'scale': scale, **kw}\n"
+        "def get(name):\n"
+        "    return types.SimpleNamespace(load=lambda c: None,\n"
+        "        compute=lambda c, d, **kw: {'steps': np.arange(c['steps'])})\n")
+    out = tmp_path / "out.npz"
+    assert reference._run_probe(root, "stand-in", "smoke", {"steps": 3}, out) is None
+    with np.load(out) as z:
+        np.testing.assert_array_equal(z["steps"], np.arange(3))
+        assert str(z["__package__"]) == str(root / "iterlin" / "__init__.py")
+    failed = reference._run_probe(root, "other", "smoke", {}, tmp_path / "other.npz")
+    assert failed.startswith("the probe failed (exit 1)") and "name='other' is not allowed" in failed
+
+
 @pytest.mark.parametrize("field, value, message", [
+    ("equivalent_code", [{"code_fingerprint": "x"}], "equivalent_code must be a list of entries with"),
     ("scale", "paper", "results.npz is not the run .*provenance.json describes"),
     ("seeds", list(range(100)), "seeds .* are not the stored config's \\[0, 1\\]"),
     ("iterlin_commit", "f" * 40, "iterlin_commit='f{40}' is not a commit of this checkout"),

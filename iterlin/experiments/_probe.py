@@ -1,0 +1,33 @@
+"""Compute one experiment at a probe config and store its results: the driver of
+:func:`iterlin.experiments.reference.attest`.
+
+``reference.attest`` runs this file's text as ``python -c <text> NAME SCALE OVERRIDES OUT
+CHECKPOINT_DIR`` twice, once with the code of a reference run's commit first on ``PYTHONPATH`` and
+once with today's, so it uses only what every such commit has: ``registry.resolve``,
+``registry.get(name).load`` / ``.compute`` and ``cache.save_results``. ``OVERRIDES`` is a JSON
+object of knobs (as ``registry.resolve``'s keywords). Besides the results it stores, under the key
+``__package__``, the folder the ``iterlin`` it imported came from, so that the caller can check that
+the code it meant to run is the code that ran.
+"""
+
+import json
+import sys
+
+
+def main(argv):
+    name, scale, overrides, out, checkpoint_dir = argv
+    import numpy as np
+
+    import iterlin
+    from iterlin.cache import save_results
+    from iterlin.experiments import registry
+
+    config = registry.resolve(name, scale, **json.loads(overrides))
+    exp = registry.get(name)
+    results = dict(exp.compute(config, exp.load(config), checkpoint_dir=checkpoint_dir, progress=False))
+    results["__package__"] = np.asarray(iterlin.__file__)
+    save_results(out, results, key=f"probe:{name}:{scale}", config=config)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
