@@ -165,7 +165,9 @@ def parse_seeds(text: str) -> list[int]:
 
 
 def grid(name: str, scale: str, params: Sequence[str] = (), seeds: Sequence[int] | None = None) -> list[dict]:
-    """The resolved configs of a sweep: one per point of ``seeds`` × every ``-p`` value list.
+    """The resolved configs of a sweep, as the JSON-able dicts the jobs and ``sweep.json`` hold
+    (:meth:`iterlin.config.ExperimentConfig.to_dict`): one per point of ``seeds`` × every ``-p``
+    value list.
 
     Every config goes through :func:`iterlin.experiments.resolve`, so a bad value fails here, before
     any job is submitted. ``seeds``: each job runs one seed (``n_seeds = 1`` where the experiment
@@ -196,7 +198,7 @@ def grid(name: str, scale: str, params: Sequence[str] = (), seeds: Sequence[int]
                          + f") is not allowed: at most {MAX_JOBS} jobs")
     configs = []
     for point in itertools.product(*axes.values()):
-        configs.append(registry.resolve(name, scale, **dict(zip(axes, point))))
+        configs.append(registry.resolve(name, scale, **dict(zip(axes, point))).to_dict())
     return configs
 
 
@@ -208,20 +210,21 @@ def grid(name: str, scale: str, params: Sequence[str] = (), seeds: Sequence[int]
 def _write_run(out: Path, results: Mapping, rows: Sequence[Claim]) -> None:
     """``out/results.npz`` (with the config) and ``out/<name>.json`` (the claims rows), atomically."""
     config = results["config"]
-    name = config["experiment"]
     save_results(out / "results.npz", {k: v for k, v in results.items() if k != "config"},
-                 key=f"run:{name}", config=config)
-    publish_claims(name, rows, scale=config["scale"], directory=out)
+                 key=f"run:{config.experiment}", config=config.to_dict())
+    publish_claims(config.experiment, rows, scale=config.scale, directory=out)
 
 
 def run_one(config: Mapping, *, out: str | os.PathLike, cache_dir=None, progress: bool | None = None) -> ClaimsTable:
-    """Compute ``config`` (through the result cache and its checkpoints), write ``out``, return the claims."""
+    """Compute ``config`` (a typed config, or its dict; through the result cache and its
+    checkpoints), write ``out``, return the claims."""
     from .experiments import registry
 
     results = registry.run(config, cache_dir=cache_dir, progress=progress)
-    rows = registry.get(config["experiment"]).claims(results)
+    config = results["config"]
+    rows = registry.get(config.experiment).claims(results)
     _write_run(Path(out), results, rows)
-    return ClaimsTable(config["experiment"], config["scale"], rows)
+    return ClaimsTable(config.experiment, config.scale, rows)
 
 
 class Job:
@@ -444,7 +447,9 @@ def _finished(job: Path, name: str, config: Mapping) -> tuple[dict, list]:
         results = load_results(job / "results.npz", key=f"run:{name}", config=config)
     except CheckpointError as e:
         raise ValueError(str(e)) from None
-    results["config"] = dict(config)
+    from .experiments import registry
+
+    results["config"] = registry.revalidate(config)
     path = job / f"{name}.json"
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))

@@ -1,13 +1,16 @@
-"""Experiment configurations: validation of every knob, and ``resolve``.
+"""Experiment configurations: typed, frozen, validated once in their constructor.
 
-Each experiment module (``iterlin/experiments/<name>.py``) holds its own defaults, ``SCALES =
-{"smoke": {...}, "cpu": {...}, "gpu": {...}, "paper": {...}}`` (the same keys at every scale); this module checks
-and normalises the values a user gives, before any data is read or anything is compiled::
+Each experiment module (``iterlin/experiments/<name>.py``) holds its typed config ``Config`` (an
+:class:`ExperimentConfig`: one field per knob), its defaults ``SCALES = {"smoke": {...}, "cpu":
+{...}, "gpu": {...}, "paper": {...}}`` (every knob at every scale) and ``get_config(scale,
+**overrides)`` beside them (the flax examples' ``configs/default.py`` shape); this module checks and
+normalises the values a user gives, before any data is read or anything is compiled::
 
-    from iterlin.experiments import resolve               # looks up the experiment's SCALES
+    from iterlin.experiments import resolve               # looks up the experiment's Config and SCALES
     config = resolve("fig3", "smoke", K=5e6, lr=None)     # None means "the scale's default"
+    config.K, config.lr                                   # (1, 5000000), 0.05
 
-:func:`resolve` here is the pure function behind it: ``resolve(name, scales, scale, overrides)``.
+:func:`resolve` here is the pure function behind it: ``resolve(Config, scales, scale, overrides)``.
 
 Scales
 ------
@@ -62,28 +65,30 @@ The same name means the same thing in every experiment (:data:`VALIDATORS` check
 Experiment-specific keys (``lr_inf``, ``factor``, ``n_evals``, ``augment``, ...) are documented with
 each experiment in its module. Every count has an upper bound the code can honour (:data:`MAX_TRAIN`,
 :data:`MAX_TEST`, :data:`MAX_EVALS`, :data:`MAX_RUNS`, :data:`iterlin.validate.MAX_STEPS`), and
-:func:`resolve` checks the bounds that involve several knobs: ``steps × factor`` (Fig. 2's
+the constructor checks the bounds that involve several knobs: ``steps × factor`` (Fig. 2's
 mini-batch panel) ≤ 2³¹ − 1, ``seed + n_seeds − 1`` ≤ 2³² − 1, and the number of runs ≤
 :data:`MAX_RUNS`. A new key needs an entry in :data:`VALIDATORS` (a test checks that every default
 of every experiment validates); a list-valued key that should expand a single value
-other than by the rules above gives the experiment an ``expand`` rule (e.g. Fig. 5's ``n_train``:
+other than by the rules above gets a rule in its Config's ``EXPAND`` (e.g. Fig. 5's ``n_train``:
 :func:`halvings`).
 
-The resolved config is a plain JSON-able ``dict`` (ints, floats incl. ``math.inf``, bools,
-strings, ``None`` and lists of these) holding ``experiment`` and ``scale`` and every key of the
-experiment; it is what :mod:`iterlin.cache` hashes, so equal configs mean equal computations.
+A resolved config's :meth:`~ExperimentConfig.to_dict` is a JSON-able ``dict`` (ints, floats incl.
+``math.inf``, bools, strings, ``None`` and lists of these) holding ``experiment`` and ``scale`` and
+every knob; it is what :mod:`iterlin.cache` hashes (so equal configs mean equal computations) and
+what the reference runs store.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, ClassVar, Mapping
 
 from .validate import MAX_SEED, MAX_STEPS, check_choice, check_int, check_K, check_nonnegative, check_positive
 
-__all__ = ["SCALE_NAMES", "VALIDATORS", "MAX_TRAIN", "MAX_TEST", "MAX_EVALS", "MAX_RUNS", "halvings", "resolve",
-           "describe"]
+__all__ = ["SCALE_NAMES", "VALIDATORS", "MAX_TRAIN", "MAX_TEST", "MAX_EVALS", "MAX_RUNS", "ExperimentConfig",
+           "Period", "halvings", "resolve", "describe"]
 
 INF = math.inf
 
@@ -199,6 +204,11 @@ _SEED_WHY = "jax.random.PRNGKey distinguishes exactly the seeds 0 .. 2**32 - 1"
 _RUNS_WHY = f"at most {MAX_RUNS} runs per config"
 
 
+def _or_none(validator: Callable) -> Callable:
+    """``validator``, with None passed through (a knob whose None means "off")."""
+    return lambda value, name, default: None if value is None else validator(value, name, default)
+
+
 def _bool(value: Any, name: str, default: Any) -> bool:
     if not isinstance(value, bool):
         raise ValueError(f"{name}={value!r} is not allowed: {name} must be True or False")
@@ -275,10 +285,12 @@ VALIDATORS: dict[str, Callable[[Any, str, Any], Any]] = {
     "n_val": _scalar(_optional_count),
     "n_main": _scalar(_optional_count),
     # the linear model's sharpness (iterlin.stability): λ_max on the first n_sharpness training images
-    "n_sharpness": _count(1, False, MAX_TRAIN, "CIFAR-10 has 50000 training images"),
-    "sharpness_iters": _int(1, MAX_STEPS, "it is a number of power-iteration steps, and step counters are int32"),
+    # (None, where the experiment's Config allows it: not recorded, e.g. a run from before it existed)
+    "n_sharpness": _or_none(_count(1, False, MAX_TRAIN, "CIFAR-10 has 50000 training images")),
+    "sharpness_iters": _or_none(_int(1, MAX_STEPS, "it is a number of power-iteration steps, and step counters "
+                                     "are int32")),
     # λ_max recorded along training every this many steps (Figs. 2, 3, 6, 7, ksweep, lr)
-    "sharpness_every": _int(1, MAX_STEPS, _STEPS_WHY),
+    "sharpness_every": _or_none(_int(1, MAX_STEPS, _STEPS_WHY)),
     # when to re-linearise (iterlin.experiments.adaptive): the adaptive policy's tolerances
     "tol": _v_tol,
     # the closed-form limit (iterlin.experiments.limit): total flow time T, the re-linearisation counts R
@@ -308,27 +320,109 @@ def _min_count(value: Any) -> int | None:
     return value
 
 
+#: A re-linearisation period: an integer ≥ 1, or ``math.inf`` (never re-linearise).
+Period = int | float
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ExperimentConfig:
+    """The base of every experiment's typed, frozen config (``iterlin/experiments/<name>.py``'s
+    ``Config``), validated once, here, in its constructor.
+
+    A subclass names its experiment (``experiment``, a class variable) and declares one field per
+    knob, in the order of its ``SCALES`` (:func:`describe` prints them so). A field annotated
+    ``tuple[...]`` is list-valued (a sweep): a single value given for it becomes a tuple by the
+    knob's rule (``K`` → ``(1, K)``) or, when the subclass's ``EXPAND`` names the field, by that rule
+    (Fig. 5's ``n_train``: :func:`halvings`). Each value is checked and normalised by its knob's
+    validator (:data:`VALIDATORS`, the messages users see), then the bounds that involve several
+    knobs (:func:`_cross_check`). The layers below trust what they receive.
+
+    ``to_dict()`` is the JSON-able form (lists for tuples, ``experiment`` and ``scale`` first) that
+    the result cache hashes and the reference runs store; ``from_dict`` reads it back (checked
+    again: a file is an entry point).
+    """
+
+    experiment: ClassVar[str] = ""
+    #: ``{field: rule}``: how a single value given for a list-valued field becomes a list.
+    EXPAND: ClassVar[Mapping[str, Callable[[Any], list]]] = {}
+
+    scale: str = "smoke"
+
+    def __post_init__(self):
+        check_choice(self.scale, "scale", SCALE_NAMES)
+        for f in dataclasses.fields(self):
+            if f.name == "scale":
+                continue
+            validator = VALIDATORS.get(f.name)
+            if validator is None:  # a programming error in the experiment's Config, not a user error
+                raise KeyError(f"config key {f.name!r} of {self.experiment} has no validator in "
+                               "iterlin.config.VALIDATORS")
+            listed, value = self.is_list(f.name), getattr(self, f.name)
+            if value is None and "None" not in str(f.type):
+                raise ValueError(f"{f.name}=None is not allowed: {f.name} must be given ({f.type}) in "
+                                 f"{self.experiment}")
+            value = validator(value, f.name, [] if listed else None)
+            if listed and not _is_list(value):
+                value = self.EXPAND.get(f.name, lambda v: [v])(value)
+            object.__setattr__(self, f.name, tuple(value) if listed else value)
+        _cross_check(self.to_dict())
+
+    @classmethod
+    def is_list(cls, name: str) -> bool:
+        """Whether field ``name`` is list-valued (annotated ``tuple[...]``)."""
+        annotation = next(f.type for f in dataclasses.fields(cls) if f.name == name)
+        return str(annotation).startswith("tuple")
+
+    @classmethod
+    def knobs(cls) -> tuple[str, ...]:
+        """The experiment's knobs (every field but ``scale``), in order."""
+        return tuple(f.name for f in dataclasses.fields(cls) if f.name != "scale")
+
+    def to_dict(self) -> dict:
+        """``{"experiment", "scale", <every knob>}``, JSON-able (tuples as lists)."""
+        return {"experiment": self.experiment, "scale": self.scale,
+                **{k: list(v) if isinstance(v, tuple) else v for k, v in ((k, getattr(self, k)) for k in self.knobs())}}
+
+    @classmethod
+    def from_dict(cls, config: Mapping) -> "ExperimentConfig":
+        """The config :meth:`to_dict` wrote, validated again: every knob present, except those with a
+        default (a knob added later whose default means "off", so that a run stored before it
+        existed reads as what it was)."""
+        if not isinstance(config, Mapping) or config.get("experiment") != cls.experiment:
+            raise ValueError(f"config={config!r} is not allowed: it must be a {cls.experiment} config (a dict "
+                             "from to_dict(), with 'experiment' and 'scale')")
+        unknown = sorted(set(config) - set(cls.knobs()) - {"experiment", "scale"})
+        if unknown:
+            raise ValueError(f"{unknown[0]}={config[unknown[0]]!r} is not allowed: {cls.experiment} has no parameter "
+                             f"{unknown[0]!r}; its parameters are: " + ", ".join(sorted(cls.knobs())))
+        missing = sorted(f.name for f in dataclasses.fields(cls) if f.name not in config and f.name != "scale"
+                         and f.default is dataclasses.MISSING)
+        if missing:
+            raise ValueError(f"config of {cls.experiment} is not allowed: it lacks {', '.join(missing)}; its "
+                             "parameters are: " + ", ".join(sorted(cls.knobs())))
+        return cls(scale=config.get("scale"), **{k: config[k] for k in cls.knobs() if k in config})
+
+    def replace(self, **changes: Any) -> "ExperimentConfig":
+        """A copy with ``changes`` applied (validated)."""
+        return dataclasses.replace(self, **changes)
+
+
 def resolve(
-    name: str,
+    cls: type[ExperimentConfig],
     scales: Mapping[str, Mapping[str, Any]],
     scale: str = "smoke",
     overrides: Mapping[str, Any] | None = None,
-    *,
-    expand: Mapping[str, Callable[[Any], list]] | None = None,
-) -> dict:
-    """The config of experiment ``name`` at ``scale``, with ``overrides`` applied and every value checked.
+) -> ExperimentConfig:
+    """The config of experiment ``cls.experiment`` at ``scale``: ``scales[scale]`` with ``overrides``
+    applied, as a ``cls`` (every value checked by its constructor).
 
     Args:
-      name: the experiment's name (stored in the config).
-      scales: the experiment's defaults, ``{"smoke": {...}, "cpu": {...}, "gpu": {...}, "paper": {...}}``.
+      cls: the experiment's :class:`ExperimentConfig` subclass.
+      scales: the experiment's defaults, ``{"smoke": {...}, "cpu": {...}, "gpu": {...}, "paper": {...}}``
+        (each with every knob of ``cls``).
       scale: ``"smoke"`` (default), ``"cpu"``, ``"gpu"`` or ``"paper"``.
       overrides: knob values; ``None`` keeps the scale's default (so a notebook can pass every
         parameter through unchanged). A name the experiment does not use is an error.
-      expand: ``{key: rule}``: how a single value given for a list-valued key becomes a list
-        (after validation); keys not listed: ``K`` → ``[1, K]`` (by the K validator), others ``[v]``.
-
-    Returns:
-      A new JSON-able dict: ``{"experiment": name, "scale": scale, <every key of the experiment>}``.
 
     Raises:
       ValueError naming the parameter, the value given and what is allowed, before any compute:
@@ -343,25 +437,11 @@ def resolve(
     unknown = sorted(k for k in overrides if k not in defaults)
     if unknown:
         raise ValueError(
-            f"{unknown[0]}={overrides[unknown[0]]!r} is not allowed: {name} has no parameter "
+            f"{unknown[0]}={overrides[unknown[0]]!r} is not allowed: {cls.experiment} has no parameter "
             f"{unknown[0]!r}; its parameters are: " + ", ".join(sorted(defaults))
         )
-    expand = dict(expand or {})
-    config: dict[str, Any] = {"experiment": name, "scale": scale}
-    for key, default in defaults.items():
-        value = overrides.get(key)
-        if value is None:
-            value = default
-        validator = VALIDATORS.get(key)
-        if validator is None:  # a programming error in the experiment's SCALES, not a user error
-            raise KeyError(f"config key {key!r} of {name} has no validator in iterlin.config.VALIDATORS")
-        value = validator(value, key, default)
-        if _is_list(default) and not _is_list(value):
-            value = expand.get(key, lambda v: [v])(value)
-        config[key] = value
-
-    _cross_check(config)
-    return config
+    values = {k: default if overrides.get(k) is None else overrides[k] for k, default in defaults.items()}
+    return cls(scale=scale, **values)
 
 
 def _cross_check(config: Mapping[str, Any]) -> None:
@@ -396,8 +476,9 @@ def _cross_check(config: Mapping[str, Any]) -> None:
         )
 
 
-def describe(config: dict) -> str:
-    """One line ``key=value, ...`` (K = ∞ written ``inf``) for printing a resolved config."""
+def describe(config: ExperimentConfig | Mapping) -> str:
+    """One line ``key=value, ...`` (K = ∞ written ``inf``) of a resolved config
+    (:meth:`~ExperimentConfig.to_dict`)."""
 
     def fmt(v: Any) -> str:
         if isinstance(v, float) and math.isinf(v):
@@ -408,4 +489,5 @@ def describe(config: dict) -> str:
             return f"{v:g}"
         return str(v)
 
-    return ", ".join(f"{k}={fmt(v)}" for k, v in config.items())
+    items = config.to_dict() if isinstance(config, ExperimentConfig) else dict(config)
+    return ", ".join(f"{k}={fmt(v)}" for k, v in items.items())

@@ -379,7 +379,7 @@ def _fake_reference(results: Path, name: str, rows, *, current_code: bool, seeds
 
     d = results / name
     d.mkdir(parents=True)
-    config = {"experiment": name, "scale": "cpu", "seed": seeds[0], "n_seeds": len(seeds)}
+    config = registry.resolve(name, "cpu", seed=seeds[0], n_seeds=len(seeds)).to_dict()
     exp = registry.get(name)
     monkeypatch.setitem(registry.EXPERIMENTS, name, exp._replace(claims=lambda results: [Claim(**r) for r in rows]))
     code = code_fingerprint(exp.module, ("load", "compute")) if current_code else "0" * 64

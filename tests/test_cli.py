@@ -120,7 +120,7 @@ def test_sweep_with_the_local_executor_then_collect(tmp_path):
     assert [j.state for j in jobs] == ["done"] * 4
     assert [(j.config["damping"], j.config["seed"]) for j in jobs] == [([0.0], 0), ([0.0], 1), ([1.0], 0), ([1.0], 1)]
     # each job ran its own config: its stored results carry it, and the two seeds differ
-    assert all(j.results["config"] == j.config for j in jobs)
+    assert all(j.results["config"].to_dict() == j.config for j in jobs)
     assert (jobs[0].results["train_rmse"] != jobs[1].results["train_rmse"]).any()
     table = cli.summary_table(jobs)
     assert table.splitlines()[0].split()[:4] == ["job", "damping", "seed", "state"]
@@ -226,7 +226,10 @@ def _fake_job(folder, index, config, *, stored_config=None, rows=()):
     """``<folder>/jobs/<index>`` as a finished job writes it, holding ``stored_config``'s results."""
     import numpy as np
 
-    cli._write_run(folder / "jobs" / str(index), {"config": stored_config or config, "x": np.zeros(2)}, list(rows))
+    from iterlin.experiments import registry
+
+    typed = registry.revalidate(stored_config or config)
+    cli._write_run(folder / "jobs" / str(index), {"config": typed, "x": np.zeros(2)}, list(rows))
 
 
 def _manifest(folder, configs, **extra):
@@ -243,7 +246,7 @@ def test_collect_checks_each_jobs_stored_config_against_the_manifest(tmp_path, c
     jobs = cli.collect(tmp_path)
     assert [j.state for j in jobs] == ["invalid", "done"]
     assert jobs[0].results is None and "holds the results of config" in jobs[0].error and '"seed":5' in jobs[0].error
-    assert jobs[1].results["config"] == configs[1]
+    assert jobs[1].results["config"].to_dict() == configs[1]
     assert cli.main(["collect", str(tmp_path)]) == 1
     assert "job 0 is invalid: cache file" in capsys.readouterr().err
 

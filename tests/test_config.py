@@ -1,5 +1,6 @@
-"""iterlin.config: the pure ``resolve(name, scales, scale, overrides, *, expand)``, every knob's
-validator, and every bad parameter named up front.
+"""iterlin.config: the typed configs (:class:`~iterlin.config.ExperimentConfig`, validated in
+their constructor), the pure ``resolve(Config, scales, scale, overrides)``, every knob's validator,
+and every bad parameter named up front.
 
 The tables here are small stand-ins shaped like the experiments' (a sweep like Fig. 3's, a size
 sweep like Fig. 5's, single values like Fig. 8's, a λ grid like Fig. 9's). That every real
@@ -14,7 +15,9 @@ import math
 
 import pytest
 
-from iterlin.config import MAX_RUNS, SCALE_NAMES, VALIDATORS, describe, halvings, resolve
+import dataclasses
+
+from iterlin.config import MAX_RUNS, SCALE_NAMES, VALIDATORS, ExperimentConfig, describe, halvings, resolve
 
 INF = math.inf
 
@@ -38,8 +41,59 @@ SINGLE = {s: dict(K=15, lr_adam=1e-3, damping=[0.0, 1.0], steps=30, batch_size=N
           for s in SCALE_NAMES}
 
 
-def r(overrides=None, scale="smoke", scales=SWEEP, name="fig3", **kw):
-    return resolve(name, scales, scale, overrides, **kw)
+def config_type(name, scales, expand=None):
+    """A stand-in experiment's typed config: one field per key of ``scales``, a tuple where the
+    default is a list (as the experiments' own ``Config`` classes declare them)."""
+    fields = [(k, "tuple[object, ...]" if isinstance(v, list) else "object | None")
+              for k, v in scales["smoke"].items()]
+    cls = dataclasses.make_dataclass("Config", fields, bases=(ExperimentConfig,), frozen=True, kw_only=True)
+    cls.experiment, cls.EXPAND = name, dict(expand or {})
+    return cls
+
+
+def r(overrides=None, scale="smoke", scales=SWEEP, name="fig3", expand=None):
+    """The resolved config as its dict (:meth:`~iterlin.config.ExperimentConfig.to_dict`)."""
+    return resolve(config_type(name, scales, expand), scales, scale, overrides).to_dict()
+
+
+def test_a_config_is_typed_frozen_and_validated_in_its_constructor():
+    cls = config_type("fig3", WITH_INF)
+    c = resolve(cls, WITH_INF, "smoke", {"K": "inf", "lr": None})
+    assert c.K == (1, INF) and c.lr == 0.05 and c.scale == "smoke" and isinstance(c.K, tuple)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        c.lr = 1.0
+    assert cls.from_dict(c.to_dict()) == c and c.replace(lr=0.1).lr == 0.1
+    with pytest.raises(ValueError, match="lr=-1 is not allowed"):
+        c.replace(lr=-1)  # a copy is validated as the original was
+    with pytest.raises(ValueError, match=r"lr=0 is not allowed"):
+        cls(**{**WITH_INF["smoke"], "lr": 0})  # the constructor itself checks
+    with pytest.raises(ValueError, match=r"it lacks steps; its parameters are: K, augment, batch_size"):
+        cls.from_dict({k: v for k, v in c.to_dict().items() if k != "steps"})
+    with pytest.raises(ValueError, match="it must be a fig3 config"):
+        cls.from_dict({**c.to_dict(), "experiment": "fig5"})
+
+
+def test_a_knob_added_later_reads_as_off_in_a_config_stored_before_it():
+    """A knob with a default (None: off) may be absent from a stored config; None is refused where
+    the field's type does not allow it."""
+    scales = {s: {**d, "n_sharpness": 16} for s, d in SWEEP.items()}
+    fields = [("K", "tuple[object, ...]"), ("lr", "float"), ("steps", "int"), ("batch_size", "int | None"),
+              ("augment", "bool"), ("n_train", "int | None"), ("n_test", "int | None"), ("seed", "int"),
+              ("n_evals", "int"), ("n_sharpness", "int | None", dataclasses.field(default=None))]
+    cls = dataclasses.make_dataclass("Config", fields, bases=(ExperimentConfig,), frozen=True, kw_only=True)
+    cls.experiment = "toy"
+    c = resolve(cls, scales, "smoke", {})
+    assert c.n_sharpness == 16
+    old = {k: v for k, v in c.to_dict().items() if k != "n_sharpness"}
+    assert cls.from_dict(old).n_sharpness is None and cls.from_dict(c.to_dict()) == c
+    strict = config_type("toy", scales)  # n_sharpness: object, no default
+    with pytest.raises(ValueError, match="it lacks n_sharpness"):
+        strict.from_dict(old)
+    typed = dataclasses.make_dataclass("Config", [(n, t) for n, t, *_ in fields[:-1]] + [("n_sharpness", "int")],
+                                       bases=(ExperimentConfig,), frozen=True, kw_only=True)
+    typed.experiment = "toy"
+    with pytest.raises(ValueError, match=r"n_sharpness=None is not allowed: n_sharpness must be given \(int\)"):
+        typed.from_dict({**old, "n_sharpness": None})
 
 
 @pytest.mark.parametrize("scales", [SWEEP, WITH_INF, SIZES, SINGLE])
@@ -165,7 +219,7 @@ def test_unknown_scale_and_parameter_are_named():
 
 def test_a_key_without_validator_is_a_programming_error():
     with pytest.raises(KeyError, match="config key 'colour' of toy has no validator"):
-        resolve("toy", {s: {"colour": "red"} for s in SCALE_NAMES}, "smoke", {})
+        r(scales={s: {"colour": "red"} for s in SCALE_NAMES}, name="toy")
 
 
 def test_batch_size_larger_than_n_train_is_named():

@@ -31,6 +31,7 @@ import jax
 import numpy as np
 import optax
 
+from ..config import ExperimentConfig
 from ..data import Dataset, load_cifar10, quintic
 from ..linearise import linearised_apply
 from ..models import make_model
@@ -85,11 +86,12 @@ class Experiment(NamedTuple):
     load: ``load(config) -> Dataset`` (or a dict of Datasets): the data the computation needs.
     compute: ``compute(config, data, *, checkpoint_dir=None, progress=False) -> results``, a dict
     of NumPy arrays (nested dicts allowed); ``checkpoint_dir`` is a folder unique to the cache key.
-    claims: ``claims(results) -> list[Claim]``, the rows of the notebook's claims cell.
-    expand: ``{key: rule}`` for :func:`iterlin.config.resolve` (a single value given for a
-    list-valued key), e.g. Fig. 5's ``{"n_train": halvings}``.
+    claims: ``claims(results) -> list[Claim]``, the rows of the notebook's claims cell
+    (``results["config"]`` is the config).
     module: the defining module's name; the result cache fingerprints the code that ``load`` and
     ``compute`` reach from it.
+    config: the experiment's typed config, an :class:`iterlin.config.ExperimentConfig` subclass
+    (``load`` and ``compute`` receive one, validated).
     """
 
     name: str
@@ -98,7 +100,7 @@ class Experiment(NamedTuple):
     compute: Callable
     claims: Callable
     module: str
-    expand: Mapping[str, Callable] = {}
+    config: type
 
 
 # ------------------------------------------------------------------------------------------------
@@ -106,9 +108,9 @@ class Experiment(NamedTuple):
 # ------------------------------------------------------------------------------------------------
 
 
-def check_batch(config: Mapping, n: int) -> None:
+def check_batch(config: ExperimentConfig, n: int) -> None:
     """``batch_size <= n`` (the training images loaded), with a message naming batch_size."""
-    bs = config.get("batch_size")
+    bs = getattr(config, "batch_size", None)
     if bs is not None and bs > n:
         raise ValueError(
             f"batch_size={bs} is not allowed: batch_size must be <= n_train={n} (the training "
@@ -116,26 +118,26 @@ def check_batch(config: Mapping, n: int) -> None:
         )
 
 
-def check_sharpness(config: Mapping, data: Dataset) -> Dataset:
+def check_sharpness(config: ExperimentConfig, data: Dataset) -> Dataset:
     """``n_sharpness <= n_train`` (the training images λ_max is measured on are the first ones)."""
-    n, m = data.x_train.shape[0], config["n_sharpness"]
+    n, m = data.x_train.shape[0], config.n_sharpness
     if m > n:
         raise ValueError(f"n_sharpness={m} is not allowed: n_sharpness must be <= n_train={n} "
                          "(the training images loaded)")
     return data
 
 
-def sharpness_callback(config: Mapping, data: Dataset, lr: float | Sequence[float]) -> Callable:
+def sharpness_callback(config: ExperimentConfig, data: Dataset, lr: float | Sequence[float]) -> Callable:
     """The ``callback`` of :func:`cnn_sweep` that records the linear model's sharpness along training
     (:func:`iterlin.stability.sharpness_recorder`): λ_max of (1/M) J_sᵀ H J_s on the first
     M = ``n_sharpness`` training images, at most ``sharpness_iters`` warm-started power iterations,
     at the evaluation points that are multiples of ``sharpness_every``; ``lr`` one rate, or one per
     run of the sweep (seed-major). History keys ``sharpness`` and ``lr_over_bound`` (R, E), NaN at
     the other evaluation points."""
-    m = config["n_sharpness"]
+    m = config.n_sharpness
     x, y = data.x_train[:m], data.y_train[:m]
     return lambda apply_fn, params0: sharpness_recorder(
-        apply_fn, x, y, lr=lr, iters=config["sharpness_iters"], every=config["sharpness_every"])
+        apply_fn, x, y, lr=lr, iters=config.sharpness_iters, every=config.sharpness_every)
 
 
 def merge_callbacks(*factories: Callable) -> Callable:
@@ -160,17 +162,17 @@ def merge_callbacks(*factories: Callable) -> Callable:
     return factory
 
 
-def load_data(config: Mapping) -> Dataset:
-    """CIFAR-10 with ``config["n_train"]`` / ``config["n_test"]`` images (None: all installed)."""
-    data = load_cifar10(config.get("n_train"), config.get("n_test"))
+def load_data(config: ExperimentConfig) -> Dataset:
+    """CIFAR-10 with ``config.n_train`` / ``config.n_test`` images (None: all installed)."""
+    data = load_cifar10(config.n_train, config.n_test)
     check_batch(config, data.x_train.shape[0])
     return data
 
 
-def load_with_probe(config: Mapping) -> Dataset:
+def load_with_probe(config: ExperimentConfig) -> Dataset:
     """CIFAR-10 as :func:`load_data`, and ``n_probe <= n_train`` checked."""
     data = load_data(config)
-    n, p = data.x_train.shape[0], config.get("n_probe")
+    n, p = data.x_train.shape[0], config.n_probe
     if p is not None and p > n:
         raise ValueError(
             f"n_probe={p} is not allowed: n_probe must be <= n_train={n} (the training images loaded), "
@@ -179,10 +181,10 @@ def load_with_probe(config: Mapping) -> Dataset:
     return data
 
 
-def load_quintic(config: Mapping) -> Dataset:
+def load_quintic(config: ExperimentConfig) -> Dataset:
     """The 1-d regression of Fig. 9 (:func:`iterlin.data.quintic`), float64 when ``x64``."""
-    dtype = np.float64 if config["x64"] else np.float32
-    return quintic(config["n_train"], config["n_test"], dtype=dtype)
+    dtype = np.float64 if config.x64 else np.float32
+    return quintic(config.n_train, config.n_test, dtype=dtype)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -228,7 +230,7 @@ def sweep(
     callback: Callable | None = None,
     checkpoint: str | os.PathLike | None = None,
     progress: bool = False,
-    config: Mapping | None = None,
+    config: ExperimentConfig | None = None,
 ) -> dict:
     """R runs of iterative linearisation with SGD, one ``(seed, K[i], lr[i])`` each, in ONE program.
 
@@ -355,13 +357,13 @@ def final_correct(apply_fn: Callable, state, x, y, batch_size: int = 1000) -> di
 FROM_CONFIG = object()
 
 
-def seeds(config: Mapping) -> list[int]:
-    """The seeds of a config: ``seed, seed + 1, …, seed + n_seeds − 1`` (``n_seeds`` default 1)."""
-    return [int(config["seed"]) + i for i in range(int(config.get("n_seeds", 1)))]
+def seeds(config: ExperimentConfig) -> list[int]:
+    """The seeds of a config: ``seed, seed + 1, …, seed + n_seeds − 1``."""
+    return [int(config.seed) + i for i in range(int(config.n_seeds))]
 
 
 def cnn_sweep(
-    config: Mapping,
+    config: ExperimentConfig,
     data: Dataset,
     *,
     K: Sequence | None = None,
@@ -375,9 +377,9 @@ def cnn_sweep(
 ) -> dict:
     """The paper's CNN trained for every seed × K in ONE program (:func:`sweep`); return the history.
 
-    ``config`` gives ``seed`` and ``n_seeds`` (default 1; :func:`seeds`: each seed its own
-    initialisation and batches, :func:`seed_keys`), ``n_evals``, ``n_eval_train`` (training
-    images the training metrics are measured on, default all), ``augment`` (default False) and the
+    ``config`` gives ``seed`` and ``n_seeds`` (:func:`seeds`: each seed its own initialisation and
+    batches, :func:`seed_keys`), ``n_evals``, ``n_eval_train`` (training images the training
+    metrics are measured on; None: all), ``augment`` (False for a config without one) and the
     defaults of ``K`` (list), ``lr``, ``steps`` and ``batch_size``, which the keyword arguments
     override (Fig. 2's mini-batch panel, Fig. 5's extra runs; ``batch_size=None`` is full batch,
     the default :data:`FROM_CONFIG` the config's). ``eval_steps`` defaults to :func:`eval_points`
@@ -390,17 +392,17 @@ def cnn_sweep(
         model = make_model("cnn", init_key)
         inits.append(model.params)
         keys.append(data_key)
-    steps = config["steps"] if steps is None else steps
-    n_eval_train = config.get("n_eval_train")
+    steps = config.steps if steps is None else steps
+    n_eval_train = config.n_eval_train
     history = sweep(
         model.apply_fn, inits if len(inits) > 1 else inits[0], (data.x_train, data.y_train),
-        K=list(config["K"] if K is None else K), lr=config["lr"] if lr is None else lr, steps=steps,
-        batch_size=config["batch_size"] if batch_size is FROM_CONFIG else batch_size,
+        K=list(config.K if K is None else K), lr=config.lr if lr is None else lr, steps=steps,
+        batch_size=config.batch_size if batch_size is FROM_CONFIG else batch_size,
         key=keys if len(keys) > 1 else keys[0], eval_data=(data.x_test, data.y_test),
-        eval_steps=eval_points(steps, config["n_evals"]) if eval_steps is None else eval_steps,
+        eval_steps=eval_points(steps, config.n_evals) if eval_steps is None else eval_steps,
         eval_train_size=None if n_eval_train is None else min(n_eval_train, data.x_train.shape[0]),
-        augment=bool(config.get("augment", False)), callback=callback, checkpoint=checkpoint,
-        progress=progress, config=config,
+        augment=bool(getattr(config, "augment", False)), callback=callback, checkpoint=checkpoint,
+        progress=progress, config=config.to_dict(),
     )
     history["seed"] = np.asarray(seeds(config))[history["seed_index"]]
     return history

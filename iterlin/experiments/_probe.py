@@ -26,7 +26,8 @@ def main(argv):
     exp = registry.get(name)
     results = dict(exp.compute(config, exp.load(config), checkpoint_dir=checkpoint_dir, progress=False))
     results["__package__"] = np.asarray(iterlin.__file__)
-    save_results(out, results, key=f"probe:{name}:{scale}", config=config)
+    stored = config.to_dict() if hasattr(config, "to_dict") else config  # a typed config, or an older dict
+    save_results(out, results, key=f"probe:{name}:{scale}", config=stored)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ placing the updates adaptively reach K = 1's accuracy with fewer of them than th
 does, and where in training does the adaptive rule put them?
 
 Two sweeps (:func:`~iterlin.experiments._common.cnn_sweep`), each ONE vmapped program: every seed
-× fixed K of ``config["K"]`` (K = 1 always in), and every seed × tolerance of ``config["tol"]``
+× fixed K of ``config.K`` (K = 1 always in), and every seed × tolerance of ``config.tol``
 (``adaptive(tol)``, ``min_period = 1``, no cap). The runs of one seed, in both sweeps, share the
 initialisation and the batches (:func:`~iterlin.experiments._common.seed_keys`), so every
 comparison is paired by seed and by test image.
@@ -27,7 +27,7 @@ finite number > 0: tol = 0 would be K = 1 and tol = ∞ K = ∞, both already fi
 ``steps`` (T), ``batch_size``, ``augment``, ``n_train``, ``n_test``, ``seed``, ``n_seeds``,
 ``n_evals``, ``n_eval_train``, and ``n_sharpness``, ``sharpness_iters``, ``sharpness_every`` (the
 linear model's λ_max along every run of both sweeps:
-:func:`~iterlin.experiments._common.sharpness_callback`; absent: not recorded). Conventions:
+:func:`~iterlin.experiments._common.sharpness_callback`; None: not recorded). Conventions:
 :mod:`iterlin.experiments._common`.
 
 Results: ``"fixed"`` and ``"adaptive"``: the two sweep histories (seed-major; the adaptive one
@@ -39,9 +39,10 @@ with −1); over the R = R_f + R_a runs, fixed first then adaptive: ``final_test
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
-from typing import Any, Mapping, Sequence
+from typing import Any, ClassVar, Mapping, Sequence
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -62,6 +63,7 @@ from ..claims import (
     pooled_runs,
     sharpness_claim,
 )
+from ..config import ExperimentConfig, Period, resolve
 from ..data import Dataset
 from ..plotting import CROSS_SIZE, as_1d, bad_argument, bound_panel, check_axes, legend, mean_se, panels, real_array
 from ..relin import adaptive
@@ -77,12 +79,35 @@ from ._common import (
     trained_final,
 )
 
-__all__ = ["SCALES", "EXPERIMENT", "load", "compute", "claims", "per_policy", "fewer_updates", "by_policy",
-           "placement", "even_fraction", "raster", "timing", "EARLY",
-           "accuracy_against_updates", "relin_raster", "placement_dots", "plot"]
+__all__ = ["Config", "get_config", "SCALES", "EXPERIMENT", "load", "compute", "claims", "per_policy", "fewer_updates",
+           "by_policy", "placement", "even_fraction", "raster", "timing", "EARLY", "accuracy_against_updates",
+           "relin_raster", "placement_dots", "plot"]
 
 INF = math.inf
 
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Config(ExperimentConfig):
+    """adaptive's knobs (the module docstring says what each does; :mod:`iterlin.config` checks them)."""
+
+    experiment: ClassVar[str] = "adaptive"
+
+    K: tuple[Period, ...]
+    tol: tuple[float, ...]
+    lr: float
+    steps: int
+    batch_size: int | None
+    augment: bool
+    n_train: int | None
+    n_test: int | None
+    seed: int
+    n_seeds: int
+    n_evals: int
+    n_eval_train: int | None
+    # None (a run from before the record existed): not recorded
+    n_sharpness: int | None = None
+    sharpness_iters: int | None = None
+    sharpness_every: int | None = None
 
 
 SCALES = {
@@ -120,24 +145,30 @@ SCALES = {
     ),
 }
 
-def load(config: Mapping) -> Dataset:
+
+def get_config(scale: str = "smoke", **overrides) -> Config:
+    """The config at ``scale`` (:data:`SCALES`) with ``overrides`` applied (None keeps the default)."""
+    return resolve(Config, SCALES, scale, overrides)
+
+
+def load(config: Config) -> Dataset:
     """CIFAR-10 as :func:`~iterlin.experiments._common.load_data`, and ``n_sharpness <= n_train``
     checked when the sharpness is recorded."""
     data = load_data(config)
-    return check_sharpness(config, data) if config.get("n_sharpness") else data
+    return data if config.n_sharpness is None else check_sharpness(config, data)
 
 #: The fractions of training at which :func:`placement` counts the re-linearisations made so far;
 #: the placement row asks about the first half.
 EARLY = (0.25, 0.5)
 
 
-def compute(config: Mapping, data: Dataset, *, checkpoint_dir=None, progress: bool = False) -> dict:
+def compute(config: Config, data: Dataset, *, checkpoint_dir=None, progress: bool = False) -> dict:
     """The fixed-period sweep and the adaptive sweep, same seeds (see the module docstring)."""
     started = time.perf_counter()
-    callback = sharpness_callback(config, data, config["lr"]) if config.get("n_sharpness") else None
-    fixed = cnn_sweep(config, data, K=list(config["K"]), callback=callback,
+    callback = None if config.n_sharpness is None else sharpness_callback(config, data, config.lr)
+    fixed = cnn_sweep(config, data, K=list(config.K), callback=callback,
                       checkpoint=checkpoint_path(checkpoint_dir, "fixed"), progress=progress)
-    adapt = cnn_sweep(config, data, K=[adaptive(t) for t in config["tol"]], callback=callback,
+    adapt = cnn_sweep(config, data, K=[adaptive(t) for t in config.tol], callback=callback,
                       checkpoint=checkpoint_path(checkpoint_dir, "adaptive"), progress=progress)
     wall = time.perf_counter() - started
     scored = trained_final(fixed)
@@ -336,7 +367,7 @@ def _stability(results: Mapping) -> Claim:
     return sharpness_claim(h)
 
 
-EXPERIMENT = Experiment("adaptive", SCALES, load, compute, claims, __name__)
+EXPERIMENT = Experiment("adaptive", SCALES, load, compute, claims, __name__, Config)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -533,7 +564,7 @@ def plot(results):
     p = placement(results)  # the shares made early, and the even placement's
     bound = "lr_over_bound" in results["fixed"]
     fig, axes = panels(4 if bound else 3, panel_size=(5.2, 4.2),
-                       suptitle=f"CNN on CIFAR-10: when to update features ({results['config']['scale']} "
+                       suptitle=f"CNN on CIFAR-10: when to update features ({results['config'].scale} "
                                 f"scale, T = {s['steps']} steps, {int(results['n_runs'])} runs)")
     left, mid, right = axes[:3]
     if bound:

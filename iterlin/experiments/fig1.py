@@ -83,8 +83,9 @@ Results:
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from typing import Any, Mapping, Sequence
+from typing import Any, ClassVar, Mapping, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -95,6 +96,7 @@ from matplotlib.axes import Axes
 
 from ..claims import UNDECIDED, Claim, divergence_row, exceeds, fmt_K, on_par, verdict
 from ..closed_form import equivalent_damping, gd_filter, gn_filter, gradient_flow_limit, residual_spectrum
+from ..config import ExperimentConfig, Period, resolve
 from ..data import Dataset
 from ..gauss_newton import gauss_newton_train
 from ..linearise import linearised_apply
@@ -130,6 +132,28 @@ __all__ = [
 
 INF = math.inf
 
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Config(ExperimentConfig):
+    """fig1's knobs (the module docstring says what each does; :mod:`iterlin.config` checks them)."""
+
+    experiment: ClassVar[str] = "fig1"
+
+    K: tuple[Period, ...]
+    lr: float
+    steps: int
+    n_relin: int
+    max_relin: int
+    damping: tuple[float, ...]
+    gn_steps: int
+    seed: int
+    n_seeds: int
+    n_train: int | None
+    n_test: int | None
+    n_evals: int
+    x64: bool
+
+
 SCALES = {
     "smoke": dict(
         K=[1, 3, 10, 30, 100, 300, 1000, 10**4, 10**5, 10**6, 10**7, 10**8, 10**9, INF], lr=0.02,
@@ -158,13 +182,18 @@ SCALES = {
     ),
 }
 
+
+def get_config(scale: str = "smoke", **overrides) -> Config:
+    """The config at ``scale`` (:data:`SCALES`) with ``overrides`` applied (None keeps the default)."""
+    return resolve(Config, SCALES, scale, overrides)
+
 #: The periods K drawn in the K ↔ λ panel.
 BRIDGE_K = (10, 100, 1000, 10_000)
 
 load = load_quintic
 
 
-def plan(config: Mapping) -> list[dict]:
+def plan(config: Config) -> list[dict]:
     """How each K of Fig. 1 is trained: a list of ``{"K", "method", "n_relin", "steps"}``.
 
     With T = ``steps``, R = ``n_relin`` and R_max = ``max_relin``:
@@ -178,9 +207,9 @@ def plan(config: Mapping) -> list[dict]:
     * ``"kernel"``: K = ∞, never re-linearise: the linearisation at θ₀ trained to convergence,
       exactly (its minimum-norm solution, Eq. 19 = one Gauss–Newton step from θ₀).
     """
-    T, R, R_max = config["steps"], config["n_relin"], config["max_relin"]
+    T, R, R_max = config.steps, config.n_relin, config.max_relin
     plan = []
-    for K in config["K"]:
+    for K in config.K:
         if math.isinf(K):
             plan.append({"K": math.inf, "method": "kernel", "n_relin": 0, "steps": 0})
         elif math.ceil(T / K) > R_max:
@@ -191,10 +220,10 @@ def plan(config: Mapping) -> list[dict]:
     return plan
 
 
-def gn_damping(config: Mapping) -> list[float]:
+def gn_damping(config: Config) -> list[float]:
     """The λ of the Gauss–Newton runs: 0 (Gauss–Newton, Eq. 5), then every λ > 0 of ``damping``
     (damped Gauss–Newton, Eq. 6), increasing, without repeats."""
-    return [0.0] + sorted({float(v) for v in config["damping"] if v > 0})
+    return [0.0] + sorted({float(v) for v in config.damping if v > 0})
 
 
 #: The literal runs at large K (:func:`literal_plan`): full-batch gradient descent on the linearisations at these
@@ -211,20 +240,20 @@ LITERAL_STEPS = 0.5
 SHARPNESS_ITERS = 50
 
 
-def literal_plan(config: Mapping) -> dict:
+def literal_plan(config: Config) -> dict:
     """The literal gradient-descent runs at large K: ``{"K": [...], "lr": [...], "steps": T'}``.
 
     T' = ⌊``LITERAL_STEPS`` · ``steps``⌋; K: every K of the grid trained by the closed form
     (:func:`plan`'s ``"flow"``), K > 1, that is a power of ten and at most T' (at least one re-linearisation);
     rates: ``LITERAL_RATES`` × ``lr`` (mean-loss rates; η' = lr'/N for the summed loss).
     """
-    T = max(1, int(LITERAL_STEPS * config["steps"]))
+    T = max(1, int(LITERAL_STEPS * config.steps))
     Ks = [p["K"] for p in plan(config) if p["method"] == "flow" and 1 < p["K"] <= T
           and abs(math.log10(p["K"]) - round(math.log10(p["K"]))) < 1e-9]
-    return {"K": Ks, "lr": [f * config["lr"] for f in LITERAL_RATES], "steps": T}
+    return {"K": Ks, "lr": [f * config.lr for f in LITERAL_RATES], "steps": T}
 
 
-def literal_runs(apply_fn, params, data, config: Mapping, *, checkpoint_dir=None, progress: bool = False) -> dict:
+def literal_runs(apply_fn, params, data, config: Config, *, checkpoint_dir=None, progress: bool = False) -> dict:
     """Literal iterative linearisation (Algorithm 1) at large K beside its closed form (the small-lr limit).
 
     For every rate lr' and K of :func:`literal_plan` and every seed (``params`` stacked (S, ...)):
@@ -277,8 +306,8 @@ def literal_runs(apply_fn, params, data, config: Mapping, *, checkpoint_dir=None
     for r, rate in enumerate(rates):
         _, h = train_sweep(apply_fn, stacked, (x, y), K=[k for k in Ks for _ in range(S)], steps=T,
                            optimizer=optax.sgd(rate), loss="mse", eval_data=test_d,
-                           eval_steps=eval_points(T, config["n_evals"]), callback=bound, progress=progress,
-                           config={**config, "literal_lr": rate},
+                           eval_steps=eval_points(T, config.n_evals), callback=bound, progress=progress,
+                           config={**config.to_dict(), "literal_lr": rate},
                            checkpoint=checkpoint_path(checkpoint_dir, f"literal{r}"))
         E = len(h["step"])
         div[r] = np.asarray(h["diverged"]).reshape(NL, S)
@@ -300,7 +329,7 @@ def literal_runs(apply_fn, params, data, config: Mapping, *, checkpoint_dir=None
         reps = NR * len(idx)
         _, h = gauss_newton_train(apply_fn, jax.tree.map(lambda a: jnp.concatenate([a] * reps), params), (x, y),
                                   damping=taus, filter="flow", steps=R, loss="mse", solver="kernel",
-                                  eval_data=test_d, eval_steps=[0, R], progress=progress, config=config,
+                                  eval_data=test_d, eval_steps=[0, R], progress=progress, config=config.to_dict(),
                                   checkpoint=checkpoint_path(checkpoint_dir, f"literal_flow{R}"))
         for key in flow:
             vals = np.asarray(h[key[5:]])[:, -1].reshape(NR, len(idx), S)
@@ -312,7 +341,7 @@ def literal_runs(apply_fn, params, data, config: Mapping, *, checkpoint_dir=None
 
 def _bridge(apply_fn, params0, data, config) -> dict:
     """The K ↔ λ bridge of Sec. 3.3 on the NTK spectrum of the first seed at θ₀."""
-    eta = config["lr"] / data.x_train.shape[0]
+    eta = config.lr / data.x_train.shape[0]
     sigma, coeffs = (np.asarray(a, np.float64) for a in residual_spectrum(
         apply_fn, params0, data.x_train, data.y_train))
     pos = sigma[sigma > sigma.max() * 1e-12]
@@ -334,22 +363,22 @@ def _bridge(apply_fn, params0, data, config) -> dict:
     }
 
 
-def compute(config: Mapping, data: Dataset, *, checkpoint_dir=None, progress: bool = False) -> dict:
+def compute(config: Config, data: Dataset, *, checkpoint_dir=None, progress: bool = False) -> dict:
     """Every K of :func:`plan`, the Gauss–Newton runs and the bridge (see the module docstring)."""
-    seeds = list(range(config["seed"], config["seed"] + config["n_seeds"]))
+    seeds = list(range(config.seed, config.seed + config.n_seeds))
     S = len(seeds)
     runs = plan(config)
-    with x64(config["x64"]):
-        dtype = jnp.float64 if config["x64"] else jnp.float32
+    with x64(config.x64):
+        dtype = jnp.float64 if config.x64 else jnp.float32
         apply_fn, params = quintic_model(seeds, dtype)
         train_d, test_d = (data.x_train, data.y_train), (data.x_test, data.y_test)
         N = data.x_train.shape[0]
-        eta = config["lr"] / N
+        eta = config.lr / N
         NK = len(runs)
         rows = {k: np.full((NK, S), np.nan) for k in (
             "net_train_rmse", "net_test_rmse", "lin_train_rmse", "lin_test_rmse", "net_train_rmse_mid")}
         diverged = np.zeros((NK, S), bool)
-        common = dict(eval_data=test_d, progress=progress, config=config)
+        common = dict(eval_data=test_d, progress=progress, config=config.to_dict())
 
         def store(idx, history, reps):
             # history arrays (len(idx)·S, E), run order: K-major, then seeds
@@ -367,9 +396,9 @@ def compute(config: Mapping, data: Dataset, *, checkpoint_dir=None, progress: bo
         gd = [i for i, p in enumerate(runs) if p["method"] == "gd"]
         if gd:
             Ks = [runs[i]["K"] for i in gd for _ in seeds]
-            _, h = train_sweep(apply_fn, repeat(len(gd)), train_d, K=Ks, steps=config["steps"],
-                               optimizer=optax.sgd(config["lr"]), loss="mse",
-                               eval_steps=eval_points(config["steps"], config["n_evals"]),
+            _, h = train_sweep(apply_fn, repeat(len(gd)), train_d, K=Ks, steps=config.steps,
+                               optimizer=optax.sgd(config.lr), loss="mse",
+                               eval_steps=eval_points(config.steps, config.n_evals),
                                checkpoint=checkpoint_path(checkpoint_dir, "gd"), **common)
             store(gd, h, len(gd))
 
@@ -379,7 +408,7 @@ def compute(config: Mapping, data: Dataset, *, checkpoint_dir=None, progress: bo
             idx = [i for i in flow if runs[i]["n_relin"] == r]
             taus = [runs[i]["K"] * eta for i in idx for _ in seeds]
             _, h = gauss_newton_train(apply_fn, repeat(len(idx)), train_d, damping=taus, filter="flow", steps=r,
-                                      loss="mse", solver="kernel", eval_steps=eval_points(r, config["n_evals"]),
+                                      loss="mse", solver="kernel", eval_steps=eval_points(r, config.n_evals),
                                       checkpoint=checkpoint_path(checkpoint_dir, f"flow{r}"), **common)
             store(idx, h, len(idx))
 
@@ -401,8 +430,8 @@ def compute(config: Mapping, data: Dataset, *, checkpoint_dir=None, progress: bo
         gn_lams = gn_damping(config)
         L = len(gn_lams)
         _, h = gauss_newton_train(apply_fn, repeat(L), train_d, damping=[lam for lam in gn_lams for _ in seeds],
-                                  steps=config["gn_steps"], loss="mse",
-                                  eval_steps=eval_points(config["gn_steps"], config["n_evals"]),
+                                  steps=config.gn_steps, loss="mse",
+                                  eval_steps=eval_points(config.gn_steps, config.n_evals),
                                   checkpoint=checkpoint_path(checkpoint_dir, "gn"), **common)
         E = len(h["step"])
         mid = int(np.searchsorted(h["step"], h["step"][-1] / 2))
@@ -784,7 +813,7 @@ def _damping_row(results: Mapping) -> Claim:
     )
 
 
-EXPERIMENT = Experiment("fig1", SCALES, load, compute, claims, __name__)
+EXPERIMENT = Experiment("fig1", SCALES, load, compute, claims, __name__, Config)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -940,7 +969,7 @@ def plot(results):
     literal = results.get("literal")  # None in results computed before the literal runs
     plot_literal(ax, literal)
     ax.set(yscale="log", ylabel="final test RMSE",
-           title=f"Quintic, MLP 5×50: test RMSE against K ({results['config']['scale']} scale, "
+           title=f"Quintic, MLP 5×50: test RMSE against K ({results['config'].scale} scale, "
                  f"{rmse.shape[1]} seed{'s' if rmse.shape[1] != 1 else ''})")
     legend(ax, loc="upper left", fontsize=7, bbox_to_anchor=(1.01, 1))
     plt.show()

@@ -20,20 +20,47 @@ steps), ``factor``, ``batch_size`` (mini-batch size of the centre panel), ``n_tr
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from typing import Mapping
+from typing import ClassVar, Mapping
 
 import matplotlib.pyplot as plt
 import numpy as np
 
 from ..claims import Claim, divergence_claim, on_par_claim, sharpness_claim
+from ..config import ExperimentConfig, Period, resolve
 from ..data import Dataset
 from ..plotting import bound_panel, legend, panels, plot_sweep
 from ._common import Experiment, check_sharpness, checkpoint_path, cnn_sweep, load_data, sharpness_callback
 
-__all__ = ["SCALES", "EXPERIMENT", "load", "compute", "claims", "minibatch_periods", "full_batch_data", "plot"]
+__all__ = ["Config", "get_config", "SCALES", "EXPERIMENT", "load", "compute", "claims", "minibatch_periods",
+           "full_batch_data", "plot"]
 
 INF = math.inf
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Config(ExperimentConfig):
+    """fig2's knobs (the module docstring says what each does; :mod:`iterlin.config` checks them)."""
+
+    experiment: ClassVar[str] = "fig2"
+
+    K: tuple[Period, ...]
+    lr: float
+    steps: int
+    factor: int
+    batch_size: int | None
+    n_train: int | None
+    n_train_full: int | None
+    n_test: int | None
+    seed: int
+    n_seeds: int
+    n_evals: int
+    n_eval_train: int | None
+    n_sharpness: int
+    sharpness_iters: int
+    sharpness_every: int
+
 
 SCALES = {
     "smoke": dict(
@@ -72,7 +99,12 @@ SCALES = {
     ),
 }
 
-def load(config: Mapping) -> Dataset:
+
+def get_config(scale: str = "smoke", **overrides) -> Config:
+    """The config at ``scale`` (:data:`SCALES`) with ``overrides`` applied (None keeps the default)."""
+    return resolve(Config, SCALES, scale, overrides)
+
+def load(config: Config) -> Dataset:
     """CIFAR-10 as :func:`~iterlin.experiments._common.load_data`, and ``n_sharpness`` checked
     against the full-batch panel's images (:func:`full_batch_data`: λ_max is measured on the first
     ones, the same for both panels)."""
@@ -86,34 +118,34 @@ def minibatch_periods(K, factor: int) -> list:
     return [k if k == 1 else k * factor for k in K]
 
 
-def full_batch_data(config: Mapping, data: Dataset) -> Dataset:
+def full_batch_data(config: Config, data: Dataset) -> Dataset:
     """The full-batch panel's data: the first ``n_train_full`` training images (None, or more than
     loaded: all of them), the same test images."""
-    n = config.get("n_train_full")
+    n = config.n_train_full
     if n is None or n >= data.x_train.shape[0]:
         return data
     return data._replace(x_train=data.x_train[:n], y_train=data.y_train[:n])
 
 
-def _mini_config(config: Mapping) -> dict:
+def _mini_config(config: Config) -> Config:
     """The mini-batch panel's view of ``config`` for its sharpness record: λ_max every
     ``sharpness_every × factor`` steps (its periods are ``factor`` times longer)."""
-    return {**config, "sharpness_every": config["sharpness_every"] * config["factor"]}
+    return config.replace(sharpness_every=config.sharpness_every * config.factor)
 
 
-def compute(config: Mapping, data: Dataset, *, checkpoint_dir=None, progress: bool = False) -> dict:
+def compute(config: Config, data: Dataset, *, checkpoint_dir=None, progress: bool = False) -> dict:
     """Results: ``"full"`` and ``"mini"``, each a :func:`~iterlin.experiments._common.sweep`
     history (``K`` holds that panel's periods) with the sharpness record ``sharpness`` and
     ``lr_over_bound`` (λ_max on the first ``n_sharpness`` training images, the same images for
     both panels); ``"n_test"``; ``"n_train"`` (training images of each panel, (2,): full batch,
     mini-batch). Plot ``mini`` against ``step / factor``."""
-    f = config["factor"]
+    f = config.factor
     full_data = full_batch_data(config, data)
-    full = cnn_sweep(config, full_data, batch_size=None, callback=sharpness_callback(config, full_data, config["lr"]),
+    full = cnn_sweep(config, full_data, batch_size=None, callback=sharpness_callback(config, full_data, config.lr),
                      checkpoint=checkpoint_path(checkpoint_dir, "full"), progress=progress)
-    mini = cnn_sweep(config, data, K=minibatch_periods(config["K"], f), lr=config["lr"] / f,
-                     steps=config["steps"] * f,
-                     callback=sharpness_callback(_mini_config(config), data, config["lr"] / f),
+    mini = cnn_sweep(config, data, K=minibatch_periods(config.K, f), lr=config.lr / f,
+                     steps=config.steps * f,
+                     callback=sharpness_callback(_mini_config(config), data, config.lr / f),
                      checkpoint=checkpoint_path(checkpoint_dir, "mini"), progress=progress)
     return {"full": full, "mini": mini, "n_test": np.asarray(data.x_test.shape[0]),
             "n_train": np.asarray([full_data.x_train.shape[0], data.x_train.shape[0]])}
@@ -134,7 +166,7 @@ def claims(results: Mapping) -> list[Claim]:
     ]
 
 
-EXPERIMENT = Experiment("fig2", SCALES, load, compute, claims, __name__)
+EXPERIMENT = Experiment("fig2", SCALES, load, compute, claims, __name__, Config)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -148,25 +180,25 @@ def plot(results):
     panel's bound 2/λ_max(θ_s) of the linear model along every run, each seed a line; dashed the
     panel's rate η, dotted 3η; a cross where a large-K run's linear model's loss rose inside a block."""
     c = results["config"]
-    f = c["factor"]
+    f = c.factor
     full, mini = results["full"], results["mini"]
     recorded = "lr_over_bound" in full and "lr_over_bound" in mini
     fig, axes = panels(3, 2 if recorded else 1, panel_size=(5, 4), squeeze=False,
-                       suptitle=f"CNN on CIFAR-10 ({c['scale']} scale)")
+                       suptitle=f"CNN on CIFAR-10 ({c.scale} scale)")
     top = axes[0]
     for ax in top[1:]:
         ax.sharey(top[0])
     series = [
         (top[0], full, "full batch", {}),
-        (top[1], mini, f"mini-batch ({c['batch_size']})", {}),
+        (top[1], mini, f"mini-batch ({c.batch_size})", {}),
         (top[2], full, "full batch", {}),
         (top[2], mini, "mini-batch", dict(step_scale=1 / f, linestyle=":")),  # against step / factor
     ]
     for ax, h, name, style in series:
         plot_sweep(ax, h, "net_test_acc", label=name + ", K = {K}", diverged_label=None, **style)
     n_full, n_mini = results["n_train"]
-    top[0].set(title=f"full batch ({n_full} images), lr {c['lr']:g}", xlabel="step", ylabel="test accuracy (%)")
-    top[1].set(title=f"mini-batch ({n_mini} images), lr {c['lr'] / f:g}, K × {f}", xlabel="step")
+    top[0].set(title=f"full batch ({n_full} images), lr {c.lr:g}", xlabel="step", ylabel="test accuracy (%)")
+    top[1].set(title=f"mini-batch ({n_mini} images), lr {c.lr / f:g}, K × {f}", xlabel="step")
     top[2].set(title=f"comparison (mini-batch steps ÷ {f})", xlabel="full-batch step")
     for ax in top:
         legend(ax)

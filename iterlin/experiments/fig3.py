@@ -17,18 +17,43 @@ trained) for the large K.
 
 from __future__ import annotations
 
-from typing import Mapping
+import dataclasses
+from typing import ClassVar, Mapping
 
 import matplotlib.pyplot as plt
 import numpy as np
 
 from ..claims import UNDECIDED, UNSTABLE, Claim, divergence_claim, fmt_K, on_par_claim, sharpness_claim, verdict
+from ..config import ExperimentConfig, Period, resolve
 from ..data import Dataset
 from ..plotting import bound_panel, legend, panels, plot_sweep
 from ..stats import pct, runs_of
 from ._common import STABLE, Experiment, check_sharpness, checkpoint_path, cnn_sweep, load_data, sharpness_callback
 
-__all__ = ["SCALES", "EXPERIMENT", "load", "compute", "claims", "plot"]
+__all__ = ["Config", "get_config", "SCALES", "EXPERIMENT", "load", "compute", "claims", "plot"]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Config(ExperimentConfig):
+    """fig3's knobs (the module docstring says what each does; :mod:`iterlin.config` checks them)."""
+
+    experiment: ClassVar[str] = "fig3"
+
+    K: tuple[Period, ...]
+    lr: float
+    steps: int
+    batch_size: int | None
+    augment: bool
+    n_train: int | None
+    n_test: int | None
+    seed: int
+    n_seeds: int
+    n_evals: int
+    n_eval_train: int | None
+    n_sharpness: int
+    sharpness_iters: int
+    sharpness_every: int
+
 
 SCALES = {
     "smoke": dict(
@@ -61,15 +86,20 @@ SCALES = {
 }
 
 
-def load(config: Mapping) -> Dataset:
+def get_config(scale: str = "smoke", **overrides) -> Config:
+    """The config at ``scale`` (:data:`SCALES`) with ``overrides`` applied (None keeps the default)."""
+    return resolve(Config, SCALES, scale, overrides)
+
+
+def load(config: Config) -> Dataset:
     """CIFAR-10 as :func:`~iterlin.experiments._common.load_data`, and ``n_sharpness <= n_train`` checked."""
     return check_sharpness(config, load_data(config))
 
 
-def compute(config: Mapping, data: Dataset, *, checkpoint_dir=None, progress: bool = False) -> dict:
-    """Every K of ``config["K"]`` in one program, the sharpness recorded along every run (see the
+def compute(config: Config, data: Dataset, *, checkpoint_dir=None, progress: bool = False) -> dict:
+    """Every K of ``config.K`` in one program, the sharpness recorded along every run (see the
     module docstring for the results)."""
-    runs = cnn_sweep(config, data, callback=sharpness_callback(config, data, config["lr"]),
+    runs = cnn_sweep(config, data, callback=sharpness_callback(config, data, config.lr),
                      checkpoint=checkpoint_path(checkpoint_dir, "runs"), progress=progress)
     return {"runs": runs, "n_test": np.asarray(data.x_test.shape[0])}
 
@@ -79,14 +109,14 @@ def claims(results: Mapping) -> list[Claim]:
     test images); 82.3 % at paper scale; 8–12 updates suffice (on par within the shared ±2 points,
     :data:`~iterlin.claims.ON_PAR`, with ≤ 12 re-linearisations)."""
     h = results["runs"]
-    config = results.get("config", {})
+    config = results["config"]
     K, acc = np.asarray(h["K"]), np.asarray(h["net_test_acc"], np.float64)[:, -1]
     gap = on_par_claim("SGD + augmentation: large K ends under 1 point from K = 1", "82.3 % vs 81.4 % (Δ 0.9 pts)",
                        h, n_test=int(results["n_test"]), tol=0.01)
     k1 = acc[runs_of(h, 1)].mean()
     top = Claim(
         "K = 1 reaches 82.3 % test accuracy", "82.3 %", f"{pct(k1)} (mean over seeds)",
-        verdict(abs(k1 - 0.823) <= 0.02, applicable=config.get("scale") == "paper"),
+        verdict(abs(k1 - 0.823) <= 0.02, applicable=config.scale == "paper"),
         "|Δ| ≤ 2 points; judged only at scale 'paper' (fewer images and steps here)",
     )
     j = runs_of(h, K.max())[0]
@@ -104,7 +134,7 @@ def claims(results: Mapping) -> list[Claim]:
     return [gap, top, few, sharpness_claim(h), divergence_claim({"runs": h})]
 
 
-EXPERIMENT = Experiment("fig3", SCALES, load, compute, claims, __name__)
+EXPERIMENT = Experiment("fig3", SCALES, load, compute, claims, __name__, Config)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -126,7 +156,7 @@ def plot(results):
     plot_sweep(ax, h, "lin_test_acc", linestyle="--", marker=None, color=lines, select=lambda K: K > 1,
                label="K = {K}: linearised model", diverged_label=None)
     ax.set(xlabel="step", ylabel="test accuracy (%)",
-           title=f"CNN, SGD + augmentation ({results['config']['scale']} scale)")
+           title=f"CNN, SGD + augmentation ({results['config'].scale} scale)")
     legend(ax)
     if recorded:
         bound_panel(axes[0, 1], h)

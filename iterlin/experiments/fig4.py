@@ -48,8 +48,9 @@ test image correctly (for paired comparisons); and ``"n_test"``.
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from typing import Callable, Mapping
+from typing import Callable, ClassVar, Mapping
 
 import jax
 import jax.numpy as jnp
@@ -58,6 +59,7 @@ import numpy as np
 import optax
 
 from ..claims import UNDECIDED, Claim, divergence_claim, on_par_claim, sharpness_claim
+from ..config import ExperimentConfig, Period, resolve
 from ..data import Dataset
 from ..failures import EXPLODING, exploded_runs
 from ..losses import get_loss
@@ -83,6 +85,32 @@ __all__ = [
 ]
 
 INF = math.inf
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Config(ExperimentConfig):
+    """fig4's knobs (the module docstring says what each does; :mod:`iterlin.config` checks them)."""
+
+    experiment: ClassVar[str] = "fig4"
+
+    K: tuple[Period, ...]
+    lr: float
+    K_bn: tuple[Period, ...]
+    lr_bn: float
+    augment_bn: bool
+    bn_mode: str
+    steps: int
+    batch_size: int | None
+    n_train: int | None
+    n_test: int | None
+    seed: int
+    n_seeds: int
+    n_evals: int
+    n_eval_train: int | None
+    n_sharpness: int
+    sharpness_iters: int
+    sharpness_every: int
+
 
 SCALES = {
     "smoke": dict(
@@ -128,13 +156,18 @@ SCALES = {
     ),
 }
 
+
+def get_config(scale: str = "smoke", **overrides) -> Config:
+    """The config at ``scale`` (:data:`SCALES`) with ``overrides`` applied (None keeps the default)."""
+    return resolve(Config, SCALES, scale, overrides)
+
 #: The panels of Fig. 4: results key → (model name, config key of K, of lr, of augmentation or None).
 PANELS = {
     "no_bn": ("resnet18", "K", "lr", None),
     "bn": ("resnet18_bn", "K_bn", "lr_bn", "augment_bn"),
 }
 
-def load(config: Mapping) -> Dataset:
+def load(config: Config) -> Dataset:
     """CIFAR-10 as :func:`~iterlin.experiments._common.load_data`, and ``n_sharpness <= n_train`` checked."""
     return check_sharpness(config, load_data(config))
 
@@ -173,16 +206,16 @@ def net_test_callback(apply_fn: Callable, x, y, batch_size: int = 1000) -> Calla
     return callback
 
 
-def compute(config: Mapping, data: Dataset, *, checkpoint_dir=None, progress: bool = False) -> dict:
+def compute(config: Config, data: Dataset, *, checkpoint_dir=None, progress: bool = False) -> dict:
     """Both panels, each one sweep over every seed × K (see the module docstring)."""
-    steps = eval_points(config["steps"], config["n_evals"])
-    n_eval_train = config.get("n_eval_train")
+    steps = eval_points(config.steps, config.n_evals)
+    n_eval_train = config.n_eval_train
     eval_train_size = None if n_eval_train is None else min(n_eval_train, data.x_train.shape[0])
     seed_list = seeds(config)
     out: dict = {"n_test": np.asarray(data.x_test.shape[0])}
     for panel, (name, k_key, lr_key, aug_key) in PANELS.items():
-        Ks = list(config[k_key])
-        bn_mode = config["bn_mode"] if name == "resnet18_bn" else None
+        Ks = list(getattr(config, k_key))
+        bn_mode = config.bn_mode if name == "resnet18_bn" else None
         inits, keys = [], []
         for s in seed_list:
             init_key, data_key = seed_keys(s)
@@ -192,18 +225,18 @@ def compute(config: Mapping, data: Dataset, *, checkpoint_dir=None, progress: bo
         params = tree_stack(inits)
         _, hist = train_sweep(
             model.apply_fn, params, (data.x_train, data.y_train), K=Ks * len(seed_list),
-            steps=config["steps"], optimizer=optax.sgd(config[lr_key]), loss="ce", batch_size=config["batch_size"],
+            steps=config.steps, optimizer=optax.sgd(getattr(config, lr_key)), loss="ce", batch_size=config.batch_size,
             key=jnp.stack(keys), refresh=model.refresh, eval_steps=steps, eval_train_size=eval_train_size,
-            augment=bool(config[aug_key]) if aug_key else False,
+            augment=bool(getattr(config, aug_key)) if aug_key else False,
             callback=merge_callbacks(
-                sharpness_callback(config, data, config[lr_key]),
+                sharpness_callback(config, data, getattr(config, lr_key)),
                 lambda apply_fn, params0: net_test_callback(apply_fn, data.x_test, data.y_test),
             )(model.apply_fn, params),
-            checkpoint=checkpoint_path(checkpoint_dir, panel), progress=progress, config=dict(config),
+            checkpoint=checkpoint_path(checkpoint_dir, panel), progress=progress, config=config.to_dict(),
         )
         hist["net_test_correct"] = np.asarray(hist.pop("net_test_correct"), bool)[:, -1, :]
         hist["K"] = np.tile(np.asarray([float(k) for k in Ks], np.float64), len(seed_list))
-        hist["lr"] = np.full(len(Ks) * len(seed_list), float(config[lr_key]))
+        hist["lr"] = np.full(len(Ks) * len(seed_list), float(getattr(config, lr_key)))
         hist["seed_index"] = np.repeat(np.arange(len(seed_list)), len(Ks))
         hist["seed"] = np.asarray(seed_list)[hist["seed_index"]]
         out[panel] = hist
@@ -272,7 +305,7 @@ def claims(results: Mapping) -> list[Claim]:
     return rows
 
 
-EXPERIMENT = Experiment("fig4", SCALES, load, compute, claims, __name__)
+EXPERIMENT = Experiment("fig4", SCALES, load, compute, claims, __name__, Config)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -286,10 +319,10 @@ def plot(results):
     curve stays at its last finite state). Bottom (when the run records the sharpness): the linear
     model's bound 2/λ_max(θ_s) per run against η (:func:`iterlin.plotting.bound_panel`)."""
     titles = {"no_bn": "no BatchNorm, no augmentation",
-              "bn": f"BatchNorm ({results['config']['bn_mode']} statistics) + augmentation"}
+              "bn": f"BatchNorm ({results['config'].bn_mode} statistics) + augmentation"}
     bounds = all("lr_over_bound" in results[key] for key in titles)
     fig, axes = panels(2, 3 if bounds else 2, squeeze=False,
-                       suptitle=f"ResNet-18 on CIFAR-10 ({results['config']['scale']} scale)")
+                       suptitle=f"ResNet-18 on CIFAR-10 ({results['config'].scale} scale)")
     for col, (key, title) in enumerate(titles.items()):
         if bounds:
             bound_panel(axes[2, col], results[key])

@@ -11,8 +11,8 @@ of the K = ∞ run and of its K = 1 control), ``steps`` (per run, enough to fit 
 each run's early-stopping point, :func:`load`; None: the best test accuracy, the paper's "optimal"
 early stopping), ``seed``, ``n_seeds``, ``n_evals``, ``n_eval_train``, and ``n_sharpness``,
 ``sharpness_iters``, ``sharpness_every`` (the linear model's λ_max along every run, on the first
-``n_sharpness`` images of each training set: :func:`~iterlin.experiments._common.sharpness_callback`;
-None or absent: not recorded). ``n_train=[None]``
+``n_sharpness`` images of each training set: :func:`~iterlin.experiments._common.sharpness_callback`).
+``n_train=[None]``
 ("all") derives the sizes from the installed copy: six halvings of every installed image but the
 held-out ones, n/32 … n (printed when loaded).
 
@@ -23,15 +23,16 @@ finite K, the linear model f_lin_0(θ) for K = ∞ (the fixed-NTK model, as Fig.
 ``final_train_acc`` (N, R) of that same model; ``diverged`` (N, R); with ``n_val``,
 ``stopped_test_acc`` (N, R): the test accuracy of that model at the evaluation point where its
 accuracy on the ``n_val`` held-out images (``"n_val"``) was highest (:func:`stopped_at_best`),
-and the histories record ``net_val_acc``/``lin_val_acc``; with ``n_sharpness``, the histories
-record ``sharpness`` and ``lr_over_bound`` (R, E); and ``"histories"``: the sweep history
+and the histories record ``net_val_acc``/``lin_val_acc``; the histories record ``sharpness``
+and ``lr_over_bound`` (R, E); and ``"histories"``: the sweep history
 of each size, keyed by the size as a string. The claims use :func:`stopped`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from typing import Mapping, NamedTuple
+from typing import ClassVar, Mapping, NamedTuple
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -51,7 +52,7 @@ from ..claims import (
     sharpness_claim,
     verdict,
 )
-from ..config import halvings
+from ..config import ExperimentConfig, Period, halvings, resolve
 from ..data import Dataset, load_cifar10
 from ..plotting import bound_panel, legend, panels, plot_sweep, set_log_ticks
 from ..probes import heldout_tracker
@@ -68,8 +69,33 @@ from ._common import (
     sharpness_callback,
 )
 
-__all__ = ["SCALES", "EXPERIMENT", "SizedData", "load", "compute", "claims", "runs", "stopped_at_best", "stopped",
-           "off_lr", "by_size", "gain_difference", "plot"]
+__all__ = ["Config", "get_config", "SCALES", "EXPERIMENT", "SizedData", "load", "compute", "claims", "runs",
+           "stopped_at_best", "stopped", "off_lr", "by_size", "gain_difference", "plot"]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Config(ExperimentConfig):
+    """fig5's knobs (the module docstring says what each does; :mod:`iterlin.config` checks them)."""
+
+    experiment: ClassVar[str] = "fig5"
+    EXPAND: ClassVar[Mapping] = {"n_train": halvings}
+
+    K: tuple[Period, ...]
+    lr: float
+    lr_inf: float
+    steps: int
+    batch_size: int | None
+    n_train: tuple[int | None, ...]
+    n_test: int | None
+    n_val: int | None
+    seed: int
+    n_seeds: int
+    n_evals: int
+    n_eval_train: int | None
+    n_sharpness: int
+    sharpness_iters: int
+    sharpness_every: int
+
 
 SCALES = {
     "smoke": dict(
@@ -113,6 +139,11 @@ SCALES = {
     ),
 }
 
+
+def get_config(scale: str = "smoke", **overrides) -> Config:
+    """The config at ``scale`` (:data:`SCALES`) with ``overrides`` applied (None keeps the default)."""
+    return resolve(Config, SCALES, scale, overrides)
+
 #: Sizes derived from the installed copy for ``n_train=[None]``: n / 2^i for i < DERIVED_SIZES.
 DERIVED_SIZES = 6
 
@@ -127,15 +158,15 @@ class SizedData(NamedTuple):
     heldout: Dataset | None = None
 
 
-def load(config: Mapping) -> SizedData:
+def load(config: Config) -> SizedData:
     """The training sets, each the first n installed images, and the held-out images.
 
     ``[None]`` ("all"): six halvings of every installed training image but the ``n_val`` held out,
     n/32 … n (printed). ``n_val``: the images right after the largest training set, ``[n_max,
     n_max + n_val)`` (the same images on every copy that holds them, the full archive or a subset);
     a ValueError names ``n_val`` when fewer are installed."""
-    sizes = list(config["n_train"])
-    n_val = config.get("n_val") or 0
+    sizes = list(config.n_train)
+    n_val = config.n_val or 0
     if sizes == [None]:
         n = load_cifar10(None, 1).x_train.shape[0] - n_val
         sizes = sorted({max(1, n // 2**i) for i in range(DERIVED_SIZES)})
@@ -143,12 +174,11 @@ def load(config: Mapping) -> SizedData:
               + (f" less {n_val} held out" if n_val else "") + f": {sizes}")
     out = {}
     for n in sizes:
-        d = load_cifar10(n, config["n_test"])
+        d = load_cifar10(n, config.n_test)
         out[str(d.x_train.shape[0])] = d
     smallest = min(out.values(), key=lambda d: d.x_train.shape[0])
     check_batch(config, smallest.x_train.shape[0])
-    if config.get("n_sharpness"):
-        check_sharpness(config, smallest)
+    check_sharpness(config, smallest)
     if not n_val:
         return SizedData(out)
     top = max(int(n) for n in out)
@@ -161,12 +191,12 @@ def load(config: Mapping) -> SizedData:
     return SizedData(out, Dataset(pool.x_train[top:], pool.y_train[top:], test.x_test, test.y_test))
 
 
-def runs(config: Mapping) -> list[tuple[float, float]]:
+def runs(config: Config) -> list[tuple[float, float]]:
     """The (K, lr) pairs of Fig. 5: every K at ``lr``, then K = ∞ and a K = 1 control at ``lr_inf``.
 
     Duplicates (e.g. when ``lr_inf == lr``) are run once.
     """
-    pairs = [(float(k), config["lr"]) for k in config["K"]] + [(math.inf, config["lr_inf"]), (1.0, config["lr_inf"])]
+    pairs = [(float(k), config.lr) for k in config.K] + [(math.inf, config.lr_inf), (1.0, config.lr_inf)]
     out = []
     for p in pairs:
         if p not in out:
@@ -174,7 +204,7 @@ def runs(config: Mapping) -> list[tuple[float, float]]:
     return out
 
 
-def compute(config: Mapping, data: SizedData, *, checkpoint_dir=None, progress: bool = False) -> dict:
+def compute(config: Config, data: SizedData, *, checkpoint_dir=None, progress: bool = False) -> dict:
     """Every seed × (K, lr) of :func:`runs` in one program per training-set size, each run scored on
     the held-out images at every evaluation point when ``data.heldout`` is given."""
     pairs = runs(config)
@@ -182,11 +212,11 @@ def compute(config: Mapping, data: SizedData, *, checkpoint_dir=None, progress: 
     sizes = sorted(data.by_size, key=int)
     held = data.heldout
 
-    def callback(n):  # the held-out tracker and the sharpness record, each when configured
+    def callback(n):  # the held-out tracker (when configured) and the sharpness record
         parts = [] if held is None else [lambda f, p0: heldout_tracker(f, held.x_train, held.y_train)]
-        if config.get("n_sharpness"):  # one rate per run, seed-major as the sweep orders its runs
-            parts.append(sharpness_callback(config, data.by_size[n], lrs * len(seeds(config))))
-        return merge_callbacks(*parts) if parts else None
+        # one rate per run, seed-major as the sweep orders its runs
+        parts.append(sharpness_callback(config, data.by_size[n], lrs * len(seeds(config))))
+        return merge_callbacks(*parts)
 
     histories = {
         n: cnn_sweep(config, data.by_size[n], K=Ks, lr=lrs, callback=callback(n),
@@ -268,8 +298,7 @@ def claims(results: Mapping) -> list[Claim]:
     K, lr = np.asarray(results["K"]), np.asarray(results["lr"])
     best, how = stopped(results)  # (N, R)
     sizes = np.asarray(results["n_train"])
-    config = results.get("config", {})
-    lr0, lr_inf = config.get("lr", lr[0]), config.get("lr_inf", lr[np.flatnonzero(np.isinf(K))[0]])
+    lr0, lr_inf = results["config"].lr, results["config"].lr_inf
     h = {"K": K, "lr": lr}
     gain = _gain(best)
     span = f"n={int(sizes[0])}→{int(sizes[-1])}"
@@ -329,7 +358,7 @@ def claims(results: Mapping) -> list[Claim]:
 SCALING_TOL = 0.03
 
 
-EXPERIMENT = Experiment("fig5", SCALES, load, compute, claims, __name__, expand={"n_train": halvings})
+EXPERIMENT = Experiment("fig5", SCALES, load, compute, claims, __name__, Config)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -351,8 +380,8 @@ def by_size(results: Mapping, metric: str) -> dict:
 
 def off_lr(results: Mapping) -> np.ndarray:
     """(R,) bool: the runs trained at a learning rate other than ``lr`` (the K = ∞ run and its K = 1
-    control when ``lr_inf`` ≠ ``lr``; drawn dashed). ``results["config"]["lr"]`` is ``lr``."""
-    return np.asarray(results["lr"], np.float64) != float(results["config"]["lr"])
+    control when ``lr_inf`` ≠ ``lr``; drawn dashed). ``results["config"].lr`` is ``lr``."""
+    return np.asarray(results["lr"], np.float64) != float(results["config"].lr)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -373,7 +402,7 @@ def plot(results):
     largest = results["histories"][str(int(n[-1]))]
     bound = "lr_over_bound" in largest
     fig, axes = panels(3 if bound else 2,
-                       suptitle=f"Data scaling of the CNN on CIFAR-10 ({results['config']['scale']} scale)")
+                       suptitle=f"Data scaling of the CNN on CIFAR-10 ({results['config'].scale} scale)")
     left, right = axes[0], axes[1]
     if bound:
         bound_panel(axes[2], largest, title=f"n={int(n[-1])}: ", label="K = {K}, lr {lr}")

@@ -26,13 +26,15 @@ the trackers take θ_0 explicitly.
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from typing import Mapping
+from typing import ClassVar, Mapping
 
 import matplotlib.pyplot as plt
 import numpy as np
 
 from ..claims import EXCEEDS_RULE, NA, UNSTABLE, Claim, divergence_claim, exceeds, fmt_K, only_k1_rows, sharpness_claim
+from ..config import ExperimentConfig, Period, resolve
 from ..data import Dataset
 from ..failures import unstable_among
 from ..models import cnn_features
@@ -61,6 +63,30 @@ __all__ = [
 #: 13 s at n = 2000 but 135 s at n = 4660.
 PROBE_CAP = 2000
 
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Config(ExperimentConfig):
+    """fig6's knobs (the module docstring says what each does; :mod:`iterlin.config` checks them)."""
+
+    experiment: ClassVar[str] = "fig6"
+
+    K: tuple[Period, ...]
+    lr: float
+    steps: int
+    batch_size: int | None
+    augment: bool
+    n_train: int | None
+    n_test: int | None
+    n_probe: int | None
+    seed: int
+    n_seeds: int
+    n_evals: int
+    n_eval_train: int | None
+    n_sharpness: int
+    sharpness_iters: int
+    sharpness_every: int
+
+
 SCALES = {
     "smoke": dict(
         K=[1, 8], lr=0.05, steps=24, batch_size=32, augment=False, n_train=256, n_test=200, n_probe=None,
@@ -82,18 +108,23 @@ SCALES = {
     ),
 }
 
+
+def get_config(scale: str = "smoke", **overrides) -> Config:
+    """The config at ``scale`` (:data:`SCALES`) with ``overrides`` applied (None keeps the default)."""
+    return resolve(Config, SCALES, scale, overrides)
+
 #: The probed layers (keys of :func:`iterlin.models.cnn_features`).
 PROBE_LAYERS = ("layer1", "layer2")
 
 
-def probe_size(config: Mapping, n_train: int) -> int:
+def probe_size(config: Config, n_train: int) -> int:
     """The number of training images the probes of ``config`` are fitted on (the first ones).
 
-    ``config["n_probe"]`` None: every one of the ``n_train`` images loaded, at most
+    ``config.n_probe`` None: every one of the ``n_train`` images loaded, at most
     :data:`PROBE_CAP`, i.e. ``min(n_train, PROBE_CAP)``; an explicit ``n_probe`` must be ≤
     ``n_train`` (a ValueError names both otherwise).
     """
-    n_train, n_probe = int(n_train), config.get("n_probe")
+    n_train, n_probe = int(n_train), config.n_probe
     if n_probe is None:
         return min(n_train, PROBE_CAP)
     if int(n_probe) > n_train:
@@ -104,7 +135,7 @@ def probe_size(config: Mapping, n_train: int) -> int:
     return int(n_probe)
 
 
-def load(config: Mapping) -> Dataset:
+def load(config: Config) -> Dataset:
     """CIFAR-10 as :func:`~iterlin.experiments._common.load_data`, ``n_probe`` checked against it
     (:func:`probe_size`)."""
     data = check_sharpness(config, load_data(config))
@@ -112,13 +143,13 @@ def load(config: Mapping) -> Dataset:
     return data
 
 
-def compute(config: Mapping, data: Dataset, *, checkpoint_dir=None, progress: bool = False) -> dict:
+def compute(config: Config, data: Dataset, *, checkpoint_dir=None, progress: bool = False) -> dict:
     """Every seed × K in one program, the probes fitted and the sharpness recorded at each evaluation
     point (module docstring)."""
     n = probe_size(config, data.x_train.shape[0])
     tracker = probe_tracker(cnn_features, (data.x_train[:n], data.y_train[:n]), (data.x_test, data.y_test),
-                            layers=PROBE_LAYERS, seed=config["seed"])
-    callback = merge_callbacks(lambda f, p0: tracker, sharpness_callback(config, data, config["lr"]))
+                            layers=PROBE_LAYERS, seed=config.seed)
+    callback = merge_callbacks(lambda f, p0: tracker, sharpness_callback(config, data, config.lr))
     runs = cnn_sweep(config, data, callback=callback, checkpoint=checkpoint_path(checkpoint_dir, "runs"),
                      progress=progress)
     return {"runs": runs, "n_probe": np.asarray(n), "n_test": np.asarray(data.x_test.shape[0])}
@@ -215,7 +246,7 @@ def claims(results: Mapping) -> list[Claim]:
     return [*rows, sharpness_claim(h), divergence_claim({"runs": h})]
 
 
-EXPERIMENT = Experiment("fig6", SCALES, load, compute, claims, __name__)
+EXPERIMENT = Experiment("fig6", SCALES, load, compute, claims, __name__, Config)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -263,7 +294,7 @@ def plot(results):
     h = results["runs"]
     fig, axes = panels(2, sharey=True,
                        suptitle=f"CNN on CIFAR-10, probes on {int(results['n_probe'])} training images, scored on "
-                                f"{int(results['n_test'])} test images ({results['config']['scale']} scale)")
+                                f"{int(results['n_test'])} test images ({results['config'].scale} scale)")
     for ax, layer, title in zip(axes, PROBE_LAYERS, ("first-layer features", "second-layer features")):
         plot_sweep(ax, h, f"probe_{layer}_test_acc")
         ax.set(xlabel="step", title=f"linear probe on {title}")

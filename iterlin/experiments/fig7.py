@@ -25,14 +25,16 @@ the trackers take θ_0 explicitly.
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from typing import Any, Mapping, Sequence
+from typing import Any, ClassVar, Mapping, Sequence
 
 import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.figure import Figure
 
 from ..claims import NA, UNDECIDED, UNSTABLE, Claim, beyond, divergence_claim, fmt_K, only_k1_rows, sharpness_claim
+from ..config import ExperimentConfig, Period, resolve
 from ..data import Dataset
 from ..failures import unstable_among
 from ..plotting import (
@@ -64,6 +66,29 @@ __all__ = [
     "match_report", "filter_grid", "plot",
 ]
 
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Config(ExperimentConfig):
+    """fig7's knobs (the module docstring says what each does; :mod:`iterlin.config` checks them)."""
+
+    experiment: ClassVar[str] = "fig7"
+
+    K: tuple[Period, ...]
+    lr: float
+    steps: int
+    batch_size: int | None
+    augment: bool
+    n_train: int | None
+    n_test: int | None
+    seed: int
+    n_seeds: int
+    n_evals: int
+    n_eval_train: int | None
+    n_sharpness: int
+    sharpness_iters: int
+    sharpness_every: int
+
+
 SCALES = {
     "smoke": dict(
         K=[1, 8], lr=0.05, steps=24, batch_size=32, augment=False, n_train=256, n_test=200, seed=0,
@@ -85,19 +110,24 @@ SCALES = {
     ),
 }
 
+
+def get_config(scale: str = "smoke", **overrides) -> Config:
+    """The config at ``scale`` (:data:`SCALES`) with ``overrides`` applied (None keeps the default)."""
+    return resolve(Config, SCALES, scale, overrides)
+
 #: "Much slower": the large K's final filter change at most this fraction of K = 1's.
 SLOWER = 0.9
 
-def load(config: Mapping) -> Dataset:
+def load(config: Config) -> Dataset:
     """CIFAR-10 as :func:`~iterlin.experiments._common.load_data`, and ``n_sharpness <= n_train`` checked."""
     return check_sharpness(config, load_data(config))
 
 
-def compute(config: Mapping, data: Dataset, *, checkpoint_dir=None, progress: bool = False) -> dict:
+def compute(config: Config, data: Dataset, *, checkpoint_dir=None, progress: bool = False) -> dict:
     """Every seed × K in one program, the filters and the sharpness recorded at each evaluation point
     (module docstring)."""
     callback = merge_callbacks(lambda f, p0: filter_tracker(n=50, params0=p0),
-                               sharpness_callback(config, data, config["lr"]))
+                               sharpness_callback(config, data, config.lr))
     runs = cnn_sweep(config, data, callback=callback, checkpoint=checkpoint_path(checkpoint_dir, "runs"),
                      progress=progress)
     return {"runs": runs, "match": filter_match(runs)}
@@ -168,7 +198,7 @@ def claims(results: Mapping) -> list[Claim]:
     if (rows := only_k1_rows("fig7", h)) is not None:
         return rows
     Kj = float(np.asarray(h["K"], np.float64).max())
-    config = results.get("config", {})
+    config = results["config"]
     ratio = np.atleast_1d(np.asarray(m["ratio"], np.float64))
     frac = np.atleast_1d(np.asarray(m["fraction"], np.float64))
     cos = np.atleast_1d(np.asarray(m["cosine"], np.float64))
@@ -202,7 +232,7 @@ def claims(results: Mapping) -> list[Claim]:
     similar = Claim(
         "final large-K filters look like K = 1's early in training", "at about 10 % of training",
         f"K=1 reaches the final large-K ‖ΔW‖ {where}",
-        reached if config.get("scale") == "paper" else NA,
+        reached if config.scale == "paper" else NA,
         "the fraction's 95 % t interval over seeds inside [5 %, 20 %]: yes; wholly outside: no; else (or one "
         "seed, or a seed that never reaches it) undecided; judged only at scale 'paper' (it depends on the "
         "training length)",
@@ -210,7 +240,7 @@ def claims(results: Mapping) -> list[Claim]:
     return [slower, similar, sharpness_claim(h), divergence_claim({"runs": h})]
 
 
-EXPERIMENT = Experiment("fig7", SCALES, load, compute, claims, __name__)
+EXPERIMENT = Experiment("fig7", SCALES, load, compute, claims, __name__, Config)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -348,7 +378,7 @@ def plot(results):
     reaches it; beside it (when the run recorded it) the linear model's bound 2/λ_max(θ_s) along
     every run, with η dashed and 3η dotted; and the per-seed summary (match_report)."""
     h = results["runs"]
-    scale = results["config"]["scale"]
+    scale = results["config"].scale
     first = k1_and_largest(h["K"])  # the first seed's K = 1 and large-K runs (runs are seed-major)
     for vrange, what in ((0.5, "the paper's range ±0.5"), ("max", "range ±{vrange:.3g} (this run's largest change)")):
         filter_grid(h["filters_delta"], h["step"], h["K"], runs=first, vrange=vrange,

@@ -42,8 +42,9 @@ accuracies and losses, ``""`` for reasons): ``relin_step``, ``relin_inner_steps`
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from typing import Mapping, Sequence
+from typing import ClassVar, Mapping, Sequence
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -51,6 +52,7 @@ import optax
 
 from ..adam_solve import train_adam_solved
 from ..claims import EXCEEDS_RULE, NA, Claim, divergence_row, exceeds, fmt_K, verdict
+from ..config import ExperimentConfig, Period, resolve
 from ..data import Dataset
 from ..models import make_model
 from ..plotting import band, legend, mark_steps, panels, plot_sweep
@@ -58,8 +60,28 @@ from ..stats import difference, pct
 from ..training import train
 from ._common import Experiment, checkpoint_path, eval_points, load_data, network_correct, seed_keys, seeds
 
-__all__ = ["SCALES", "EXPERIMENT", "RUNS", "CONVERGED", "KEPT_TOL", "load", "compute", "claims", "stack_runs",
-           "relin_points", "kept", "plot"]
+__all__ = ["Config", "get_config", "SCALES", "EXPERIMENT", "RUNS", "CONVERGED", "KEPT_TOL", "load", "compute", "claims",
+           "stack_runs", "relin_points", "kept", "plot"]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Config(ExperimentConfig):
+    """fig8's knobs (the module docstring says what each does; :mod:`iterlin.config` checks them)."""
+
+    experiment: ClassVar[str] = "fig8"
+
+    K: Period
+    lr_adam: float
+    lr: float
+    steps: int
+    batch_size: int | None
+    n_train: int | None
+    n_test: int | None
+    seed: int
+    n_seeds: int
+    n_evals: int
+    n_eval_train: int | None
+
 
 SCALES = {
     "smoke": dict(
@@ -95,6 +117,11 @@ SCALES = {
         n_test=10_000, seed=0, n_seeds=3, n_evals=100, n_eval_train=10_000,
     ),
 }
+
+
+def get_config(scale: str = "smoke", **overrides) -> Config:
+    """The config at ``scale`` (:data:`SCALES`) with ``overrides`` applied (None keeps the default)."""
+    return resolve(Config, SCALES, scale, overrides)
 
 #: The runs of each seed: results key → its label in the claims and the plots.
 RUNS = {"solved": "Adam-solved", "sgd": "K=1 SGD", "adam": "K=1 Adam"}
@@ -144,28 +171,28 @@ def stack_runs(histories: Sequence[Mapping], steps: Sequence[int]) -> dict:
     return out
 
 
-def compute(config: Mapping, data: Dataset, *, checkpoint_dir=None, progress: bool = False) -> dict:
+def compute(config: Config, data: Dataset, *, checkpoint_dir=None, progress: bool = False) -> dict:
     """For every seed, the Adam-solved run, K = 1 SGD and K = 1 Adam (see the module docstring)."""
     train_d, test_d = (data.x_train, data.y_train), (data.x_test, data.y_test)
-    ev = eval_points(config["steps"], config["n_evals"])
-    n_eval_train = config.get("n_eval_train")
+    ev = eval_points(config.steps, config.n_evals)
+    n_eval_train = config.n_eval_train
     eval_train_size = None if n_eval_train is None else min(n_eval_train, data.x_train.shape[0])
-    K = config["K"]
+    K = config.K
     runs = {name: [] for name in RUNS}
     correct = {name: [] for name in RUNS}
     for s in seeds(config):
         init_key, data_key = seed_keys(s)
         model = make_model("cnn", init_key)
-        common = dict(steps=config["steps"], batch_size=config["batch_size"], key=data_key, eval_data=test_d,
-                      eval_steps=ev, eval_train_size=eval_train_size, progress=progress, config=dict(config))
+        common = dict(steps=config.steps, batch_size=config.batch_size, key=data_key, eval_data=test_d,
+                      eval_steps=ev, eval_train_size=eval_train_size, progress=progress, config=config.to_dict())
         trained = {
             "solved": train_adam_solved(
-                model.apply_fn, model.params, train_d, lr=config["lr_adam"], K=K, target_acc=None, plateau_tol=0.0,
-                check_every=max(1, int(min(K, config["steps"]))),
+                model.apply_fn, model.params, train_d, lr=config.lr_adam, K=K, target_acc=None, plateau_tol=0.0,
+                check_every=max(1, int(min(K, config.steps))),
                 checkpoint=checkpoint_path(checkpoint_dir, f"solved-seed{s}"), **common),
-            "sgd": train(model.apply_fn, model.params, train_d, K=1, optimizer=optax.sgd(config["lr"]),
+            "sgd": train(model.apply_fn, model.params, train_d, K=1, optimizer=optax.sgd(config.lr),
                          checkpoint=checkpoint_path(checkpoint_dir, f"sgd-seed{s}"), **common),
-            "adam": train(model.apply_fn, model.params, train_d, K=1, optimizer=optax.adam(config["lr_adam"]),
+            "adam": train(model.apply_fn, model.params, train_d, K=1, optimizer=optax.adam(config.lr_adam),
                           checkpoint=checkpoint_path(checkpoint_dir, f"adam-seed{s}"), **common),
         }
         for name, (params, h) in trained.items():
@@ -179,7 +206,7 @@ def compute(config: Mapping, data: Dataset, *, checkpoint_dir=None, progress: bo
         h["seed"] = np.asarray(seeds(config))
         h["seed_index"] = np.arange(S)
         h["K"] = np.full(S, float(K) if name == "solved" else 1.0)
-        h["lr"] = np.full(S, float(config["lr"] if name == "sgd" else config["lr_adam"]))
+        h["lr"] = np.full(S, float(config.lr if name == "sgd" else config.lr_adam))
         out[name] = h
     return out
 
@@ -248,11 +275,11 @@ def claims(results: Mapping) -> list[Claim]:
     whether K sufficed to solve each linearisation; whether every run converged (the two comparisons
     are n/a when one did not: the paper compares converged solutions); whether the network kept what
     each solved linearisation learned (:func:`kept`); divergence."""
-    config = results.get("config", {})
-    at_paper = config.get("scale") == "paper"
+    config = results["config"]
+    at_paper = config.scale == "paper"
     s, g, a = results["solved"], results["sgd"], results["adam"]
     acc = {name: float(_final(results[name]).mean()) for name in RUNS}
-    K = config.get("K", math.inf)
+    K = config.K
     n_test = int(np.asarray(results["n_test"]))
     n_seeds = _final(s).size
     mean = "mean over seeds" if n_seeds > 1 else "1 seed"
@@ -331,7 +358,7 @@ def claims(results: Mapping) -> list[Claim]:
     return rows
 
 
-EXPERIMENT = Experiment("fig8", SCALES, load, compute, claims, __name__)
+EXPERIMENT = Experiment("fig8", SCALES, load, compute, claims, __name__, Config)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -358,7 +385,7 @@ def plot(results):
              label="linear model just before re-linearising (every training image)")
         mark_steps(right, relin_step, color="C3")
     plot_sweep(right, g, "net_train_acc", label="K = 1 SGD: network", color="C0", diverged_label=None)
-    left.set(xlabel="step", ylabel="test accuracy (%)", title=f"CNN on CIFAR-10 ({results['config']['scale']} scale)")
+    left.set(xlabel="step", ylabel="test accuracy (%)", title=f"CNN on CIFAR-10 ({results['config'].scale} scale)")
     right.set(xlabel="step", ylabel="train accuracy (%)", title="training accuracy")
     legend(left)
     legend(right)

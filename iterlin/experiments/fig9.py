@@ -40,8 +40,9 @@ row still reports); "more consistent" is the trend of each run's distance to its
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from typing import Any, Mapping, NamedTuple
+from typing import Any, ClassVar, Mapping, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -51,6 +52,7 @@ from matplotlib.axes import Axes
 from matplotlib.lines import Line2D
 
 from ..claims import UNDECIDED, Claim, divergence_row, exceeds, verdict
+from ..config import ExperimentConfig, resolve
 from ..data import Dataset
 from ..gauss_newton import gauss_newton_train
 from ..models import quintic_model
@@ -77,6 +79,25 @@ __all__ = [
     "plot_functions", "plot",
 ]
 
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Config(ExperimentConfig):
+    """fig9's knobs (the module docstring says what each does; :mod:`iterlin.config` checks them)."""
+
+    experiment: ClassVar[str] = "fig9"
+
+    damping: tuple[float, ...]
+    steps: int
+    step_size: float
+    seed: int
+    n_seeds: int
+    n_functions: int
+    n_train: int | None
+    n_test: int | None
+    n_evals: int
+    x64: bool
+
+
 SCALES = {
     "smoke": dict(
         damping=[0.0, 1e-3, 1e-2, 1e-1, 1.0, 10.0], steps=200, step_size=1.0, seed=0, n_seeds=10,
@@ -100,6 +121,11 @@ SCALES = {
     ),
 }
 
+
+def get_config(scale: str = "smoke", **overrides) -> Config:
+    """The config at ``scale`` (:data:`SCALES`) with ``overrides`` applied (None keeps the default)."""
+    return resolve(Config, SCALES, scale, overrides)
+
 #: Runs whose final train RMSE exceeds this are removed (the paper's filter).
 MAX_TRAIN_RMSE = 2.5
 
@@ -120,21 +146,21 @@ def slope_variation(f, x) -> np.ndarray:
         return np.sum(np.abs(np.diff(s, axis=-1)), axis=-1)
 
 
-def compute(config: Mapping, data: Dataset, *, checkpoint_dir=None, progress: bool = False) -> dict:
+def compute(config: Config, data: Dataset, *, checkpoint_dir=None, progress: bool = False) -> dict:
     """Every (λ, seed) in one program (see the module docstring for the results)."""
-    lams = list(config["damping"])
-    seeds = list(range(config["seed"], config["seed"] + config["n_seeds"]))
+    lams = list(config.damping)
+    seeds = list(range(config.seed, config.seed + config.n_seeds))
     L, S = len(lams), len(seeds)
-    F = min(config["n_functions"], S)
-    with x64(config["x64"]):
-        dtype = jnp.float64 if config["x64"] else jnp.float32
+    F = min(config.n_functions, S)
+    with x64(config.x64):
+        dtype = jnp.float64 if config.x64 else jnp.float32
         apply_fn, params = quintic_model(seeds, dtype)
         stacked = jax.tree.map(lambda a: jnp.concatenate([a] * L), params)
         final, h = gauss_newton_train(
             apply_fn, stacked, (data.x_train, data.y_train), damping=[lam for lam in lams for _ in seeds],
-            steps=config["steps"], step_size=config["step_size"], loss="mse", solver="kernel",
-            eval_data=(data.x_test, data.y_test), eval_steps=eval_points(config["steps"], config["n_evals"]),
-            checkpoint=checkpoint_path(checkpoint_dir, "gn"), progress=progress, config=dict(config))
+            steps=config.steps, step_size=config.step_size, loss="mse", solver="kernel",
+            eval_data=(data.x_test, data.y_test), eval_steps=eval_points(config.steps, config.n_evals),
+            checkpoint=checkpoint_path(checkpoint_dir, "gn"), progress=progress, config=config.to_dict())
         preds = np.asarray(jax.vmap(apply_fn, in_axes=(0, None))(final, jnp.asarray(data.x_test)), np.float64)
     E = len(h["step"])
     train_c = np.asarray(h["net_train_rmse"]).reshape(L, S, E)
@@ -391,7 +417,7 @@ def _fig9_diverged(results: Mapping) -> Claim:
     return divergence_row([f"λ={lams[i]:g} seed {int(seeds[j])}" for i, j in zip(*np.nonzero(div))])
 
 
-EXPERIMENT = Experiment("fig9", SCALES, load, compute, claims, __name__)
+EXPERIMENT = Experiment("fig9", SCALES, load, compute, claims, __name__, Config)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -453,7 +479,7 @@ def plot(results):
     ax.fill_between(xs, geo["lo"], geo["hi"], color="C3", alpha=0.15, linewidth=0)
     set_log_ticks(ax, xs, [f"{v:g}" for v in lams])
     ax.set(yscale="log", xlabel="damping λ", ylabel="test RMSE",
-           title=f"Damped Gauss–Newton on the quintic ({results['config']['scale']} scale, {test.shape[1]} seeds)")
+           title=f"Damped Gauss–Newton on the quintic ({results['config'].scale} scale, {test.shape[1]} seeds)")
     legend(ax)
     plt.show()
 

@@ -65,9 +65,10 @@ seed-major (G = S · L); ``gn_final_test_acc`` (G,), ``gn_final_test_correct`` (
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
-from typing import Any, Mapping, Sequence
+from typing import Any, ClassVar, Mapping, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -77,6 +78,7 @@ from matplotlib.axes import Axes
 from matplotlib.lines import Line2D
 
 from ..claims import NA, ON_PAR, Claim, divergence_claim, fmt_K, on_par, on_par_rule
+from ..config import ExperimentConfig, Period, resolve
 from ..data import Dataset
 from ..failures import run_label
 from ..gauss_newton import gauss_newton_train
@@ -107,10 +109,31 @@ from ._common import (
     trained_final,
 )
 
-__all__ = ["SCALES", "EXPERIMENT", "load", "compute", "claims", "damping_for_K", "K_for_damping", "gn_K",
-           "per_K", "by_K", "timing", "gn_baseline", "sweep_colors", "plot"]
+__all__ = ["Config", "get_config", "SCALES", "EXPERIMENT", "load", "compute", "claims", "damping_for_K",
+           "K_for_damping", "gn_K", "per_K", "by_K", "timing", "gn_baseline", "sweep_colors", "plot"]
 
 INF = math.inf
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Config(ExperimentConfig):
+    """gn's knobs (the module docstring says what each does; :mod:`iterlin.config` checks them)."""
+
+    experiment: ClassVar[str] = "gn"
+
+    K: tuple[Period, ...]
+    lr: float
+    steps: int
+    batch_size: int | None
+    cg_maxiter: int
+    augment: bool
+    n_train: int | None
+    n_test: int | None
+    seed: int
+    n_seeds: int
+    n_evals: int
+    n_eval_train: int | None
+
 
 SCALES = {
     # smoke: ksweep's smoke data (256 images, 24 steps of 16 at lr 0.05), K = 1, 8 (3 re-linearisations)
@@ -151,10 +174,15 @@ SCALES = {
 }
 
 
-def load(config: Mapping) -> Dataset:
+def get_config(scale: str = "smoke", **overrides) -> Config:
+    """The config at ``scale`` (:data:`SCALES`) with ``overrides`` applied (None keeps the default)."""
+    return resolve(Config, SCALES, scale, overrides)
+
+
+def load(config: Config) -> Dataset:
     """CIFAR-10 as :func:`~iterlin.experiments._common.load_data`; mini-batches are required (GN
     here is the mini-batch method: ``batch_size=None`` is refused, naming it)."""
-    if config.get("batch_size") is None:
+    if config.batch_size is None:
         raise ValueError("batch_size=None is not allowed: the Gauss–Newton baseline is mini-batch (the same "
                          "batches as the K runs); give batch_size, e.g. 128")
     return load_data(config)
@@ -171,30 +199,30 @@ def K_for_damping(damping: float, lr: float, batch_size: int) -> float:
     return INF if damping == 0 else float(batch_size) / (float(damping) * float(lr))
 
 
-def gn_K(config: Mapping) -> list[float]:
+def gn_K(config: Config) -> list[float]:
     """The K of the grid that get a GN partner: every finite K > 1 (K = ∞ ↔ λ = 0 has none)."""
-    return [float(k) for k in config["K"] if math.isfinite(k) and k > 1]
+    return [float(k) for k in config.K if math.isfinite(k) and k > 1]
 
 
-def _gauss_newton_runs(config: Mapping, data: Dataset, *, checkpoint=None, progress: bool = False) -> dict:
+def _gauss_newton_runs(config: Config, data: Dataset, *, checkpoint=None, progress: bool = False) -> dict:
     """Every seed × λ(K) of :func:`gn_K` in ONE program: the GN history with ``damping``, ``K``,
     ``seed_index``, ``seed`` (G,) and ``net_test_correct`` (G, n_test) added."""
     Ks = gn_K(config)
-    lams = [damping_for_K(k, config["lr"], config["batch_size"]) for k in Ks]
+    lams = [damping_for_K(k, config.lr, config.batch_size) for k in Ks]
     inits, keys = [], []
     for s in seeds(config):
         init_key, data_key = seed_keys(s)  # the K runs' θ_0 and batch key of seed s
         model = make_model("cnn", init_key)
         inits += [model.params] * len(Ks)
         keys += [data_key] * len(Ks)
-    S, T = len(seeds(config)), config["steps"]
-    n_eval_train = config.get("n_eval_train")
+    S, T = len(seeds(config)), config.steps
+    n_eval_train = config.n_eval_train
     params, history = gauss_newton_train(
         model.apply_fn, tree_stack(inits), (data.x_train, data.y_train), damping=lams * S, steps=T, loss="ce",
-        solver="primal_cg", cg_maxiter=config["cg_maxiter"], batch_size=config["batch_size"], key=jnp.stack(keys),
-        eval_data=(data.x_test, data.y_test), eval_steps=eval_points(T, config["n_evals"]),
+        solver="primal_cg", cg_maxiter=config.cg_maxiter, batch_size=config.batch_size, key=jnp.stack(keys),
+        eval_data=(data.x_test, data.y_test), eval_steps=eval_points(T, config.n_evals),
         eval_train_size=None if n_eval_train is None else min(n_eval_train, data.x_train.shape[0]),
-        checkpoint=checkpoint, progress=progress, config=dict(config),
+        checkpoint=checkpoint, progress=progress, config=config.to_dict(),
     )
     history = {k: np.asarray(v) for k, v in history.items()}
     history["damping"] = np.tile(np.asarray(lams, np.float64), S)
@@ -207,7 +235,7 @@ def _gauss_newton_runs(config: Mapping, data: Dataset, *, checkpoint=None, progr
     return history
 
 
-def compute(config: Mapping, data: Dataset, *, checkpoint_dir=None, progress: bool = False) -> dict:
+def compute(config: Config, data: Dataset, *, checkpoint_dir=None, progress: bool = False) -> dict:
     """The K sweep (one program) and the GN runs (one program); see the module docstring."""
     started = time.perf_counter()
     runs = cnn_sweep(config, data, checkpoint=checkpoint_path(checkpoint_dir, "runs"), progress=progress)
@@ -269,8 +297,7 @@ def claims(results: Mapping) -> list[Claim]:
     (GN minus K, paired over seeds and test images; a diverged run is 'no'); divergence."""
     h = results["runs"]
     T = int(np.asarray(h["step"])[-1])
-    cfg = results.get("config", {})
-    lr, B = cfg.get("lr"), cfg.get("batch_size")
+    lr, B = results["config"].lr, results["config"].batch_size
     rows = []
     for r in per_K(results):
         head = f"K={fmt_K(r['K'])} ({r['relin']} re-linearisations) ends on par with damped GN at λ = B/(Kη)"
@@ -301,7 +328,7 @@ def _run_label(panel: str, h: Mapping, i: int) -> str:
     return f"GN λ={num(h['damping'][i], 1)} (K={fmt_K(h['K'][i])})"
 
 
-EXPERIMENT = Experiment("gn", SCALES, load, compute, claims, __name__)
+EXPERIMENT = Experiment("gn", SCALES, load, compute, claims, __name__, Config)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -402,7 +429,7 @@ def plot(results):
     s = by_K(results)  # the grid, per-seed final accuracies, T/K, GN at K(λ), divergence
     fig, (left, right) = panels(2, panel_size=(6.2, 4.2),
                                 suptitle=f"CNN on CIFAR-10: large K against damped Gauss–Newton "
-                                         f"({results['config']['scale']} scale, T = {s['steps']} steps)")
+                                         f"({results['config'].scale} scale, T = {s['steps']} steps)")
     accuracy_against_K(left, s["K"], s["acc"], s["diverged"], s["relin"], finite_label="iterative linearisation, K",
                        inf_label="K = ∞: the linear model")
     gn_baseline(left, s["gn_K"], s["gn_acc"], damping=s["gn_damping"], diverged=s["gn_diverged"])

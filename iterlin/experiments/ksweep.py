@@ -26,9 +26,10 @@ trains (:func:`~iterlin.experiments._common.trained_final`); ``n_test``; ``n_run
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
-from typing import Mapping
+from typing import ClassVar, Mapping
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -48,6 +49,7 @@ from ..claims import (
     on_par_rule,
     sharpness_claim,
 )
+from ..config import ExperimentConfig, Period, resolve
 from ..data import Dataset
 from ..failures import unstable_runs
 from ..plotting import accuracy_against_K, band, legend, panels, plot_sweep
@@ -63,9 +65,33 @@ from ._common import (
     trained_final,
 )
 
-__all__ = ["SCALES", "EXPERIMENT", "load", "compute", "claims", "FEW", "per_K", "by_K", "timing", "plot"]
+__all__ = ["Config", "get_config", "SCALES", "EXPERIMENT", "load", "compute", "claims", "FEW", "per_K", "by_K",
+           "timing", "plot"]
 
 INF = math.inf
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Config(ExperimentConfig):
+    """ksweep's knobs (the module docstring says what each does; :mod:`iterlin.config` checks them)."""
+
+    experiment: ClassVar[str] = "ksweep"
+
+    K: tuple[Period, ...]
+    lr: float
+    steps: int
+    batch_size: int | None
+    augment: bool
+    n_train: int | None
+    n_test: int | None
+    seed: int
+    n_seeds: int
+    n_evals: int
+    n_eval_train: int | None
+    n_sharpness: int
+    sharpness_iters: int
+    sharpness_every: int
+
 
 SCALES = {
     # smoke: 256 images, 24 steps of 16 at lr 0.05 (fig3's smoke rate): K = 3 (8 re-linearisations),
@@ -96,7 +122,12 @@ SCALES = {
     ),
 }
 
-def load(config: Mapping) -> Dataset:
+
+def get_config(scale: str = "smoke", **overrides) -> Config:
+    """The config at ``scale`` (:data:`SCALES`) with ``overrides`` applied (None keeps the default)."""
+    return resolve(Config, SCALES, scale, overrides)
+
+def load(config: Config) -> Dataset:
     """CIFAR-10 as :func:`~iterlin.experiments._common.load_data`, and ``n_sharpness <= n_train`` checked."""
     return check_sharpness(config, load_data(config))
 
@@ -105,10 +136,10 @@ def load(config: Mapping) -> Dataset:
 FEW = 12
 
 
-def compute(config: Mapping, data: Dataset, *, checkpoint_dir=None, progress: bool = False) -> dict:
-    """Every seed × K of ``config["K"]`` in one sweep (see the module docstring for the results)."""
+def compute(config: Config, data: Dataset, *, checkpoint_dir=None, progress: bool = False) -> dict:
+    """Every seed × K of ``config.K`` in one sweep (see the module docstring for the results)."""
     started = time.perf_counter()
-    runs = cnn_sweep(config, data, callback=sharpness_callback(config, data, config["lr"]),
+    runs = cnn_sweep(config, data, callback=sharpness_callback(config, data, config.lr),
                      checkpoint=checkpoint_path(checkpoint_dir, "runs"), progress=progress)
     wall = time.perf_counter() - started
     return {"runs": runs, **trained_final(runs), "n_test": np.asarray(data.x_test.shape[0]),
@@ -228,7 +259,7 @@ def claims(results: Mapping) -> list[Claim]:
     return [largest, below, same, sharpness_claim(h), divergence_claim({"runs": h})]
 
 
-EXPERIMENT = Experiment("ksweep", SCALES, load, compute, claims, __name__)
+EXPERIMENT = Experiment("ksweep", SCALES, load, compute, claims, __name__, Config)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -280,7 +311,7 @@ def plot(results):
     s = by_K(results)  # the grid, per-seed final accuracies, T/K, divergence
     h = results["runs"]
     fig, (left, right) = panels(2, panel_size=(6.2, 4.2),
-                                suptitle=f"CNN on CIFAR-10: final test accuracy against K ({results['config']['scale']} "
+                                suptitle=f"CNN on CIFAR-10: final test accuracy against K ({results['config'].scale} "
                                          f"scale, T = {s['steps']} steps, {int(results['n_runs'])} runs)")
     xs = accuracy_against_K(left, s["K"], s["acc"], s["diverged"], s["relin"],
                             finite_label="finite K: the network f(θ_T)",

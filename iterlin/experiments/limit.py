@@ -68,10 +68,11 @@ Results: ``runs``: (Q,) arrays ``method`` (str: "flow", "gn", "damped", "kernel"
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from pathlib import Path
-from typing import Any, Callable, Mapping, NamedTuple
+from typing import Any, Callable, ClassVar, Mapping, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -82,6 +83,7 @@ from jax.flatten_util import ravel_pytree
 from ..checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from ..claims import NA, ON_PAR, Claim, all_verdicts, exceeds, on_par, verdict
 from ..closed_form import flow_filter, gn_filter
+from ..config import ExperimentConfig, resolve
 from ..data import Dataset, load_cifar10
 from ..gauss_newton import gauss_newton_step
 from ..jacobian import flat_jacobian, rcond
@@ -92,10 +94,30 @@ from ..precision import matmul, x64
 from ..stats import Difference, difference, num, pct
 from ._common import Experiment, network_correct, seed_keys
 
-__all__ = ["SCALES", "EXPERIMENT", "load", "compute", "claims", "Linearisation", "linearise_at", "update",
-           "flow_phi", "damped_phi", "lanczos_apply", "main_size", "ran_main_size", "run_specs", "slopes", "plot"]
+__all__ = ["Config", "get_config", "SCALES", "EXPERIMENT", "load", "compute", "claims", "Linearisation", "linearise_at",
+           "update", "flow_phi", "damped_phi", "lanczos_apply", "main_size", "ran_main_size", "run_specs", "slopes",
+           "plot"]
 
 INF = math.inf
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Config(ExperimentConfig):
+    """limit's knobs (the module docstring says what each does; :mod:`iterlin.config` checks them)."""
+
+    experiment: ClassVar[str] = "limit"
+
+    n_train: tuple[int | None, ...]
+    n_main: int | None
+    n_test: int | None
+    total_time: float
+    relins: tuple[int, ...]
+    n_relin: int
+    seed: int
+    n_seeds: int
+    n_check: int
+    gd_steps: int
+
 
 SCALES = {
     # T = 0.5 at every scale: the NTK's eigenvalues at θ₀ span about σ ≈ 5 … 5·10⁴ (N = 128), so the
@@ -120,15 +142,20 @@ SCALES = {
 }
 
 
-def load(config: Mapping) -> Dataset:
+def get_config(scale: str = "smoke", **overrides) -> Config:
+    """The config at ``scale`` (:data:`SCALES`) with ``overrides`` applied (None keeps the default)."""
+    return resolve(Config, SCALES, scale, overrides)
+
+
+def load(config: Config) -> Dataset:
     """CIFAR-10: the largest N of ``n_train`` training images (each smaller N takes the first ones)
     and ``n_test`` test images (None: every installed one); ``n_check ≤ max N`` and ``n_main`` in
     ``n_train`` checked."""
-    n_max = max(config["n_train"])
+    n_max = max(config.n_train)
     main_size(config)
-    data = load_cifar10(n_max, config["n_test"])
-    if config["n_check"] > data.x_train.shape[0]:
-        raise ValueError(f"n_check={config['n_check']} is not allowed: n_check must be <= max(n_train)={n_max}")
+    data = load_cifar10(n_max, config.n_test)
+    if config.n_check > data.x_train.shape[0]:
+        raise ValueError(f"n_check={config.n_check} is not allowed: n_check must be <= max(n_train)={n_max}")
     return data
 
 
@@ -263,10 +290,10 @@ class Spec(NamedTuple):
         return damped_phi(self.damping) if self.method == "damped" else flow_phi(self.tau)
 
 
-def main_size(config: Mapping) -> int:
+def main_size(config: Config) -> int:
     """N of the R grid, GN and damped GN: ``n_main``, which must be one of ``n_train`` (None: the largest)."""
-    sizes = sorted(config["n_train"])
-    n = config.get("n_main")
+    sizes = sorted(config.n_train)
+    n = config.n_main
     if n is None:
         return sizes[-1]
     if n not in sizes:
@@ -274,14 +301,14 @@ def main_size(config: Mapping) -> int:
     return int(n)
 
 
-def run_specs(config: Mapping) -> list[Spec]:
+def run_specs(config: Config) -> list[Spec]:
     """Every run of the config, seed-major (module docstring)."""
-    T, Rn = float(config["total_time"]), int(config["n_relin"])
-    sizes = sorted(config["n_train"])
+    T, Rn = float(config.total_time), int(config.n_relin)
+    sizes = sorted(config.n_train)
     n = main_size(config)
     specs = []
-    for seed in range(config["seed"], config["seed"] + config["n_seeds"]):
-        for R in sorted(set(config["relins"]) | {Rn}):
+    for seed in range(config.seed, config.seed + config.n_seeds):
+        for R in sorted(set(config.relins) | {Rn}):
             specs.append(Spec("flow", R, T / R, 0.0, n, seed))
         specs.append(Spec("gn", Rn, INF, 0.0, n, seed))
         specs.append(Spec("damped", Rn, INF, Rn / T, n, seed))
@@ -334,7 +361,7 @@ def _train_stats(apply_fn, params, x, y) -> tuple[float, float]:
     return float(np.mean(out.argmax(-1) == np.asarray(y))), float(np.sqrt(np.mean((out - target) ** 2)))
 
 
-def compute(config: Mapping, data: Dataset, *, checkpoint_dir=None, progress: bool = False) -> dict:
+def compute(config: Config, data: Dataset, *, checkpoint_dir=None, progress: bool = False) -> dict:
     """Every run of :func:`run_specs` and the consistency checks (module docstring for the results)."""
     specs = run_specs(config)
     x_all, y_all = np.asarray(data.x_train), np.asarray(data.y_train)
@@ -419,7 +446,7 @@ def _gd(apply_fn, params_s, x, y, eta: float, steps: int, linear: bool):
     return p
 
 
-def consistency_checks(config: Mapping, x_all, y_all) -> dict:
+def consistency_checks(config: Config, x_all, y_all) -> dict:
     """At N = ``n_check`` from seed ``seed``'s θ₀, with η = 0.1/max σ (well under 2/λ_max, measured
     from Θ at θ₀) and K = ``gd_steps`` steps per linearisation (τ = Kη):
 
@@ -430,13 +457,13 @@ def consistency_checks(config: Mapping, x_all, y_all) -> dict:
     * ``gn_vs_flow_inf``: the flow at τ = ∞ against :func:`iterlin.gauss_newton.gauss_newton_step`
       (λ = 0, kernel solver).
     """
-    n = config["n_check"]
+    n = config.n_check
     x, y = jnp.asarray(x_all[:n]), y_all[:n]
-    model = make_model("cnn", seed_keys(config["seed"])[0])
+    model = make_model("cnn", seed_keys(config.seed)[0])
     f, p0 = model.apply_fn, model.params
     lin0 = linearise_at(f, p0, x, y)
     eta = 0.1 / lin0.sigma[-1]
-    K = int(config["gd_steps"])
+    K = int(config.gd_steps)
     tau = K * eta
     # iterated closed-form flow, R = 2, and the literal version
     p1 = update(f, p0, x, lin0, flow_phi(tau))
@@ -515,10 +542,9 @@ def claims(results: Mapping) -> list[Claim]:
     """The claims stated before the run (module docstring of the notebook), decided by the shared
     noise rule (:func:`iterlin.stats.difference`: a 95 % t interval of Δ, paired on the test images)."""
     runs = results["runs"]
-    config = results.get("config", {})
     n_main = ran_main_size(results)
     Rs = sorted({int(r) for r, m, n in zip(runs["R"], runs["method"], runs["n_train"]) if m == "flow" and n == n_main})
-    Rn = int(config.get("n_relin", min(int(r) for r, m in zip(runs["R"], runs["method"]) if m == "gn")))
+    Rn = results["config"].n_relin
     flow = {R: _select(results, method="flow", R=R, n_train=n_main) for R in Rs}
     gf = flow[Rs[-1]]
     rule_par = (f"on par: the 95 % t interval of Δ (paired test images, seeds) inside ±{pct(ON_PAR, 0)}; "
@@ -599,7 +625,7 @@ def claims(results: Mapping) -> list[Claim]:
     return rows
 
 
-EXPERIMENT = Experiment("limit", SCALES, load, compute, claims, __name__)
+EXPERIMENT = Experiment("limit", SCALES, load, compute, claims, __name__, Config)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -636,9 +662,9 @@ def plot(results):
         sel = (runs["method"] == method) & (runs["n_train"] == n_main)
         ax.axhline(runs[key][sel].mean(), color=color, linestyle="--", label=label)
     ax.set(xscale="log", xlabel="re-linearisations R (total time fixed)", ylabel="test accuracy",
-           title=f"N = {n_main} ({results['config']['scale']} scale)")
+           title=f"N = {n_main} ({results['config'].scale} scale)")
     legend(ax)
-    Rn = results["config"]["n_relin"]
+    Rn = results["config"].n_relin
     for method, R, net, color, label in (("kernel", None, False, "k", "K = ∞"),
                                          ("flow", Rn, True, "C0", f"iterated flow, R = {Rn}")):
         sel = (runs["method"] == method) & ((runs["R"] == R) if R else True)

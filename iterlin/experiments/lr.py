@@ -28,13 +28,15 @@ records the sharpness along training, ``sharpness`` and ``lr_over_bound`` (R, E)
 
 from __future__ import annotations
 
+import dataclasses
 import time
-from typing import Mapping
+from typing import ClassVar, Mapping
 
 import matplotlib.pyplot as plt
 import numpy as np
 
 from ..claims import NA, ON_PAR, UNDECIDED, Claim, all_verdicts, divergence_claim, exceeds, fmt_K, on_par, on_par_rule
+from ..config import ExperimentConfig, Period, resolve
 from ..data import Dataset
 from ..failures import BLOCK_RISE, failed_runs
 from ..models import make_model
@@ -53,8 +55,8 @@ from ._common import (
     trained_final,
 )
 
-__all__ = ["SCALES", "EXPERIMENT", "load", "compute", "claims", "decade", "plan", "large_K", "per_lr", "failures",
-           "crossing_claim", "by_lr", "timing", "plot"]
+__all__ = ["Config", "get_config", "SCALES", "EXPERIMENT", "load", "compute", "claims", "decade", "plan", "large_K",
+           "per_lr", "failures", "crossing_claim", "by_lr", "timing", "plot"]
 
 SCALES = {
     # smoke: 256 images, 24 steps of 16, K = 1 and 3 (8 re-linearisations), rates 0.01-0.1; λ_max
@@ -94,30 +96,58 @@ def decade(lr: float) -> list[float]:
     return sorted({float(f"{v:.12g}") for v in (lr / 10, 0.3 * lr, lr)})
 
 
-def load(config: Mapping) -> Dataset:
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Config(ExperimentConfig):
+    """lr's knobs (the module docstring says what each does; :mod:`iterlin.config` checks them)."""
+
+    experiment: ClassVar[str] = "lr"
+    EXPAND: ClassVar[Mapping] = {"lr": decade}
+
+    K: tuple[Period, ...]
+    lr: tuple[float, ...]
+    steps: int
+    batch_size: int | None
+    augment: bool
+    n_train: int | None
+    n_test: int | None
+    seed: int
+    n_seeds: int
+    n_evals: int
+    n_eval_train: int | None
+    n_sharpness: int
+    sharpness_iters: int
+    sharpness_every: int
+
+
+def get_config(scale: str = "smoke", **overrides) -> Config:
+    """The config at ``scale`` (:data:`SCALES`) with ``overrides`` applied (None keeps the default)."""
+    return resolve(Config, SCALES, scale, overrides)
+
+
+def load(config: Config) -> Dataset:
     """CIFAR-10 as :func:`~iterlin.experiments._common.load_data`, and ``n_sharpness <= n_train`` checked."""
     return check_sharpness(config, load_data(config))
 
 
-def plan(config: Mapping) -> tuple[list, list]:
+def plan(config: Config) -> tuple[list, list]:
     """The runs of one seed, K-major: ``(K, lr)`` lists of equal length (every K at every rate)."""
-    pairs = [(k, eta) for k in config["K"] for eta in config["lr"]]
+    pairs = [(k, eta) for k in config.K for eta in config.lr]
     return [k for k, _ in pairs], [eta for _, eta in pairs]
 
 
-def compute(config: Mapping, data: Dataset, *, checkpoint_dir=None, progress: bool = False) -> dict:
+def compute(config: Config, data: Dataset, *, checkpoint_dir=None, progress: bool = False) -> dict:
     """Every seed × K × lr in one sweep, and 2/λ_max(θ_0) per seed (module docstring)."""
     started = time.perf_counter()
     Ks, lrs = plan(config)
     per_run = lrs * len(seeds(config))  # seed-major, as the sweep's runs
     runs = cnn_sweep(config, data, K=Ks, lr=lrs, callback=sharpness_callback(config, data, per_run),
                      checkpoint=checkpoint_path(checkpoint_dir, "runs"), progress=progress)
-    m = config["n_sharpness"]
+    m = config.n_sharpness
     x, y = data.x_train[:m], data.y_train[:m]
     bound = []
     for s in seeds(config):  # the same initialisation as the sweep's runs of seed s
         model = make_model("cnn", seed_keys(s)[0])
-        bound.append(max_stable_lr(model.apply_fn, model.params, x, y, iters=config["sharpness_iters"]))
+        bound.append(max_stable_lr(model.apply_fn, model.params, x, y, iters=config.sharpness_iters))
     wall = time.perf_counter() - started
     return {"runs": runs, **trained_final(runs), "stable_lr": np.asarray(bound, np.float64),
             "n_test": np.asarray(data.x_test.shape[0]), "n_runs": np.asarray(len(runs["K"])),
@@ -264,7 +294,7 @@ def crossing_claim(results: Mapping) -> Claim:
     return Claim(claim, paper, "; ".join(parts), holds, rule)
 
 
-EXPERIMENT = Experiment("lr", SCALES, load, compute, claims, __name__, expand={"lr": decade})
+EXPERIMENT = Experiment("lr", SCALES, load, compute, claims, __name__, Config)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -313,8 +343,8 @@ def plot(results):
     h = results["runs"]
     recorded = "lr_over_bound" in h
     fig, axes = panels(2, 3 if recorded else 2, panel_size=(6, 4), squeeze=False,
-                       suptitle=f"CNN on CIFAR-10: learning rates ({results['config']['scale']} scale, "
-                                f"T = {results['config']['steps']} steps, {int(results['n_runs'])} runs)")
+                       suptitle=f"CNN on CIFAR-10: learning rates ({results['config'].scale} scale, "
+                                f"T = {results['config'].steps} steps, {int(results['n_runs'])} runs)")
     for ax, s, scale_, what in ((axes[0, 0], acc, 100, "final test accuracy (%)"),
                                 (axes[0, 1], loss, 1, "final test loss")):
         for i, k in enumerate(s["K"]):

@@ -30,13 +30,15 @@ the trackers take θ_0 explicitly.
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from typing import Mapping
+from typing import ClassVar, Mapping
 
 import matplotlib.pyplot as plt
 import numpy as np
 
 from ..claims import Claim, beyond, divergence_claim, fmt_K, only_k1_rows, verdict
+from ..config import ExperimentConfig, Period, resolve
 from ..data import Dataset
 from ..ntk import kernel_tracker, relinearisation_steps
 from ..plotting import legend, mark_steps, panels, plot_sweep
@@ -54,6 +56,26 @@ PROBE_CAP = 100
 KERNEL_BYTES = 4 * 2**30
 #: The kernel "moves" when d(Θ_T, Θ_0) exceeds this (Fort et al.'s distance is in [0, 1]).
 MOVES = 0.01
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Config(ExperimentConfig):
+    """ntk's knobs (the module docstring says what each does; :mod:`iterlin.config` checks them)."""
+
+    experiment: ClassVar[str] = "ntk"
+
+    K: tuple[Period, ...]
+    lr: float
+    steps: int
+    batch_size: int | None
+    n_train: int | None
+    n_test: int | None
+    n_probe: int | None
+    seed: int
+    n_seeds: int
+    n_evals: int
+    n_eval_train: int | None
+
 
 SCALES = {
     "smoke": dict(
@@ -87,6 +109,11 @@ SCALES = {
 }
 
 
+def get_config(scale: str = "smoke", **overrides) -> Config:
+    """The config at ``scale`` (:data:`SCALES`) with ``overrides`` applied (None keeps the default)."""
+    return resolve(Config, SCALES, scale, overrides)
+
+
 def kernel_bytes(n_probe: int, runs: int, n_outputs: int = 10) -> int:
     """Memory of the kernels :func:`iterlin.ntk.kernel_tracker` holds for ``runs`` runs: per run the
     initial, current and linear model's kernels and the two being computed, 5 float32 matrices of
@@ -94,7 +121,7 @@ def kernel_bytes(n_probe: int, runs: int, n_outputs: int = 10) -> int:
     return 5 * int(runs) * (int(n_outputs) * int(n_probe)) ** 2 * 4
 
 
-def probe_size(config: Mapping, n_train: int) -> int:
+def probe_size(config: Config, n_train: int) -> int:
     """The number of probe images (the first training images) of ``config``.
 
     ``n_probe=None``: every one of the ``n_train`` images loaded, at most :data:`PROBE_CAP`; an
@@ -103,7 +130,7 @@ def probe_size(config: Mapping, n_train: int) -> int:
     naming n_probe, the value and the largest allowed.
     """
     n_train = int(n_train)
-    n = config.get("n_probe")
+    n = config.n_probe
     if n is None:
         n = min(n_train, PROBE_CAP)
     elif int(n) > n_train:
@@ -111,7 +138,7 @@ def probe_size(config: Mapping, n_train: int) -> int:
             f"n_probe={n} is not allowed: n_probe must be <= n_train={n_train} (the training images loaded), "
             f"or None for all of them up to {PROBE_CAP}"
         )
-    runs = len(seeds(config)) * len(config["K"])
+    runs = len(seeds(config)) * len(config.K)
     if kernel_bytes(n, runs) > KERNEL_BYTES:
         largest = int(math.isqrt(KERNEL_BYTES // (5 * runs * 4))) // 10
         raise ValueError(
@@ -122,7 +149,7 @@ def probe_size(config: Mapping, n_train: int) -> int:
     return int(n)
 
 
-def load(config: Mapping) -> Dataset:
+def load(config: Config) -> Dataset:
     """CIFAR-10 as :func:`~iterlin.experiments._common.load_data`, ``n_probe`` checked against it
     and against the memory bound (:func:`probe_size`)."""
     data = load_data(config)
@@ -130,17 +157,17 @@ def load(config: Mapping) -> Dataset:
     return data
 
 
-def eval_steps(config: Mapping, max_points: int = 50) -> list[int]:
+def eval_steps(config: Config, max_points: int = 50) -> list[int]:
     """``eval_points(steps, n_evals)`` and every re-linearisation of every finite K > 1 (at most
     ``max_points`` per K, :func:`iterlin.ntk.relinearisation_steps`)."""
-    pts = set(eval_points(config["steps"], config["n_evals"]))
-    for k in config["K"]:
+    pts = set(eval_points(config.steps, config.n_evals))
+    for k in config.K:
         if k > 1 and math.isfinite(k):
-            pts |= set(relinearisation_steps(k, config["steps"], max_points=max_points))
+            pts |= set(relinearisation_steps(k, config.steps, max_points=max_points))
     return sorted(pts)
 
 
-def compute(config: Mapping, data: Dataset, *, checkpoint_dir=None, progress: bool = False) -> dict:
+def compute(config: Config, data: Dataset, *, checkpoint_dir=None, progress: bool = False) -> dict:
     """Every seed × K in one program, the kernels measured at :func:`eval_steps` (module docstring)."""
     n = probe_size(config, data.x_train.shape[0])
     x_probe = data.x_train[:n]
@@ -205,7 +232,7 @@ def claims(results: Mapping) -> list[Claim]:
     return [moves, divergence_claim({"runs": h}), fixed, each]
 
 
-EXPERIMENT = Experiment("ntk", SCALES, load, compute, claims, __name__)
+EXPERIMENT = Experiment("ntk", SCALES, load, compute, claims, __name__, Config)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -262,7 +289,7 @@ def plot(results):
              "kernel_velocity": h["kernel_velocity"][:, 1:]}  # step 0 has no previous point
     fig, (a, b, c) = panels(3, panel_size=(5, 4.2),
                             suptitle=f"empirical NTK of the CNN on {int(results['n_probe'])} CIFAR-10 images "
-                                     f"({results['config']['scale']} scale)")
+                                     f"({results['config'].scale} scale)")
     plot_sweep(a, h, "kernel_distance_init", scale=1, diverged_label=None)
     plot_sweep(b, later, "kernel_velocity", scale=1, diverged_label=None)
     plot_sweep(c, later, "kernel_distance_relin", scale=1, diverged_label=None)

@@ -180,15 +180,16 @@ def write(name: str, scale: str = "cpu", *, base=None, checkpoint_root=None, pro
 
     out = results_dir(base) / name
     key = f"reference:{name}:{scale}:{code}"
-    save_results(out / "results.npz", results, key=key, config=config)
+    stored = config.to_dict()
+    save_results(out / "results.npz", results, key=key, config=stored)
     rows = exp.claims({**results, "config": config})
     _write_json(out / "claims.json", _claims_doc(name, scale, rows))
-    seeds = _seeds(config)
+    seeds = _seeds(stored)
     _write_json(out / "provenance.json", {
         "name": name, "scale": scale, "device": device_name(), "seeds": seeds,
         "iterlin_commit": commit, "jax_version": jax.__version__, "python": platform.python_version(),
         "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "wall_seconds": round(wall, 1), "resumed": resumed, "config": config,
+        "wall_seconds": round(wall, 1), "resumed": resumed, "config": stored,
         "data_fingerprint": registry.data_fingerprint(data), "code_fingerprint": code,
     })
     shutil.rmtree(ckpt, ignore_errors=True)
@@ -269,7 +270,10 @@ def load(name: str, *, base=None, check_claims: bool = True) -> Reference | None
         raise ReferenceMismatch(f"{where}: seeds {provenance['seeds']!r} are not the stored config's {_seeds(config)!r}")
     _check_commit(provenance.get("iterlin_commit", "unknown"), where)
     _check_equivalents(provenance.get("equivalent_code", []), where)
-    results["config"] = config
+    try:
+        results["config"] = exp.config.from_dict(config)
+    except ValueError as e:
+        raise ReferenceMismatch(f"{where}: its config is not a config of today's {name}: {e}") from None
     doc = json.loads((d / "claims.json").read_text(encoding="utf-8"))
     if not isinstance(doc, dict) or doc.get("name", name) != name or doc.get("scale") != scale:
         raise ReferenceMismatch(f"{d / 'claims.json'}: is not the claims of {name} at scale {scale!r}")

@@ -35,6 +35,7 @@ import math
 from typing import Any, Mapping
 
 from .. import config as _config
+from ..config import ExperimentConfig
 from ..cache import cached
 from ..claims import ClaimsTable, publish_claims
 from ..compilation import enable_compilation_cache
@@ -67,13 +68,14 @@ def get(name: str) -> Experiment:
     return EXPERIMENTS[name]
 
 
-def resolve(name: str, scale: str = "smoke", /, **overrides: Any) -> dict:
-    """The config of experiment ``name`` at ``scale`` with ``overrides`` applied, every value checked.
+def resolve(name: str, scale: str = "smoke", /, **overrides: Any) -> ExperimentConfig:
+    """The typed config of experiment ``name`` at ``scale`` with ``overrides`` applied, every value
+    checked (the experiment's ``Config``).
 
     ``None`` for an override keeps the scale's default. See :func:`iterlin.config.resolve`.
     """
     exp = get(name)
-    return _config.resolve(exp.name, exp.scales, scale, overrides, expand=exp.expand)
+    return _config.resolve(exp.config, exp.scales, scale, overrides)
 
 
 #: Names IPython (and Jupyter's kernel) puts in a notebook's globals that are not parameters.
@@ -120,7 +122,7 @@ def _injected_names(history: Any) -> list[str] | None:
     return []
 
 
-def resolve_notebook(name: str, namespace: Mapping[str, Any]) -> dict:
+def resolve_notebook(name: str, namespace: Mapping[str, Any]) -> ExperimentConfig:
     """The config cell of notebook ``name``: its parameters taken from ``namespace``, all checked.
 
     A notebook calls ``config = resolve_notebook("fig3", globals())`` after its parameters cell
@@ -168,15 +170,17 @@ def resolve_notebook(name: str, namespace: Mapping[str, Any]) -> dict:
     return resolve(name, scale, **params)
 
 
-def revalidate(config: Mapping) -> dict:
-    """:func:`resolve` again from a resolved config (idempotent: ``revalidate(c) == c`` for a valid one)."""
+def revalidate(config: ExperimentConfig | Mapping) -> ExperimentConfig:
+    """The typed config of a resolved config, or of its dict (:meth:`~iterlin.config.ExperimentConfig.to_dict`,
+    e.g. read from a file), checked again (idempotent: ``revalidate(c) == c`` for a valid one)."""
+    if isinstance(config, ExperimentConfig):
+        config = config.to_dict()
     if not isinstance(config, Mapping) or "experiment" not in config or "scale" not in config:
         raise ValueError(
-            f"config={config!r} is not allowed: a config must be a dict from iterlin.experiments.resolve "
-            "(with 'experiment' and 'scale')"
+            f"config={config!r} is not allowed: a config must come from iterlin.experiments.resolve "
+            "(a dict of one: with 'experiment' and 'scale')"
         )
-    rest = {k: v for k, v in config.items() if k not in ("experiment", "scale")}
-    return resolve(config["experiment"], config["scale"], **rest)
+    return get(config["experiment"]).config.from_dict(config)
 
 
 def data_fingerprint(data: Any) -> str:
@@ -194,8 +198,8 @@ def data_fingerprint(data: Any) -> str:
     return h.hexdigest()
 
 
-def run(experiment: str | Mapping, scale: str = "smoke", *, progress: bool | None = None, cache_dir=None,
-        verbose: bool = True, **overrides: Any) -> dict:
+def run(experiment: str | ExperimentConfig | Mapping, scale: str = "smoke", *, progress: bool | None = None,
+        cache_dir=None, verbose: bool = True, **overrides: Any) -> dict:
     """Resolve, validate, load, compute (or load from the cache) and return an experiment's results.
 
     Args:
@@ -217,22 +221,22 @@ def run(experiment: str | Mapping, scale: str = "smoke", *, progress: bool | Non
     Raises:
       ValueError naming the offending parameter before any compute (see :func:`resolve`).
     """
-    if isinstance(experiment, Mapping):
+    if isinstance(experiment, (ExperimentConfig, Mapping)):
         if overrides:
             raise ValueError(f"pass either a config or overrides, not both (got {sorted(overrides)})")
         config = revalidate(experiment)
     else:
         config = resolve(experiment, scale, **overrides)
-    exp = get(config["experiment"])
+    exp = get(config.experiment)
     enable_compilation_cache()
     data = exp.load(config)
     if verbose:
-        print(f"{exp.name} ({config['scale']}): "
-              + _config.describe({k: v for k, v in config.items() if k not in ("experiment", "scale")}))
+        print(f"{exp.name} ({config.scale}): "
+              + _config.describe({k: v for k, v in config.to_dict().items() if k not in ("experiment", "scale")}))
     results = cached(
         exp.name,
         lambda ckpt: exp.compute(config, data, checkpoint_dir=ckpt, progress=progress is not False),
-        config,
+        config.to_dict(),
         data_fingerprint=data_fingerprint(data),
         code=code_fingerprint(exp.module, ("load", "compute")),
         cache_dir=cache_dir,
@@ -250,8 +254,8 @@ def claims(results: Mapping, *, directory=None) -> ClaimsTable:
     See :func:`iterlin.claims.publish_claims` for where the JSON goes.
     """
     config = results["config"]
-    exp = get(config["experiment"])
-    return publish_claims(exp.name, exp.claims(results), scale=config["scale"], directory=directory)
+    exp = get(config.experiment)
+    return publish_claims(exp.name, exp.claims(results), scale=config.scale, directory=directory)
 
 
 def _fmt(v: Any) -> str:

@@ -26,16 +26,17 @@ BIG = 100_000  # test images: 2 s.e. of Δ ≈ 0.4 points
 
 def test_config_and_scales():
     c = resolve("adaptive", K=[30, 3], tol=[0.1, 0.01, 0.1])
-    assert c["K"] == [1, 3, 30] and c["tol"] == [0.01, 0.1]  # K = 1 always in; sorted, de-duplicated
-    assert resolve("adaptive", tol=0.05)["tol"] == [0.05]  # one value means a list of one
+    assert c.K == (1, 3, 30) and c.tol == (0.01, 0.1)  # K = 1 always in; sorted, de-duplicated
+    assert resolve("adaptive", tol=0.05).tol == (0.05,)  # one value means a list of one
     for scale in ("smoke", "cpu", "gpu", "paper"):
         c = resolve("adaptive", scale)
-        assert c["K"][0] == 1 and len(c["K"]) >= 3 and len(c["tol"]) >= 3, scale
+        assert c.K[0] == 1 and len(c.K) >= 3 and len(c.tol) >= 3, scale
     cpu = resolve("adaptive", "cpu")  # the K sweep's stable setting, the sharpness recorded
     ks = resolve("ksweep", "cpu")
-    assert all(cpu[k] == ks[k] for k in ("lr", "steps", "batch_size", "augment", "n_train", "n_sharpness"))
-    assert cpu["n_seeds"] >= 3 and cpu["sharpness_every"] == 160
-    assert resolve("adaptive")["n_seeds"] == 1
+    assert all(getattr(cpu, k) == getattr(ks, k)
+               for k in ("lr", "steps", "batch_size", "augment", "n_train", "n_sharpness"))
+    assert cpu.n_seeds >= 3 and cpu.sharpness_every == 160
+    assert resolve("adaptive").n_seeds == 1
 
 
 @pytest.mark.parametrize(
@@ -166,7 +167,8 @@ def _results(fixed_acc, tol_acc, *, K=(1, 10, 30, 100), tol=(0.003, 0.01, 0.03),
     acc = np.concatenate([_common.trained_final(hf)["final_test_acc"], ha["net_test_acc"][:, -1]])
     return {"fixed": hf, "adaptive": ha, "final_test_acc": acc,
             "n_relin": np.concatenate([hf["n_relin"][:, -1], ha["n_relin"][:, -1]]), "n_test": np.asarray(n_test),
-            "n_runs": np.asarray(len(acc)), "wall_seconds": np.asarray(1.0), "config": {"scale": "smoke"}}
+            "n_runs": np.asarray(len(acc)), "wall_seconds": np.asarray(1.0),
+            "config": adaptive.get_config("smoke", K=K, tol=tol, steps=steps)}
 
 
 def test_yes_when_an_adaptive_run_on_par_uses_fewer_updates():

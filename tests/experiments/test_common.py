@@ -13,7 +13,7 @@ import pytest
 from _toy import FakeSweep, fake_cifar, null_model, tiny_problem
 
 from iterlin.experiments import _common as C
-from iterlin.experiments import resolve
+from iterlin.experiments import fig3, fig9, ntk, resolve
 from iterlin.training import train
 
 # ----------------------------------------------------------------------------------------------
@@ -89,7 +89,7 @@ def test_cnn_sweep_passes_config_and_overrides(monkeypatch):
     assert first["K"] == [1, 4] and first["lr"] == 0.2 and first["steps"] == 6 and first["batch_size"] == 4
     assert first["eval_steps"] == [0, 2, 4, 6] and first["augment"] is False and first["n"] == 16
     assert np.array_equal(first["key"], C.seed_keys(2)[1])  # the batch key of the seed
-    assert first["eval_data"][0].shape == (8, 32, 32, 3) and first["config"] is config
+    assert first["eval_data"][0].shape == (8, 32, 32, 3) and first["config"] == config.to_dict()
     assert second["K"] == [1, 8] and second["lr"] == [0.1, 0.05] and second["steps"] == 12
     assert second["batch_size"] is None and second["eval_steps"] == [0, 12]
 
@@ -147,24 +147,30 @@ def test_index_of_K_and_rmse():
 
 
 def test_check_batch_and_load_with_probe(monkeypatch):
-    C.check_batch({"batch_size": None}, 3)
-    C.check_batch({"batch_size": 3}, 3)
-    C.check_batch({}, 3)
+    cnn = fig3.get_config("smoke")
+    C.check_batch(cnn.replace(batch_size=None), 3)
+    C.check_batch(cnn.replace(batch_size=3), 3)
+    C.check_batch(fig9.get_config("smoke"), 3)  # a config without batch_size
     with pytest.raises(ValueError, match=r"batch_size=4 is not allowed.*n_train=3"):
-        C.check_batch({"batch_size": 4}, 3)
+        C.check_batch(cnn.replace(batch_size=4), 3)
     monkeypatch.setattr(C, "load_cifar10", lambda n, n_test: fake_cifar(n or 20, n_test or 4))
-    assert C.load_with_probe({"n_train": 10, "n_test": 4, "batch_size": None, "n_probe": 10}).x_train.shape[0] == 10
-    assert C.load_with_probe({"n_train": 10, "n_test": 4, "n_probe": None}).x_train.shape[0] == 10
+    probe = ntk.get_config("smoke").replace(n_train=10, n_test=4, batch_size=None)
+    assert C.load_with_probe(probe.replace(n_probe=10)).x_train.shape[0] == 10
+    assert C.load_with_probe(probe.replace(n_probe=None)).x_train.shape[0] == 10
     with pytest.raises(ValueError, match=r"n_probe=11 is not allowed.*n_train=10"):
-        C.load_with_probe({"n_train": 10, "n_test": 4, "batch_size": None, "n_probe": 11})
+        C.load_with_probe(probe.replace(n_probe=11))
+    # batch_size above the images loaded (a typed config refuses batch_size > n_train itself, so the
+    # check at load time is reached with n_train='all' and only 10 images installed)
+    monkeypatch.setattr(C, "load_cifar10", lambda n, n_test: fake_cifar(10, n_test or 4))
     with pytest.raises(ValueError, match=r"batch_size=11 is not allowed"):
-        C.load_data({"n_train": 10, "n_test": 4, "batch_size": 11})
+        C.load_data(cnn.replace(n_train=None, n_test=4, batch_size=11))
 
 
 def test_load_quintic_dtype():
-    d = C.load_quintic({"n_train": 6, "n_test": 9, "x64": True})
+    config = fig9.get_config("smoke").replace(n_train=6, n_test=9)
+    d = C.load_quintic(config.replace(x64=True))
     assert d.x_train.shape == (6, 1) and d.x_test.shape == (9, 1) and d.x_train.dtype == np.float64
-    assert C.load_quintic({"n_train": 6, "n_test": 9, "x64": False}).y_test.dtype == np.float32
+    assert C.load_quintic(config.replace(x64=False)).y_test.dtype == np.float32
 
 
 # ----------------------------------------------------------------------------------------------
@@ -212,12 +218,13 @@ def test_cnn_sweep_trains_every_seed_and_records_it(monkeypatch):
     monkeypatch.setattr(C, "sweep", fake_sweep)
     monkeypatch.setattr(C, "make_model", null_model)
     data = fake_cifar(40)
-    config = dict(seed=7, n_seeds=3, K=[1, 5], lr=0.1, steps=6, batch_size=8, n_evals=3, n_eval_train=30)
+    config = fig3.get_config("smoke").replace(seed=7, n_seeds=3, K=(1, 5), lr=0.1, steps=6, batch_size=8, n_evals=3,
+                                              n_eval_train=30)
     h = C.cnn_sweep(config, data)
     assert h["seed"].tolist() == [7, 7, 8, 8, 9, 9]
     assert len(captured["params"]) == 3 and len(captured["key"]) == 3
     assert captured["eval_train_size"] == 30
-    assert C.seeds(config) == [7, 8, 9] and C.seeds({"seed": 2}) == [2]
+    assert C.seeds(config) == [7, 8, 9] and C.seeds(fig3.get_config("smoke", seed=2, n_seeds=1)) == [2]
 
 
 def test_network_correct_in_chunks_equals_one_pass():

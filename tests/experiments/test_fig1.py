@@ -21,7 +21,7 @@ from iterlin.experiments.fig1 import (
 
 
 def test_plan():
-    config = dict(K=[1, 3, 10, 100, math.inf], steps=1000, n_relin=20, max_relin=100)
+    config = fig1.get_config(K=[1, 3, 10, 100, math.inf], steps=1000, n_relin=20, max_relin=100)
     plan = {p["K"]: p for p in fig1.plan(config)}
     assert plan[1]["method"] == "gd" and plan[1]["steps"] == 1000 and plan[3]["method"] == "gd"
     assert plan[3]["n_relin"] == 333
@@ -35,10 +35,10 @@ def test_config_validation():
         resolve("fig1", damping=[1.0, -2.0])
     with pytest.raises(ValueError, match="n_seeds"):
         resolve("fig1", n_seeds=0)
-    assert resolve("fig1", K=7)["K"] == [1, 7]
-    assert resolve("fig1", damping=10.0)["damping"] == [10.0]  # one λ: a list of one
+    assert resolve("fig1", K=7).K == (1, 7)
+    assert resolve("fig1", damping=10.0).damping == (10.0,)  # one λ: a list of one
     cpu = resolve("fig1", "cpu")
-    assert cpu["n_seeds"] >= 10 and cpu["n_train"] == 20 and cpu["n_test"] == 1000  # the paper's data, many seeds
+    assert cpu.n_seeds >= 10 and cpu.n_train == 20 and cpu.n_test == 1000  # the paper's data, many seeds
 
 
 def test_fig1_tiny(tmp_path):
@@ -189,7 +189,7 @@ def test_summary_and_converged():
 
 
 def test_gn_damping_puts_gauss_newton_first():
-    assert fig1.gn_damping({"damping": [10.0, 0.0, 0.1, 10.0]}) == [0.0, 0.1, 10.0]
+    assert fig1.gn_damping(fig1.get_config(damping=[10.0, 0.0, 0.1, 10.0])) == [0.0, 0.1, 10.0]
 
 
 def test_seed_difference_against_a_direct_computation():
@@ -356,7 +356,8 @@ def test_bridge_curves_fractions_and_gauss_newton_filter():
 
 
 def test_literal_plan():
-    cfg = dict(K=[1, 3, 10, 30, 100, 1000, 10**4, math.inf], lr=0.02, steps=10_000, n_relin=500, max_relin=1000)
+    cfg = fig1.get_config(K=[1, 3, 10, 30, 100, 1000, 10**4, math.inf], lr=0.02, steps=10_000, n_relin=500,
+                          max_relin=1000)
     lp = fig1.literal_plan(cfg)
     assert lp == {"K": [10.0, 100.0, 1000.0], "lr": [0.02, 0.005], "steps": 5000}  # decades, ≤ T/2, closed form
 

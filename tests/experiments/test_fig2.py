@@ -53,7 +53,7 @@ def test_each_panel_records_lambda_max_at_its_own_re_linearisations(fake_sweep, 
     panel's every ``sharpness_every × factor`` at lr / factor, on the same first images."""
     seen = []
     monkeypatch.setattr(fig2, "sharpness_callback",
-                        lambda c, d, lr: seen.append((c["sharpness_every"], lr, d.x_train[: c["n_sharpness"]])))
+                        lambda c, d, lr: seen.append((c.sharpness_every, lr, d.x_train[: c.n_sharpness])))
     config = resolve("fig2", K=[1, 4], lr=0.2, steps=8, factor=2, batch_size=4, n_train=16, n_train_full=8,
                      n_evals=4, n_sharpness=8, sharpness_every=4)
     fig2.compute(config, fake_cifar(16))
@@ -63,7 +63,7 @@ def test_each_panel_records_lambda_max_at_its_own_re_linearisations(fake_sweep, 
     # λ_max is measured on the full-batch panel's images: n_sharpness is checked against them
     monkeypatch.setattr("iterlin.experiments._common.load_cifar10", lambda n, n_test: fake_cifar(n, n_test))
     with pytest.raises(ValueError, match="n_sharpness=9 is not allowed: n_sharpness must be <= n_train=8"):
-        fig2.load(dict(config, n_sharpness=9))
+        fig2.load(config.replace(n_sharpness=9))
     assert fig2.load(config).x_train.shape[0] == 16
 
 
@@ -78,7 +78,7 @@ def test_fig2_full_batch_panel_trains_on_the_first_n_train_full_images(fake_swee
     np.testing.assert_array_equal(sub.x_train, data.x_train[:6])
     np.testing.assert_array_equal(sub.y_train, data.y_train[:6])
     assert sub.x_test is data.x_test
-    assert fig2.full_batch_data(dict(config, n_train_full=100), data) is data  # more than loaded: all
+    assert fig2.full_batch_data(config.replace(n_train_full=100), data) is data  # more than loaded: all
     with pytest.raises(ValueError, match="n_train_full=0 is not allowed"):
         resolve("fig2", n_train_full=0)
 

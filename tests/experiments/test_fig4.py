@@ -29,11 +29,11 @@ def test_bad_parameters_named():
         resolve("fig4", K_bn=0)
     with pytest.raises(ValueError, match="n_seeds=0 is not allowed"):
         resolve("fig4", n_seeds=0)
-    assert resolve("fig4", K_bn="inf", bn_mode="frozen")["K_bn"] == [1, math.inf]
-    assert resolve("fig4", "smoke")["n_seeds"] == 1
+    assert resolve("fig4", K_bn="inf", bn_mode="frozen").K_bn == (1, math.inf)
+    assert resolve("fig4", "smoke").n_seeds == 1
     cpu = resolve("fig4", "cpu")
-    assert cpu["n_seeds"] >= 2 and cpu["n_train"] is None and cpu["n_test"] is None
-    assert resolve("fig4", "gpu")["n_seeds"] >= 3
+    assert cpu.n_seeds >= 2 and cpu.n_train is None and cpu.n_test is None
+    assert resolve("fig4", "gpu").n_seeds >= 3
 
 
 def test_fig4_wiring_two_seeds(monkeypatch, tiny_cifar):

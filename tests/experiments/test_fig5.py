@@ -21,12 +21,21 @@ DIVERGED = "every run stays finite (no NaN or exploding loss)"
 STABLE = "the linear model stays stable: η under 0.33 of 2/λ_max(θ_s) along every large-K run"
 
 
+def _config(**changes):
+    """The smoke config with ``changes`` (None sets a knob to None, unlike ``get_config``'s overrides)."""
+    return fig5.get_config().replace(**changes)
+
+
 def test_single_size_expands_to_halvings():
-    assert resolve("fig5", n_train=400)["n_train"] == [100, 200, 400]
-    assert resolve("fig5", n_train=[300, 100])["n_train"] == [100, 300]
-    assert resolve("fig5", "gpu", n_train="all")["n_train"] == [None]
-    assert revalidate(resolve("fig5", n_train="all"))["n_train"] == [None]
+    assert resolve("fig5", n_train=400).n_train == (100, 200, 400)
+    assert resolve("fig5", n_train=[300, 100]).n_train == (100, 300)
+    assert resolve("fig5", "gpu", n_train="all").n_train == (None,)
+    assert revalidate(resolve("fig5", n_train="all")).n_train == (None,)
+    assert revalidate(resolve("fig5", n_train="all").to_dict()).n_train == (None,)
     assert revalidate(resolve("fig5", n_train=400)) == resolve("fig5", n_train=400)
+    assert revalidate(resolve("fig5", n_train=400).to_dict()) == resolve("fig5", n_train=400)
+    assert fig5.get_config(n_train=400) == resolve("fig5", n_train=400)
+    assert fig5.Config.EXPAND["n_train"](400) == [100, 200, 400]  # the rule that expands a single size
     with pytest.raises(ValueError, match=r"batch_size=50 is not allowed.*n_train=32"):
         resolve("fig5", n_train=[32, 64], batch_size=50)
 
@@ -40,10 +49,14 @@ def test_runs_dedupe():
 
 def test_load_checks_batch_size_against_the_smallest_size(monkeypatch):
     monkeypatch.setattr(fig5, "load_cifar10", lambda n, n_test: fake_cifar(min(n, 10), n_test))
-    data = fig5.load({"n_train": [4, 16], "n_test": 3, "batch_size": None})
+    config = _config(n_train=[4, 16], n_test=3, batch_size=None, n_val=None, n_sharpness=4)
+    data = fig5.load(config)
     assert sorted(data.by_size) == ["10", "4"] and data.heldout is None  # keyed by the size actually loaded
     with pytest.raises(ValueError, match=r"batch_size=5 is not allowed.*n_train=4"):
-        fig5.load({"n_train": [4, 16], "n_test": 3, "batch_size": 5})
+        fig5.load(config.replace(batch_size=5))  # refused already by the Config (the smallest size asked for)
+    # sizes the Config allows (12, 16 >= 11), but only 10 images are installed: load refuses it
+    with pytest.raises(ValueError, match=r"batch_size=11 is not allowed.*n_train=10"):
+        fig5.load(config.replace(n_train=(12, 16), batch_size=11))
 
 
 def test_compute_one_sweep_per_size_and_results(monkeypatch):
@@ -60,7 +73,6 @@ def test_compute_one_sweep_per_size_and_results(monkeypatch):
     monkeypatch.setattr(_common, "sweep", sweep)
     monkeypatch.setattr(_common, "make_model", null_model)
     config = resolve("fig5", K=[1, 4], lr=0.1, lr_inf=0.5, n_train=[8, 16], steps=4, n_evals=2)
-    del config["n_sharpness"]  # no sharpness record (as in the runs made before it)
     res = fig5.compute(config, fig5.SizedData({"16": fake_cifar(16), "8": fake_cifar(8)}))
     assert [c["n"] for c in fake.calls] == [8, 16]  # sizes in numeric order
     assert all(c["K"] == [1.0, 4.0, math.inf, 1.0] and c["lr"] == [0.1, 0.1, 0.5, 0.5] for c in fake.calls)
@@ -70,7 +82,7 @@ def test_compute_one_sweep_per_size_and_results(monkeypatch):
     assert np.allclose(res["best_test_acc"][:, 0], [0.2, 0.4])  # the K = 1 run's network
     assert np.allclose(res["final_train_acc"][1], [0.8, 0.78, 0.21, 0.8]) and res["diverged"].shape == (2, 4)
     assert sorted(res["histories"]) == ["16", "8"] and int(res["n_test"]) == 8
-    assert "stopped_test_acc" not in res and all(c["callback"] is None for c in fake.calls)  # no n_val, no λ_max
+    assert "stopped_test_acc" not in res and all(c["callback"] is not None for c in fake.calls)  # λ_max, no n_val
     res["config"] = config
     rows = {r.claim: r for r in fig5.claims(res)}
     assert rows[CONVERGED].holds == "no"  # train acc. 0.8 < 99 %: the scaling rows are not judged
@@ -80,11 +92,12 @@ def test_compute_one_sweep_per_size_and_results(monkeypatch):
 
 def test_sizes_derived_from_the_installed_copy(monkeypatch, capsys):
     monkeypatch.setattr(fig5, "load_cifar10", lambda n, n_test: fake_cifar(640 if n is None else n, n_test or 3))
-    data = fig5.load({"n_train": [None], "n_test": None, "batch_size": 4})
+    config = _config(n_train=[None], n_test=None, batch_size=4, n_val=None)
+    data = fig5.load(config)
     assert sorted(map(int, data.by_size)) == [20, 40, 80, 160, 320, 640]
     assert "derived from the 640 installed training images: [20, 40, 80, 160, 320, 640]" in capsys.readouterr().out
     # with images held out, the sizes are halvings of what is left
-    data = fig5.load({"n_train": [None], "n_test": None, "batch_size": 4, "n_val": 40})
+    data = fig5.load(config.replace(n_val=40))
     assert sorted(map(int, data.by_size)) == [18, 37, 75, 150, 300, 600] and data.heldout.x_train.shape[0] == 40
     assert "640 installed training images less 40 held out: [18, 37, 75, 150, 300, 600]" in capsys.readouterr().out
 
@@ -99,12 +112,13 @@ def test_heldout_images_follow_the_largest_training_set(monkeypatch):
         return pool._replace(x_train=pool.x_train[:m], y_train=pool.y_train[:m])
 
     monkeypatch.setattr(fig5, "load_cifar10", load)
-    data = fig5.load({"n_train": [8, 16], "n_test": 3, "batch_size": None, "n_val": 10})
+    config = _config(n_train=[8, 16], n_test=3, batch_size=None, n_val=10)
+    data = fig5.load(config)
     np.testing.assert_array_equal(data.heldout.x_train, pool.x_train[16:26])
     np.testing.assert_array_equal(data.heldout.y_train, pool.y_train[16:26])
     with pytest.raises(ValueError, match=r"n_val=85 is not allowed: 100 training images are installed, and the "
                                          r"largest training set takes 16; n_val must be <= 84"):
-        fig5.load({"n_train": [8, 16], "n_test": 3, "batch_size": None, "n_val": 85})
+        fig5.load(config.replace(n_val=85))
 
 
 def test_stopped_at_best_picks_the_test_accuracy_where_held_out_accuracy_peaks():
@@ -166,7 +180,7 @@ def test_the_sharpness_record_uses_each_runs_own_rate():
 def test_a_sharpness_set_larger_than_the_smallest_training_set_is_refused(monkeypatch):
     monkeypatch.setattr(fig5, "load_cifar10", lambda n, n_test: fake_cifar(n, n_test))
     with pytest.raises(ValueError, match=r"n_sharpness=12 is not allowed: n_sharpness must be <= n_train=8"):
-        fig5.load({"n_train": [8, 16], "n_test": 3, "batch_size": None, "n_sharpness": 12})
+        fig5.load(_config(n_train=[8, 16], n_test=3, batch_size=None, n_val=None, n_sharpness=12))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -189,7 +203,7 @@ def _results(best, *, train=1.0, sizes=(100, 400), lr_inf=0.5, diverged=None, K=
         "n_train": np.asarray(sizes), "K": np.asarray(K), "lr": np.asarray(lr, np.float64),
         "seed_index": np.repeat(np.arange(seeds), R // seeds), "n_test": np.asarray(n_test),
         "best_test_acc": best, "final_train_acc": np.full((S, R), train), "diverged": div,
-        "histories": histories, "config": {"lr": 0.1, "lr_inf": lr_inf},
+        "histories": histories, "config": fig5.get_config().replace(lr=0.1, lr_inf=lr_inf),
     }
 
 
@@ -247,14 +261,14 @@ def test_claims_not_applicable():
 
 
 def test_off_lr_marks_the_runs_at_lr_inf():
-    config = {"K": [1, 100], "lr": 1e-5, "lr_inf": 1e-3}
+    config = fig5.get_config().replace(K=(1, 100), lr=1e-5, lr_inf=1e-3)
     pairs = runs(config)
     results = {"K": np.array([k for k, _ in pairs]), "lr": np.array([v for _, v in pairs]), "config": config}
     np.testing.assert_array_equal(off_lr(results), [False, False, True, True])
 
 
 def test_off_lr_none_when_lr_inf_is_lr():
-    config = {"K": [1, 4], "lr": 0.1, "lr_inf": 0.1}
+    config = fig5.get_config().replace(K=(1, 4), lr=0.1, lr_inf=0.1)
     pairs = runs(config)
     results = {"K": np.array([k for k, _ in pairs]), "lr": np.array([v for _, v in pairs]), "config": config}
     assert not off_lr(results).any() and len(off_lr(results)) == 3

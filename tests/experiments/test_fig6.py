@@ -13,11 +13,12 @@ from iterlin.experiments.fig6 import probe_size, probe_table
 
 
 def test_config():
-    assert resolve("fig6", K=5e6)["K"] == [1, 5_000_000]
+    assert resolve("fig6", K=5e6).K == (1, 5_000_000)
+    assert isinstance(resolve("fig6"), fig6.Config) and fig6.get_config(K=5e6) == resolve("fig6", K=5e6)
     with pytest.raises(ValueError, match="n_probe=0 is not allowed"):
         resolve("fig6", n_probe=0)
-    assert resolve("fig6", "cpu")["n_seeds"] >= 2 and resolve("fig6", "gpu")["n_seeds"] >= 3
-    assert resolve("fig6")["n_seeds"] == 1  # smoke stays one seed
+    assert resolve("fig6", "cpu").n_seeds >= 2 and resolve("fig6", "gpu").n_seeds >= 3
+    assert resolve("fig6").n_seeds == 1  # smoke stays one seed
 
 
 def test_fig6_probes_tiny_two_seeds(tiny_cifar):
@@ -50,14 +51,19 @@ def test_fig6_probes_tiny_two_seeds(tiny_cifar):
 # n_probe: derived from what is installed, and refused beyond it
 
 
+def _n_probe(n_probe):
+    """The smoke config with ``n_probe`` (None: every image up to the cap)."""
+    return fig6.get_config().replace(n_probe=n_probe)
+
+
 def test_probe_size_none_is_every_image_up_to_the_cap():
-    assert probe_size({"n_probe": None}, 256) == 256
-    assert probe_size({"n_probe": None}, 4660) == min(4660, fig6.PROBE_CAP) == fig6.PROBE_CAP
-    assert probe_size({"n_probe": None}, 50_000) == fig6.PROBE_CAP
-    assert probe_size({"n_probe": 7}, 16) == 7 and probe_size({"n_probe": 16}, 16) == 16
+    assert probe_size(_n_probe(None), 256) == 256
+    assert probe_size(_n_probe(None), 4660) == min(4660, fig6.PROBE_CAP) == fig6.PROBE_CAP
+    assert probe_size(_n_probe(None), 50_000) == fig6.PROBE_CAP
+    assert probe_size(_n_probe(7), 16) == 7 and probe_size(_n_probe(16), 16) == 16
     with pytest.raises(ValueError, match=r"n_probe=5000 is not allowed: n_probe must be <= n_train=4660 .*"
                                          r"or None for all of them up to 2000"):
-        probe_size({"n_probe": 5000}, 4660)
+        probe_size(_n_probe(5000), 4660)
 
 
 @pytest.mark.parametrize("scale", ["smoke", "cpu", "gpu"])
@@ -65,7 +71,7 @@ def test_scales_fit_the_installed_subset(scale):
     """The scales that use every installed image never ask for more probe images than the shared
     subset (4,660 training images) holds: the gpu scale's old n_probe = 5000 did."""
     config = resolve("fig6", scale)
-    installed = 4660 if config["n_train"] is None else config["n_train"]
+    installed = 4660 if config.n_train is None else config.n_train
     assert probe_size(config, installed) <= installed
 
 
@@ -92,7 +98,7 @@ def test_compute_fits_the_probes_on_the_derived_number(monkeypatch):
     monkeypatch.setattr(fig6, "probe_tracker", tracker)
     monkeypatch.setattr(fig6, "PROBE_CAP", 10)
     config = resolve("fig6", n_train=16, n_test=8, batch_size=8, steps=4, n_evals=2)
-    assert config["n_probe"] is None
+    assert config.n_probe is None
     res = fig6.compute(config, fake_cifar(16, n_test=8))
     assert int(res["n_probe"]) == 10 == seen["n"] and seen["n_test"] == 8
 
@@ -122,7 +128,8 @@ def _results(k1, large, *, n_test=1000, K=(1, 8), diverged=None):
     curves = [(k1 if k == 1 else large)[s] for s in range(S) for k in K]
     for layer in fig6.PROBE_LAYERS:
         h[f"probe_{layer}_test_acc"] = np.stack(curves)
-    return {"runs": h, "n_probe": np.asarray(100), "n_test": np.asarray(n_test)}
+    return {"runs": h, "n_probe": np.asarray(100), "n_test": np.asarray(n_test),
+            "config": fig6.get_config().replace(K=tuple(K))}
 
 
 def test_claims_hold_when_large_K_lags():

@@ -18,12 +18,13 @@ from iterlin.stats import seed_interval
 
 
 def test_scales():
-    assert resolve("fig7")["n_seeds"] == 1
+    assert resolve("fig7").n_seeds == 1 and resolve("fig7") == fig7.get_config()
     # cpu and gpu: Fig. 3's stable setting (the linear model under its bound), with its sharpness record
     same = ("K", "lr", "steps", "batch_size", "augment", "n_train", "n_sharpness", "sharpness_every")
     for scale in ("cpu", "gpu"):
-        assert {k: resolve("fig7", scale)[k] for k in same} == {k: resolve("fig3", scale)[k] for k in same}
-    assert resolve("fig7", "cpu")["n_seeds"] >= 3 and resolve("fig7", "gpu")["n_seeds"] >= 8
+        assert ({k: getattr(resolve("fig7", scale), k) for k in same}
+                == {k: getattr(resolve("fig3", scale), k) for k in same})
+    assert resolve("fig7", "cpu").n_seeds >= 3 and resolve("fig7", "gpu").n_seeds >= 8
 
 
 def test_fig7_filters_tiny_two_seeds(tiny_cifar):
@@ -107,7 +108,7 @@ def _results(ratio, fraction, *, scale="smoke", K=(1, 8), diverged=None, cosine=
     h = fake_history(list(K) * S, 0.05, 24, [0.3] * (len(K) * S), diverged=diverged)
     h["seed_index"] = np.repeat(np.arange(S), len(K))
     match = {"ratio": ratio, "fraction": fraction, "cosine": np.full(S, cosine)}
-    return {"runs": h, "match": match, "config": {"scale": scale}}
+    return {"runs": h, "match": match, "config": fig7.get_config(scale)}
 
 
 def test_claims_hold_over_seeds():

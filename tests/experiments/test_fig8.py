@@ -23,12 +23,12 @@ def test_config_validation():
         resolve("fig8", K=[1, 5])  # one period: the Adam-solved run's
     with pytest.raises(ValueError, match="n_seeds=0 is not allowed"):
         resolve("fig8", n_seeds=0)
-    assert resolve("fig8", K=5e6)["K"] == 5_000_000
-    assert resolve("fig8", "smoke")["n_seeds"] == 1
-    assert resolve("fig8", "cpu")["n_seeds"] >= 3 and resolve("fig8", "gpu")["n_seeds"] >= 3  # decided: 3+ seeds
-    assert resolve("fig8", "cpu")["n_test"] is None  # every installed test image, paired
+    assert resolve("fig8", K=5e6).K == 5_000_000 and fig8.get_config(K=5e6) == resolve("fig8", K=5e6)
+    assert resolve("fig8", "smoke").n_seeds == 1
+    assert resolve("fig8", "cpu").n_seeds >= 3 and resolve("fig8", "gpu").n_seeds >= 3  # decided: 3+ seeds
+    assert resolve("fig8", "cpu").n_test is None  # every installed test image, paired
     cpu = resolve("fig8", "cpu")
-    assert cpu["steps"] >= 2 * cpu["K"]  # re-linearises, so the Adam-solved run is not one fixed linearisation
+    assert cpu.steps >= 2 * cpu.K  # re-linearises, so the Adam-solved run is not one fixed linearisation
 
 
 def test_fig8_tiny_two_seeds(monkeypatch, cifar_subset_path):
@@ -61,7 +61,7 @@ def test_fig8_tiny_two_seeds(monkeypatch, cifar_subset_path):
         # two routes to the final test accuracy: the training loop's evaluation and the per-image record
         np.testing.assert_allclose(h["net_test_correct"].mean(axis=1), h["net_test_acc"][:, -1])
     assert r["solved"]["K"].tolist() == [2.0, 2.0] and r["sgd"]["K"].tolist() == [1.0, 1.0]
-    assert r["sgd"]["lr"].tolist() == [config["lr"]] * 2 and r["adam"]["lr"].tolist() == [config["lr_adam"]] * 2
+    assert r["sgd"]["lr"].tolist() == [config.lr] * 2 and r["adam"]["lr"].tolist() == [config.lr_adam] * 2
     assert r["solved"]["n_relin"].tolist() == [[0, 1, 2]] * 2
     assert r["solved"]["relin_step"].tolist() == [[2, 4]] * 2 and r["solved"]["relin_acc"].shape == (2, 2)
     assert r["sgd"]["n_relin"][:, -1].tolist() == [4, 4]  # K = 1
@@ -69,7 +69,7 @@ def test_fig8_tiny_two_seeds(monkeypatch, cifar_subset_path):
     # Seed 4's SGD run is the lone run from seed 4's initialisation and batch key.
     init_key, data_key = _common.seed_keys(4)
     m = flat_mlp(init_key)
-    _, ref = train(m.apply_fn, m.params, (d.x_train, d.y_train), K=1, optimizer=optax.sgd(config["lr"]), steps=4,
+    _, ref = train(m.apply_fn, m.params, (d.x_train, d.y_train), K=1, optimizer=optax.sgd(config.lr), steps=4,
                    key=data_key, eval_data=(d.x_test, d.y_test), eval_steps=[0, 2, 4], eval_train_size=5)
     for key in ("net_train_loss", "net_test_loss", "net_test_acc"):
         np.testing.assert_allclose(r["sgd"][key][1], ref[key], rtol=1e-5, err_msg=key)
@@ -132,7 +132,7 @@ def _results(solved=0.613, sgd=0.694, adam=0.72, *, n_test=10_000, scale="paper"
         "solved": _kind(solved, n_test, K=200_000, lr=1e-3, paired=paired, relin_acc=relin_acc),
         "sgd": _kind(sgd, n_test, diverged=sgd_diverged, paired=paired),
         "adam": _kind(adam, n_test, lr=1e-3, paired=paired),
-        "n_test": np.asarray(n_test), "config": {"scale": scale, "K": 200_000},
+        "n_test": np.asarray(n_test), "config": fig8.get_config(scale).replace(K=200_000),
     }
 
 
@@ -186,8 +186,8 @@ def test_claims_not_applicable():
     rows = fig8.claims(_results(relin_acc=[[1.0, np.nan]]))  # padding (a run with fewer) is not counted
     assert rows[4].holds == "yes" and "the 1 re-linearisations" in rows[4].measured
     no_k = _results()
-    no_k["config"] = {"scale": "paper"}
-    assert fig8.claims(no_k)[0].measured.startswith("Adam-solved (K=∞)")  # K unknown
+    no_k["config"] = fig8.get_config("paper", K="inf")  # a typed config always names K: here ∞
+    assert fig8.claims(no_k)[0].measured.startswith("Adam-solved (K=∞)")
 
 
 def test_the_network_keeps_or_loses_what_each_solved_linearisation_learned():

@@ -16,10 +16,10 @@ def test_config_validation():
         resolve("fig9", damping=[0.1, -1.0])
     with pytest.raises(ValueError, match="x64"):
         resolve("fig9", x64="yes")
-    assert resolve("fig9", damping=0.5)["damping"] == [0.5]
-    assert resolve("fig9", damping=[1, 0])["damping"] == [0.0, 1.0]
+    assert resolve("fig9", damping=0.5).damping == (0.5,)
+    assert resolve("fig9", damping=[1, 0]).damping == (0.0, 1.0)
     cpu = resolve("fig9", "cpu")
-    assert cpu["n_seeds"] > resolve("fig9")["n_seeds"] and cpu["n_train"] == 20 and cpu["n_test"] == 1000
+    assert cpu.n_seeds > resolve("fig9").n_seeds and cpu.n_train == 20 and cpu.n_test == 1000
 
 
 def test_slope_variation():

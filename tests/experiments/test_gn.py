@@ -28,14 +28,14 @@ BIG = 100_000  # test images: 2 s.e. of Δ ≈ 0.4 points
 
 
 def test_config_and_scales():
-    assert resolve("gn", K=[100, "inf", 10])["K"] == [1, 10, 100, INF]
+    assert resolve("gn", K=[100, "inf", 10]).K == (1, 10, 100, INF)
     for scale in ("smoke", "cpu", "gpu", "paper"):
         c = resolve("gn", scale)
-        assert c["K"][0] == 1 and c["K"][-1] == INF and gn.gn_K(c), scale  # K = 1, large K with a GN partner, ∞
-        assert c["batch_size"] is not None and c["cg_maxiter"] >= 1 and c["augment"] is False
+        assert c.K[0] == 1 and c.K[-1] == INF and gn.gn_K(c), scale  # K = 1, large K with a GN partner, ∞
+        assert c.batch_size is not None and c.cg_maxiter >= 1 and c.augment is False
     cpu = resolve("gn", "cpu")
-    assert cpu["n_seeds"] >= 2 and cpu["n_train"] is None and cpu["n_test"] is None and cpu["lr"] == 0.01
-    assert resolve("gn", "paper")["n_train"] == 50_000
+    assert cpu.n_seeds >= 2 and cpu.n_train is None and cpu.n_test is None and cpu.lr == 0.01
+    assert resolve("gn", "paper").n_train == 50_000
 
 
 @pytest.mark.parametrize(
@@ -180,7 +180,7 @@ def _results(acc, gn_acc, K=(1, 10, 30, INF), gn_K=(10, 30), steps=60, n_test=BI
     g["damping"] = np.asarray([gn.damping_for_K(k, lr, B) for k in gKs])
     res = {"runs": h, **_common.trained_final(h), "gn": g, "gn_final_test_acc": g["net_test_acc"][:, -1],
            "n_test": np.asarray(n_test), "n_runs": np.asarray(len(Ks) + len(gKs)), "wall_seconds": np.asarray(1.0),
-           "config": {"scale": "smoke", "lr": lr, "batch_size": B}}
+           "config": gn.get_config("smoke", lr=lr, batch_size=B)}
 
     def correct(a):
         c = np.zeros((len(a), n_test), bool)

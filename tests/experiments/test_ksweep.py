@@ -21,16 +21,16 @@ BIG = 100_000  # test images: 2 s.e. of Δ ≈ 0.4 points
 
 
 def test_config_and_scales():
-    assert resolve("ksweep", K=[300, 3, "inf", 30])["K"] == [1, 3, 30, 300, INF]
-    assert resolve("ksweep", K=5e6)["K"] == [1, 5_000_000]  # one K means [1, K]
+    assert resolve("ksweep", K=[300, 3, "inf", 30]).K == (1, 3, 30, 300, INF)
+    assert resolve("ksweep", K=5e6).K == (1, 5_000_000)  # one K means [1, K]
     for scale in ("smoke", "cpu", "gpu", "paper"):
         c = resolve("ksweep", scale)
-        finite = [k for k in c["K"] if math.isfinite(k)]
-        assert c["K"][0] == 1 and c["K"][-1] == INF, scale
+        finite = [k for k in c.K if math.isfinite(k)]
+        assert c.K[0] == 1 and c.K[-1] == INF, scale
         # up to ≥ T, plus ∞; the cpu scale stops at T/4 for time (its K ≥ T check is n/a)
-        assert max(finite) >= c["steps"] if scale != "cpu" else 4 * max(finite) == c["steps"], scale
-        assert c["augment"] is (scale in ("cpu", "gpu")), scale  # the stable setting augments, as fig3
-    assert resolve("ksweep", "cpu")["n_seeds"] >= 2 and resolve("ksweep")["n_seeds"] == 1
+        assert max(finite) >= c.steps if scale != "cpu" else 4 * max(finite) == c.steps, scale
+        assert c.augment is (scale in ("cpu", "gpu")), scale  # the stable setting augments, as fig3
+    assert resolve("ksweep", "cpu").n_seeds >= 2 and resolve("ksweep").n_seeds == 1
 
 
 @pytest.mark.parametrize(
@@ -119,7 +119,7 @@ def _results(acc, K=(1, 3, 10, 30, INF), steps=24, n_test=BIG, diverged=None, li
         h["net_test_acc"] = h["net_test_acc"].copy()
         h["net_test_acc"][fixed, -1] = lin
     res = {"runs": h, **_common.trained_final(h), "n_test": np.asarray(n_test), "n_runs": np.asarray(len(Ks)),
-           "wall_seconds": np.asarray(1.0), "config": {"scale": "smoke"}}
+           "wall_seconds": np.asarray(1.0), "config": ksweep.get_config("smoke")}
     if correct:
         n = n_test
         c = np.zeros((len(Ks), n), bool)

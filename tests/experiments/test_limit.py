@@ -109,7 +109,7 @@ def test_config_validation():
     with pytest.raises(ValueError, match="relins"):
         resolve("limit", relins=[0, 2])
     cpu = resolve("limit", "cpu")
-    assert cpu["n_seeds"] >= 3 and cpu["n_test"] is None and len(cpu["n_train"]) >= 3
+    assert cpu.n_seeds >= 3 and cpu.n_test is None and len(cpu.n_train) >= 3
     specs = limit.run_specs(resolve("limit"))
     assert {s.method for s in specs} == {"flow", "gn", "damped", "kernel"}
     with pytest.raises(ValueError, match="n_main=24 is not allowed: n_main must be one of n_train=\\[8, 16\\]"):
@@ -208,7 +208,9 @@ def _constructed(acc: dict, n_test=2000, seeds=3, sizes=(32, 64, 128), scaling=N
     checks = {"n_check": 8, "eta": 1e-5, "gd_steps": 10, "tau": 1e-4, "literal_vs_flow": 0.001,
               "network_gd_vs_flow": 0.1, "network_gd_vs_one_flow": 0.2, "gn_vs_flow_inf": 1e-6}
     return {"runs": runs, "checks": {k: np.asarray(v) for k, v in checks.items()}, "n_test": np.asarray(n_test),
-            "config": {"n_relin": 2}}
+            "config": limit.get_config("cpu").replace(
+                n_train=tuple(sizes), n_main=n, n_test=n_test, relins=tuple(sorted({R for m, R in acc if m == "flow"})),
+                n_relin=2, n_seeds=seeds, n_check=checks["n_check"], gd_steps=checks["gd_steps"])}
 
 
 def _holds(rows):

@@ -23,15 +23,15 @@ BIG = 100_000  # test images: 2 s.e. of Δ ≈ 0.4 points
 
 def test_config_and_scales():
     c = resolve("lr", lr=[0.1, 0.01, 0.03, 0.01])
-    assert c["lr"] == [0.01, 0.03, 0.1]  # sorted, de-duplicated
-    assert resolve("lr", lr=0.1)["lr"] == [0.01, 0.03, 0.1]  # one rate r means [r/10, 0.3 r, r]
-    assert resolve("lr", lr=1e-3)["lr"] == [1e-4, 3e-4, 1e-3]
-    assert resolve("lr", K=50)["K"] == [1, 50]
+    assert c.lr == (0.01, 0.03, 0.1)  # sorted, de-duplicated
+    assert resolve("lr", lr=0.1).lr == (0.01, 0.03, 0.1)  # one rate r means [r/10, 0.3 r, r]
+    assert resolve("lr", lr=1e-3).lr == (1e-4, 3e-4, 1e-3)
+    assert resolve("lr", K=50).K == (1, 50)
     for scale in ("smoke", "cpu", "gpu", "paper"):
         c = resolve("lr", scale)
-        assert len(c["lr"]) >= 3 and max(c["lr"]) >= 10 * min(c["lr"]), scale  # an order of magnitude
-        assert c["K"][0] == 1 and len(c["K"]) == 2
-    assert resolve("lr", "cpu")["n_seeds"] >= 2 and resolve("lr")["n_seeds"] == 1
+        assert len(c.lr) >= 3 and max(c.lr) >= 10 * min(c.lr), scale  # an order of magnitude
+        assert c.K[0] == 1 and len(c.K) == 2
+    assert resolve("lr", "cpu").n_seeds >= 2 and resolve("lr").n_seeds == 1
     assert lr.decade(0.1) == [0.01, 0.03, 0.1]
 
 
@@ -59,7 +59,7 @@ def test_bad_values_are_named(kwargs, message):
 def test_a_list_of_rates_is_refused_where_one_rate_is_taken():
     with pytest.raises(ValueError, match=r"lr=\[0.1, 0.2\] is not allowed: lr must be a single value here"):
         resolve("fig3", lr=[0.1, 0.2])
-    assert resolve("fig3", lr=0.2)["lr"] == 0.2
+    assert resolve("fig3", lr=0.2).lr == 0.2
 
 
 def test_load_refuses_more_sharpness_images_than_loaded(monkeypatch):
@@ -135,7 +135,8 @@ def _results(acc1, accK, rates=(0.01, 0.03, 0.1), K=50, bound=0.054, n_test=BIG,
     h = fake_history(Ks, lrs, 300, acc, diverged=div)
     h["seed_index"] = np.repeat(np.arange(seeds), 2 * n)
     return {"runs": h, **_common.trained_final(h), "stable_lr": np.full(seeds, bound), "n_test": np.asarray(n_test),
-            "n_runs": np.asarray(len(Ks)), "wall_seconds": np.asarray(1.0), "config": {"scale": "cpu"}}
+            "n_runs": np.asarray(len(Ks)), "wall_seconds": np.asarray(1.0),
+            "config": lr.get_config("cpu", K=K, lr=rates)}
 
 
 def test_claims_hold_when_large_K_breaks_above_the_bound():

@@ -57,7 +57,7 @@ def test_a_notebooks_globals_resolve_like_resolve(name):
 
 def test_values_are_applied_and_checked():
     c = resolve_notebook("fig3", _kernel_globals(scale="smoke", K=5e6, steps=12.0, seed=3))
-    assert c["K"] == [1, 5_000_000] and c["steps"] == 12 and c["seed"] == 3
+    assert c.K == (1, 5_000_000) and c.steps == 12 and c.seed == 3
     with pytest.raises(ValueError, match="steps=1e\\+20 is not allowed: steps must be an integer >= 1 and <= 2147483647"):
         resolve_notebook("fig3", _kernel_globals(scale="smoke", steps=1e20))
 
@@ -99,7 +99,7 @@ def test_in_a_kernel_only_the_injected_names_count():
     # the latest injected cell is the one that counts
     ns["In"] = ["", _injected_cell({"stepz": 1}), _injected_cell({"steps": 3})]
     ns["steps"] = 3
-    assert resolve_notebook("fig3", ns)["steps"] == 3
+    assert resolve_notebook("fig3", ns).steps == 3
 
 
 def test_a_plain_namespace_counts_every_parameter_like_global():

@@ -18,22 +18,27 @@ from iterlin.experiments.ntk import kernel_bytes, probe_size, relin_steps, relin
 def test_bad_parameters_named():
     with pytest.raises(ValueError, match="n_probe=0 is not allowed"):
         resolve("ntk", n_probe=0)
-    assert resolve("ntk", n_probe="all")["n_probe"] is None
-    assert resolve("ntk")["n_seeds"] == 1 and resolve("ntk", "cpu")["n_seeds"] >= 2
-    assert resolve("ntk", "gpu")["n_seeds"] >= 3
+    assert resolve("ntk", n_probe="all").n_probe is None
+    assert resolve("ntk").n_seeds == 1 and resolve("ntk", "cpu").n_seeds >= 2
+    assert resolve("ntk", "gpu").n_seeds >= 3
+
+
+def _config(**changes):
+    """ntk's smoke config with ``changes`` (a typed, validated config)."""
+    return ntk.get_config("smoke").replace(**changes)
 
 
 def test_eval_steps_add_every_relinearisation():
-    assert ntk.eval_steps({"steps": 12, "n_evals": 2, "K": [1, 5]}) == [0, 5, 6, 10, 12]
-    assert ntk.eval_steps({"steps": 12, "n_evals": 2, "K": [1, math.inf]}) == [0, 6, 12]
-    assert ntk.eval_steps({"steps": 4, "n_evals": 4, "K": [1, 2]}) == [0, 1, 2, 3, 4]
-    assert len(ntk.eval_steps({"steps": 10_000, "n_evals": 2, "K": [1, 2]}, max_points=7)) <= 3 + 7
+    assert ntk.eval_steps(_config(steps=12, n_evals=2, K=(1, 5))) == [0, 5, 6, 10, 12]
+    assert ntk.eval_steps(_config(steps=12, n_evals=2, K=(1, math.inf))) == [0, 6, 12]
+    assert ntk.eval_steps(_config(steps=4, n_evals=4, K=(1, 2))) == [0, 1, 2, 3, 4]
+    assert len(ntk.eval_steps(_config(steps=10_000, n_evals=2, K=(1, 2)), max_points=7)) <= 3 + 7
 
 
 def test_cpu_scale_sees_intervals_with_and_without_relinearisation():
     config = resolve("ntk", "cpu")
     pts = np.asarray(ntk.eval_steps(config))
-    K = max(config["K"])
+    K = max(config.K)
     relin = (pts[1:] // K) > (pts[:-1] // K)  # an interval (t_prev, t] holds a multiple of K
     assert relin.any() and (~relin).any()
 
@@ -43,33 +48,33 @@ def test_cpu_scale_sees_intervals_with_and_without_relinearisation():
 
 
 def test_probe_size_none_is_every_image_up_to_the_cap():
-    config = {"K": [1, 6], "seed": 0, "n_seeds": 2}
-    assert probe_size({**config, "n_probe": None}, 16) == 16
-    assert probe_size({**config, "n_probe": None}, 4660) == ntk.PROBE_CAP
-    assert probe_size({**config, "n_probe": 12}, 16) == 12
+    config = _config(K=(1, 6), seed=0, n_seeds=2)
+    assert probe_size(config.replace(n_probe=None), 16) == 16
+    assert probe_size(config.replace(n_probe=None), 4660) == ntk.PROBE_CAP
+    assert probe_size(config.replace(n_probe=12), 16) == 12
     with pytest.raises(ValueError, match=r"n_probe=17 is not allowed: n_probe must be <= n_train=16 .*up to 100"):
-        probe_size({**config, "n_probe": 17}, 16)
+        probe_size(config.replace(n_probe=17), 16)
 
 
 def test_probe_size_memory_bound():
     """The largest n_probe the error names fits KERNEL_BYTES, one more does not, and more runs
     allow fewer probe images."""
-    config = {"K": [1, 6], "seed": 0, "n_seeds": 2, "n_probe": 50_000}
+    config = _config(K=(1, 6), seed=0, n_seeds=2, n_probe=50_000)
     with pytest.raises(ValueError, match=r"n_probe=50000 is not allowed: the kernel tracker would hold .* GiB .* "
                                          r"for 4 runs") as err:
         probe_size(config, 50_000)
     largest = int(str(err.value).split("n_probe <= ")[1].split()[0])
     assert kernel_bytes(largest, 4) <= ntk.KERNEL_BYTES < kernel_bytes(largest + 1, 4)
-    assert probe_size({**config, "n_probe": largest}, 50_000) == largest
+    assert probe_size(config.replace(n_probe=largest), 50_000) == largest
     with pytest.raises(ValueError, match=f"n_probe={largest} is not allowed"):
-        probe_size({**config, "n_probe": largest, "n_seeds": 3}, 50_000)
+        probe_size(config.replace(n_probe=largest, n_seeds=3), 50_000)
     assert kernel_bytes(100, 1) == 5 * 1000**2 * 4
 
 
 @pytest.mark.parametrize("scale", ["smoke", "cpu", "gpu", "paper"])
 def test_every_scale_fits_the_memory_bound(scale):
     config = resolve("ntk", scale)
-    installed = 4660 if config["n_train"] is None else config["n_train"]
+    installed = 4660 if config.n_train is None else config.n_train
     assert probe_size(config, installed) <= installed
 
 
@@ -185,7 +190,7 @@ def test_checks_not_applicable():
 
 @pytest.mark.parametrize("k", [1, math.inf])
 def test_eval_steps_without_finite_large_K(k):
-    assert ntk.eval_steps({"steps": 10, "n_evals": 5, "K": [1, k]}) == [0, 2, 4, 6, 8, 10]
+    assert ntk.eval_steps(_config(steps=10, n_evals=5, K=(1, k))) == [0, 2, 4, 6, 8, 10]
 
 
 # The notebook's summary functions (pure functions of the results; no training).

@@ -4,15 +4,27 @@ claims re-derived, and the command line."""
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
+from typing import ClassVar
 
 import numpy as np
 import pytest
 
 from iterlin.cache import load_results, save_results
 from iterlin.claims import Claim
+from iterlin.config import ExperimentConfig
 from iterlin.experiments import _common, reference, registry
 from iterlin.fingerprint import code_fingerprint
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ToyConfig(ExperimentConfig):
+    experiment: ClassVar[str] = "toy"
+
+    steps: int
+    seed: int
+    n_seeds: int
 
 
 def _toy_experiment(calls):
@@ -23,14 +35,14 @@ def _toy_experiment(calls):
 
     def compute(config, data, *, checkpoint_dir=None, progress=False):
         calls.append(checkpoint_dir)
-        return {"acc": np.asarray([0.4, 0.5]), "nested": {"steps": np.arange(config["steps"])}}
+        return {"acc": np.asarray([0.4, 0.5]), "nested": {"steps": np.arange(config.steps)}}
 
     def claims(results):
         a = np.asarray(results["acc"])
         return [Claim("b beats a", "paper", f"{a[1] - a[0]:.2f}", "yes" if a[1] > a[0] else "no", "Δ > 0")]
 
     scales = {s: dict(steps=3, seed=0, n_seeds=2) for s in ("smoke", "cpu", "gpu", "paper")}
-    return _common.Experiment("toy", scales, load, compute, claims, "iterlin.experiments.fig3")
+    return _common.Experiment("toy", scales, load, compute, claims, "iterlin.experiments.fig3", ToyConfig)
 
 
 @pytest.fixture
@@ -58,7 +70,7 @@ def test_write_and_load_a_reference_run_with_its_provenance(toy, tmp_path):
     assert prov["code_fingerprint"] == code_fingerprint("iterlin.experiments.fig3", ("load", "compute"))
     ref = reference.load("toy", base=tmp_path / "results")
     np.testing.assert_array_equal(ref.results["nested"]["steps"], np.arange(4))
-    assert ref.results["config"] == prov["config"] and ref.rows == exp.claims(ref.results)
+    assert ref.results["config"].to_dict() == prov["config"] and ref.rows == exp.claims(ref.results)
     assert not ref.changed_since
     caption = ref.caption()
     assert caption.startswith("Reference run: scale 'cpu', cpu: ") and "seeds 0–1 (2)" in caption

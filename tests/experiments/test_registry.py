@@ -22,7 +22,7 @@ from iterlin.experiments import registry
 
 PACKAGE_DIR = Path(iterlin.__file__).resolve().parent
 EXPERIMENTS_DIR = PACKAGE_DIR / "experiments"
-NOT_EXPERIMENTS = {"__init__", "_common", "registry", "reference", "findings"}
+NOT_EXPERIMENTS = {"__init__", "_common", "_probe", "registry", "reference", "findings"}
 MODULES = sorted(p.stem for p in EXPERIMENTS_DIR.glob("*.py") if p.stem not in NOT_EXPERIMENTS)
 
 
@@ -44,6 +44,9 @@ def test_every_experiment_module_is_registered():
         assert exp.name == stem and exp.module == f"iterlin.experiments.{stem}" == module.__name__
         assert exp.scales is module.SCALES and list(exp.scales) == list(SCALE_NAMES)
         assert (exp.load, exp.compute, exp.claims) == (module.load, module.compute, module.claims)
+        assert exp.config is module.Config and module.Config.experiment == stem
+        assert list(module.Config.knobs()) == list(exp.scales["smoke"])  # fields in the order of SCALES
+        assert module.get_config("cpu") == ex.resolve(stem, "cpu")
         assert callable(exp.load) and callable(exp.compute) and callable(exp.claims)
 
 
@@ -59,17 +62,22 @@ def test_same_keys_at_every_scale_and_each_has_a_validator(name):
 @pytest.mark.parametrize("scale", SCALE_NAMES)
 def test_every_default_validates_is_json_and_revalidates(name, scale):
     config = ex.resolve(name, scale)
-    assert config["experiment"] == name and config["scale"] == scale
-    assert set(config) == set(ex.get(name).scales[scale]) | {"experiment", "scale"}
-    assert ex.revalidate(config) == config
+    assert config.experiment == name and config.scale == scale
+    d = config.to_dict()
+    assert list(d) == ["experiment", "scale", *ex.get(name).config.knobs()]
+    assert set(d) == {"experiment", "scale", *ex.get(name).scales[scale]}
+    assert ex.revalidate(config) == config and ex.revalidate(d) == config
     # JSON round trip (K = inf is written Infinity and read back as inf)
-    assert json.loads(json.dumps(config)) == config
+    assert json.loads(json.dumps(d)) == d and ex.revalidate(json.loads(json.dumps(d))) == config
 
 
-def test_resolve_returns_a_fresh_copy():
+def test_a_config_is_frozen_and_its_lists_are_tuples():
+    import dataclasses
+
     c = ex.resolve("fig2")
-    c["K"].append(12345)
-    assert 12345 not in ex.resolve("fig2")["K"] and 12345 not in ex.get("fig2").scales["smoke"]["K"]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        c.K = (1,)
+    assert isinstance(c.K, tuple) and ex.get("fig2").scales["smoke"]["K"] == list(c.K)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -98,7 +106,7 @@ def test_revalidate_needs_a_resolved_config():
             ex.revalidate(bad)
     c = ex.resolve("fig3")
     with pytest.raises(ValueError, match="K=0 is not allowed"):
-        ex.revalidate({**c, "K": 0})
+        ex.revalidate({**c.to_dict(), "K": 0})
 
 
 @pytest.mark.parametrize(
@@ -121,7 +129,7 @@ def test_run_validates_before_loading(monkeypatch, kwargs, message):
     with pytest.raises(ValueError, match=message):
         ex.run("fig3", **kwargs)
     with pytest.raises(ValueError, match=message):  # a config is validated again, before loading too
-        ex.run({**ex.resolve("fig3"), **kwargs})
+        ex.run({**ex.resolve("fig3").to_dict(), **kwargs})
 
 
 def test_run_refuses_a_config_with_overrides():
@@ -151,7 +159,7 @@ def test_run_wires_load_compute_cache_and_config(monkeypatch, tmp_path, capsys):
         calls.append((config, data.x_train.shape[0], checkpoint_dir, progress))
         return {"runs": fake_history([1, 3], 0.05, 24, [0.3, 0.3]), "n_test": np.asarray(8)}
 
-    fake = ex.EXPERIMENTS["fig3"]._replace(load=lambda config: fake_cifar(config["n_train"]), compute=compute)
+    fake = ex.EXPERIMENTS["fig3"]._replace(load=lambda config: fake_cifar(config.n_train), compute=compute)
     monkeypatch.setitem(ex.EXPERIMENTS, "fig3", fake)
     r = ex.run("fig3", n_train=12, batch_size=4, cache_dir=tmp_path, progress=False)
     assert r["config"] == ex.resolve("fig3", n_train=12, batch_size=4) and r["runs"]["K"].tolist() == [1.0, 3.0]
@@ -166,7 +174,7 @@ def test_run_wires_load_compute_cache_and_config(monkeypatch, tmp_path, capsys):
 
 def test_claims_cell_publishes(tmp_path):
     h = fake_history([1, 5], 0.1, 50, [0.40, 0.395])
-    text = ex.claims({"runs": h, "n_test": np.asarray(100), "config": {"experiment": "fig3", "scale": "smoke"}},
+    text = ex.claims({"runs": h, "n_test": np.asarray(100), "config": ex.resolve("fig3")},
                      directory=tmp_path)
     assert str(text).startswith("Claims of fig3 at scale 'smoke':")
     doc = json.loads((tmp_path / "fig3.json").read_text())
@@ -209,7 +217,7 @@ def test_tiny_real_run_is_cached(cifar_subset_path, tmp_path, capsys):
               sharpness_every=2, progress=False, cache_dir=tmp_path)
     res = ex.run("fig3", **kw)
     h = res["runs"]
-    assert res["config"]["K"] == [1, 2] and res["config"]["n_train"] == 16
+    assert res["config"].K == (1, 2) and res["config"].n_train == 16
     assert h["step"].tolist() == [0, 2] and h["net_test_acc"].shape == (2, 2)
     assert h["n_relin"][:, -1].tolist() == [2, 1] and not h["diverged"].any()
     assert np.all((h["net_test_acc"] >= 0) & (h["net_test_acc"] <= 1))
@@ -322,5 +330,5 @@ def test_core_modules_do_not_import_the_experiments():
 
 
 def test_inf_defaults_survive_resolve():
-    assert ex.resolve("fig2")["K"][-1] == math.inf
-    assert ex.resolve("fig4", K_bn="inf")["K_bn"] == [1, math.inf]
+    assert ex.resolve("fig2").K[-1] == math.inf
+    assert ex.resolve("fig4", K_bn="inf").K_bn == (1, math.inf)
