@@ -289,7 +289,8 @@ def conjugate_gradient(matvec: Callable, b, *, tol: float, maxiter: int | None =
     Traceable, vmappable (a batch of systems runs until the last one stops); not differentiated.
     """
     maxiter = 10 * b.shape[0] if maxiter is None else maxiter
-    bound = tol**2 * jnp.vdot(b, b)
+    rs0 = jnp.vdot(b, b)
+    bound = tol**2 * rs0
 
     def cond(state):
         _, _, rs, _, k = state
@@ -304,7 +305,6 @@ def conjugate_gradient(matvec: Callable, b, *, tol: float, maxiter: int | None =
         rs_new = jnp.vdot(r, r)
         return x, r, rs_new, r + (rs_new / rs) * p, k + 1
 
-    rs0 = jnp.vdot(b, b)
     x, *_ = jax.lax.while_loop(cond, body, (jnp.zeros_like(b), b, rs0, b, 0))
     return x
 

@@ -100,31 +100,6 @@ def _check_pair(x1, x2):
     return x1, x2
 
 
-_N_OUTPUTS_CACHE: dict = {}
-
-
-def _n_outputs(apply_fn, params, x) -> int:
-    """O, the number of outputs per example, from ``apply_fn(params, x[:1])``'s shape (no compute).
-
-    Cached per (apply_fn, parameter and input shapes), so repeated calls do not re-trace apply_fn.
-    """
-    leaves, treedef = jax.tree.flatten(params)
-    key = (apply_fn, treedef, tuple((np.shape(v), str(getattr(v, "dtype", type(v)))) for v in leaves), x.shape[1:],
-           x.dtype)
-    try:
-        return _N_OUTPUTS_CACHE[key]
-    except (KeyError, TypeError):  # TypeError: an unhashable apply_fn
-        pass
-    n_out = n_outputs(apply_fn, params, x)
-    try:
-        if len(_N_OUTPUTS_CACHE) > 256:
-            _N_OUTPUTS_CACHE.clear()
-        _N_OUTPUTS_CACHE[key] = n_out
-    except TypeError:
-        pass
-    return n_out
-
-
 def _chunk(chunk_size, n: int, n_out: int, n_params: int) -> int:
     """The number of examples per chunk (``None``: the largest with chunk·O·P ≤ AUTO_CHUNK_NUMBERS)."""
     if chunk_size is None:
@@ -255,7 +230,7 @@ def empirical_ntk_fn(apply_fn: Callable, *, chunk_size: int | None = None, mode:
 
     def ntk(params, x1, x2=None):
         x1, x2 = _check_pair(x1, x2)
-        n_out = _n_outputs(apply_fn, params, x1)
+        n_out = n_outputs(apply_fn, params, x1)
         sym = x2 is None
         n1 = x1.shape[0]
         n2 = n1 if sym else x2.shape[0]
@@ -357,7 +332,7 @@ def empirical_ntk(
     if panel_chunks is not None:
         check_int(panel_chunks, "panel_chunks", minimum=1)
     x1, x2 = _check_pair(x1, x2)
-    n_out = _n_outputs(apply_fn, params, x1)
+    n_out = n_outputs(apply_fn, params, x1)
     sym = x2 is None
     x2 = x1 if sym else x2
     n1, n2 = x1.shape[0], x2.shape[0]

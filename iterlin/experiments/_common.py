@@ -132,12 +132,13 @@ def sharpness_callback(config: ExperimentConfig, data: Dataset, lr: float | Sequ
     (:func:`iterlin.stability.sharpness_recorder`): λ_max of (1/M) J_sᵀ H J_s on the first
     M = ``n_sharpness`` training images, at most ``sharpness_iters`` warm-started power iterations,
     at the evaluation points that are multiples of ``sharpness_every``; ``lr`` one rate, or one per
-    run of the sweep (seed-major). History keys ``sharpness`` and ``lr_over_bound`` (R, E), NaN at
-    the other evaluation points."""
+    setting of the sweep (its ``K``), which every seed runs (the runs are seed-major, :func:`sweep`).
+    History keys ``sharpness`` and ``lr_over_bound`` (R, E), NaN at the other evaluation points."""
     m = config.n_sharpness
     x, y = data.x_train[:m], data.y_train[:m]
+    rates = list(lr) * len(seeds(config)) if isinstance(lr, Sequence) else lr
     return lambda apply_fn, params0: sharpness_recorder(
-        apply_fn, x, y, lr=lr, iters=config.sharpness_iters, every=config.sharpness_every)
+        apply_fn, x, y, lr=rates, iters=config.sharpness_iters, every=config.sharpness_every)
 
 
 def merge_callbacks(*factories: Callable) -> Callable:

@@ -65,7 +65,6 @@ from ._common import (
     cnn_sweep,
     early_stopped,
     merge_callbacks,
-    seeds,
     sharpness_callback,
 )
 
@@ -214,8 +213,7 @@ def compute(config: Config, data: SizedData, *, checkpoint_dir=None, progress: b
 
     def callback(n):  # the held-out tracker (when configured) and the sharpness record
         parts = [] if held is None else [lambda f, p0: heldout_tracker(f, held.x_train, held.y_train)]
-        # one rate per run, seed-major as the sweep orders its runs
-        parts.append(sharpness_callback(config, data.by_size[n], lrs * len(seeds(config))))
+        parts.append(sharpness_callback(config, data.by_size[n], lrs))
         return merge_callbacks(*parts)
 
     histories = {

@@ -139,8 +139,7 @@ def compute(config: Config, data: Dataset, *, checkpoint_dir=None, progress: boo
     """Every seed × K × lr in one sweep, and 2/λ_max(θ_0) per seed (module docstring)."""
     started = time.perf_counter()
     Ks, lrs = plan(config)
-    per_run = lrs * len(seeds(config))  # seed-major, as the sweep's runs
-    runs = cnn_sweep(config, data, K=Ks, lr=lrs, callback=sharpness_callback(config, data, per_run),
+    runs = cnn_sweep(config, data, K=Ks, lr=lrs, callback=sharpness_callback(config, data, lrs),
                      checkpoint=checkpoint_path(checkpoint_dir, "runs"), progress=progress)
     m = config.n_sharpness
     x, y = data.x_train[:m], data.y_train[:m]

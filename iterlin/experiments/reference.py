@@ -546,7 +546,7 @@ def _attest_all(names: Sequence[str], base, scale: str) -> int:
               "with today's", flush=True)
         a = attest(name, base=base, scale=scale)
         failed += a.equal is not True
-        print(f"{name}: {'the same results' if a.equal else 'NOT attested'} {a.detail}", flush=True)
+        print(f"{name}: {'the same results' if a.equal else 'NOT attested'}: {a.detail}", flush=True)
     return 1 if failed else 0
 
 

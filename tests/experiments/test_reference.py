@@ -329,7 +329,7 @@ def test_attest_records_equivalent_code_only_when_every_array_is_equal(toy, tmp_
     recorded(other)
     monkeypatch.setattr(reference, "_run_probe", _probe_runner(calls, differ=("today",)))
     assert reference.main(["toy", "--attest", "--results", str(results)]) == 1
-    assert "toy: NOT attested at scale 'smoke': 'acc' differs" in capsys.readouterr().out
+    assert "toy: NOT attested: at scale 'smoke': 'acc' differs" in capsys.readouterr().out
 
 
 def test_the_probe_runs_the_package_it_is_given(tmp_path):
