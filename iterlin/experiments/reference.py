@@ -405,9 +405,11 @@ def _refingerprint_all(names: Sequence[str], base, write_back: bool) -> None:
     for r in rows:
         state = {None: "unknown (the commit's code is not available)", True: "changed", False: "unchanged"}[r.changed]
         note = " (commit had uncommitted changes: derived from the commit)" if r.dirty else ""
-        attested = " (today's code attested equivalent)" if r.today in r.equivalents else ""
-        print(f"{r.name}: {r.commit[:10]}{'+dirty' if r.dirty else ''}: code {state} since{note}; "
-              f"recorded fingerprint {'differs from' if r.changed_as_recorded else 'matches'} today's{attested}")
+        if r.today in r.equivalents:
+            reads = "today's code is attested to compute the same (equivalent_code)"
+        else:
+            reads = f"recorded fingerprint {'differs from' if r.changed_as_recorded else 'matches'} today's"
+        print(f"{r.name}: {r.commit[:10]}{'+dirty' if r.dirty else ''}: code {state} since{note}; {reads}")
     print(f"{len(rows)} reference runs: {sum(r.changed_as_recorded for r in rows)} read as changed with the recorded "
           f"fingerprints, {sum(r.changed is not False for r in rows)} with fingerprints re-derived at their commits")
     if write_back:
@@ -458,6 +460,8 @@ def compare_results(a: str | os.PathLike, b: str | os.PathLike) -> tuple[bool, s
         if k not in left or k not in right:
             return False, f"{k!r} is stored in {Path(b if k in right else a).name} only"
         x, y = left[k], right[k]
+        if k == "__config__" and x.tobytes() != y.tobytes():
+            return False, "the config differs"
         if x.dtype != y.dtype or x.shape != y.shape:
             return False, f"{k!r}: {x.dtype}{list(x.shape)} against {y.dtype}{list(y.shape)}"
         if x.tobytes() != y.tobytes():
