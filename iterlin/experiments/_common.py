@@ -22,6 +22,7 @@ fingerprint follows exactly the definitions a figure's computation uses, see
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from pathlib import Path
@@ -31,7 +32,7 @@ import jax
 import numpy as np
 import optax
 
-from ..config import ExperimentConfig
+from ..config import ExperimentConfig, Period
 from ..data import Dataset, load_cifar10, quintic
 from ..linearise import linearised_apply
 from ..models import make_model
@@ -44,6 +45,7 @@ from ..validate import check_K, check_positive, check_seed
 
 __all__ = [
     "Experiment",
+    "SweepConfig",
     "network_correct",
     "load_data",
     "load_with_probe",
@@ -66,6 +68,30 @@ __all__ = [
     "merge_callbacks",
     "STABLE",
 ]
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SweepConfig(ExperimentConfig):
+    """The knobs of a plain K sweep of the CNN with the sharpness record (Figs. 3 and 7, ksweep
+    subclass it, each naming its experiment): the periods ``K`` and one rate ``lr``, ``steps``,
+    ``batch_size`` (None: full batch), ``augment``, ``n_train``/``n_test`` (None: every installed
+    image), ``seed``/``n_seeds``, ``n_evals``, ``n_eval_train`` and the sharpness record's
+    ``n_sharpness``, ``sharpness_iters``, ``sharpness_every`` (:func:`sharpness_callback`)."""
+
+    K: tuple[Period, ...]
+    lr: float
+    steps: int
+    batch_size: int | None
+    augment: bool
+    n_train: int | None
+    n_test: int | None
+    seed: int
+    n_seeds: int
+    n_evals: int
+    n_eval_train: int | None
+    n_sharpness: int
+    sharpness_iters: int
+    sharpness_every: int
+
 
 #: The CIFAR-10 setting where the linear model stays stable to the end (issue 25; measured along
 #: Fig. 3's runs: η·λ_max/2 ≤ 0.31 along K = 160, 0.35 along K = 1): 1,000 training images and

@@ -24,35 +24,29 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from ..claims import UNDECIDED, UNSTABLE, Claim, divergence_claim, fmt_K, on_par_claim, sharpness_claim, verdict
-from ..config import ExperimentConfig, Period, resolve
+from ..config import resolve
 from ..data import Dataset
 from ..plotting import bound_panel, legend, panels, plot_sweep
 from ..stats import pct, runs_of
-from ._common import STABLE, Experiment, check_sharpness, checkpoint_path, cnn_sweep, load_data, sharpness_callback
+from ._common import (
+    STABLE,
+    Experiment,
+    SweepConfig,
+    check_sharpness,
+    checkpoint_path,
+    cnn_sweep,
+    load_data,
+    sharpness_callback,
+)
 
 __all__ = ["Config", "get_config", "SCALES", "EXPERIMENT", "load", "compute", "claims", "plot"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class Config(ExperimentConfig):
-    """fig3's knobs (the module docstring says what each does; :mod:`iterlin.config` checks them)."""
+class Config(SweepConfig):
+    """fig3's knobs: a plain K sweep's (:class:`~iterlin.experiments._common.SweepConfig`)."""
 
     experiment: ClassVar[str] = "fig3"
-
-    K: tuple[Period, ...]
-    lr: float
-    steps: int
-    batch_size: int | None
-    augment: bool
-    n_train: int | None
-    n_test: int | None
-    seed: int
-    n_seeds: int
-    n_evals: int
-    n_eval_train: int | None
-    n_sharpness: int
-    sharpness_iters: int
-    sharpness_every: int
 
 
 SCALES = {

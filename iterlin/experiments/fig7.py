@@ -34,7 +34,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from ..claims import NA, UNDECIDED, UNSTABLE, Claim, beyond, divergence_claim, fmt_K, only_k1_rows, sharpness_claim
-from ..config import ExperimentConfig, Period, resolve
+from ..config import resolve
 from ..data import Dataset
 from ..failures import unstable_among
 from ..plotting import (
@@ -53,6 +53,7 @@ from ..stats import num, pct, runs_of, seed_interval
 from ._common import (
     STABLE,
     Experiment,
+    SweepConfig,
     check_sharpness,
     checkpoint_path,
     cnn_sweep,
@@ -68,25 +69,10 @@ __all__ = [
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class Config(ExperimentConfig):
-    """fig7's knobs (the module docstring says what each does; :mod:`iterlin.config` checks them)."""
+class Config(SweepConfig):
+    """fig7's knobs: a plain K sweep's (:class:`~iterlin.experiments._common.SweepConfig`)."""
 
     experiment: ClassVar[str] = "fig7"
-
-    K: tuple[Period, ...]
-    lr: float
-    steps: int
-    batch_size: int | None
-    augment: bool
-    n_train: int | None
-    n_test: int | None
-    seed: int
-    n_seeds: int
-    n_evals: int
-    n_eval_train: int | None
-    n_sharpness: int
-    sharpness_iters: int
-    sharpness_every: int
 
 
 SCALES = {

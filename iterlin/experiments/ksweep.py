@@ -49,7 +49,7 @@ from ..claims import (
     on_par_rule,
     sharpness_claim,
 )
-from ..config import ExperimentConfig, Period, resolve
+from ..config import resolve
 from ..data import Dataset
 from ..failures import unstable_runs
 from ..plotting import accuracy_against_K, band, legend, panels, plot_sweep
@@ -57,6 +57,7 @@ from ..stats import final_difference, pct, runs_of
 from ._common import (
     STABLE,
     Experiment,
+    SweepConfig,
     check_sharpness,
     checkpoint_path,
     cnn_sweep,
@@ -72,25 +73,10 @@ INF = math.inf
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class Config(ExperimentConfig):
-    """ksweep's knobs (the module docstring says what each does; :mod:`iterlin.config` checks them)."""
+class Config(SweepConfig):
+    """ksweep's knobs: a plain K sweep's (:class:`~iterlin.experiments._common.SweepConfig`)."""
 
     experiment: ClassVar[str] = "ksweep"
-
-    K: tuple[Period, ...]
-    lr: float
-    steps: int
-    batch_size: int | None
-    augment: bool
-    n_train: int | None
-    n_test: int | None
-    seed: int
-    n_seeds: int
-    n_evals: int
-    n_eval_train: int | None
-    n_sharpness: int
-    sharpness_iters: int
-    sharpness_every: int
 
 
 SCALES = {
