@@ -320,6 +320,16 @@ def _min_count(value: Any) -> int | None:
     return value
 
 
+def _listed(field: dataclasses.Field) -> bool:
+    return str(field.type).startswith("tuple")
+
+
+def _no_parameter(experiment: str, key: str, value: Any, known) -> ValueError:
+    """The error for a knob ``experiment`` does not have (``known``: the ones it has)."""
+    return ValueError(f"{key}={value!r} is not allowed: {experiment} has no parameter {key!r}; its parameters are: "
+                      + ", ".join(sorted(known)))
+
+
 #: A re-linearisation period: an integer ≥ 1, or ``math.inf`` (never re-linearise).
 Period = int | float
 
@@ -357,7 +367,7 @@ class ExperimentConfig:
             if validator is None:  # a programming error in the experiment's Config, not a user error
                 raise KeyError(f"config key {f.name!r} of {self.experiment} has no validator in "
                                "iterlin.config.VALIDATORS")
-            listed, value = self.is_list(f.name), getattr(self, f.name)
+            listed, value = _listed(f), getattr(self, f.name)
             if value is None and "None" not in str(f.type):
                 raise ValueError(f"{f.name}=None is not allowed: {f.name} must be given ({f.type}) in "
                                  f"{self.experiment}")
@@ -370,8 +380,7 @@ class ExperimentConfig:
     @classmethod
     def is_list(cls, name: str) -> bool:
         """Whether field ``name`` is list-valued (annotated ``tuple[...]``)."""
-        annotation = next(f.type for f in dataclasses.fields(cls) if f.name == name)
-        return str(annotation).startswith("tuple")
+        return _listed(next(f for f in dataclasses.fields(cls) if f.name == name))
 
     @classmethod
     def knobs(cls) -> tuple[str, ...]:
@@ -393,8 +402,7 @@ class ExperimentConfig:
                              "from to_dict(), with 'experiment' and 'scale')")
         unknown = sorted(set(config) - set(cls.knobs()) - {"experiment", "scale"})
         if unknown:
-            raise ValueError(f"{unknown[0]}={config[unknown[0]]!r} is not allowed: {cls.experiment} has no parameter "
-                             f"{unknown[0]!r}; its parameters are: " + ", ".join(sorted(cls.knobs())))
+            raise _no_parameter(cls.experiment, unknown[0], config[unknown[0]], cls.knobs())
         missing = sorted(f.name for f in dataclasses.fields(cls) if f.name not in config and f.name != "scale"
                          and f.default is dataclasses.MISSING)
         if missing:
@@ -436,10 +444,7 @@ def resolve(
     overrides = dict(overrides or {})
     unknown = sorted(k for k in overrides if k not in defaults)
     if unknown:
-        raise ValueError(
-            f"{unknown[0]}={overrides[unknown[0]]!r} is not allowed: {cls.experiment} has no parameter "
-            f"{unknown[0]!r}; its parameters are: " + ", ".join(sorted(defaults))
-        )
+        raise _no_parameter(cls.experiment, unknown[0], overrides[unknown[0]], defaults)
     values = {k: default if overrides.get(k) is None else overrides[k] for k, default in defaults.items()}
     return cls(scale=scale, **values)
 

@@ -69,6 +69,7 @@ __all__ = [
     "STABLE",
 ]
 
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class SweepConfig(ExperimentConfig):
     """The knobs of a plain K sweep of the CNN with the sharpness record (Figs. 3 and 7, ksweep
@@ -257,7 +258,7 @@ def sweep(
     callback: Callable | None = None,
     checkpoint: str | os.PathLike | None = None,
     progress: bool = False,
-    config: ExperimentConfig | None = None,
+    config: Mapping | None = None,
 ) -> dict:
     """R runs of iterative linearisation with SGD, one ``(seed, K[i], lr[i])`` each, in ONE program.
 

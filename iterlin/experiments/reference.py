@@ -89,20 +89,24 @@ class Reference(NamedTuple):
     rows: list
     provenance: dict
 
+    def _status(self) -> tuple[bool, dict | None]:
+        """(:attr:`changed_since`, :attr:`attested`), today's code fingerprinted once."""
+        today = code_fingerprint(registry.get(self.name).module, _ENTRY_POINTS)
+        if self.provenance.get("code_fingerprint") == today:
+            return False, None
+        entry = next((e for e in self.provenance.get("equivalent_code", []) if e["code_fingerprint"] == today), None)
+        return entry is None, entry
+
     @property
     def changed_since(self) -> bool:
         """Whether the code that computes this figure differs from the code that ran it and has not
         been shown to compute the same results (:func:`attest`)."""
-        today = code_fingerprint(registry.get(self.name).module, _ENTRY_POINTS)
-        return self.provenance.get("code_fingerprint") != today and self.attested is None
+        return self._status()[0]
 
     @property
     def attested(self) -> dict | None:
         """The provenance's ``equivalent_code`` entry for today's code (:func:`attest`), or None."""
-        today = code_fingerprint(registry.get(self.name).module, _ENTRY_POINTS)
-        if self.provenance.get("code_fingerprint") == today:
-            return None
-        return next((e for e in self.provenance.get("equivalent_code", []) if e["code_fingerprint"] == today), None)
+        return self._status()[1]
 
     def claims(self) -> ClaimsTable:
         """The run's claims table (HTML in a notebook, fixed-width text elsewhere)."""
@@ -110,7 +114,8 @@ class Reference(NamedTuple):
 
     def caption(self) -> str:
         """:func:`provenance_line` of this run."""
-        return provenance_line(self.provenance, changed=self.changed_since, attested=self.attested)
+        changed, attested = self._status()
+        return provenance_line(self.provenance, changed=changed, attested=attested)
 
 
 def results_dir(base: str | os.PathLike | None = None) -> Path:
@@ -465,9 +470,8 @@ def compare_results(a: str | os.PathLike, b: str | os.PathLike) -> tuple[bool, s
         if x.dtype != y.dtype or x.shape != y.shape:
             return False, f"{k!r}: {x.dtype}{list(x.shape)} against {y.dtype}{list(y.shape)}"
         if x.tobytes() != y.tobytes():
-            where = "the config" if k == "__config__" else repr(k)
-            return False, f"{where} differs" + ("" if x.dtype.kind not in "fc" else
-                                                f" (largest difference {np.nanmax(np.abs(x - y)):.3g})")
+            return False, f"{k!r} differs" + ("" if x.dtype.kind not in "fc" else
+                                              f" (largest difference {np.nanmax(np.abs(x - y)):.3g})")
     return True, f"{len(keys) - len(timed) - 1} arrays and the config equal bit for bit" + (
         f" ({len(timed)} wall-clock arrays not compared)" if timed else "")
 
