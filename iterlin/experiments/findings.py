@@ -37,8 +37,8 @@ class Finding(NamedTuple):
 #: The paper's claims, in the order of its figures (``SPEC.md``'s table, Figs. 2-9). The decisive
 #: experiment is the one whose setting the claim is about and whose linear model's stability was
 #: recorded along its runs (Fig. 3's stable setting). Fig. 5's is the exact limit, which has no
-#: rate to keep under the bound: Fig. 5's own runs at a stable rate do not fit their largest set,
-#: whose large-K linearisations cross the bound (``book/intro.md``).
+#: rate to keep under the bound: Fig. 5's own runs at a stable rate come near the bound on their
+#: largest set, and their K = ∞ does not fit it (``book/intro.md``).
 FINDINGS: tuple[Finding, ...] = (
     Finding("Fig. 2", "large K performs on par with K = 1", "on par (full batch and mini-batch)",
             Evidence("fig2", "mini-batch: large K performs on par with K = 1"),
