@@ -371,3 +371,16 @@ def test_fit_runs_K_1_without_the_linearisation(monkeypatch):
     T.fit(make_step(apply_fn, opt, "ce"), init_state(params, opt, 1), apply_fn, (x, y), steps=3, batch_size=8,
           eval_steps=[0, 3], eval_train_size=4)
     assert calls == []  # K = 1: step.k1 traced afresh, without the linearisation
+
+
+def test_evaluation_sums_are_keyed_by_model_split_and_metric_and_named_only_in_the_history():
+    """The evaluation's sums carry typed keys (no name is parsed back); ``means`` divides by each
+    split's size, takes the root of the squared error, and names each entry as the history does."""
+    from iterlin.training._evaluation import MetricKey, means
+
+    sums = {MetricKey("net", "test", "sq_err"): np.array([8.0, 18.0]), MetricKey("lin", "held_out", "acc"): 3.0,
+            MetricKey("net", "train", "loss"): 6.0}
+    out = means(sums, {"test": 2, "held_out": 4, "train": 3})
+    assert sorted(out) == ["lin_held_out_acc", "net_test_rmse", "net_train_loss"]
+    np.testing.assert_array_equal(out["net_test_rmse"], [2.0, 3.0])
+    assert out["lin_held_out_acc"] == 0.75 and out["net_train_loss"] == 2.0

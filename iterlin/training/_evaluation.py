@@ -18,12 +18,26 @@ from ..validate import MAX_STEPS, check_int
 from ._batching import Chunks
 from ._state import TrainState
 
-__all__ = ["metric_sums", "means", "MAX_EVAL_POINTS", "DEFAULT_EVAL_BUDGET", "DEFAULT_EVAL_POINTS", "MIN_EVAL_TRAIN",
+__all__ = ["MetricKey", "metric_sums", "means", "MAX_EVAL_POINTS", "DEFAULT_EVAL_BUDGET", "DEFAULT_EVAL_POINTS", "MIN_EVAL_TRAIN",
            "default_evaluation", "eval_points", "Evaluation", "eval_program"]
 
 
+class MetricKey(NamedTuple):
+    """One evaluated quantity: ``model`` ("net": f(θ_t), "lin": f_lin_s(θ_t)), ``split`` (the
+    evaluation split: "train", "test", …) and ``metric`` ("loss", "acc", "sq_err"; the history's
+    "rmse" is √(sq_err / n)). ``name`` is its key in the history, ``"<model>_<split>_<metric>"``."""
+
+    model: str
+    split: str
+    metric: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.model}_{self.split}_{self.metric}"
+
+
 def metric_sums(loss: Loss, models: dict, chunks: Chunks) -> dict:
-    """``{"<model>_<metric>": sum over the chunks}`` for every model of ``models`` (a name to
+    """``{(model, metric): sum over the chunks}`` for every model of ``models`` (a name to
     ``fn(x_chunk) -> outputs``), all on the same chunks in one ``lax.scan`` (memory O(chunk size)):
     THE evaluation loop, pure in ``chunks = chunked(x, y, batch_size)``, so a compiled program takes
     them as an argument."""
@@ -32,39 +46,35 @@ def metric_sums(loss: Loss, models: dict, chunks: Chunks) -> dict:
 
     def body(acc, inp):
         xb, yb, wb = inp
-        new = {f"{m}_{k}": v for m, fn in models.items() for k, v in loss.metrics(fn(xb), yb, wb).items()}
+        new = {(m, k): v for m, fn in models.items() for k, v in loss.metrics(fn(xb), yb, wb).items()}
         return jax.tree.map(lambda a, b: a + b.astype(a.dtype), acc, new), None
 
-    init = {f"{m}_{k}": jnp.zeros((), jnp.result_type(float)) for m in models for k in names}
+    init = {(m, k): jnp.zeros((), jnp.result_type(float)) for m in models for k in names}
     sums, _ = jax.lax.scan(body, init, (xc, yc, wc))
     return sums
 
 
 def _eval_sums(apply_fn: Callable, loss: Loss, state: TrainState, chunks: dict) -> dict:
-    """``{"{net,lin}_{split}_{metric}": sum}`` of the network f(θ_t) and the linear model
-    f_lin_s(θ_t) on ``chunks = {split: chunked(x, y, batch_size)}`` (``fit``'s evaluation)."""
+    """``{MetricKey: sum}`` of the network f(θ_t) and the linear model f_lin_s(θ_t) on
+    ``chunks = {split: chunked(x, y, batch_size)}`` (``fit``'s evaluation)."""
     models = {
         "net": lambda xb: apply_fn(state.params, xb),
         "lin": lambda xb: linearised_apply(apply_fn, state.params_s, state.params, xb),
     }
-    out = {}
-    for name, split in chunks.items():
-        for key, v in metric_sums(loss, models, split).items():
-            model, metric = key.split("_", 1)
-            out[f"{model}_{name}_{metric}"] = v
-    return out
+    return {MetricKey(model, split, metric): v
+            for split, part in chunks.items() for (model, metric), v in metric_sums(loss, models, part).items()}
 
 
 def means(sums: dict, sizes: dict) -> dict:
-    """Sums → means; ``acc`` as a fraction, ``sq_err`` → ``rmse``. Works on (R,)-batched values."""
+    """``{MetricKey: sum}`` → the history's ``{name: mean}``; ``acc`` as a fraction, ``sq_err`` →
+    ``rmse``. Works on (R,)-batched values."""
     out = {}
     for key, v in sums.items():
-        model, split, metric = key.split("_", 2)
-        v = np.asarray(v, np.float64) / sizes[split]
-        if metric == "sq_err":
-            out[f"{model}_{split}_rmse"] = np.sqrt(v)
+        v = np.asarray(v, np.float64) / sizes[key.split]
+        if key.metric == "sq_err":
+            out[key._replace(metric="rmse").name] = np.sqrt(v)
         else:
-            out[key] = v
+            out[key.name] = v
     return out
 
 

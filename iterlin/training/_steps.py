@@ -140,8 +140,8 @@ def _make_step(apply_fn, optimizer, loss_obj: Loss, refresh, reset_optimizer: bo
 def _lin_means(apply_fn, metrics, n: int, classify: bool, params_s, params):
     """(loss, acc) of f_lin_s(θ) from ``metrics(models)`` sums over n examples (acc NaN unless ``classify``)."""
     sums = metrics({"lin": lambda xb: linearised_apply(apply_fn, params_s, params, xb)})
-    acc = sums["lin_acc"] / n if classify else jnp.asarray(jnp.nan, jnp.result_type(float))
-    return sums["lin_loss"] / n, acc
+    acc = sums["lin", "acc"] / n if classify else jnp.asarray(jnp.nan, jnp.result_type(float))
+    return sums["lin", "loss"] / n, acc
 
 
 def _train_check_on(apply_fn, loss: Loss, data, batch_size: int, params_s, params):
