@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Callable, ClassVar, Mapping
+from typing import Callable, ClassVar, Mapping, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -80,7 +80,7 @@ from ._common import (
 )
 
 __all__ = [
-    "SCALES", "EXPERIMENT", "PANELS", "ALPHA", "load", "compute", "claims", "net_test_callback", "fisher_one_sided",
+    "SCALES", "EXPERIMENT", "Panel", "PANELS", "panel_settings", "ALPHA", "load", "compute", "claims", "net_test_callback", "fisher_one_sided",
     "divergence_counts", "bn_divergence_claim", "plot",
 ]
 
@@ -161,11 +161,26 @@ def get_config(scale: str = "smoke", **overrides) -> Config:
     """The config at ``scale`` (:data:`SCALES`) with ``overrides`` applied (None keeps the default)."""
     return resolve(Config, SCALES, scale, overrides)
 
-#: The panels of Fig. 4: results key → (model name, config key of K, of lr, of augmentation or None).
-PANELS = {
-    "no_bn": ("resnet18", "K", "lr", None),
-    "bn": ("resnet18_bn", "K_bn", "lr_bn", "augment_bn"),
-}
+class Panel(NamedTuple):
+    """One panel of Fig. 4: the model (:func:`iterlin.models.make_model`'s name), its periods ``K``,
+    rate ``lr`` and whether its training images are augmented."""
+
+    model: str
+    K: tuple
+    lr: float
+    augment: bool
+
+
+#: The panels of Fig. 4, by their results key (:func:`panel_settings`).
+PANELS = ("no_bn", "bn")
+
+
+def panel_settings(config: Config) -> dict[str, Panel]:
+    """The :data:`PANELS` of ``config``: ResNet-18 without BatchNorm (``K``, ``lr``, no augmentation)
+    and with it (``K_bn``, ``lr_bn``, ``augment_bn``)."""
+    return {"no_bn": Panel("resnet18", config.K, config.lr, False),
+            "bn": Panel("resnet18_bn", config.K_bn, config.lr_bn, config.augment_bn)}
+
 
 def load(config: Config) -> Dataset:
     """CIFAR-10 as :func:`~iterlin.experiments._common.load_data`, and ``n_sharpness <= n_train`` checked."""
@@ -213,33 +228,33 @@ def compute(config: Config, data: Dataset, *, checkpoint_dir=None, progress: boo
     eval_train_size = None if n_eval_train is None else min(n_eval_train, data.x_train.shape[0])
     seed_list = seeds(config)
     out: dict = {"n_test": np.asarray(data.x_test.shape[0])}
-    for panel, (name, k_key, lr_key, aug_key) in PANELS.items():
-        Ks = list(getattr(config, k_key))
-        bn_mode = config.bn_mode if name == "resnet18_bn" else None
+    for name, panel in panel_settings(config).items():
+        Ks = list(panel.K)
+        bn_mode = config.bn_mode if panel.model == "resnet18_bn" else None
         inits, keys = [], []
         for s in seed_list:
             init_key, data_key = seed_keys(s)
-            model = make_model(name, init_key, bn_mode=bn_mode)
+            model = make_model(panel.model, init_key, bn_mode=bn_mode)
             inits += [model.params] * len(Ks)
             keys += [data_key] * len(Ks)
         params = tree_stack(inits)
         _, hist = train_sweep(
             model.apply_fn, params, (data.x_train, data.y_train), K=Ks * len(seed_list),
-            steps=config.steps, optimizer=optax.sgd(getattr(config, lr_key)), loss="ce", batch_size=config.batch_size,
+            steps=config.steps, optimizer=optax.sgd(panel.lr), loss="ce", batch_size=config.batch_size,
             key=jnp.stack(keys), refresh=model.refresh, eval_steps=steps, eval_train_size=eval_train_size,
-            augment=bool(getattr(config, aug_key)) if aug_key else False,
+            augment=bool(panel.augment),
             callback=merge_callbacks(
-                sharpness_callback(config, data, getattr(config, lr_key)),
+                sharpness_callback(config, data, panel.lr),
                 lambda apply_fn, params0: net_test_callback(apply_fn, data.x_test, data.y_test),
             )(model.apply_fn, params),
-            checkpoint=checkpoint_path(checkpoint_dir, panel), progress=progress, config=config.to_dict(),
+            checkpoint=checkpoint_path(checkpoint_dir, name), progress=progress, config=config.to_dict(),
         )
         hist["net_test_correct"] = np.asarray(hist.pop("net_test_correct"), bool)[:, -1, :]
         hist["K"] = np.tile(np.asarray([float(k) for k in Ks], np.float64), len(seed_list))
-        hist["lr"] = np.full(len(Ks) * len(seed_list), float(getattr(config, lr_key)))
+        hist["lr"] = np.full(len(Ks) * len(seed_list), float(panel.lr))
         hist["seed_index"] = np.repeat(np.arange(len(seed_list)), len(Ks))
         hist["seed"] = np.asarray(seed_list)[hist["seed_index"]]
-        out[panel] = hist
+        out[name] = hist
     return out
 
 

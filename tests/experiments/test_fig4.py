@@ -18,8 +18,12 @@ from iterlin.tree import tree_stack
 
 
 def test_panels():
-    assert fig4.PANELS == {"no_bn": ("resnet18", "K", "lr", None),
-                           "bn": ("resnet18_bn", "K_bn", "lr_bn", "augment_bn")}
+    config = fig4.get_config("smoke", K=[1, 3], lr=0.02, K_bn=[1, 5], lr_bn=0.04, augment_bn=False)
+    panels = fig4.panel_settings(config)
+    assert tuple(panels) == fig4.PANELS
+    assert panels["no_bn"] == fig4.Panel("resnet18", (1, 3), 0.02, False)
+    assert panels["bn"] == fig4.Panel("resnet18_bn", (1, 5), 0.04, False)
+    assert fig4.panel_settings(config.replace(augment_bn=True))["bn"].augment
 
 
 def test_bad_parameters_named():
