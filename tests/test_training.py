@@ -108,6 +108,41 @@ def test_sweep_run_equals_the_same_run_alone():
     np.testing.assert_array_equal(hist["n_relin"][:, -1], [15, 5, 0])
 
 
+def test_sweep_with_per_run_hyperparams_and_keys_equals_each_run_alone(x64):
+    """Per-run learning rates (an inject_hyperparams optimizer) and one batch key per run: run i is
+    ``train`` with ``optax.sgd(lr_i)`` and ``key_i``; the final state holds each rate."""
+    apply_fn, params, x, y = tiny_problem(n=40)
+    Ks, rates = [1, 3, math.inf], [0.05, 0.2, 0.4]
+    keys = jnp.stack([jax.random.PRNGKey(i) for i in (7, 8, 9)])
+    kw = dict(steps=12, batch_size=10, eval_data=(x[:8], y[:8]), eval_every=4)
+    state, hist = iterlin.train_sweep(apply_fn, tree_stack([params] * 3), (x, y), K=Ks, key=keys,
+                                      optimizer=optax.inject_hyperparams(optax.sgd)(learning_rate=1.0),
+                                      hyperparams={"learning_rate": rates}, return_state=True, **kw)
+    lr = state.opt_state.hyperparams["learning_rate"]
+    assert lr.dtype == jnp.float64 and lr.tolist() == rates
+    for i, (K, rate) in enumerate(zip(Ks, rates)):
+        alone, h = iterlin.train(apply_fn, params, (x, y), K=K, key=keys[i], optimizer=optax.sgd(rate), **kw)
+        assert tree_allclose(tree_index(state.params, i), alone, rtol=1e-10, atol=1e-12)
+        for k in ("net_train_loss", "lin_test_acc", "n_relin"):
+            np.testing.assert_allclose(hist[k][i], h[k], rtol=1e-10, atol=1e-12, err_msg=k)
+    assert len({float(v) for v in hist["net_train_loss"][:, -1]}) == 3  # the rates matter
+
+
+def test_per_run_hyperparams_are_the_state_each_rate_would_make():
+    """Run i's optimizer state holds its rate as ``inject_hyperparams(sgd)(learning_rate=lr_i).init(θ_0)``
+    would (same dtype and value: float32 for float32 parameters), so a sweep equals its runs' states stacked."""
+    apply_fn, params, x, y = tiny_problem()
+    rates = [0.1, 1 / 3]
+    state, _ = iterlin.train_sweep(apply_fn, tree_stack([params] * 2), (x, y), K=[2, 2], steps=1,
+                                   optimizer=optax.inject_hyperparams(optax.sgd)(learning_rate=0.5),
+                                   hyperparams={"learning_rate": rates}, return_state=True, eval_steps=[0, 1])
+    for i, rate in enumerate(rates):
+        want = optax.inject_hyperparams(optax.sgd)(learning_rate=rate).init(params).hyperparams["learning_rate"]
+        got = tree_index(state.opt_state, i).hyperparams["learning_rate"]
+        assert got.dtype == want.dtype == jnp.float32 and got.shape == want.shape == ()
+        assert got.tobytes() == want.tobytes()
+
+
 def test_history_reports_network_and_linear_model_separately(x64):
     apply_fn, params, x, y = tiny_problem()
     _, h = iterlin.train(apply_fn, params, (x, y), K=math.inf, steps=10, optimizer=optax.sgd(1.0),

@@ -105,11 +105,11 @@ def test_train_rejects_bad_K_before_any_compute(K):
 
 @pytest.mark.parametrize("K", [[1, 0], [math.nan, 1], [1, 2.5], [True, 1]], ids=["0", "nan", "2.5", "True"])
 def test_train_sweep_rejects_a_bad_K_in_the_list(K):
-    bad = next(k for k in K if k is True or not (isinstance(k, int) and k >= 1))
-    _refused(_sweep(K=K), ValueError, f"K={bad!r}", "integer >= 1")
+    i = next(i for i, k in enumerate(K) if k is True or not (isinstance(k, int) and k >= 1))
+    _refused(_sweep(K=K), ValueError, f"K[{i}]={K[i]!r} is not allowed", "integer >= 1")
 
 
-@pytest.mark.parametrize("K", [3, "13", math.inf], ids=["int", "str", "inf"])
+@pytest.mark.parametrize("K", [3, "13", math.inf, []], ids=["int", "str", "inf", "empty"])
 def test_train_sweep_needs_a_sequence_of_K(K):
     _refused(_sweep(K=K, params=tree_stack([PARAMS])), ValueError, f"K={K!r}", "sequence")
 
@@ -298,6 +298,27 @@ def test_unknown_loss_is_refused(loss):
         _refused(call, ValueError, f"loss={loss!r}", "'ce'", "'mse'")
 
 
+INJECTED = optax.inject_hyperparams(optax.sgd)(learning_rate=0.1)
+
+
+@pytest.mark.parametrize(
+    "optimizer, hyperparams, fragment",
+    [(optax.sgd(0.1), {"learning_rate": [0.1, 0.2]}, "holds no hyperparams; make it with optax.inject_hyperparams"),
+     (INJECTED, [0.1, 0.2], "must be a mapping"),
+     (INJECTED, {"lr": [0.1, 0.2]}, "'lr' is not a float hyperparameter of the optimizer (it has ['learning_rate'])"),
+     (INJECTED, {"learning_rate": [0.1]}, "hyperparams['learning_rate'] must be a sequence of 2 numbers, one per run"),
+     (INJECTED, {"learning_rate": 0.1}, "must be a sequence of 2 numbers"),
+     (INJECTED, {"learning_rate": [0.1, math.nan]}, "hyperparams['learning_rate'] must hold finite real numbers"),
+     (INJECTED, {"learning_rate": [0.1, True]}, "must hold finite real numbers"),
+     (INJECTED, {"learning_rate": [0.1, "0.2"]}, "must hold finite real numbers"),
+     (INJECTED, {"learning_rate": [0.1, [0.2]]}, "must hold finite real numbers")],
+    ids=["not-injected", "not-a-mapping", "unknown-name", "too-few", "scalar", "nan", "bool", "str", "nested"],
+)
+def test_train_sweep_refuses_bad_per_run_hyperparams(optimizer, hyperparams, fragment):
+    _refused(_sweep(optimizer=optimizer, hyperparams=hyperparams), ValueError,
+             f"hyperparams={hyperparams!r} is not allowed: ", fragment)
+
+
 def test_check_choice_lists_the_choices():
     with pytest.raises(ValueError, match=r"loss='foo' is not allowed: loss must be one of 'ce', 'mse'"):
         check_choice("foo", "loss", ("ce", "mse"))
@@ -330,7 +351,7 @@ def test_bad_input_is_refused_before_the_initial_refresh(change, fragment, api):
         return params
 
     make = _train if api == "train" else _sweep
-    if api == "train_sweep" and "K" in change:
-        change = {"K": [1, change["K"]]}
+    if api == "train_sweep" and "K" in change:  # the run's K named with its index
+        change, fragment = {"K": [1, change["K"]]}, fragment.replace("K=", "K[1]=")
     _refused(make(refresh=refresh, **change), (ValueError, TypeError), fragment)
     assert refreshed == [], "refresh ran before the arguments were checked"

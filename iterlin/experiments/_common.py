@@ -36,12 +36,11 @@ from ..config import ExperimentConfig, Period
 from ..data import Dataset, load_cifar10, quintic
 from ..linearise import linearised_apply
 from ..models import make_model
-from ..relin import RelinPolicy, every, log_size
-from ..relin import history as relin_history
+from ..relin import RelinPolicy
 from ..stability import sharpness_recorder
-from ..training import fit, init_state, make_step
+from ..training import train_sweep
 from ..tree import tree_stack
-from ..validate import check_K, check_positive, check_seed
+from ..validate import check_seed
 
 __all__ = [
     "Experiment",
@@ -262,9 +261,9 @@ def sweep(
 ) -> dict:
     """R runs of iterative linearisation with SGD, one ``(seed, K[i], lr[i])`` each, in ONE program.
 
-    Like :func:`iterlin.training.train_sweep`, but the learning rate may differ per run: the
-    optimizer is ``optax.inject_hyperparams(optax.sgd)``, whose learning rate lives in each run's
-    optimizer state, so runs with different K and η are vmapped together (one compilation).
+    :func:`iterlin.training.train_sweep` with ``optax.inject_hyperparams(optax.sgd)``, whose
+    learning rate lives in each run's optimizer state (its ``hyperparams``), so that runs with
+    different K and η are vmapped together (one compilation); this adds the experiments' columns.
 
     Seeds: ``params`` is one initialisation θ_0 and ``key`` one batch key, shared by every run; or
     ``params`` and ``key`` are lists of S of each (one per seed), and the runs are every seed ×
@@ -275,7 +274,8 @@ def sweep(
       K: the periods (int ≥ 1, integral float, or ``math.inf``), or re-linearisation policies of
         ONE kind (:mod:`iterlin.relin`, e.g. ``[relin.adaptive(tol) for tol in tols]``: their
         parameters are arrays in the state, so the runs stay one program). lr: one rate or one
-        per K (> 0).
+        per K (> 0), as the experiments' typed configs validate them (``train_sweep`` checks K
+        again, and that the rates are finite, for library users).
       steps, batch_size (None: full batch), eval_data, eval_steps, eval_train_size, augment,
         checkpoint, progress, config: as :func:`iterlin.training.fit`.
       callback: ``callback(apply_fn, params0) -> fit callback``, given the stacked θ_0 (R, ...), so
@@ -291,59 +291,35 @@ def sweep(
       array per hyperparameter (``tol``, ``min_period``, …) and the policy's log,
       :func:`iterlin.relin.history` (``relin_step`` (R, J), padded with −1, …).
     """
-    if isinstance(K, (str, bytes)) or not isinstance(K, Sequence) or len(K) == 0:
-        raise ValueError(f"K={K!r} is not allowed: K must be a non-empty sequence of periods, one per run")
-    policies = [k if isinstance(k, RelinPolicy) else None for k in K]
-    if all(p is None or p.kind == "every" for p in policies):
-        policies = None  # periods: the paper's rule, exactly as before
-        Ks = [check_K(k.K if isinstance(k, RelinPolicy) else k, f"K[{i}]") for i, k in enumerate(K)]
-    else:
-        policies = [every(check_K(k, f"K[{i}]")) if p is None else p for i, (k, p) in enumerate(zip(K, policies))]
-        if len({p.rule for p in policies}) > 1:
-            raise ValueError(f"K={[repr(p) for p in policies]!r} is not allowed: the policies of one sweep must be of "
-                             "one kind (every, adaptive or until_solved); their parameters may differ")
-        Ks = [p.K for p in policies]
-        size = log_size(policies, steps)  # one log size, so that the runs' states stack
-    lrs = list(lr) if isinstance(lr, Sequence) and not isinstance(lr, str) else [lr] * len(Ks)
-    if len(lrs) != len(Ks):
-        raise ValueError(f"lr={lr!r} is not allowed: lr must be one rate or {len(Ks)} rates (one per K)")
-    lrs = [check_positive(v, f"lr[{i}]") for i, v in enumerate(lrs)]
     inits = list(params) if isinstance(params, list) else [params]
     keys = list(key) if isinstance(key, list) else [key]
     if len(inits) != len(keys):
         raise ValueError(f"params and key are not allowed: {len(inits)} initialisations but {len(keys)} keys; "
                          "pass one of each, or one of each per seed")
-    optimizer = optax.inject_hyperparams(optax.sgd)(learning_rate=lrs[0])
-    states = []
-    for theta0 in inits:
-        for i, (k, eta) in enumerate(zip(Ks, lrs)):
-            st = init_state(theta0, optimizer, k, () if policies is None else policies[i].init(size))
-            opt_state = optax.inject_hyperparams(optax.sgd)(learning_rate=eta).init(theta0)
-            states.append(st._replace(opt_state=opt_state))
-    state = tree_stack(states)
-    run_key = keys[0] if len(keys) == 1 else jax.numpy.stack([k for k in keys for _ in Ks])
-    config = dict(config or {})
-    if policies is None:
-        step_fn = make_step(apply_fn, optimizer, "ce")
-    else:
-        step_fn = make_step(apply_fn, optimizer, "ce", policy=policies[0])
-        config["relin"] = [p.describe() for p in policies]  # so that a checkpoint names them
-    final, history = fit(
-        step_fn, state, apply_fn, data, steps=steps, loss="ce", batch_size=batch_size, key=run_key,
-        eval_data=eval_data, eval_steps=eval_steps, eval_train_size=eval_train_size, augment=augment,
-        callback=None if callback is None else callback(apply_fn, state.params), checkpoint=checkpoint,
-        progress=progress, sweep=True, config=config,
+    K, S = list(K), len(inits)
+    lrs = list(lr) if isinstance(lr, Sequence) else [lr] * len(K)
+    params0 = tree_stack([theta0 for theta0 in inits for _ in K])
+    optimizer = optax.inject_hyperparams(optax.sgd)(learning_rate=lrs[0])  # each run's rate: hyperparams
+    final, history = train_sweep(
+        apply_fn, params0, data, K=K * S, steps=steps, optimizer=optimizer, loss="ce", batch_size=batch_size,
+        key=keys[0] if S == 1 else jax.numpy.stack([k for k in keys for _ in K]),
+        hyperparams={"learning_rate": lrs * S}, return_state=True, eval_data=eval_data, eval_steps=eval_steps,
+        eval_train_size=eval_train_size, augment=augment,
+        callback=None if callback is None else callback(apply_fn, params0), checkpoint=checkpoint,
+        progress=progress, config=dict(config or {}),
     )
-    S = len(inits)
-    if policies is not None:
+    policies = [k for k in K if isinstance(k, RelinPolicy) and k.kind != "every"]  # train_sweep: one kind
+    if policies:
         history["policy"] = np.asarray([p.kind for p in policies] * S, dtype=str)
         for name, _ in policies[0].hyperparams:
             vals = [dict(p.hyperparams)[name] for p in policies]  # None (a disabled option): NaN
             history[name] = np.tile(np.asarray([math.nan if v is None else float(v) for v in vals]), S)
-        history.update(relin_history(final, sweep=True))
-    history["K"] = np.tile(np.asarray([float(k) for k in Ks], np.float64), S)
+    else:
+        del history["relin_step"]  # periods: every K-th step, the history as before policies
+    codes = np.asarray(final.K, np.float64)  # the validated periods (policies' caps), 0 encoding ∞
+    history["K"] = np.where(codes == 0, math.inf, codes)
     history["lr"] = np.tile(np.asarray(lrs, np.float64), S)
-    history["seed_index"] = np.repeat(np.arange(S), len(Ks))
+    history["seed_index"] = np.repeat(np.arange(S), len(K))
     if eval_data is not None:
         history.update(final_correct(apply_fn, final, *eval_data))
     return history

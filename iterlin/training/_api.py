@@ -5,7 +5,7 @@ A private module of :mod:`iterlin.training` (see its docstring), which exports w
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -17,7 +17,7 @@ from ..relin import RelinPolicy, as_policy, log_size, one_rule
 from ..relin import history as relin_history
 from ..tree import tree_stack
 from ..validate import check_int
-from ._checks import check_optimizer, check_reset, check_train_args
+from ._checks import check_hyperparams, check_optimizer, check_reset, check_train_args
 from ._loop import fit
 from ._placement import resolve_placement
 from ._state import K_code, init_state
@@ -167,6 +167,8 @@ def train_sweep(
     key=None,
     refresh: Callable | None = None,
     reset_optimizer: bool = False,
+    hyperparams: Mapping[str, Sequence[float]] | None = None,
+    return_state: bool = False,
     **fit_kwargs,
 ) -> tuple[Any, dict]:
     """Several runs (values of K and/or initial parameters) trained in ONE compiled program.
@@ -176,18 +178,31 @@ def train_sweep(
     re-linearisation policies of ONE kind (:mod:`iterlin.relin`) whose parameters may differ, e.g.
     ``K=[relin.adaptive(tol) for tol in (0.01, 0.1, 1.0)]``: the parameters are arrays in the state,
     so the runs are still one program. All runs see the same batch sequence (the same ``key``), so
-    they differ only in K and θ_0; run i equals ``train`` of run i alone. A diverged run is frozen
-    while the others continue.
+    they differ only in K and θ_0; or ``key`` holds one key per run (raw keys (R, 2) or typed keys
+    (R,)) and run i draws its batches from ``key[i]``. Run i equals ``train`` of run i alone (with
+    its key and hyperparameters). A diverged run is frozen while the others continue.
+
+    ``hyperparams``: per-run values of the optimizer's hyperparameters, ``{name: R numbers}`` (e.g.
+    ``{"learning_rate": [0.1, 0.05, 0.01]}``), for an optimizer made with
+    ``optax.inject_hyperparams``, whose hyperparameters are arrays in its state (η in
+    θ_{t+1} = θ_t − η ∇_θ L(f_lin_s(θ_t)) for SGD): run i's state holds ``values[i]`` in
+    ``opt_state.hyperparams[name]``, a scalar of the dtype the optimizer's ``init`` gives it (the
+    highest float dtype of θ_0 unless ``hyperparam_dtype`` says otherwise), so runs with different
+    rates are still one program. Each value overrides the one the optimizer was made with, which
+    then serves only its inner state's ``init`` (whose leaves optax's own optimizers do not derive
+    from their hyperparameters).
+    ``return_state``: return the final :class:`TrainState` (stacked (R, ...): θ_T, θ_s, the
+    optimizer's and the policy's states) in place of θ_T.
 
     With more than one local device and the runs vmapped (``vectorise``, the default on every backend),
     the run axis is sharded over the devices (``NamedSharding(mesh, P("runs"))``; R padded to a
     multiple of the device count by repeating the last run, the padding dropped from the results);
     ``devices=[...]`` picks the devices, ``shard_runs=True/False`` forces it on/off (see :func:`fit`).
 
-    Returns ``(params, history)`` with params stacked (R, ...) and history arrays of shape (R, E)
-    (``step`` is (E,), ``diverged``/``diverged_step`` are (R,); the re-linearisation steps
-    ``relin_step`` and the policy's log are (R, J), padded with −1 or NaN, see
-    :func:`iterlin.relin.history`). Other arguments as :func:`train`.
+    Returns ``(params, history)`` (``(state, history)`` with ``return_state``) with params stacked
+    (R, ...) and history arrays of shape (R, E) (``step`` is (E,), ``diverged``/``diverged_step``
+    are (R,); the re-linearisation steps ``relin_step`` and the policy's log are (R, J), padded
+    with −1 or NaN, see :func:`iterlin.relin.history`). Other arguments as :func:`train`.
 
     Example:
       K = 1 (gradient descent), K = 10 and K = ∞ (the linearisation at θ_0) from the same θ_0:
@@ -210,9 +225,10 @@ def train_sweep(
        [0.2898 0.0513]
        [0.2898 0.1414]]
     """
-    if isinstance(K, (str, bytes, RelinPolicy)) or not hasattr(K, "__len__"):
-        raise ValueError(f"K={K!r} is not allowed: K must be a sequence of periods (or policies), one per run")
-    policies = [as_policy(k) for k in K]
+    if isinstance(K, (str, bytes, RelinPolicy)) or not hasattr(K, "__len__") or len(K) == 0:
+        raise ValueError(f"K={K!r} is not allowed: K must be a non-empty sequence of periods (or policies), "
+                         "one per run")
+    policies = [as_policy(k, f"K[{i}]") for i, k in enumerate(K)]
     Ks = [K_code(p.K) for p in policies]
     leaves = jax.tree.leaves(params)
     if not leaves or any(np.shape(leaf)[:1] != (len(Ks),) for leaf in leaves):
@@ -221,6 +237,7 @@ def train_sweep(
             f"{sorted({np.shape(leaf)[:1] for leaf in leaves})}"
         )
     check_optimizer(optimizer)
+    hyperparams = check_hyperparams(hyperparams, optimizer, params, len(Ks))
     check_reset(reset_optimizer)
     check_train_args(data, steps, loss, batch_size, fit_kwargs.get("eval_data"))
     _check_placement_kwargs(fit_kwargs, sweep=True, data=data, batch_size=batch_size)
@@ -231,9 +248,21 @@ def train_sweep(
     policy_states = tree_stack([p.init(size) for p in policies])
     state = jax.vmap(lambda p, k, ps: init_state(p, optimizer, 1, policy=ps)._replace(K=k))(
         params, jnp.asarray(Ks, jnp.int32), policy_states)
+    if hyperparams:
+        state = state._replace(opt_state=_with_hyperparams(state.opt_state, hyperparams))
     step_fn = make_step(apply_fn, optimizer, loss, refresh=refresh, reset_optimizer=reset_optimizer,
                         policy=policies[0])
     state, history = fit(step_fn, state, apply_fn, data, steps=steps, loss=loss, batch_size=batch_size, key=key,
                          sweep=True, **fit_kwargs)
     history.update(relin_history(state, sweep=True))
-    return state.params, history
+    return state if return_state else state.params, history
+
+
+def _with_hyperparams(opt_state, hyperparams: dict):
+    """A sweep's ``opt_state`` (an ``optax.inject_hyperparams`` state, every leaf (R, ...)) with
+    ``hyperparams[name]`` (R floats, :func:`check_hyperparams`) in place of each named
+    hyperparameter: (R,) of the dtype the optimizer's ``init`` gave it."""
+    values = dict(opt_state.hyperparams)
+    for name, vals in hyperparams.items():
+        values[name] = jnp.asarray(vals, values[name].dtype)
+    return opt_state._replace(hyperparams=values)

@@ -5,6 +5,10 @@ A private module of :mod:`iterlin.training` (see its docstring), which exports w
 
 from __future__ import annotations
 
+import math
+from typing import Mapping
+
+import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
@@ -12,7 +16,7 @@ import optax
 from ..losses import get_loss
 from ..validate import check_int, check_steps, check_xy
 
-__all__ = ["check_pair", "check_train_args", "validate_common", "check_optimizer", "check_reset"]
+__all__ = ["check_pair", "check_train_args", "validate_common", "check_optimizer", "check_reset", "check_hyperparams"]
 
 
 def check_pair(data, name: str) -> tuple:
@@ -56,3 +60,47 @@ def check_reset(reset_optimizer) -> bool:
     if not isinstance(reset_optimizer, (bool, np.bool_)):
         raise ValueError(f"reset_optimizer={reset_optimizer!r} is not allowed: reset_optimizer must be True or False")
     return bool(reset_optimizer)
+
+
+def check_hyperparams(hyperparams, optimizer: optax.GradientTransformation, params, runs: int) -> dict:
+    """:func:`train_sweep`'s per-run hyperparameters as ``{name: [R floats]}`` (``{}`` for None).
+
+    Allowed: a mapping from names of the optimizer's injected hyperparameters (the float scalars of
+    its state's ``hyperparams``: an ``optax.inject_hyperparams`` optimizer) to ``runs`` finite real
+    numbers each, one per run. ``params`` is the stacked θ_0 (R, ...); only its shapes are read
+    (``jax.eval_shape`` of ``optimizer.init`` on one run: nothing is computed).
+    """
+    if hyperparams is None:
+        return {}
+
+    def fail(why: str) -> ValueError:
+        return ValueError(f"hyperparams={hyperparams!r} is not allowed: {why}")
+
+    if not isinstance(hyperparams, Mapping):
+        raise fail("hyperparams must be a mapping {name: one value per run}, or None")
+    state = jax.eval_shape(lambda p: optimizer.init(jax.tree.map(lambda a: a[0], p)), params)
+    known = getattr(state, "hyperparams", None)
+    if not isinstance(known, Mapping):
+        raise fail("the optimizer's state holds no hyperparams; make it with optax.inject_hyperparams, e.g. "
+                   "optax.inject_hyperparams(optax.sgd)(learning_rate=0.1)")
+    floats = sorted(k for k, v in known.items() if v.shape == () and jnp.issubdtype(v.dtype, jnp.floating))
+    out = {}
+    for name, values in hyperparams.items():
+        if name not in floats:
+            raise fail(f"{name!r} is not a float hyperparameter of the optimizer (it has {floats})")
+        if isinstance(values, (str, bytes, Mapping)) or not hasattr(values, "__len__") or len(values) != runs:
+            raise fail(f"hyperparams[{name!r}] must be a sequence of {runs} numbers, one per run (len(K))")
+        if not all(map(_finite_real, values)):
+            raise fail(f"hyperparams[{name!r}] must hold finite real numbers")
+        out[name] = [float(v) for v in values]
+    return out
+
+
+def _finite_real(value) -> bool:
+    """A finite real scalar (Python, NumPy or 0-d JAX), never a bool or a string."""
+    if isinstance(value, (bool, np.bool_, str, bytes)) or np.ndim(value) != 0:
+        return False
+    try:
+        return math.isfinite(float(value))
+    except (TypeError, ValueError):
+        return False
