@@ -263,7 +263,7 @@ def test_config_that_cannot_be_saved_is_refused_before_any_compute(tmp_path):
 
 
 # ----------------------------------------------------------------------------------------------
-# The whole TrainState is saved: the policy (a Gauss–Newton run's damping, an Adam-solved run's
+# The whole state is saved: a Gauss–Newton run's damping (GaussNewtonState.h), an Adam-solved run's
 # criterion) survives an interruption
 # ----------------------------------------------------------------------------------------------
 
