@@ -74,9 +74,10 @@ divergence flags and h, a scalar array; no optimizer: the step is the solve), ma
 one training loop :func:`iterlin.training.fit` (a :class:`~iterlin.training.RunState`: θ_s = θ,
 K = 1 and the re-linearisation count are derived), committed through its one divergence guard
 :func:`iterlin.training.commit_proposal`. h is traced: runs with different λ (or τ) are vmapped
-together in one compilation (``fit(..., sweep=True)``, h of shape (R,)). :func:`gauss_newton_train` does all of this for one value of
-``damping`` or for a sequence of them (a sweep over stacked parameters), Fig. 1 and Fig. 9.
-:func:`gauss_newton_step` is the eager one-step API; all of them run the same ``_gn_step``.
+together in one compilation (``fit(..., sweep=True)``, h of shape (R,)). :func:`gauss_newton_train`
+does all of this for one value of ``damping`` or for a sequence of them (a sweep over stacked
+parameters), Fig. 1 and Fig. 9. :func:`gauss_newton_step` is the eager one-step API; all of them
+run the same ``_gn_step``.
 """
 
 from __future__ import annotations
@@ -517,7 +518,7 @@ class GaussNewtonState(NamedTuple):
     step: jax.Array  #: int32 (): steps completed
     diverged: jax.Array  #: bool (): a non-finite or overflowing loss or update was met; frozen
     diverged_step: jax.Array  #: int32 (): the step at which it diverged, −1 if it has not
-    h: jax.Array  #: float (): the damping λ ≥ 0 (``filter="damped"``) or the flow time τ ≥ 0, maybe ∞ (``"flow"``)
+    h: jax.Array  #: float (): the damping λ ≥ 0 (``filter="damped"``) or the flow time τ ≥ 0 or ∞ (``"flow"``)
 
     @property
     def params_s(self):

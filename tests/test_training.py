@@ -231,7 +231,8 @@ def test_commit_proposal_guards_any_state_type_with_the_protocol_fields():
     ok = commit_proposal(st, jnp.asarray(1.0), st._replace(params={"w": jnp.asarray([3.0, 4.0])}, h=jnp.asarray(2.0)))
     assert type(ok) is Other and ok.params["w"].tolist() == [3.0, 4.0] and float(ok.h) == 2.0
     assert int(ok.step) == 1 and not bool(ok.diverged) and int(ok.diverged_step) == -1
-    bad = commit_proposal(ok, jnp.asarray(1.0), ok._replace(params={"w": jnp.asarray([jnp.inf, 0.0])}, h=jnp.asarray(9.0)))
+    inf_p = {"w": jnp.asarray([jnp.inf, 0.0])}
+    bad = commit_proposal(ok, jnp.asarray(1.0), ok._replace(params=inf_p, h=jnp.asarray(9.0)))
     assert bool(bad.diverged) and int(bad.diverged_step) == 1 and int(bad.step) == 2
     assert bad.params["w"].tolist() == [3.0, 4.0] and float(bad.h) == 2.0
     later = commit_proposal(bad, jnp.asarray(1.0), bad._replace(h=jnp.asarray(7.0)))  # stays frozen

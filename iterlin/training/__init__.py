@@ -43,7 +43,8 @@ Design:
   :class:`iterlin.gauss_newton.GaussNewtonState` for Gauss–Newton (its damping λ or flow time τ,
   no optimizer).
 * With ``checkpoint=path`` the whole state (every field: for a :class:`TrainState` θ, θ_s, the
-  optimizer state, the policy, the step), the history and the key are saved atomically at evaluation points, and a rerun with the same arguments resumes from it.
+  optimizer state, the policy, the step), the history and the key are saved atomically at
+  evaluation points, and a rerun with the same arguments resumes from it.
 * Several devices (``fit``'s ``devices``, ``shard_runs``, ``data_parallel``): a vmapped sweep's run
   axis is sharded over the local devices (``NamedSharding(mesh, P("runs"))``, padded to a multiple of
   the device count), or a single run's batches are (data parallel, ``P("batch")``, parameters
@@ -51,10 +52,10 @@ Design:
   (up to the order of floating-point sums). Checkpoints hold the unpadded state on the host, so a run
   resumes on any number of devices.
 
-The package, one concern per module: ``_state`` (:class:`RunState`, :class:`TrainState`, :func:`commit_proposal`,
-:func:`commit_step`), ``_steps``
-(:func:`make_step`), ``_batching``, ``_evaluation``, ``_checks``, ``_checkpointing``, ``_placement``,
-``_loop`` (:func:`fit`) and ``_api`` (:func:`train`, :func:`train_sweep`).
+The package, one concern per module: ``_state`` (:class:`RunState`, :class:`TrainState`,
+:func:`commit_proposal`, :func:`commit_step`), ``_steps`` (:func:`make_step`), ``_batching``,
+``_evaluation``, ``_checks``, ``_checkpointing``, ``_placement``, ``_loop`` (:func:`fit`) and ``_api``
+(:func:`train`, :func:`train_sweep`).
 """
 
 from __future__ import annotations

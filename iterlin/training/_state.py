@@ -27,8 +27,9 @@ class RunState(Protocol):
     leaf) with at least these attributes; each algorithm keeps its own state beside them:
     :class:`TrainState` (iterative linearisation, Eq. 3–4: θ_s, K, the optimizer's state, the
     re-linearisation policy's) or :class:`iterlin.gauss_newton.GaussNewtonState` (the damping λ or
-    flow time τ; θ_s = θ, K = 1 and ``n_relin`` derived from its fields). ``step``, ``diverged`` and
-    ``diverged_step`` must be fields (the guard replaces them with ``_replace``).
+    flow time τ; θ_s = θ, K = 1 and ``n_relin`` derived from its fields). The attributes are read,
+    never set: each is a field or a property; ``step``, ``diverged`` and ``diverged_step`` must be
+    fields (the guard replaces them with ``_replace``).
     """
 
     params: Any  #: θ_t (the network is evaluated at it)
