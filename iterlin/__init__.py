@@ -15,7 +15,13 @@ from .closed_form import (
     residual_spectrum,
 )
 from .data import DataError, Dataset, load_cifar10, quintic
-from .gauss_newton import gauss_newton_step, gauss_newton_train, init_gauss_newton_state, make_gauss_newton_step
+from .gauss_newton import (
+    GaussNewtonState,
+    gauss_newton_step,
+    gauss_newton_train,
+    init_gauss_newton_state,
+    make_gauss_newton_step,
+)
 from .jacobian import flat_jacobian
 from .linearise import linearise, linearised_apply
 from .losses import get_loss, mse_targets
@@ -85,6 +91,7 @@ __all__ = [
     "gauss_newton_train",
     "make_gauss_newton_step",
     "init_gauss_newton_state",
+    "GaussNewtonState",
     "DataError",
     "Dataset",
     "CNN",

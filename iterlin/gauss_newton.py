@@ -68,12 +68,16 @@ Two spectral filters (``filter=``), one implementation of the step (``_gn_step``
 In both the update is scaled by the step size α (``step_size``), and the MSE kernel path and the
 flow filter share one spectral solve (:func:`iterlin.jacobian.spectral_solve`).
 
-Training. :func:`make_gauss_newton_step` returns a pure step for :func:`iterlin.training.fit` that
-reads h from ``TrainState.policy`` (a scalar array, made by :func:`init_gauss_newton_state`), so h
-is traced: runs with different λ (or τ) are vmapped together in one compilation
-(``fit(..., sweep=True)``). :func:`gauss_newton_train` does all of this for one value of
-``damping`` or for a sequence of them (a sweep over stacked parameters), Fig. 1 and Fig. 9.
-:func:`gauss_newton_step` is the eager one-step API; all of them run the same ``_gn_step``.
+Training. A run has its own typed state, :class:`GaussNewtonState` (θ, the step counter, the
+divergence flags and h, a scalar array; no optimizer: the step is the solve), made by
+:func:`init_gauss_newton_state`. :func:`make_gauss_newton_step` returns a pure step on it for the
+one training loop :func:`iterlin.training.fit` (a :class:`~iterlin.training.RunState`: θ_s = θ,
+K = 1 and the re-linearisation count are derived), committed through its one divergence guard
+:func:`iterlin.training.commit_proposal`. h is traced: runs with different λ (or τ) are vmapped
+together in one compilation (``fit(..., sweep=True)``, h of shape (R,)). :func:`gauss_newton_train`
+does all of this for one value of ``damping`` or for a sequence of them (a sweep over stacked
+parameters), Fig. 1 and Fig. 9. :func:`gauss_newton_step` is the eager one-step API; all of them
+run the same ``_gn_step``.
 """
 
 from __future__ import annotations
@@ -81,12 +85,11 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 from jax.flatten_util import ravel_pytree
 
 from .jacobian import (  # noqa: F401 (flat_jacobian re-exported)
@@ -101,7 +104,7 @@ from .jacobian import (  # noqa: F401 (flat_jacobian re-exported)
 from .losses import Loss, get_loss, mse_targets
 from .precision import matmul
 from .memo import memoise
-from .training import TrainState, check_train_args, commit_step, fit, init_state
+from .training import check_train_args, commit_proposal, fit
 from .tree import tree_size
 from .validate import check_choice, check_int, check_nonnegative, check_positive, check_xy
 
@@ -116,6 +119,7 @@ __all__ = [
     "select_solver",
     "conjugate_gradient",
     "gauss_newton_step",
+    "GaussNewtonState",
     "init_gauss_newton_state",
     "make_gauss_newton_step",
     "gauss_newton_train",
@@ -498,21 +502,60 @@ def gauss_newton_step(
 # ------------------------------------------------------------------------------------------
 
 
-def init_gauss_newton_state(params: Any, damping, *, filter: str = "damped", stacked: bool = False) -> TrainState:
-    """A fresh Gauss–Newton run at θ_0 = ``params`` with its hyperparameter in ``TrainState.policy``.
+class GaussNewtonState(NamedTuple):
+    """A Gauss–Newton run's state (one run; a sweep stacks runs on a leading axis of every field).
+
+    A :class:`~iterlin.training.RunState` for :func:`iterlin.training.fit`: every step re-linearises
+    at θ_t and solves the linearisation (Eq. 5–6), so θ_s = θ (``params_s``), the re-linearisation
+    period is K = 1 (``K``) and the number of re-linearisations is the number of steps committed
+    before any divergence (``n_relin``); these three are derived, not stored. There is no optimizer
+    state: the step is the solve. Made by :func:`init_gauss_newton_state`, advanced by the step of
+    :func:`make_gauss_newton_step`, frozen on divergence by :func:`iterlin.training.commit_proposal`,
+    saved whole in checkpoints.
+    """
+
+    params: Any  #: θ_t
+    step: jax.Array  #: int32 (): steps completed
+    diverged: jax.Array  #: bool (): a non-finite or overflowing loss or update was met; frozen
+    diverged_step: jax.Array  #: int32 (): the step at which it diverged, −1 if it has not
+    h: jax.Array  #: float (): the damping λ ≥ 0 (``filter="damped"``) or the flow time τ ≥ 0 or ∞ (``"flow"``)
+
+    @property
+    def params_s(self):
+        """θ_s = θ_t: the linearisation point (every step re-linearises)."""
+        return self.params
+
+    @property
+    def K(self) -> jax.Array:
+        """int32, the shape of ``step``: 1 (re-linearise every step)."""
+        return jnp.ones_like(self.step)
+
+    @property
+    def n_relin(self) -> jax.Array:
+        """int32, the shape of ``step``: the steps committed, each a re-linearisation (none after a divergence)."""
+        return jnp.where(self.diverged, self.diverged_step, self.step)
+
+
+def _gn_state(params, h) -> GaussNewtonState:
+    i32 = lambda v: jnp.asarray(v, jnp.int32)  # noqa: E731
+    return GaussNewtonState(params=params, step=i32(0), diverged=jnp.asarray(False), diverged_step=i32(-1), h=h)
+
+
+def init_gauss_newton_state(params: Any, damping, *, filter: str = "damped", stacked: bool = False) -> GaussNewtonState:
+    """A fresh Gauss–Newton run at θ_0 = ``params``: a :class:`GaussNewtonState` with ``h = damping``.
 
     ``damping``: λ ≥ 0, finite (``filter="damped"``), or the flow time τ ≥ 0 or ``math.inf``
-    (``filter="flow"``); validated here, eagerly. Returns
-    ``init_state(params, optax.identity(), 1, policy=jnp.asarray(h))`` (h a float scalar).
-    With ``stacked=True``, ``params`` is stacked on a leading axis of R runs and ``damping`` is a
-    sequence of R values: a stacked state (policy of shape (R,)) for ``fit(..., sweep=True)``.
+    (``filter="flow"``); validated here, eagerly, and stored as ``h``, a float scalar array (of
+    ``float``'s dtype). With ``stacked=True``, ``params`` is stacked on a leading axis of R runs and
+    ``damping`` is a sequence of R values: a stacked state (``h`` and the counters of shape (R,))
+    for ``fit(..., sweep=True)``. Raises ``ValueError`` naming the argument.
     """
     filter = check_choice(filter, "filter", FILTERS)
     if not isinstance(stacked, (bool, np.bool_)):
         raise ValueError(f"stacked={stacked!r} is not allowed: stacked must be a bool.")
     if not stacked:
         h = _check_hyper(damping, filter, "damping")
-        return init_state(params, optax.identity(), 1, policy=jnp.asarray(h, _float()))
+        return _gn_state(params, jnp.asarray(h, _float()))
     if not _is_sequence(damping) or len(damping) == 0:
         raise ValueError(
             f"damping={damping!r} is not allowed: with stacked=True damping must be a non-empty sequence "
@@ -525,8 +568,7 @@ def init_gauss_newton_state(params: Any, damping, *, filter: str = "damped", sta
             f"params must be stacked on a leading run axis of size len(damping)={len(hs)}; got leading shapes "
             f"{sorted({np.shape(leaf)[:1] for leaf in leaves})}"
         )
-    policy = jnp.asarray(hs, _float())
-    return jax.vmap(lambda p, h: init_state(p, optax.identity(), 1, policy=h))(params, policy)
+    return jax.vmap(_gn_state)(params, jnp.asarray(hs, _float()))
 
 
 def make_gauss_newton_step(
@@ -542,18 +584,19 @@ def make_gauss_newton_step(
 ) -> Callable:
     """Return ``step(state, (x, y)) -> (state, {"loss": L(f(θ_t, x), y)})`` for :func:`~iterlin.training.fit`.
 
-    The per-run hyperparameter h is ``state.policy`` (a scalar array, from
-    :func:`init_gauss_newton_state`): λ for ``filter="damped"``, θ ← θ − α(JᵀHJ + λI)⁻¹Jᵀg
-    (Eq. 6; λ = 0: Eq. 5, minimum-norm), or τ for ``filter="flow"`` (MSE, kernel solver),
-    θ ← θ − α Jᵀ U diag((1 − e^{−στ})/σ) Uᵀ(f − Y) (Eq. 18; τ = ∞ the Gauss–Newton step). h is
-    traced, so runs with different h vmap together in one compilation (``fit(..., sweep=True)``).
-    Every step re-linearises: ``params_s`` becomes the new θ and ``n_relin`` grows by one. The
-    reported loss is the per-example mean (as in :func:`iterlin.training.make_step`) at θ_t, where
-    the network and its linearisation coincide. The proposal is committed through
-    :func:`iterlin.training.commit_step` (divergence freezes the run; the optimizer state and the
-    policy are carried unchanged). All arguments are static and validated here; h is validated by
-    :func:`init_gauss_newton_state` (the traced step cannot refuse λ = 0 for a singular primal-CG
-    system: :func:`gauss_newton_train` and :func:`gauss_newton_step` do).
+    ``state`` is a :class:`GaussNewtonState` (from :func:`init_gauss_newton_state`) whose ``h`` is
+    the run's hyperparameter, a scalar array: λ for ``filter="damped"``,
+    θ ← θ − α(JᵀHJ + λI)⁻¹Jᵀg (Eq. 6; λ = 0: Eq. 5, minimum-norm), or τ for ``filter="flow"``
+    (MSE, kernel solver), θ ← θ − α Jᵀ U diag((1 − e^{−στ})/σ) Uᵀ(f − Y) (Eq. 18; τ = ∞ the
+    Gauss–Newton step); x (N, ...), y as for :func:`gauss_newton_step`. h is traced, so runs with
+    different h vmap together in one compilation (``fit(..., sweep=True)``). Every step
+    re-linearises (θ_s = θ, so ``n_relin`` grows by one). The reported loss is the per-example mean
+    (as in :func:`iterlin.training.make_step`) at θ_t, where the network and its linearisation
+    coincide. The proposal is committed through :func:`iterlin.training.commit_proposal`
+    (divergence freezes the run, h included). All arguments are static and validated here; h is
+    validated by :func:`init_gauss_newton_state` (the traced step cannot refuse λ = 0 for a singular
+    primal-CG system: :func:`gauss_newton_train` and :func:`gauss_newton_step` do). A state of
+    another type, or an ``h`` that is not a scalar array, is refused while tracing.
 
     Memoised: the same ``apply_fn`` and options (after validation) give the same function object,
     so :func:`~iterlin.training.fit` reuses its compiled programs.
@@ -563,21 +606,31 @@ def make_gauss_newton_step(
         cg_maxiter=cg_maxiter))
 
 
+def _check_state(state) -> None:
+    """A :class:`GaussNewtonState` of one run (static: raised while tracing)."""
+    if not isinstance(state, GaussNewtonState):
+        raise TypeError(
+            f"state is a {type(state).__name__}, but make_gauss_newton_step's step needs a GaussNewtonState: make "
+            "the state with init_gauss_newton_state(params, damping)."
+        )
+    if getattr(state.h, "shape", None) != ():
+        raise ValueError(
+            f"state.h={state.h!r} is not allowed: the step reads the damping (or flow time) of one run from "
+            "state.h, a scalar array; make the state with init_gauss_newton_state (stacked=True with "
+            "fit(..., sweep=True) for h of shape (R,))."
+        )
+
+
 @memoise
 def _make_gauss_newton_step(apply_fn, config: GaussNewtonConfig):
     loss_obj = get_loss(config.loss)
 
-    def step(state: TrainState, batch):
+    def step(state: GaussNewtonState, batch):
+        _check_state(state)
         x, y = batch
-        if not hasattr(state.policy, "shape") or state.policy.shape != ():  # static: raised while tracing
-            raise ValueError(
-                f"state.policy={state.policy!r} is not allowed: make_gauss_newton_step reads the damping (or flow "
-                "time) of the run from state.policy, a scalar array; make the state with init_gauss_newton_state."
-            )
-        params, out = _gn_step(apply_fn, state.params, x, y, state.policy, config)
+        params, out = _gn_step(apply_fn, state.params, x, y, state.h, config)
         value = jnp.mean(loss_obj.per_example(out, y))
-        new = commit_step(state, value, params, params, state.opt_state, jnp.asarray(True))
-        return new, {"loss": value}
+        return commit_proposal(state, value, state._replace(params=params)), {"loss": value}
 
     return step
 
@@ -635,7 +688,7 @@ def gauss_newton_train(
     check_train_args(data, steps, loss, batch_size, fit_kwargs.get("eval_data"))
     x, y = (jnp.asarray(a) for a in data)
     _check_labels(gn.loss, y)
-    hs = np.atleast_1d(np.asarray(state.policy))
+    hs = np.atleast_1d(np.asarray(state.h))
     if gn.filter == "damped" and np.any(hs == 0) and gn.solver in ("auto", "primal_cg"):
         one = jax.tree.map(lambda a: jax.ShapeDtypeStruct(np.shape(a)[1:], a.dtype), params) if sweep else params
         n = x.shape[0] if batch_size is None else int(batch_size)

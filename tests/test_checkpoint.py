@@ -263,7 +263,7 @@ def test_config_that_cannot_be_saved_is_refused_before_any_compute(tmp_path):
 
 
 # ----------------------------------------------------------------------------------------------
-# The whole TrainState is saved: the policy (a Gauss–Newton run's damping, an Adam-solved run's
+# The whole state is saved: a Gauss–Newton run's damping (GaussNewtonState.h), an Adam-solved run's
 # criterion) survives an interruption
 # ----------------------------------------------------------------------------------------------
 
@@ -303,7 +303,7 @@ def test_interrupted_gauss_newton_sweep_resumes_with_its_damping(tmp_path):
                            callback=_interrupt_at(4), **kw)
     template = init_gauss_newton_state(params, [0.1, 3.0], stacked=True)
     (state, _), meta = load_checkpoint(path, (template, ()))
-    assert meta["done"] == 2 and np.asarray(state.policy).tolist() == pytest.approx([0.1, 3.0])
+    assert meta["done"] == 2 and np.asarray(state.h).tolist() == pytest.approx([0.1, 3.0])
     got, hist = gauss_newton_train(_tanh_model, params, (x, y), damping=[0.1, 3.0], checkpoint=path, **kw)
     for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(ref)):
         np.testing.assert_array_equal(a, b)

@@ -22,6 +22,7 @@ from iterlin.gauss_newton import (
     flat_jacobian,
     gauss_newton_step,
     gauss_newton_train,
+    GaussNewtonState,
     init_gauss_newton_state,
     make_gauss_newton_step,
     select_solver,
@@ -245,9 +246,9 @@ def test_gauss_newton_step_fn_contract_and_freezing(x64):
     apply_fn, params, x, y = _quintic_toy()
     step = jax.jit(make_gauss_newton_step(apply_fn))
     state = init_gauss_newton_state(params, 1.0)
-    assert float(state.policy) == 1.0 and state.policy.shape == ()
+    assert float(state.h) == 1.0 and state.h.shape == ()
     state1, m = step(state, (x, y))
-    assert float(state1.policy) == 1.0
+    assert isinstance(state1, GaussNewtonState) and float(state1.h) == 1.0
     assert int(state1.step) == 1 and int(state1.n_relin) == 1
     assert _flat(state1.params_s).tolist() == _flat(state1.params).tolist()
     np.testing.assert_allclose(float(m["loss"]), np.mean(0.5 * (np.asarray(apply_fn(params, x)) - np.asarray(y)) ** 2))
@@ -259,6 +260,28 @@ def test_gauss_newton_step_fn_contract_and_freezing(x64):
     state3, _ = step(state2, (x, y))  # stays frozen
     assert bool(state3.diverged) and int(state3.diverged_step) == 1
     np.testing.assert_array_equal(_flat(state3.params), _flat(state1.params))
+
+
+def test_gauss_newton_step_refuses_a_bad_h_or_another_state_naming_it(x64):
+    """h must be one run's scalar (a non-scalar h, e.g. a stacked state stepped without vmap, is refused while
+    tracing, naming state.h); a TrainState is refused, naming GaussNewtonState; a non-scalar damping given to
+    the factory without stacked=True is refused naming damping."""
+    from iterlin.training import init_state
+
+    apply_fn, params, x, y = _quintic_toy()
+    step = make_gauss_newton_step(apply_fn)
+    state = init_gauss_newton_state(params, 1.0)
+    for bad in (jnp.asarray([1.0, 2.0]), 1.0):
+        with pytest.raises(ValueError, match=r"state\.h=.* is not allowed: .*a scalar array"):
+            step(state._replace(h=bad), (x, y))
+    stacked = init_gauss_newton_state(tree_stack([params] * 2), [1.0, 2.0], stacked=True)
+    with pytest.raises(ValueError, match=r"state\.h="):
+        jax.jit(step)(stacked, (x, y))
+    with pytest.raises(TypeError, match="TrainState.*GaussNewtonState.*init_gauss_newton_state"):
+        step(init_state(params, optax.sgd(0.1), 1, policy=jnp.asarray(1.0)), (x, y))
+    for bad in ([1.0, 2.0], np.ones((2, 2)), jnp.asarray([0.5])):
+        with pytest.raises(ValueError, match="damping="):
+            init_gauss_newton_state(params, bad)
 
 
 @pytest.mark.parametrize(
@@ -312,7 +335,7 @@ def test_bad_data_raise():
 
 
 # ----------------------------------------------------------------------------------------------
-# The hyperparameter in TrainState.policy: traced, swept, and the flow filter
+# The hyperparameter in GaussNewtonState.h: traced, swept, and the flow filter
 # ----------------------------------------------------------------------------------------------
 
 
@@ -327,14 +350,15 @@ def _fit_gn(apply_fn, params, x, y, damping, steps, stacked, **static):
 
 @pytest.mark.parametrize("loss, damping_mode", [("mse", "absolute"), ("mse", "relative"), ("ce", "absolute")])
 def test_traced_damping_in_a_sweep_equals_gauss_newton_step_per_value(x64, loss, damping_mode):
-    """λ read from state.policy, one compiled program for all λ: run i = gauss_newton_step with λ_i."""
+    """λ read from state.h, one compiled program for all λ: run i = gauss_newton_step with λ_i."""
     apply_fn, p0, x, y_reg, y_cls = _setup(n=6, out=3 if loss == "ce" else 2, seed=6)
     y = y_cls if loss == "ce" else y_reg
     inits = [p0, _setup(n=6, out=3 if loss == "ce" else 2, seed=7)[1], p0]
     lams = [0.0, 0.3, 5.0]
     kw = dict(loss=loss, damping_mode=damping_mode, step_size=0.8)
     state, hist = _fit_gn(apply_fn, tree_stack(inits), x, y, lams, 2, True, **kw)
-    assert state.policy.shape == (3,) and np.asarray(state.policy).tolist() == lams
+    assert isinstance(state, GaussNewtonState)
+    assert state.h.shape == (3,) and np.asarray(state.h).tolist() == lams
     assert hist["n_relin"][:, -1].tolist() == [2, 2, 2] and not hist["diverged"].any()
     for i, (p, lam) in enumerate(zip(inits, lams)):
         for _ in range(2):
@@ -427,12 +451,15 @@ def test_gauss_newton_train_refuses_bad_values_before_any_compute(kwargs, fragme
 def test_init_gauss_newton_state_values_and_stacking():
     _, params, _, _, _ = _setup(dtype=jnp.float32)
     st = init_gauss_newton_state(params, 0.25)
-    assert st.policy.shape == () and float(st.policy) == 0.25 and int(st.n_relin) == 0 and int(st.K) == 1
-    assert st.opt_state == optax.identity().init(params)
+    assert type(st) is GaussNewtonState and st._fields == ("params", "step", "diverged", "diverged_step", "h")
+    assert st.h.shape == () and float(st.h) == 0.25 and st.h.dtype == jnp.result_type(float)
+    assert int(st.step) == 0 and int(st.n_relin) == 0 and int(st.K) == 1
+    assert not bool(st.diverged) and int(st.diverged_step) == -1 and st.params_s is st.params
     st = init_gauss_newton_state(params, math.inf, filter="flow")
-    assert float(st.policy) == math.inf
+    assert float(st.h) == math.inf
     st = init_gauss_newton_state(tree_stack([params] * 2), (0.0, 2.0), stacked=True)
-    assert st.policy.shape == (2,) and st.step.shape == (2,)
+    assert type(st) is GaussNewtonState and st.h.shape == (2,) and st.step.shape == (2,)
+    assert st.K.tolist() == [1, 1] and st.n_relin.tolist() == [0, 0]
     with pytest.raises(ValueError, match="stacked"):
         init_gauss_newton_state(params, [1.0], stacked="yes")
     with pytest.raises(ValueError, match="sequence"):

@@ -201,7 +201,7 @@ def test_compiled_loop_equals_per_step_dispatch(x64):
 
 
 # ----------------------------------------------------------------------------------------------
-# TrainState.policy and commit_step, the one divergence guard
+# TrainState.policy, and commit_proposal (commit_step), the one divergence guard
 # ----------------------------------------------------------------------------------------------
 
 
@@ -245,6 +245,33 @@ def test_commit_step_accepts_a_finite_proposal_and_freezes_everything_on_diverge
         assert bool(later.diverged) and int(later.diverged_step) == 1 and int(later.step) == 3
         for field in ("params", "params_s", "opt_state", "policy", "n_relin"):
             assert _leaves_equal(getattr(later, field), getattr(ok, field)), field
+
+
+def test_commit_proposal_guards_any_state_type_with_the_protocol_fields():
+    """The one guard is generic over the state: another NamedTuple with its own fields (here an
+    extra ``h``, no θ_s, optimizer or policy) is frozen whole on divergence, step counting on."""
+    from typing import Any, NamedTuple
+
+    from iterlin.training import commit_proposal
+
+    class Other(NamedTuple):
+        params: Any
+        step: jax.Array
+        diverged: jax.Array
+        diverged_step: jax.Array
+        h: jax.Array
+
+    i32 = lambda v: jnp.asarray(v, jnp.int32)  # noqa: E731
+    st = Other({"w": jnp.asarray([1.0, 2.0])}, i32(0), jnp.asarray(False), i32(-1), jnp.asarray(0.5))
+    ok = commit_proposal(st, jnp.asarray(1.0), st._replace(params={"w": jnp.asarray([3.0, 4.0])}, h=jnp.asarray(2.0)))
+    assert type(ok) is Other and ok.params["w"].tolist() == [3.0, 4.0] and float(ok.h) == 2.0
+    assert int(ok.step) == 1 and not bool(ok.diverged) and int(ok.diverged_step) == -1
+    inf_p = {"w": jnp.asarray([jnp.inf, 0.0])}
+    bad = commit_proposal(ok, jnp.asarray(1.0), ok._replace(params=inf_p, h=jnp.asarray(9.0)))
+    assert bool(bad.diverged) and int(bad.diverged_step) == 1 and int(bad.step) == 2
+    assert bad.params["w"].tolist() == [3.0, 4.0] and float(bad.h) == 2.0
+    later = commit_proposal(bad, jnp.asarray(1.0), bad._replace(h=jnp.asarray(7.0)))  # stays frozen
+    assert bool(later.diverged) and int(later.diverged_step) == 1 and int(later.step) == 3 and float(later.h) == 2.0
 
 
 def test_make_step_is_the_linearised_update_then_one_commit(x64):

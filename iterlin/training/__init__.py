@@ -33,13 +33,18 @@ Design:
   ARGUMENTS (never closed over: no array is baked into a program). A second call with the same
   ``apply_fn``, optimizer, loss and shapes, whatever the data and θ_0, compiles nothing.
 * A non-finite loss or update, or a loss beyond √(largest finite value) of its dtype, freezes that
-  run (its whole state stays at the one before that step) and records the step (:func:`commit_step`,
-  the one guard every step function commits through): divergence is a result, not a crash; in a
-  sweep the other runs continue.
-* Per-algorithm state (the re-linearisation policy's state, or a Gauss–Newton run's damping) rides
-  in ``TrainState.policy``, beside the optimizer state, never inside it.
-* With ``checkpoint=path`` the whole state (θ, θ_s, optimizer state, policy, step, history, key) is saved
-  atomically at evaluation points, and a rerun with the same arguments resumes from it.
+  run (its whole state stays at the one before that step) and records the step
+  (:func:`commit_proposal`, the one guard every step function commits through; :func:`commit_step`
+  for a :class:`TrainState`): divergence is a result, not a crash; in a sweep the other runs continue.
+* The loop is generic over the state: it reads only the fields of :class:`RunState` (θ, θ_s, the
+  step, ``n_relin``, K, the divergence flags). Each algorithm has its own typed state:
+  :class:`TrainState` for iterative linearisation, whose per-algorithm state (the re-linearisation
+  policy's) rides in ``TrainState.policy``, beside the optimizer state, never inside it; and
+  :class:`iterlin.gauss_newton.GaussNewtonState` for Gauss–Newton (its damping λ or flow time τ,
+  no optimizer).
+* With ``checkpoint=path`` the whole state (every field: for a :class:`TrainState` θ, θ_s, the
+  optimizer state, the policy, the step), the history and the key are saved atomically at
+  evaluation points, and a rerun with the same arguments resumes from it.
 * Several devices (``fit``'s ``devices``, ``shard_runs``, ``data_parallel``): a vmapped sweep's run
   axis is sharded over the local devices (``NamedSharding(mesh, P("runs"))``, padded to a multiple of
   the device count), or a single run's batches are (data parallel, ``P("batch")``, parameters
@@ -47,9 +52,10 @@ Design:
   (up to the order of floating-point sums). Checkpoints hold the unpadded state on the host, so a run
   resumes on any number of devices.
 
-The package, one concern per module: ``_state`` (:class:`TrainState`, :func:`commit_step`), ``_steps``
-(:func:`make_step`), ``_batching``, ``_evaluation``, ``_checks``, ``_checkpointing``, ``_placement``,
-``_loop`` (:func:`fit`) and ``_api`` (:func:`train`, :func:`train_sweep`).
+The package, one concern per module: ``_state`` (:class:`RunState`, :class:`TrainState`,
+:func:`commit_proposal`, :func:`commit_step`), ``_steps`` (:func:`make_step`), ``_batching``,
+``_evaluation``, ``_checks``, ``_checkpointing``, ``_placement``, ``_loop`` (:func:`fit`) and ``_api``
+(:func:`train`, :func:`train_sweep`).
 """
 
 from __future__ import annotations
@@ -59,12 +65,14 @@ from ._batching import make_batch_fn
 from ._checks import check_train_args
 from ._evaluation import DEFAULT_EVAL_BUDGET, DEFAULT_EVAL_POINTS, MAX_EVAL_POINTS, MIN_EVAL_TRAIN, default_evaluation
 from ._loop import fit
-from ._state import TrainState, commit_step, divergence_bound, init_state
+from ._state import RunState, TrainState, commit_proposal, commit_step, divergence_bound, init_state
 from ._steps import make_linearised_update, make_step
 
 __all__ = [
+    "RunState",
     "TrainState",
     "init_state",
+    "commit_proposal",
     "commit_step",
     "divergence_bound",
     "make_linearised_update",

@@ -16,7 +16,7 @@ from ..losses import Loss
 from ..memo import memoise
 from ..validate import MAX_STEPS, check_int
 from ._batching import Chunks
-from ._state import TrainState
+from ._state import RunState
 
 __all__ = ["MetricKey", "metric_sums", "means", "MAX_EVAL_POINTS", "DEFAULT_EVAL_BUDGET", "DEFAULT_EVAL_POINTS", "MIN_EVAL_TRAIN",
            "default_evaluation", "eval_points", "Evaluation", "eval_program"]
@@ -54,7 +54,7 @@ def metric_sums(loss: Loss, models: dict, chunks: Chunks) -> dict:
     return sums
 
 
-def _eval_sums(apply_fn: Callable, loss: Loss, state: TrainState, chunks: dict) -> dict:
+def _eval_sums(apply_fn: Callable, loss: Loss, state: RunState, chunks: dict) -> dict:
     """``{MetricKey: sum}`` of the network f(θ_t) and the linear model f_lin_s(θ_t) on
     ``chunks = {split: chunked(x, y, batch_size)}`` (``fit``'s evaluation)."""
     models = {

@@ -23,7 +23,7 @@ from ._checkpointing import canonical, check_progress, data_fingerprint, same_js
 from ._checks import check_pair, validate_common
 from ._evaluation import Evaluation, default_evaluation, eval_points, eval_program, means
 from ._placement import Placement, pad_runs, resolve_placement, unpad_runs
-from ._state import TrainState
+from ._state import RunState
 
 __all__ = ["fit"]
 
@@ -248,7 +248,7 @@ def _run(
 
 def fit(
     step_fn: Callable,
-    state: TrainState,
+    state: RunState,
     apply_fn: Callable,
     data: tuple,
     *,
@@ -272,10 +272,14 @@ def fit(
     devices: Sequence[jax.Device] | None = None,
     shard_runs: bool | None = None,
     data_parallel: bool = False,
-) -> tuple[TrainState, dict]:
+) -> tuple[RunState, dict]:
     """The one training loop: run ``step_fn(state, batch) -> (state, metrics)`` for ``steps`` steps.
 
     Used by :func:`train`, :func:`train_sweep`, the Gauss–Newton loop and the Adam-solved loop.
+    ``state`` is any :class:`RunState` (a :class:`TrainState` from :func:`init_state`, a
+    :class:`iterlin.gauss_newton.GaussNewtonState` from
+    :func:`iterlin.gauss_newton.init_gauss_newton_state`), ``step_fn`` a step for it that commits
+    through :func:`commit_proposal`.
     Batches come from :func:`make_batch_fn` on device; at evaluation points the network and the
     current linear model are evaluated on the whole train (and test) split, ``callback`` is run, and
     with ``checkpoint`` set the state and history are saved atomically (a rerun resumes; a rerun with

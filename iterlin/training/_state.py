@@ -6,7 +6,7 @@ A private module of :mod:`iterlin.training` (see its docstring), which exports w
 from __future__ import annotations
 
 import math
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -16,21 +16,45 @@ from ..relin import RelinPolicy, log_size
 from ..tree import tree_all_finite, tree_where
 from ..validate import check_K, check_steps
 
-__all__ = ["TrainState", "K_code", "init_state", "divergence_bound", "commit_step"]
+__all__ = ["RunState", "TrainState", "K_code", "init_state", "divergence_bound", "commit_proposal", "commit_step"]
+
+
+class RunState(Protocol):
+    """What the one training loop (:func:`iterlin.training.fit`: its steps, evaluation, history,
+    checkpoints) and the one divergence guard (:func:`commit_proposal`) read from a run's state.
+
+    An algorithm's state is a NamedTuple (a pytree; a sweep stacks runs on a leading axis of every
+    leaf) with at least these attributes; each algorithm keeps its own state beside them:
+    :class:`TrainState` (iterative linearisation, Eq. 3–4: θ_s, K, the optimizer's state, the
+    re-linearisation policy's) or :class:`iterlin.gauss_newton.GaussNewtonState` (the damping λ or
+    flow time τ; θ_s = θ, K = 1 and ``n_relin`` derived from its fields). The attributes are read,
+    never set: each is a field or a property; ``step``, ``diverged`` and ``diverged_step`` must be
+    fields (the guard replaces them with ``_replace``).
+    """
+
+    params: Any  #: θ_t (the network is evaluated at it)
+    params_s: Any  #: θ_s (the linear model f_lin_s(θ_t) is evaluated too)
+    step: jax.Array  #: int32 (): steps completed (a checkpoint's progress is checked against it)
+    n_relin: jax.Array  #: int32 (): re-linearisations so far (T/K), recorded in the history
+    K: jax.Array  #: int32 (): the re-linearisation period, 0 encodes ∞ (K = 1 selects a step's ``k1``)
+    diverged: jax.Array  #: bool (): frozen by the guard
+    diverged_step: jax.Array  #: int32 (): the step at which it diverged, −1 if it has not
+
+    def _replace(self, **fields) -> RunState: ...
 
 
 class TrainState(NamedTuple):
-    """Everything a run needs to continue (one run; a sweep stacks runs on a leading axis).
+    """Everything a run of iterative linearisation needs to continue (one run; a sweep stacks runs on
+    a leading axis). A :class:`RunState`.
 
     ``policy`` is the per-algorithm state that is neither θ nor the optimizer's: the
     re-linearisation policy's state for iterative linearisation (:func:`make_step`, see
     :mod:`iterlin.relin`): ``()`` for :func:`iterlin.relin.every` (K alone), an
     :class:`iterlin.relin.AdaptiveState` for :func:`iterlin.relin.adaptive`, a
     :class:`iterlin.relin.SolveState` for :func:`iterlin.relin.until_solved` (the Adam-solved
-    linearisations); the per-run hyperparameter h (a scalar array: the damping λ or the flow time τ)
-    for the Gauss–Newton/spectral step (:func:`iterlin.gauss_newton.make_gauss_newton_step`), so that
-    runs with different h are one vmapped program. It is frozen with the rest of the run on
-    divergence (:func:`commit_step`) and saved in checkpoints with the rest of the state.
+    linearisations). It is frozen with the rest of the run on divergence (:func:`commit_step`) and
+    saved in checkpoints with the rest of the state. (Gauss–Newton runs have their own state,
+    :class:`iterlin.gauss_newton.GaussNewtonState`.)
     """
 
     params: Any  #: θ_t
@@ -86,12 +110,12 @@ def divergence_bound(dtype) -> float:
     return float(jnp.finfo(dtype).max) ** 0.5
 
 
-def commit_step(state: TrainState, value, params, params_s, opt_state, relin, policy=None) -> TrainState:
-    """Advance ``state`` by one step: THE divergence guard, through which every step function commits.
+def commit_proposal(state: RunState, value, proposed: RunState) -> RunState:
+    """Advance ``state`` by one step to ``proposed``: THE divergence guard, through which every step
+    function commits (:func:`commit_step` for :class:`TrainState`, the Gauss–Newton step for its own).
 
-    ``value`` is the loss at θ_t; ``params``, ``params_s``, ``opt_state``, ``policy`` the proposed
-    θ_{t+1}, θ_s, optimizer state and policy (``None``: keep ``state.policy``); ``relin`` (bool
-    scalar) whether this step re-linearises (``n_relin`` + 1).
+    ``value`` is the loss at θ_t; ``proposed`` the state after the step, of ``state``'s type and
+    structure (its ``step``, ``diverged`` and ``diverged_step`` are set here).
 
     Divergence is any of:
 
@@ -102,23 +126,30 @@ def commit_step(state: TrainState, value, params, params_s, opt_state, relin, po
       systems) overflow, so the run has left the range where its numbers mean anything, even
       while they are still finite (Fig. 9's float64 runs whose RMSE grows to 10¹²⁸ and beyond
       before ever reaching ∞: a squared-error loss of 10²⁵⁶);
-    * an update that overflowed (θ_{t+1} not finite).
+    * an update that overflowed (``proposed.params``, θ_{t+1}, not finite).
 
-    Either way the run keeps its state from before this step (θ_t, θ_s, the optimizer state and the
-    policy), is marked ``diverged`` with ``diverged_step = t``, and stays frozen from then on (in a
+    Either way the run keeps its whole state from before this step (every field but the three
+    above), is marked ``diverged`` with ``diverged_step = t``, and stays frozen from then on (in a
     sweep, only that run). ``step`` counts on.
     """
-    policy = state.policy if policy is None else policy
     value = jnp.asarray(value)
-    ok = (jnp.abs(value) <= divergence_bound(value.dtype)) & tree_all_finite(params) & ~state.diverged
-    return TrainState(
-        params=tree_where(ok, params, state.params),
-        params_s=tree_where(ok, params_s, state.params_s),
-        opt_state=tree_where(ok, opt_state, state.opt_state),
+    ok = (jnp.abs(value) <= divergence_bound(value.dtype)) & tree_all_finite(proposed.params) & ~state.diverged
+    return tree_where(ok, proposed, state)._replace(
         step=state.step + 1,
-        n_relin=jnp.where(ok & relin, state.n_relin + 1, state.n_relin),
-        K=state.K,
         diverged=~ok,
         diverged_step=jnp.where(~ok & ~state.diverged, state.step, state.diverged_step),
-        policy=tree_where(ok, policy, state.policy),
     )
+
+
+def commit_step(state: TrainState, value, params, params_s, opt_state, relin, policy=None) -> TrainState:
+    """Advance ``state`` by one step through the divergence guard, :func:`commit_proposal`.
+
+    ``value`` is the loss at θ_t; ``params``, ``params_s``, ``opt_state``, ``policy`` the proposed
+    θ_{t+1}, θ_s, optimizer state and policy (``None``: keep ``state.policy``); ``relin`` (bool
+    scalar) whether this step re-linearises (``n_relin`` + 1). On divergence the run keeps θ_t, θ_s,
+    the optimizer state, the policy and ``n_relin`` from before this step.
+    """
+    policy = state.policy if policy is None else policy
+    proposed = state._replace(params=params, params_s=params_s, opt_state=opt_state,
+                              n_relin=jnp.where(relin, state.n_relin + 1, state.n_relin), policy=policy)
+    return commit_proposal(state, value, proposed)
