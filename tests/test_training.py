@@ -446,3 +446,31 @@ def test_evaluation_sums_are_keyed_by_model_split_and_metric_and_named_only_in_t
     assert sorted(out) == ["lin_held_out_acc", "net_test_rmse", "net_train_loss"]
     np.testing.assert_array_equal(out["net_test_rmse"], [2.0, 3.0])
     assert out["lin_held_out_acc"] == 0.75 and out["net_train_loss"] == 2.0
+
+
+def test_K_is_checked_once_from_a_typed_config_to_the_step(monkeypatch):
+    """A period passes ``check_K`` once where the experiment layer takes it (the typed config) and
+    once where the core's public API takes it (``relin.every``), and nowhere below them."""
+    import iterlin.config
+    import iterlin.relin
+    import iterlin.training._state
+    from iterlin.experiments import fig3
+    from iterlin.validate import check_K
+
+    calls = []
+
+    def counting(module):
+        def check(K, name="K"):
+            calls.append((module, K))
+            return check_K(K, name)
+        return check
+
+    for module in (iterlin.config, iterlin.relin, iterlin.training._state):
+        monkeypatch.setattr(module, "check_K", counting(module.__name__))
+    config = fig3.get_config("smoke", K=[5e6])
+    assert calls == [("iterlin.config", 5e6)]
+    calls.clear()
+    apply_fn, params, x, y = tiny_problem()
+    iterlin.train_sweep(apply_fn, tree_stack([params] * len(config.K)), (x, y), K=list(config.K), steps=2,
+                        optimizer=optax.sgd(0.1), eval_every=2)
+    assert [m for m, _ in calls] == ["iterlin.relin"] * len(config.K)

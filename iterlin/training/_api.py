@@ -20,7 +20,7 @@ from ..validate import check_int
 from ._checks import check_hyperparams, check_optimizer, check_reset, check_train_args
 from ._loop import fit
 from ._placement import resolve_placement
-from ._state import K_code, init_state
+from ._state import K_code, fresh_state, init_state
 from ._steps import make_step
 
 __all__ = ["train", "train_sweep"]
@@ -246,8 +246,7 @@ def train_sweep(
         params = jax.vmap(lambda p: _initial_refresh(refresh, p, data, batch_size))(params)
     size = log_size(policies, steps)  # one log size for every run, so that their states stack
     policy_states = tree_stack([p.init(size) for p in policies])
-    state = jax.vmap(lambda p, k, ps: init_state(p, optimizer, 1, policy=ps)._replace(K=k))(
-        params, jnp.asarray(Ks, jnp.int32), policy_states)
+    state = jax.vmap(lambda p, k, ps: fresh_state(p, optimizer, k, ps))(params, jnp.asarray(Ks, jnp.int32), policy_states)
     if hyperparams:
         state = state._replace(opt_state=_with_hyperparams(state.opt_state, hyperparams))
     step_fn = make_step(apply_fn, optimizer, loss, refresh=refresh, reset_optimizer=reset_optimizer,

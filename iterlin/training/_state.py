@@ -16,7 +16,7 @@ from ..relin import RelinPolicy, log_size
 from ..tree import tree_all_finite, tree_where
 from ..validate import check_K, check_steps
 
-__all__ = ["RunState", "TrainState", "K_code", "init_state", "divergence_bound", "commit_proposal", "commit_step"]
+__all__ = ["RunState", "TrainState", "K_code", "init_state", "fresh_state", "divergence_bound", "commit_proposal", "commit_step"]
 
 
 class RunState(Protocol):
@@ -68,8 +68,9 @@ class TrainState(NamedTuple):
     policy: Any = ()  #: per-algorithm state (see above); () for plain iterative linearisation
 
 
-def K_code(K) -> int:
-    K = check_K(K)
+def K_code(K: int | float) -> int:
+    """The int32 code of a period that :func:`iterlin.validate.check_K` has returned (an int ≥ 1 or
+    ``math.inf``): K itself, 0 for ∞. Trusts its input: the entry points validate K."""
     return 0 if math.isinf(K) else int(K)
 
 
@@ -88,6 +89,14 @@ def init_state(params, optimizer: optax.GradientTransformation, K, policy=(), *,
             raise ValueError(f"steps=None is not allowed with K={K!r}: its log is sized by the run's length")
         policy = K.init(log_size([K], check_steps(steps)) if K.shortest else 0)
         K = K.K
+    else:
+        K = check_K(K)
+    return fresh_state(params, optimizer, K_code(K), policy)
+
+
+def fresh_state(params, optimizer: optax.GradientTransformation, K_code: Any, policy: Any = ()) -> TrainState:
+    """:func:`init_state` for a period already coded (``K_code``: :func:`K_code` of a validated K, an
+    int or an int32 array, traced under ``vmap`` in a sweep) and a policy state already made."""
     i32 = lambda v: jnp.asarray(v, jnp.int32)  # noqa: E731
     return TrainState(
         params=params,
@@ -95,7 +104,7 @@ def init_state(params, optimizer: optax.GradientTransformation, K, policy=(), *,
         opt_state=optimizer.init(params),
         step=i32(0),
         n_relin=i32(0),
-        K=i32(K_code(K)),
+        K=i32(K_code),
         diverged=jnp.asarray(False),
         diverged_step=i32(-1),
         policy=policy,
