@@ -522,7 +522,7 @@ class GaussNewtonState(NamedTuple):
 
     @property
     def params_s(self):
-        """θ_s = θ_t: the linearisation point (every step re-linearises)."""
+        """The linearisation point θ_s, equal to θ_t here (every step re-linearises)."""
         return self.params
 
     @property
