@@ -144,7 +144,8 @@ SCALES = {
     # gpu: 8 seeds (t(7) = 2.36 against t(2) = 4.30) at a third of the cpu rate for three times the
     # steps (the same lr x T): the cpu setting with 8 seeds (commit 9adf822, H100) put two no-BN
     # K = 20 runs above 2/λ_max(θ_s) at step 120 (η·λ_max/2 up to 1.19), so its no-BN row read
-    # "no (unstable)". λ_max every 120 steps (each block's start), 3 evaluations per run.
+    # "no (unstable)". λ_max every 120 steps, 3 evaluations per run. MEASURED: 241 s of one H100
+    # (JAX 0.11.2; results/fig4, commit da69f21).
     "gpu": dict(
         K=[1, 60], lr=0.001, K_bn=[1, 60], lr_bn=0.001, augment_bn=True, bn_mode="batch", steps=360,
         batch_size=64, n_train=None, n_test=None, seed=0, n_seeds=8, n_evals=3, n_eval_train=64,
