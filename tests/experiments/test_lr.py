@@ -148,6 +148,16 @@ def test_claims_hold_when_large_K_breaks_above_the_bound():
     assert rows[2].measured == "lr 0.1: Δ -17.0 [-17.4, -16.6] no"
 
 
+def test_a_rate_both_on_par_and_behind_is_reported_apart_from_the_larger_rates():
+    # K = 50 one point behind at 0.003 (on par within ±2 points, yet behind beyond noise), far behind from 0.03
+    rows = lr.claims(_results([0.30, 0.40, 0.45], [0.29, 0.40, 0.20], rates=(0.003, 0.01, 0.03)))
+    assert rows[0].holds == "yes"
+    assert rows[0].measured == ("K=50 on par up to lr 0.01 (K=1 ahead beyond noise, within the margin, at 0.003); "
+                                "K=1 better (or K=50 diverged) from lr 0.03; K=1 finite at 0.003, 0.01, 0.03")
+    rows = lr.claims(_results([0.30, 0.40, 0.45], [0.29, 0.40, 0.45], rates=(0.003, 0.01, 0.03)))
+    assert rows[0].holds == "no" and "; K=1 better at no larger rate;" in rows[0].measured
+
+
 def test_divergence_of_large_K_counts_as_worse():
     rows = lr.claims(_results([0.40, 0.45, 0.47], [0.40, 0.45, 0.47], divK=[False, False, True]))
     assert [r.holds for r in rows] == ["yes", "yes", "no", NA, "no"]
