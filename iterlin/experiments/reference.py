@@ -549,6 +549,8 @@ def _attest_all(names: Sequence[str], base, scale: str) -> int:
     for name in names:
         ref = load(name, base=base, check_claims=False)
         if ref is None or not ref.changed_since:
+            print(f"{name}: {'no reference run' if ref is None else 'current (code unchanged or attested)'}; "
+                  "nothing to attest", flush=True)
             continue
         print(f"{name}: computing at scale {scale!r} with the code of {ref.provenance['iterlin_commit'][:10]} and "
               "with today's", flush=True)

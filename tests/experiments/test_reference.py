@@ -318,7 +318,9 @@ def test_attest_records_equivalent_code_only_when_every_array_is_equal(toy, tmp_
     assert "at scale 'cpu' it computes the same results bit for bit" in ref.caption()
     again = reference.attest("toy", base=results, run=_probe_runner(calls := []))
     assert again.equal is True and again.detail.startswith("attested before") and calls == []
+    capsys.readouterr()
     assert reference.main(["toy", "--attest", "--results", str(results)]) == 0  # nothing left to attest
+    assert capsys.readouterr().out == "toy: current (code unchanged or attested); nothing to attest\n"
 
     recorded(other)  # a fresh record: no equivalent code
     monkeypatch.setattr(reference, "_commit", lambda: same + "+dirty")
