@@ -57,11 +57,10 @@ import numpy as np
 import optax
 
 from .losses import Loss, get_loss
-from .relin import MAX_LOG, RELIN_REASONS, SolveState, until_solved  # noqa: F401 (MAX_LOG: re-exported)
+from .relin import until_solved
 from .training import train
 from .validate import check_int, check_K, check_positive, check_steps, check_xy
 
-# SolveState and RELIN_REASONS (defined in iterlin.relin) stay importable from here.
 __all__ = [
     "train_adam_solved",
 ]

@@ -47,7 +47,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .jacobian import AUTO_CHUNK_NUMBERS, auto_chunk, contract, example_jacobians, n_outputs  # noqa: F401
+from .jacobian import auto_chunk, contract, example_jacobians, n_outputs
 from .tree import tree_index, tree_size
 from .validate import check_choice, check_int, check_K
 

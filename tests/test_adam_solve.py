@@ -10,7 +10,8 @@ import numpy as np
 import optax
 import pytest
 
-from iterlin.adam_solve import RELIN_REASONS, SolveState, train_adam_solved
+from iterlin.adam_solve import train_adam_solved
+from iterlin.relin import RELIN_REASONS, SolveState
 from iterlin.checkpoint import CheckpointError
 from iterlin.linearise import linearised_apply
 from iterlin.losses import get_loss

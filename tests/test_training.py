@@ -128,6 +128,24 @@ def test_sweep_with_per_run_hyperparams_and_keys_equals_each_run_alone(x64):
     assert len({float(v) for v in hist["net_train_loss"][:, -1]}) == 3  # the rates matter
 
 
+def test_per_run_hyperparams_outlive_the_optimizer_reset(x64):
+    """With ``reset_optimizer`` (a fresh Adam at each re-linearisation) run i still trains at its own
+    rate after every reset: it equals ``train`` with ``optax.adam(lr_i)`` alone, which resets to that
+    rate; before the fix the reset put every run back at the rate the optimizer was made with."""
+    apply_fn, params, x, y = tiny_problem(n=40)
+    Ks, rates = [3, 4, 1], [0.01, 0.05, 0.002]
+    kw = dict(steps=12, batch_size=10, key=jax.random.PRNGKey(3), eval_data=(x[:8], y[:8]), eval_every=4,
+              reset_optimizer=True)
+    state, hist = iterlin.train_sweep(apply_fn, tree_stack([params] * 3), (x, y), K=Ks,
+                                      optimizer=optax.inject_hyperparams(optax.adam)(learning_rate=1.0),
+                                      hyperparams={"learning_rate": rates}, return_state=True, **kw)
+    assert state.opt_state.hyperparams["learning_rate"].tolist() == rates
+    for i, (K, rate) in enumerate(zip(Ks, rates)):
+        alone, h = iterlin.train(apply_fn, params, (x, y), K=K, optimizer=optax.adam(rate), **kw)
+        assert tree_allclose(tree_index(state.params, i), alone, rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(hist["net_train_loss"][i], h["net_train_loss"], rtol=1e-10, atol=1e-12)
+
+
 def test_per_run_hyperparams_are_the_state_each_rate_would_make():
     """Run i's optimizer state holds its rate as ``inject_hyperparams(sgd)(learning_rate=lr_i).init(θ_0)``
     would (same dtype and value: float32 for float32 parameters), so a sweep equals its runs' states stacked."""

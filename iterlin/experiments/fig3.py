@@ -23,7 +23,7 @@ from typing import ClassVar, Mapping
 import matplotlib.pyplot as plt
 import numpy as np
 
-from ..claims import UNDECIDED, UNSTABLE, Claim, divergence_claim, fmt_K, on_par_claim, sharpness_claim, verdict
+from ..claims import UNDECIDED, UNSTABLE, Claim, divergence_claim, on_par_claim, sharpness_claim, verdict
 from ..config import resolve
 from ..data import Dataset
 from ..plotting import bound_panel, legend, panels, plot_sweep

@@ -6,7 +6,7 @@ A private module of :mod:`iterlin.training` (see its docstring), which exports w
 from __future__ import annotations
 
 import functools
-from typing import Callable
+from typing import Callable, Mapping
 
 import jax
 import jax.numpy as jnp
@@ -43,6 +43,17 @@ def make_linearised_update(apply_fn: Callable, optimizer: optax.GradientTransfor
         return value, optax.apply_updates(params, updates), opt_state
 
     return update
+
+
+def _reinit_optimizer(optimizer: optax.GradientTransformation, params, opt_state):
+    """``optimizer.init(params)``, a fresh state for the next linearisation (``reset_optimizer``),
+    keeping ``opt_state``'s injected hyperparameters where the optimizer has them
+    (``optax.inject_hyperparams``): a sweep's per-run values (:func:`iterlin.train_sweep`'s
+    ``hyperparams``) outlive the reset, as each run alone keeps the rate it was made with."""
+    fresh = optimizer.init(params)
+    if isinstance(getattr(fresh, "hyperparams", None), Mapping):
+        fresh = fresh._replace(hyperparams=opt_state.hyperparams)
+    return fresh
 
 
 def make_step(
@@ -105,7 +116,7 @@ def _make_step(apply_fn, optimizer, loss_obj: Loss, refresh, reset_optimizer: bo
         if refresh is not None:
             params = refresh(params, x)
         if reset_optimizer:
-            opt_state = optimizer.init(params)
+            opt_state = _reinit_optimizer(optimizer, params, opt_state)
         new = commit_step(state, value, params, params, opt_state, jnp.asarray(True))
         return new, {"loss": value}
 
@@ -127,7 +138,7 @@ def _make_step(apply_fn, optimizer, loss_obj: Loss, refresh, reset_optimizer: bo
             params = jax.lax.cond(relin, lambda p: refresh(p, x), lambda p: p, params)
         params_s = tree_where(relin, params, state.params_s)
         if reset_optimizer:
-            opt_state = tree_where(relin, optimizer.init(params), opt_state)
+            opt_state = tree_where(relin, _reinit_optimizer(optimizer, params, opt_state), opt_state)
         new = commit_step(state, value, params, params_s, opt_state, relin, policy)
         return new, {"loss": value}
 
