@@ -18,7 +18,7 @@
 # # Figure 4: ResNet-18, without and with BatchNorm, K = 1 against a large K
 
 # %% tags=["parameters", "hide-cell"]
-scale = "smoke"  # "smoke" (CPU, ~1.5 min), "cpu" (CPU, ~1.6 h), "gpu" (one H100, ~10 min), "paper"
+scale = "smoke"  # "smoke" (CPU, ~1.5 min), "cpu" (CPU, ~1.6 h), "gpu" (one H100, ~4 min), "paper"
 K = None  # no-BatchNorm panel: the large period compared with plain SGD (K 1 always runs); e.g. 1e6, or inf
 lr = None  # no-BatchNorm panel: SGD learning rate
 K_bn = None  # BatchNorm panel: the large period (K 1 always runs); e.g. 1e5

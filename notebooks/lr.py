@@ -18,7 +18,7 @@
 # # Beyond the paper: learning rates
 
 # %% tags=["parameters", "hide-cell"]
-scale = "smoke"  # "smoke" (CPU, a minute), "cpu" (CPU, ~30 min), "gpu" (one H100, ~10 min), "paper" (the paper's settings)
+scale = "smoke"  # "smoke" (CPU, a minute), "cpu" (CPU, ~30 min), "gpu" (one H100, ~1.5 min), "paper" (the paper's settings)
 K = None  # the large period compared with plain SGD (K 1 always runs too)
 lr = None  # learning rates: a list, or one rate r meaning [r/10, 0.3 r, r]
 steps = None  # number of SGD steps T, the same for every run
