@@ -10,10 +10,13 @@
   two). The useful FLOPs are those of the symmetric kernel's products, (N·O)²·P (one half of
   ϕϕᵀ, 2 FLOPs a multiply-add), and of the N per-example Jacobians (XLA's cost analysis of one
   chunk's); the recomputed Jacobians, the copies and the padding are not counted. Target ≥ 0.3.
+* ``--n-relin``: one re-linearisation of the exact limit (:mod:`iterlin.experiments.limit`: Θ = JJᵀ,
+  its float64 eigendecomposition and the flow's update −Jᵀa) of the CNN on that many images, after
+  a compiling call at the same size (N ≤ 512; above, the one call includes compiling). Default: none.
 
 Times are medians of ``--reps`` calls after one compiling call, on the default JAX device (the
 large NTKs: one call after a compiling call on 32 images).
-Usage: ``python benchmarks/bench_second_order.py [--n-cnn 16] [--reps 7] [--n-ntk 256 1000]``
+Usage: ``python benchmarks/bench_second_order.py [--n-cnn 16] [--reps 7] [--n-ntk 256 1000] [--n-relin 256 500 1000]``
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import iterlin
+from iterlin.experiments import limit
 from iterlin.jacobian import example_jacobians
 from iterlin.models import make_model, resolve_conv
 
@@ -68,12 +72,29 @@ def ntk_share(model, x, n_mm: int):
     return seconds, useful, (before + _matmul_flops(n_mm)) / 2
 
 
+def relin_seconds(model, x, y) -> tuple[float, float]:
+    """(seconds of :func:`~iterlin.experiments.limit.linearise_at`, seconds of its flow
+    :func:`~iterlin.experiments.limit.update` at τ = 1/16) of ``model`` on (x, y); compiled first when N ≤ 512."""
+    def once():
+        t = time.perf_counter()
+        lin = limit.linearise_at(model.apply_fn, model.params, x, y)
+        t1 = time.perf_counter()
+        jax.block_until_ready(limit.update(model.apply_fn, model.params, x, lin, limit.flow_phi(1 / 16)))
+        return t1 - t, time.perf_counter() - t1
+
+    if len(x) <= 512:
+        once()
+    return once()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n-cnn", type=int, default=16)
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--n-ntk", type=int, nargs="*", default=[256, 1000],
                     help="images of the large CNN NTKs timed against the ceiling (none: skip)")
+    ap.add_argument("--n-relin", type=int, nargs="*", default=[],
+                    help="images of the exact limit's re-linearisations timed (default: none)")
     ap.add_argument("--matmul", type=int, default=2048, help="matrix size of the measured ceiling")
     args = ap.parse_args()
     print(f"device: {jax.devices()[0].device_kind} ({jax.default_backend()}), jax {jax.__version__}")
@@ -89,15 +110,16 @@ def main():
     t = _median(lambda: iterlin.empirical_ntk(mlp.apply_fn, mlp.params, x), args.reps)
     print(f"  NTK {len(x)}×{len(x)}:                 {_fmt(t)}")
 
-    n_load = max([args.n_cnn, *args.n_ntk])
+    n_load = max([args.n_cnn, *args.n_ntk, *args.n_relin])
     try:
-        xc_all = iterlin.load_cifar10(n_train=n_load, n_test=1, download=False).x_train
-        xc = xc_all[: args.n_cnn]
+        cifar = iterlin.load_cifar10(n_train=n_load, n_test=1, download=False)
+        xc_all, yc_all = cifar.x_train, cifar.y_train
         source = "CIFAR-10"
     except Exception as e:  # noqa: BLE001 - speed does not depend on the pixels
         xc_all = np.random.default_rng(0).standard_normal((n_load, 32, 32, 3), dtype=np.float32)
-        xc = xc_all[: args.n_cnn]
+        yc_all = np.arange(n_load, dtype=np.int32) % 10
         source = f"random images ({type(e).__name__})"
+    xc = xc_all[: args.n_cnn]
     yc = np.arange(args.n_cnn, dtype=np.int32) % 10
     cnn = make_model("cnn", jax.random.PRNGKey(0))
     n = args.n_cnn
@@ -113,6 +135,10 @@ def main():
         print(f"  NTK {n * 10}×{n * 10} ({n} images): {seconds:.1f} s, useful {useful / 1e12:.2f} TFLOP, "
               f"{useful / seconds / 1e9:.1f} GFLOP/s; ceiling ({args.matmul}² matmul before and after) "
               f"{ceiling / 1e9:.1f} GFLOP/s; share {useful / seconds / ceiling:.2f} (target >= 0.3)")
+    for n in args.n_relin:
+        lin, upd = relin_seconds(cnn, xc_all[:n], yc_all[:n])
+        print(f"  exact-limit re-linearisation, {n} images: kernel + float64 eigh {lin:.1f} s, update {upd:.1f} s"
+              + (" (with compiling)" if n > 512 else ""))
 
 
 if __name__ == "__main__":
