@@ -7,7 +7,11 @@ parameters out: data transfer, tracing, the evaluations, the steps) and of a SEC
 same arguments, which compiles nothing (``iterlin.training`` caches its programs on what they close
 over; JAX's persistent compilation cache is not turned on here, so the first call compiles).
 ``--e2e-reps N`` keeps the least of calls 2 … N + 1 instead (``--quick`` uses 2: tiny runs are
-easily disturbed on a shared machine).
+easily disturbed on a shared machine). iterlin's steps, ``train`` and ``train_sweep`` accumulate
+their gradients over chunks of ``--microbatch`` examples (default 16 on a CPU, where the products and
+copies of whole batches of 256 are memory-bound; the whole batch elsewhere): ``train(...,
+microbatch=16)``, the same training to rounding (``tests/test_training.py``); ratio 1e compares it with
+the whole-batch step.
 
 1. Step time, every step AOT-compiled and timed on the same batch, INTERLEAVED (``--rounds`` rounds,
    each timing every step ``--reps`` times; the median of the rounds' medians is kept, so a change
@@ -204,10 +208,13 @@ def torch_steps(x_np, y_np, lr: float):
     return {"torch_sgd": sgd, "torch_lin": linearised}, f"PyTorch {torch.__version__}, {threads} threads"
 
 
-def step_times(model, flax_model, opt, K, x, y, n_mm: int, rounds: int, reps: int, lr: float):
-    """Ratio 1's steps (and 4's ceiling), timed interleaved: (times, FLOPs, the ceiling's n, torch note)."""
+def step_times(model, flax_model, opt, K, x, y, n_mm: int, rounds: int, reps: int, lr: float,
+               microbatch: int | None = None):
+    """Ratio 1's steps (and 4's ceiling), timed interleaved: (times, FLOPs, the ceiling's n, torch note).
+    With ``microbatch``, iterlin's steps accumulate their gradients over chunks of that many examples,
+    and the linearised step over the whole batch is timed beside them (``lin_whole``)."""
     state = init_state(model.params, opt, K)
-    step = make_step(model.apply_fn, opt, "ce")
+    step = make_step(model.apply_fn, opt, "ce", microbatch=microbatch)
     lin = jax.jit(step).lower(state, (x, y)).compile()
     k1 = jax.jit(step.k1).lower(state, (x, y)).compile()
     lin_xla = jax.jit(make_step(flax_model.apply_fn, opt, "ce")).lower(state, (x, y)).compile()
@@ -222,6 +229,9 @@ def step_times(model, flax_model, opt, K, x, y, n_mm: int, rounds: int, reps: in
         "flax_sgd": lambda: sgd(flax_model.params, opt_state, x, y),
         "matmul": lambda: mm(a, b),
     }
+    if microbatch is not None:
+        whole = jax.jit(make_step(model.apply_fn, opt, "ce")).lower(state, (x, y)).compile()
+        fns["lin_whole"] = lambda: whole(state, (x, y))
     peers, torch_note = torch_steps(np.asarray(x), np.asarray(y), lr)
     fns.update(peers or {})
     times = _interleaved(fns, rounds, reps)
@@ -332,6 +342,10 @@ def main():
                     help="calls timed after the first end-to-end call, the least kept (default 1: the 2nd call)")
     ap.add_argument("--matmul", type=int, default=None, help="matmul size for the measured ceiling "
                     "(default 2048 on CPU, 8192 elsewhere)")
+    ap.add_argument("--microbatch", default="auto",
+                    help="iterlin's steps accumulate their gradients over chunks of this many examples "
+                    "(train(..., microbatch=c)); 'none': the whole batch at once; 'auto' (default): 16 on CPU, "
+                    "none elsewhere")
     ap.add_argument("--quick", action="store_true",
                     help="tiny sizes, a smoke test: batch 32, 4 steps, n_train 256, a 2-run sweep, --e2e-reps 2")
     args = ap.parse_args()
@@ -346,6 +360,12 @@ def main():
         args.n_train = 1024 if on_cpu else 4096
     if args.sweep_steps is None:
         args.sweep_steps = min(4, args.steps) if on_cpu else args.steps
+    if args.microbatch == "auto":
+        args.microbatch = 16 if on_cpu else None
+    elif args.microbatch == "none":
+        args.microbatch = None
+    else:
+        args.microbatch = int(args.microbatch)
     K = math.inf if math.isinf(args.K) else int(args.K)
     B, T = args.batch, args.steps
     global E2E_REPS
@@ -366,8 +386,10 @@ def run_benchmark(args, K, B, T):
     P = iterlin.count_params(model.params)
     print(f"device: {dev.device_kind} ({dev.platform}), jax {jax.__version__}, {jax.device_count()} device(s), "
           f"all measurements on {dev}")
+    mb = args.microbatch
     print(f"model: CNN of the paper (P = {P}, iterlin's convolutions: {conv!r}), K = {K}, SGD; batch {B}, {T} steps; "
-          f"data: {source}, n_train {len(x_np)}, evaluation subset {n_sub}")
+          f"data: {source}, n_train {len(x_np)}, evaluation subset {n_sub}; iterlin's gradients "
+          + (f"in chunks of {mb} examples (microbatch={mb})" if mb else "over the whole batch (microbatch=None)"))
     print("compilation: iterlin caches its compiled programs in the process (a second call compiles nothing); "
           "JAX's persistent cache is not used")
     print("end-to-end times: the 1st call and the 2nd" + (f" (the least of calls 2-{1 + E2E_REPS})" if E2E_REPS > 1
@@ -376,7 +398,7 @@ def run_benchmark(args, K, B, T):
     # 1. the steps, interleaved; FLOPs for 4
     xb, yb = jnp.asarray(x_np[:B]), jnp.asarray(y_np[:B])
     n_mm = args.matmul or (2048 if on_cpu else 8192)
-    times, flops, torch_note = step_times(model, flax_model, opt, K, xb, yb, n_mm, args.rounds, args.reps, lr)
+    times, flops, torch_note = step_times(model, flax_model, opt, K, xb, yb, n_mm, args.rounds, args.reps, lr, mb)
     t_lin, t_k1, t_sgd = times["lin"], times["k1"], times["flax_sgd"]
     has_torch = "torch_lin" in times
     print(f"[1] step times (median of {args.rounds} interleaved rounds of {args.reps}): iterlin linearised "
@@ -386,11 +408,13 @@ def run_benchmark(args, K, B, T):
     print(f"    ratios: linearised / Flax SGD {t_lin / t_sgd:.2f}, K = 1 / Flax SGD {t_k1 / t_sgd:.2f}"
           + (f", linearised / PyTorch linearised {t_lin / times['torch_lin']:.2f}, PyTorch SGD / Flax SGD "
              f"{times['torch_sgd'] / t_sgd:.2f}" if has_torch else "")
+          + (f"; the linearised step over the whole batch (microbatch=None) {_s(times['lin_whole'])}, "
+             f"microbatched / whole {t_lin / times['lin_whole']:.2f}" if mb else "")
           + f"; XLA FLOPs linearised {flops['lin'] / 1e9:.2f} G (lowered: {flops['lin_lowered'] / 1e9:.2f} G), "
           f"SGD {flops['flax_sgd'] / 1e9:.2f} G")
 
     # 2. iterlin.train end to end vs the host-fed loop
-    common = {"K": K, "optimizer": opt, "batch_size": B, "devices": [dev]}
+    common = {"K": K, "optimizer": opt, "batch_size": B, "devices": [dev], "microbatch": mb}
 
     def train(steps, **kw):
         return iterlin.train(model.apply_fn, model.params, (x_np, y_np), steps=steps, **common, **kw)[0]
@@ -418,7 +442,7 @@ def run_benchmark(args, K, B, T):
 
     def sweep():
         return iterlin.train_sweep(model.apply_fn, stacked, (x_np, y_np), K=[K] * R, steps=T3, optimizer=opt,
-                                   batch_size=B, devices=[dev], **ends_sub)[0]
+                                   batch_size=B, devices=[dev], microbatch=mb, **ends_sub)[0]
 
     s1 = _timed(sweep)
     _timed(train, T3, **ends_sub)  # compiles T3's program if T3 != T
@@ -463,6 +487,9 @@ def run_benchmark(args, K, B, T):
          f"<= 0.85 (XLA FLOP ratio {flops['lin'] / flops['flax_sgd']:.2f})"),
         ("1b", "iterlin K = 1 step / plain Flax SGD step", t_k1 / t_sgd, _s(t_k1), _s(t_sgd), "none"),
     ]
+    if mb:
+        rows += [("1e", "linearised, microbatched / whole batch", t_lin / times["lin_whole"], _s(t_lin),
+                  _s(times["lin_whole"]), "none")]
     if has_torch:
         rows += [
             ("1c", "linearised step / PyTorch linearised", t_lin / times["torch_lin"], _s(t_lin),
@@ -483,7 +510,7 @@ def run_benchmark(args, K, B, T):
     ]
     print()
     print(f"summary ({dev.device_kind}, {dev.platform}, jax {jax.__version__}; batch {B}, {T} steps, K = {K}; "
-          f"convolutions {conv!r})")
+          f"convolutions {conv!r}; microbatch {mb})")
     if not has_torch:
         print(f"(ratios 1c and 1d not measured: {torch_note})")
     print(f"{'':9}{'':40}   {'ratio':>7}  {'numerator':>19}  {'denominator':>12}  target / note")

@@ -17,8 +17,8 @@ Three ways to compute it, all exact (they agree to rounding):
   time (at most ``PANEL_NUMBERS`` Jacobian numbers, computed once and held), each panel
   contracted with one column chunk at a time, so that the column chunks' Jacobians are recomputed
   once per panel, not once per row chunk. Memory on the device is about (panel_chunks +
-  1)·chunk_size·O·P numbers plus the kernel; for ``x2=None`` only the panels' blocks right of the
-  panel's start are computed (the kernel is symmetric).
+  1)·chunk_size·O·P numbers plus the kernel; for ``x2=None`` only the blocks on or above the
+  diagonal are computed (the kernel is symmetric), within a panel too.
 * ``mode="ntvp"``: column block by column block with NTK-vector products: the columns of block j
   are ϕ(X₂)ᵀe (one vjp per column, per example) and the block is ϕ(X₁_i)·(ϕᵀe) by ``jax.jvp``; ϕ(X₁)
   is never materialised. More compute, less memory when P is huge.
@@ -167,6 +167,12 @@ def _jacobian_at(apply_fn, params, x, i, c):
 _contract_jit = jax.jit(_contract)
 
 
+@functools.partial(jax.jit, static_argnames=("rows",))
+def _contract_rows(panel, jb, rows):
+    """The first ``rows`` rows of a panel contracted with a column chunk: (rows, c·O)."""
+    return _contract(jax.tree.map(lambda j: j[:rows], panel), jb)
+
+
 @functools.partial(jax.jit, static_argnames=("apply_fn", "c", "g"))
 def _panel_at(apply_fn, params, x, i0, c, g):
     """The Jacobians of chunks i0 … i0 + g − 1 (traced i0), one after the other (``lax.map``),
@@ -303,7 +309,8 @@ def empirical_ntk(
       chunk_size: examples per chunk; ``None`` picks the largest chunk with chunk·O·P ≤ 2**26.
       mode: ``"jacobian"`` or ``"ntvp"``.
       panel_chunks: chunks per panel (``mode="jacobian"``); ``None``: as many as hold at most
-        ``PANEL_NUMBERS`` numbers, at least one.
+        ``PANEL_NUMBERS`` numbers, at least one, evened out over the panels (the last panel's
+        padding chunks are computed and dropped).
 
     Returns:
       Θ̂ of shape (N₁·O, N₂·O), example-major (row n·O + o is output o of example n), in the
@@ -340,7 +347,11 @@ def empirical_ntk(
     c = _chunk(chunk_size, max(n1, n2), n_out, n_params)
     nb1, nb2 = -(-n1 // c), -(-n2 // c)
     m = c * n_out
-    g = min(nb1, panel_chunks or max(1, PANEL_NUMBERS // (m * n_params)))
+    if panel_chunks is None:  # as many as PANEL_NUMBERS holds, balanced so that the last panel is nearly full
+        g = min(nb1, max(1, PANEL_NUMBERS // (m * n_params)))
+        g = -(-nb1 // -(-nb1 // g))
+    else:
+        g = min(nb1, panel_chunks)
     k = None  # assembled on the host, block by block
 
     def put(i, j, blk):
@@ -356,12 +367,13 @@ def empirical_ntk(
             rows = min(g, nb1 - i0)
             panel = _panel_at(apply_fn, params, x1, i0, c, g)
             for j in range(i0 if sym else 0, nb2):
-                if sym and j < i0 + g:  # a chunk of the panel itself
+                if sym and j < i0 + g:  # a chunk of the panel itself: only the rows on or above the diagonal
                     jb = _panel_rows(panel, (j - i0) * m, m)
+                    blk = np.asarray(_contract_rows(panel, jb, (j - i0 + 1) * m))  # ((j − i0 + 1)·m, m)
                 else:
                     jb = _jacobian_at(apply_fn, params, x2, j, c)
-                blk = np.asarray(_contract_jit(panel, jb))  # (g·m, m)
-                for r in range(rows):
+                    blk = np.asarray(_contract_jit(panel, jb))  # (g·m, m)
+                for r in range(min(rows, len(blk) // m)):
                     put(i0 + r, j, blk[r * m:(r + 1) * m])
     else:
         for i in range(nb1):

@@ -18,6 +18,7 @@ from iterlin.ntk import (
     ntk_vector_product,
     relinearisation_steps,
 )
+import iterlin.ntk as ntk_module
 from iterlin.tree import tree_stack
 
 from _toy import tiny_problem
@@ -91,6 +92,18 @@ def test_ntk_panels_equal_the_dense_jacobian_product(x64, panel_chunks, with_x2)
     x2 = x[1:6] * 0.5 - 0.2 if with_x2 else None
     ref = _dense_ntk(apply_fn, params, x, x if x2 is None else x2)
     got = empirical_ntk(apply_fn, params, x, x2, chunk_size=2, panel_chunks=panel_chunks)
+    np.testing.assert_allclose(got, ref, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("budget_chunks", [1, 3, 4])
+def test_ntk_auto_panels_equal_the_dense_jacobian_product(x64, monkeypatch, budget_chunks):
+    """``panel_chunks=None`` with a budget of 1, 3 or 4 chunks of the 4 (N = 7, chunk 2): panels
+    evened out (3 → two panels of 2) and blocks on or above the diagonal only, mirrored."""
+    apply_fn, params, x = _problem("conv", 3)
+    n_params = sum(leaf.size for leaf in jax.tree.leaves(params))
+    monkeypatch.setattr(ntk_module, "PANEL_NUMBERS", budget_chunks * 2 * 3 * n_params)
+    ref = _dense_ntk(apply_fn, params, x, x)
+    got = empirical_ntk(apply_fn, params, x, chunk_size=2)
     np.testing.assert_allclose(got, ref, rtol=1e-10, atol=1e-12)
 
 

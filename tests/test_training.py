@@ -492,3 +492,44 @@ def test_K_is_checked_once_from_a_typed_config_to_the_step(monkeypatch):
     iterlin.train_sweep(apply_fn, tree_stack([params] * len(config.K)), (x, y), K=list(config.K), steps=2,
                         optimizer=optax.sgd(0.1), eval_every=2)
     assert [m for m, _ in calls] == ["iterlin.relin"] * len(config.K)
+
+
+@pytest.mark.parametrize("microbatch", [1, 4, 7, 10, 64])
+def test_microbatched_step_equals_the_whole_batch(x64, microbatch):
+    """Gradient accumulation over chunks of the batch (``microbatch``; 7 leaves a remainder of 3 of the
+    batch of 10, 64 exceeds the batch) is the same training as one pass over the whole batch:
+    the linearised steps (K = 3), the K = 1 steps (``step.k1``) and the sweep's vmapped steps."""
+    apply_fn, params, x, y = tiny_problem(n=40)
+    kw = dict(steps=9, batch_size=10, optimizer=optax.sgd(0.3), key=jax.random.PRNGKey(1), eval_every=3)
+    for K in (3, 1):
+        want, hw = iterlin.train(apply_fn, params, (x, y), K=K, **kw)
+        got, hg = iterlin.train(apply_fn, params, (x, y), K=K, microbatch=microbatch, **kw)
+        assert tree_allclose(got, want, rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(hg["lin_train_loss"], hw["lin_train_loss"], rtol=1e-12)
+    stacked = tree_stack([params, init_params(1)])
+    want, _ = iterlin.train_sweep(apply_fn, stacked, (x, y), K=[1, 3], **kw)
+    got, _ = iterlin.train_sweep(apply_fn, stacked, (x, y), K=[1, 3], microbatch=microbatch, **kw)
+    assert tree_allclose(got, want, rtol=1e-12, atol=1e-14)
+
+
+def test_microbatch_sums_the_chunks_gradients(x64):
+    """``mean_value_and_grad`` with chunks of 3 over 8 examples (two chunks and a remainder of 2) equals
+    the mean loss and its gradient over the whole batch; and it differs from a mean of the chunks'
+    means (the chunks are weighted by their sizes), so the test can tell the two apart."""
+    from iterlin.training import mean_value_and_grad
+
+    apply_fn, params, x, y = tiny_problem(n=8)
+    per_example = lambda p, x, y: optax.softmax_cross_entropy_with_integer_labels(apply_fn(p, x), y)  # noqa: E731
+    v, g = mean_value_and_grad(per_example, 3)(params, x, y)
+    vw, gw = jax.value_and_grad(lambda p: jnp.mean(per_example(p, x, y)))(params)
+    np.testing.assert_allclose(v, vw, rtol=1e-13)
+    assert tree_allclose(g, gw, rtol=1e-12, atol=1e-14)
+    means = [jnp.mean(per_example(params, x[i:i + 3], y[i:i + 3])) for i in (0, 3, 6)]
+    assert abs(float(jnp.mean(jnp.stack(means))) - float(vw)) > 1e-6
+
+
+def test_microbatch_is_validated():
+    apply_fn, params, x, y = tiny_problem()
+    for bad in (0, -2, 2.5, "16"):
+        with pytest.raises(ValueError, match="microbatch"):
+            iterlin.train(apply_fn, params, (x, y), K=2, steps=1, optimizer=optax.sgd(0.1), microbatch=bad)

@@ -66,7 +66,7 @@ from ._checks import check_train_args
 from ._evaluation import DEFAULT_EVAL_BUDGET, DEFAULT_EVAL_POINTS, MAX_EVAL_POINTS, MIN_EVAL_TRAIN, default_evaluation
 from ._loop import fit
 from ._state import RunState, TrainState, commit_proposal, commit_step, divergence_bound, init_state
-from ._steps import make_linearised_update, make_step
+from ._steps import make_linearised_update, make_step, mean_value_and_grad
 
 __all__ = [
     "RunState",
@@ -77,6 +77,7 @@ __all__ = [
     "divergence_bound",
     "make_linearised_update",
     "make_step",
+    "mean_value_and_grad",
     "make_batch_fn",
     "fit",
     "check_train_args",

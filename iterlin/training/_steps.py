@@ -17,28 +17,75 @@ from ..losses import Loss, get_loss
 from ..memo import memoise
 from ..relin import RelinInfo, RelinPolicy, Rule, as_policy, check_state, every
 from ..tree import tree_where
+from ..validate import check_int
 from ._batching import chunked
 from ._evaluation import metric_sums
 from ._state import TrainState, commit_step
 
-__all__ = ["make_linearised_update", "make_step"]
+__all__ = ["make_linearised_update", "make_step", "mean_value_and_grad"]
 
 
-def make_linearised_update(apply_fn: Callable, optimizer: optax.GradientTransformation, loss: str | Loss) -> Callable:
+def mean_value_and_grad(per_example: Callable, microbatch: int | None = None) -> Callable:
+    """Return ``value_and_grad(params, *args, x, y) -> (L, ∇_θ L)`` of the batch mean
+    L(θ) = (1/B) Σ_n ℓ_n(θ), where ``per_example(params, *args, x, y)`` returns (ℓ_1, …, ℓ_B).
+
+    ``microbatch=None``: one pass over the whole batch. ``microbatch=c``: the same mean computed
+    as (1/B) Σ_chunks Σ_{n in chunk} ℓ_n, the gradient of each chunk of c examples in turn
+    (``jax.lax.scan``, the last ⌊B/c⌋·c … B − 1 examples as one more chunk), summed: equal to
+    rounding, since ∇ of a sum is the sum of the chunks' ∇ (gradient accumulation). Each chunk's
+    activations and residuals are c examples' worth, so on a CPU they stay in cache (the paper's
+    CNN: :mod:`iterlin.conv`'s products and copies are memory-bound on whole batches). Only for an
+    ``apply_fn`` that treats the examples of a batch independently (not BatchNorm with batch
+    statistics, whose outputs depend on the batch it sees).
+    """
+
+    def total(params, *args):
+        return jnp.sum(per_example(params, *args))
+
+    def whole(params, *args):
+        return jax.value_and_grad(lambda p: jnp.mean(per_example(p, *args)))(params)
+
+    def chunks(params, *args):
+        *consts, x, y = args
+        b = x.shape[0]
+        n = b // microbatch
+        if n <= 1:
+            return whole(params, *args)
+        head = n * microbatch
+        xs = (x[:head].reshape((n, microbatch) + x.shape[1:]), y[:head].reshape((n, microbatch) + y.shape[1:]))
+        vg = jax.value_and_grad(total)
+
+        def body(carry, xy):
+            return jax.tree.map(jnp.add, carry, vg(params, *consts, *xy)), None
+
+        zero = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype),
+                            jax.eval_shape(vg, params, *consts, xs[0][0], xs[1][0]))
+        acc, _ = jax.lax.scan(body, zero, xs)
+        if head < b:
+            acc = jax.tree.map(jnp.add, acc, vg(params, *consts, x[head:], y[head:]))
+        return jax.tree.map(lambda a: a / b, acc)
+
+    return whole if microbatch is None else chunks
+
+
+def make_linearised_update(apply_fn: Callable, optimizer: optax.GradientTransformation, loss: str | Loss,
+                           microbatch: int | None = None) -> Callable:
     """Return ``update(params, params_s, opt_state, x, y) -> (value, params, opt_state)`` (Eq. 3).
 
     One step of ``optimizer`` on the mean loss of the linear model at θ_s,
-    value = (1/B) Σ_n ℓ(f_lin_s(θ_t, x_n), y_n), θ_{t+1} = θ_t + optimizer update of ∇_θ value.
+    value = (1/B) Σ_n ℓ(f_lin_s(θ_t, x_n), y_n), θ_{t+1} = θ_t + optimizer update of ∇_θ value,
+    the gradient computed in chunks of ``microbatch`` examples when given (:func:`mean_value_and_grad`).
     A proposal only: the caller decides about re-linearisation and commits with :func:`commit_step`.
     """
     loss = get_loss(loss)
 
-    def loss_fn(params, params_s, x, y):
-        out = linearised_apply(apply_fn, params_s, params, x)
-        return jnp.mean(loss.per_example(out, y))
+    def per_example(params, params_s, x, y):
+        return loss.per_example(linearised_apply(apply_fn, params_s, params, x), y)
+
+    value_and_grad = mean_value_and_grad(per_example, microbatch)
 
     def update(params, params_s, opt_state, x, y):
-        value, grads = jax.value_and_grad(loss_fn)(params, params_s, x, y)
+        value, grads = value_and_grad(params, params_s, x, y)
         updates, opt_state = optimizer.update(grads, opt_state, params)
         return value, optax.apply_updates(params, updates), opt_state
 
@@ -64,6 +111,7 @@ def make_step(
     refresh: Callable | None = None,
     reset_optimizer: bool = False,
     policy: RelinPolicy | None = None,
+    microbatch: int | None = None,
 ) -> Callable:
     """Return ``step(state, (x, y)) -> (state, {"loss": L(f_lin(θ_t, x), y)})`` (Eq. 3–4).
 
@@ -87,30 +135,42 @@ def make_step(
     (BatchNorm statistics frozen at θ_s and re-estimated there, see :mod:`iterlin.models`).
     ``reset_optimizer`` re-initialises the optimizer state at each re-linearisation, so each
     linearisation is solved as a fresh convex problem (Fig 8); by default the state carries over.
+    ``microbatch``: None (default), or an integer c ≥ 1: the gradient (of ``step`` and ``step.k1``)
+    accumulated over chunks of c examples of the batch (:func:`mean_value_and_grad`; the same step
+    to rounding, faster on a CPU for the paper's CNN; only for models that treat examples
+    independently).
 
     Memoised: the same ``apply_fn``, ``optimizer`` (the same object), loss, ``refresh``,
-    ``reset_optimizer`` and policy kind (:attr:`iterlin.relin.RelinPolicy.rule`) give the same function
+    ``reset_optimizer``, ``microbatch`` and policy kind (:attr:`iterlin.relin.RelinPolicy.rule`) give the same function
     object, so :func:`fit` reuses its compiled programs.
     """
     rule = (every(1) if policy is None else as_policy(policy, "policy")).rule
     if rule.train_check and rule.check_batch_size is None:
         rule = rule._replace(check_batch_size=1000)  # fit's default eval_batch_size
-    return _make_step(apply_fn, optimizer, get_loss(loss), refresh, bool(reset_optimizer), rule)
+    if microbatch is not None:
+        microbatch = check_int(microbatch, "microbatch", minimum=1)
+    return _make_step(apply_fn, optimizer, get_loss(loss), refresh, bool(reset_optimizer), rule, microbatch)
 
 
 @memoise
-def _make_step(apply_fn, optimizer, loss_obj: Loss, refresh, reset_optimizer: bool, rule: Rule) -> Callable:
-    update = make_linearised_update(apply_fn, optimizer, loss_obj)
+def _make_step(apply_fn, optimizer, loss_obj: Loss, refresh, reset_optimizer: bool, rule: Rule,
+               microbatch: int | None) -> Callable:
+    update = make_linearised_update(apply_fn, optimizer, loss_obj, microbatch)
+
+    def per_example(params, x, y):
+        return loss_obj.per_example(apply_fn(params, x), y)
 
     def plain_loss(params, x, y):
-        return jnp.mean(loss_obj.per_example(apply_fn(params, x), y))
+        return jnp.mean(per_example(params, x, y))
+
+    plain_value_and_grad = mean_value_and_grad(per_example, microbatch)
 
     def k1_step(state: TrainState, batch):
         """K = 1 without the linearisation: θ_s = θ_t at every step, so f_lin_s(θ_t) = f(θ_t) and
         ∇_θ L(f_lin_s(θ_t)) = ∇_θ L(f(θ_t)): the same step as :func:`step` at K = 1 (equal up to
         rounding), at plain (S)GD's cost, with no Jacobian-vector product."""
         x, y = batch
-        value, grads = jax.value_and_grad(plain_loss)(state.params, x, y)
+        value, grads = plain_value_and_grad(state.params, x, y)
         updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
         if refresh is not None:
