@@ -16,7 +16,8 @@ import optax
 from ..losses import get_loss
 from ..validate import check_int, check_steps, check_xy
 
-__all__ = ["check_pair", "check_train_args", "validate_common", "check_optimizer", "check_reset", "check_hyperparams"]
+__all__ = ["check_pair", "check_train_args", "validate_common", "check_optimizer", "check_reset", "check_hyperparams",
+           "check_microbatch"]
 
 
 def check_pair(data, name: str) -> tuple:
@@ -54,6 +55,11 @@ def check_optimizer(optimizer):
     if not isinstance(optimizer, optax.GradientTransformation):
         raise TypeError(f"optimizer={optimizer!r} is not allowed: optimizer must be an optax GradientTransformation")
     return optimizer
+
+
+def check_microbatch(microbatch) -> int | None:
+    """``microbatch``: None (the whole batch at once) or a chunk size, an integer ≥ 1."""
+    return None if microbatch is None else check_int(microbatch, "microbatch", minimum=1)
 
 
 def check_reset(reset_optimizer) -> bool:

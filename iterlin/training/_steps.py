@@ -17,8 +17,8 @@ from ..losses import Loss, get_loss
 from ..memo import memoise
 from ..relin import RelinInfo, RelinPolicy, Rule, as_policy, check_state, every
 from ..tree import tree_where
-from ..validate import check_int
 from ._batching import chunked
+from ._checks import check_microbatch
 from ._evaluation import metric_sums
 from ._state import TrainState, commit_step
 
@@ -147,9 +147,8 @@ def make_step(
     rule = (every(1) if policy is None else as_policy(policy, "policy")).rule
     if rule.train_check and rule.check_batch_size is None:
         rule = rule._replace(check_batch_size=1000)  # fit's default eval_batch_size
-    if microbatch is not None:
-        microbatch = check_int(microbatch, "microbatch", minimum=1)
-    return _make_step(apply_fn, optimizer, get_loss(loss), refresh, bool(reset_optimizer), rule, microbatch)
+    return _make_step(apply_fn, optimizer, get_loss(loss), refresh, bool(reset_optimizer), rule,
+                      check_microbatch(microbatch))
 
 
 @memoise
