@@ -309,8 +309,8 @@ def empirical_ntk(
       chunk_size: examples per chunk; ``None`` picks the largest chunk with chunk·O·P ≤ 2**26.
       mode: ``"jacobian"`` or ``"ntvp"``.
       panel_chunks: chunks per panel (``mode="jacobian"``); ``None``: as many as hold at most
-        ``PANEL_NUMBERS`` numbers, at least one, evened out over the panels (the last panel's
-        padding chunks are computed and dropped).
+        ``PANEL_NUMBERS`` numbers, at least one. The last panel holds the chunks that remain (its
+        shapes are compiled once more), so no padding chunk is computed.
 
     Returns:
       Θ̂ of shape (N₁·O, N₂·O), example-major (row n·O + o is output o of example n), in the
@@ -347,11 +347,7 @@ def empirical_ntk(
     c = _chunk(chunk_size, max(n1, n2), n_out, n_params)
     nb1, nb2 = -(-n1 // c), -(-n2 // c)
     m = c * n_out
-    if panel_chunks is None:  # as many as PANEL_NUMBERS holds, balanced so that the last panel is nearly full
-        g = min(nb1, max(1, PANEL_NUMBERS // (m * n_params)))
-        g = -(-nb1 // -(-nb1 // g))
-    else:
-        g = min(nb1, panel_chunks)
+    g = min(nb1, panel_chunks or max(1, PANEL_NUMBERS // (m * n_params)))
     k = None  # assembled on the host, block by block
 
     def put(i, j, blk):
@@ -363,16 +359,16 @@ def empirical_ntk(
     # Chunk i is gathered inside the compiled functions from a traced index (rows past the end
     # repeat the last example and are dropped), so every block uses the same compiled code.
     if mode == "jacobian":
-        for i0 in range(0, nb1, g):  # a panel: row chunks i0 … i0 + g − 1 (past nb1: padding, dropped)
+        for i0 in range(0, nb1, g):  # a panel: row chunks i0 … i0 + rows − 1
             rows = min(g, nb1 - i0)
-            panel = _panel_at(apply_fn, params, x1, i0, c, g)
+            panel = _panel_at(apply_fn, params, x1, i0, c, rows)
             for j in range(i0 if sym else 0, nb2):
-                if sym and j < i0 + g:  # a chunk of the panel itself: only the rows on or above the diagonal
+                if sym and j < i0 + rows:  # a chunk of the panel itself: only the rows on or above the diagonal
                     jb = _panel_rows(panel, (j - i0) * m, m)
                     blk = np.asarray(_contract_rows(panel, jb, (j - i0 + 1) * m))  # ((j − i0 + 1)·m, m)
                 else:
                     jb = _jacobian_at(apply_fn, params, x2, j, c)
-                    blk = np.asarray(_contract_jit(panel, jb))  # (g·m, m)
+                    blk = np.asarray(_contract_jit(panel, jb))  # (rows·m, m)
                 for r in range(min(rows, len(blk) // m)):
                     put(i0 + r, j, blk[r * m:(r + 1) * m])
     else:

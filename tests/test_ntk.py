@@ -97,8 +97,8 @@ def test_ntk_panels_equal_the_dense_jacobian_product(x64, panel_chunks, with_x2)
 
 @pytest.mark.parametrize("budget_chunks", [1, 3, 4])
 def test_ntk_auto_panels_equal_the_dense_jacobian_product(x64, monkeypatch, budget_chunks):
-    """``panel_chunks=None`` with a budget of 1, 3 or 4 chunks of the 4 (N = 7, chunk 2): panels
-    evened out (3 → two panels of 2) and blocks on or above the diagonal only, mirrored."""
+    """``panel_chunks=None`` with a budget of 1, 3 or 4 chunks of the 4 (N = 7, chunk 2: with 3, a
+    panel of 3 and a last panel of the 1 left) and blocks on or above the diagonal only, mirrored."""
     apply_fn, params, x = _problem("conv", 3)
     n_params = sum(leaf.size for leaf in jax.tree.leaves(params))
     monkeypatch.setattr(ntk_module, "PANEL_NUMBERS", budget_chunks * 2 * 3 * n_params)
