@@ -31,7 +31,8 @@ def mean_value_and_grad(per_example: Callable, microbatch: int | None = None) ->
 
     ``microbatch=None``: one pass over the whole batch. ``microbatch=c``: the same mean computed
     as (1/B) Σ_chunks Σ_{n in chunk} ℓ_n, the gradient of each chunk of c examples in turn
-    (``jax.lax.scan``, the last ⌊B/c⌋·c … B − 1 examples as one more chunk), summed: equal to
+    (``jax.lax.scan``, the last ⌊B/c⌋·c … B − 1 examples as one more chunk; fewer than two chunks
+    of c: the whole batch at once), summed: equal to
     rounding, since ∇ of a sum is the sum of the chunks' ∇ (gradient accumulation). Each chunk's
     activations and residuals are c examples' worth, so on a CPU they stay in cache (the paper's
     CNN: :mod:`iterlin.conv`'s products and copies are memory-bound on whole batches). Only for an
