@@ -357,7 +357,8 @@ def empirical_ntk(
         k[i * m:(i + 1) * m, j * m:(j + 1) * m] = blk
 
     # Chunk i is gathered inside the compiled functions from a traced index (rows past the end
-    # repeat the last example and are dropped), so every block uses the same compiled code.
+    # repeat the last example and are dropped), so every block of one shape uses the same compiled
+    # code (a last, shorter panel and its row counts compile once more).
     if mode == "jacobian":
         for i0 in range(0, nb1, g):  # a panel: row chunks i0 … i0 + rows − 1
             rows = min(g, nb1 - i0)
@@ -369,7 +370,7 @@ def empirical_ntk(
                 else:
                     jb = _jacobian_at(apply_fn, params, x2, j, c)
                     blk = np.asarray(_contract_jit(panel, jb))  # (rows·m, m)
-                for r in range(min(rows, len(blk) // m)):
+                for r in range(len(blk) // m):  # the panel's rows this block holds
                     put(i0 + r, j, blk[r * m:(r + 1) * m])
     else:
         for i in range(nb1):
