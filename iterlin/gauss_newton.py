@@ -102,7 +102,7 @@ from .jacobian import (  # noqa: F401 (flat_jacobian re-exported)
     spectral_solve,
 )
 from .losses import Loss, get_loss, mse_targets
-from .precision import matmul
+from .precision import full_precision, matmul
 from .memo import memoise
 from .training import check_train_args, commit_proposal, fit
 from .tree import tree_size
@@ -293,7 +293,7 @@ def conjugate_gradient(matvec: Callable, b, *, tol: float, maxiter: int | None =
     Traceable, vmappable (a batch of systems runs until the last one stops); not differentiated.
     """
     maxiter = 10 * b.shape[0] if maxiter is None else maxiter
-    rs0 = jnp.vdot(b, b)
+    rs0 = matmul(b, b)  # rᵀr at KERNEL_PRECISION, as jax.scipy.sparse.linalg.cg
     bound = tol**2 * rs0
 
     def cond(state):
@@ -303,10 +303,10 @@ def conjugate_gradient(matvec: Callable, b, *, tol: float, maxiter: int | None =
     def body(state):
         x, r, rs, p, k = state
         ap = matvec(p)
-        alpha = rs / jnp.vdot(p, ap)
+        alpha = rs / matmul(p, ap)
         x = x + alpha * p
         r = r - alpha * ap
-        rs_new = jnp.vdot(r, r)
+        rs_new = matmul(r, r)
         return x, r, rs_new, r + (rs_new / rs) * p, k + 1
 
     x, *_ = jax.lax.while_loop(cond, body, (jnp.zeros_like(b), b, rs0, b, 0))
@@ -360,7 +360,8 @@ def _gn_step(apply_fn, params, x, y, h, config: GaussNewtonConfig, zero_damping=
     """
     loss, filter, damping_mode = config.loss, config.filter, config.damping_mode
     f, flat, unravel = _flat_fn(apply_fn, params, x)
-    out, jvp_fn = jax.linearize(f, flat)
+    with full_precision():  # J's products, and so its transpose's (iterlin.precision)
+        out, jvp_fn = jax.linearize(f, flat)
     n, n_out = out.shape
     p_size = flat.size
     solver = select_solver(n * n_out, p_size, loss) if config.solver == "auto" else config.solver

@@ -40,7 +40,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .precision import einsum, matmul
+from .precision import einsum, full_precision, matmul
 from .tree import tree_size
 
 __all__ = [
@@ -123,9 +123,11 @@ def n_outputs(apply_fn: Callable, params: Any, x) -> int:
 def example_jacobian(apply_fn: Callable, params: Any, xi):
     """∂f(θ, x_i)/∂θ of ONE example x_i (shape of one example): a pytree like θ, leaves ``(O, *leaf.shape)``.
 
-    Reverse mode (O vector–Jacobian products) on ``apply_fn(θ, x_i[None])`` flattened to (O,).
+    Reverse mode (O vector–Jacobian products) on ``apply_fn(θ, x_i[None])`` flattened to (O,), every
+    product inside the network at full precision (:func:`iterlin.precision.full_precision`).
     """
-    return jax.jacrev(lambda p: apply_fn(p, xi[None]).reshape(-1))(params)
+    with full_precision():
+        return jax.jacrev(lambda p: apply_fn(p, xi[None]).reshape(-1))(params)
 
 
 def example_jacobians(apply_fn: Callable, params: Any, xs):

@@ -48,6 +48,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .jacobian import auto_chunk, contract, example_jacobians, n_outputs
+from .precision import full_precision
 from .tree import tree_index, tree_size
 from .validate import check_choice, check_int, check_K
 
@@ -141,20 +142,21 @@ def _contract(ja, jb):
 
 
 def _ntvp_block(apply_fn, params, xa, xb):
-    """Θ(x_a, x_b) by NTK-vector products: columns ϕ(x_b)ᵀe by vjp, then ϕ(x_a)·(·) by jvp."""
+    """Θ(x_a, x_b) by NTK-vector products: columns ϕ(x_b)ᵀe by vjp, then ϕ(x_a)·(·) by jvp (the
+    network's products at full precision, :func:`iterlin.precision.full_precision`)."""
     single = _single(apply_fn)
 
     def columns(xi):  # the O columns ϕ(x_i)ᵀe_o, one vjp each: leaves (O, *leaf)
         out, vjp = jax.vjp(lambda p: single(p, xi), params)
         return jax.vmap(vjp)(jnp.eye(out.shape[0], dtype=out.dtype))[0]
 
-    cols = jax.vmap(columns)(xb)  # leaves (c_b, O, *leaf)
-    cols = jax.tree.map(lambda c: c.reshape((c.shape[0] * c.shape[1],) + c.shape[2:]), cols)
-
     def apply_block(tangent):  # ϕ(x_a) t: one jvp over the chunk x_a → (c_a·O,)
         return jax.jvp(lambda p: apply_fn(p, xa), (params,), (tangent,))[1].reshape(-1)
 
-    return jax.vmap(apply_block)(cols).T  # (c_a·O, c_b·O)
+    with full_precision():
+        cols = jax.vmap(columns)(xb)  # leaves (c_b, O, *leaf)
+        cols = jax.tree.map(lambda c: c.reshape((c.shape[0] * c.shape[1],) + c.shape[2:]), cols)
+        return jax.vmap(apply_block)(cols).T  # (c_a·O, c_b·O)
 
 
 # Compiled once per (apply_fn, chunk size, shapes) and reused by later calls of empirical_ntk
@@ -403,8 +405,9 @@ def ntk_vector_product(apply_fn: Callable, params: Any, x) -> Callable:
     """
     x = _check_x(x, "x")
     f = lambda p: apply_fn(p, x)  # noqa: E731
-    out, jvp_fn = jax.linearize(f, params)
-    _, vjp_fn = jax.vjp(f, params)
+    with full_precision():  # the network's products in both passes (iterlin.precision)
+        out, jvp_fn = jax.linearize(f, params)
+        _, vjp_fn = jax.vjp(f, params)
     m = int(np.prod(out.shape, dtype=np.int64))
 
     def single(v):

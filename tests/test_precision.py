@@ -83,3 +83,60 @@ def test_x64_refuses_a_non_bool(enabled):
         with precision.x64(enabled):
             pass
     assert bool(jax.config.jax_enable_x64) == before
+
+
+# ----------------------------------------------------------------------------------------------
+# The network's own products where a Jacobian is built: full_precision
+# ----------------------------------------------------------------------------------------------
+
+
+def _product_precisions(fn, *args):
+    """The precision of every dot_general and conv_general_dilated in ``fn``'s jaxpr (nested included)."""
+    text = str(jax.make_jaxpr(fn)(*args))
+    found = []
+    for op in ("dot_general[", "conv_general_dilated["):
+        found += [re.search(r"precision=([^\n]*?)(?: preferred_element_type|\n|$)", b).group(1).strip()
+                  for b in text.split(op)[1:]]
+    return found
+
+
+def _conv_model(params, x):
+    """A small CNN whose own products name no precision (as Flax's layers): (N, 6, 6, 2) → (N, 3)."""
+    h = jax.lax.conv_general_dilated(x, params["w"], (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+    return jnp.tanh(h).reshape(x.shape[0], -1) @ params["v"]
+
+
+def test_full_precision_sets_and_restores_the_default():
+    before = jax.config.jax_default_matmul_precision
+    with precision.full_precision():
+        assert jax.config.jax_default_matmul_precision == "highest"
+    assert jax.config.jax_default_matmul_precision == before
+
+
+def test_every_jacobian_route_runs_the_networks_products_at_full_precision():
+    from iterlin.jacobian import jacobian_matrix
+    from iterlin.ntk import empirical_ntk_fn, ntk_vector_product
+
+    k = jax.random.split(jax.random.PRNGKey(0), 3)
+    params = {"w": jax.random.normal(k[0], (3, 3, 2, 2)), "v": jax.random.normal(k[1], (72, 3))}
+    x = jax.random.normal(k[2], (4, 6, 6, 2))
+    y = jnp.zeros((4, 3))
+    want = f"(Precision.{KERNEL_PRECISION.name}, Precision.{KERNEL_PRECISION.name})"
+    cases = {
+        "jacobian_matrix": (lambda p: jacobian_matrix(_conv_model, p, x), params),
+        "ntk jacobian": (lambda p: empirical_ntk_fn(_conv_model, mode="jacobian")(p, x), params),
+        "ntk ntvp": (lambda p: empirical_ntk_fn(_conv_model, mode="ntvp")(p, x), params),
+        "ntk_vector_product": (lambda p: ntk_vector_product(_conv_model, p, x)(jnp.ones(12)), params),
+        "gauss_newton kernel_cg": (lambda p: gauss_newton_step(_conv_model, p, x, y, damping=0.1,
+                                                               solver="kernel_cg"), params),
+        "gauss_newton primal_cg": (lambda p: gauss_newton_step(_conv_model, p, x, y, damping=0.1,
+                                                               solver="primal_cg"), params),
+    }
+    # the caller's default (bfloat16 here; TF32 or the autotuner's choice on a GPU) does not reach them
+    with jax.default_matmul_precision("bfloat16"):
+        for name, (fn, *args) in cases.items():
+            found = _product_precisions(fn, *args)
+            assert any("conv" in line for line in str(jax.make_jaxpr(fn)(*args)).split("\n")), name
+            assert found and all(p == want for p in found), (name, found)
+        # the network's own forward pass is left as the caller set it: the test can fail
+        assert set(_product_precisions(lambda p: _conv_model(p, x), params)) != {want}

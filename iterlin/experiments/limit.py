@@ -38,8 +38,9 @@ The network f(θ) of every finite-τ run is scored on every installed test image
 too). Units: σ and τ are for the SUMMED loss with unit rate (τ = Kη/N for ``train``'s mean loss
 with rate η).
 
-Precision. J and Θ are computed in float32 (the model's dtype, every contraction at HIGHEST
-precision); the eigendecomposition in float64 on the default device, the filters and the coefficients
+Precision. J and Θ are computed in float32 (the model's dtype, every contraction and every product
+inside the network at HIGHEST precision, never TF32 on a GPU: :func:`compute` runs whole inside
+:func:`iterlin.precision.full_precision`); the eigendecomposition in float64 on the default device, the filters and the coefficients
 U diag(φ) Uᵀ r₀ in float64 on the host: for τ → ∞ the filter is 1/σ over a spectrum that spans several decades, where a float32
 eigensolver loses the small eigenvalues. Directions with
 σ ≤ N·O·ε₃₂·max σ (below the rounding of a float32 Θ) are treated as null (the pseudo-inverse
@@ -90,7 +91,7 @@ from ..jacobian import flat_jacobian, rcond
 from ..linearise import linearised_apply
 from ..models import make_model
 from ..plotting import band, legend, panels
-from ..precision import matmul, x64
+from ..precision import full_precision, matmul, x64
 from ..stats import Difference, difference, num, pct
 from ._common import Experiment, network_correct, seed_keys
 
@@ -366,7 +367,16 @@ def _train_stats(apply_fn, params, x, y) -> tuple[float, float]:
 
 
 def compute(config: Config, data: Dataset, *, checkpoint_dir=None, progress: bool = False) -> dict:
-    """Every run of :func:`run_specs` and the consistency checks (module docstring for the results)."""
+    """Every run of :func:`run_specs` and the consistency checks (module docstring for the results).
+
+    Every product inside the network runs at full float32 precision
+    (:func:`iterlin.precision.full_precision`), on a GPU too: the spectral filters read Θ's small
+    eigenvalues, and the checks compare two routes to about 1e-3."""
+    with full_precision():
+        return _compute(config, data, checkpoint_dir, progress)
+
+
+def _compute(config: Config, data: Dataset, checkpoint_dir, progress: bool) -> dict:
     specs = run_specs(config)
     x_all, y_all = np.asarray(data.x_train), np.asarray(data.y_train)
     xt, yt = np.asarray(data.x_test), np.asarray(data.y_test)
@@ -461,6 +471,11 @@ def consistency_checks(config: Config, x_all, y_all) -> dict:
     * ``gn_vs_flow_inf``: the flow at τ = ∞ against :func:`iterlin.gauss_newton.gauss_newton_step`
       (λ = 0, kernel solver).
     """
+    with full_precision():  # as compute: both routes at full precision
+        return _consistency_checks(config, x_all, y_all)
+
+
+def _consistency_checks(config: Config, x_all, y_all) -> dict:
     n = config.n_check
     x, y = jnp.asarray(x_all[:n]), y_all[:n]
     model = make_model("cnn", seed_keys(config.seed)[0])

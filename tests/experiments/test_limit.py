@@ -177,6 +177,25 @@ def test_tiny_real_run_and_resume(tmp_path, cifar_subset_path, monkeypatch):
         np.testing.assert_allclose(again["runs"][key], runs[key], rtol=1e-5, atol=1e-6)
 
 
+def test_every_network_product_of_a_run_is_at_full_precision(tmp_path, cifar_subset_path, monkeypatch):
+    """compute (runs and consistency checks) traces and calls the network only at HIGHEST precision,
+    so that a GPU's TF32 cannot reach J, Θ or the literal GD of the checks."""
+    real, seen = limit.make_model, []
+
+    def recording(*a, **k):
+        model = real(*a, **k)
+
+        def apply_fn(params, x):
+            seen.append(jax.config.jax_default_matmul_precision)
+            return model.apply_fn(params, x)
+
+        return model._replace(apply_fn=apply_fn)
+
+    monkeypatch.setattr(limit, "make_model", recording)
+    _tiny_run(tmp_path)
+    assert seen and set(seen) == {"highest"}, sorted(set(map(str, seen)))
+
+
 # ----------------------------------------------------------------------------------------------
 # Claims on constructed results
 # ----------------------------------------------------------------------------------------------
