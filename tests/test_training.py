@@ -549,3 +549,27 @@ def test_microbatch_is_validated():
     for bad in (0, -2, 2.5, "16"):
         with pytest.raises(ValueError, match="microbatch"):
             iterlin.train(apply_fn, params, (x, y), K=2, steps=1, optimizer=optax.sgd(0.1), microbatch=bad)
+
+
+def test_microbatch_is_checked_once_on_each_entry_point(monkeypatch):
+    """``train`` and ``train_sweep`` check ``microbatch`` once (they derive the evaluation chunk from
+    it, then build the step without checking again); ``make_step``, an entry point too, checks it."""
+    from iterlin.training import _api, _checks, _steps
+
+    calls = []
+    real = _checks.check_microbatch
+
+    def counting(mb):
+        calls.append(mb)
+        return real(mb)
+
+    monkeypatch.setattr(_api, "check_microbatch", counting)
+    monkeypatch.setattr(_steps, "check_microbatch", counting)
+    apply_fn, params, x, y = tiny_problem()
+    iterlin.train(apply_fn, params, (x, y), K=2, steps=1, optimizer=optax.sgd(0.1), microbatch=4)
+    assert calls == [4]
+    iterlin.train_sweep(apply_fn, tree_stack([params]), (x, y), K=[2], steps=1, optimizer=optax.sgd(0.1),
+                        microbatch=4)
+    assert calls == [4, 4]
+    make_step(apply_fn, optax.sgd(0.1), "ce", microbatch=4)
+    assert calls == [4, 4, 4]

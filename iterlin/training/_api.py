@@ -21,7 +21,7 @@ from ._checks import check_hyperparams, check_microbatch, check_optimizer, check
 from ._loop import fit
 from ._placement import resolve_placement
 from ._state import K_code, fresh_state, init_state
-from ._steps import make_step
+from ._steps import build_step
 
 __all__ = ["train", "train_sweep"]
 
@@ -142,10 +142,11 @@ def train(
     check_reset(reset_optimizer)
     check_train_args(data, steps, loss, batch_size, fit_kwargs.get("eval_data"))
     _check_placement_kwargs(fit_kwargs, sweep=False, data=data, batch_size=batch_size)
-    fit_kwargs = _evaluate_in_microbatches(check_microbatch(microbatch), fit_kwargs)
+    microbatch = check_microbatch(microbatch)
+    fit_kwargs = _evaluate_in_microbatches(microbatch, fit_kwargs)
     (policy,), fit_kwargs = _policy_for_fit([policy], fit_kwargs)
-    step_fn = make_step(apply_fn, optimizer, loss, refresh=refresh, reset_optimizer=reset_optimizer, policy=policy,
-                        microbatch=microbatch)
+    step_fn = build_step(apply_fn, optimizer, loss, refresh=refresh, reset_optimizer=reset_optimizer, policy=policy,
+                         microbatch=microbatch)
     if refresh is not None:  # statistics at θ_0 before the first linearisation
         params = _initial_refresh(refresh, params, data, batch_size)
     state = init_state(params, optimizer, policy, steps=steps)
@@ -258,10 +259,11 @@ def train_sweep(
     check_reset(reset_optimizer)
     check_train_args(data, steps, loss, batch_size, fit_kwargs.get("eval_data"))
     _check_placement_kwargs(fit_kwargs, sweep=True, data=data, batch_size=batch_size)
-    fit_kwargs = _evaluate_in_microbatches(check_microbatch(microbatch), fit_kwargs)
+    microbatch = check_microbatch(microbatch)
+    fit_kwargs = _evaluate_in_microbatches(microbatch, fit_kwargs)
     policies, fit_kwargs = _policy_for_fit(policies, fit_kwargs)
-    step_fn = make_step(apply_fn, optimizer, loss, refresh=refresh, reset_optimizer=reset_optimizer,
-                        policy=policies[0], microbatch=microbatch)
+    step_fn = build_step(apply_fn, optimizer, loss, refresh=refresh, reset_optimizer=reset_optimizer,
+                         policy=policies[0], microbatch=microbatch)
     if refresh is not None:
         params = jax.vmap(lambda p: _initial_refresh(refresh, p, data, batch_size))(params)
     size = log_size(policies, steps)  # one log size for every run, so that their states stack

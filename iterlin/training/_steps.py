@@ -145,11 +145,20 @@ def make_step(
     ``reset_optimizer``, ``microbatch`` and policy kind (:attr:`iterlin.relin.RelinPolicy.rule`) give the same function
     object, so :func:`fit` reuses its compiled programs.
     """
+    return build_step(apply_fn, optimizer, loss, refresh=refresh, reset_optimizer=reset_optimizer, policy=policy,
+                      microbatch=check_microbatch(microbatch))
+
+
+def build_step(apply_fn: Callable, optimizer: optax.GradientTransformation, loss: str | Loss, *,
+               refresh: Callable | None, reset_optimizer: bool, policy: RelinPolicy | None,
+               microbatch: int | None) -> Callable:
+    """:func:`make_step` for callers that have checked ``microbatch`` already (:func:`iterlin.training.train`
+    and :func:`iterlin.training.train_sweep`, which derive their evaluation chunk from it): the same
+    memoised step function, without checking it again."""
     rule = (every(1) if policy is None else as_policy(policy, "policy")).rule
     if rule.train_check and rule.check_batch_size is None:
         rule = rule._replace(check_batch_size=1000)  # fit's default eval_batch_size
-    return _make_step(apply_fn, optimizer, get_loss(loss), refresh, bool(reset_optimizer), rule,
-                      check_microbatch(microbatch))
+    return _make_step(apply_fn, optimizer, get_loss(loss), refresh, bool(reset_optimizer), rule, microbatch)
 
 
 @memoise
