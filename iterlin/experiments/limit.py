@@ -52,7 +52,8 @@ Cost. The kernel route (per-example Jacobians, JJᵀ, eigh) costs O(N·O·P) for
 product) needs about √(τ·max σ) products for the flow and about √(max σ / min σ) for τ = ∞. The
 kernel route is used here (the notebook gives the measured costs of both and where they cross).
 A run interrupted resumes from its last finished re-linearisation (one checkpoint per run, written
-atomically after every re-linearisation).
+atomically after every re-linearisation). Several processes can share a device: each computes some
+seeds with :func:`precompute` into the checkpoint folder that :func:`compute` then reads.
 
 Config keys: ``n_train`` (list, doubling grid), ``n_test`` (None: every installed test image),
 ``total_time`` (T), ``relins`` (list of R), ``n_relin`` (R of GN, damped GN and the scaling runs),
@@ -95,7 +96,7 @@ from ..precision import full_precision, matmul, x64
 from ..stats import Difference, difference, num, pct
 from ._common import Experiment, network_correct, seed_keys
 
-__all__ = ["Config", "get_config", "SCALES", "EXPERIMENT", "load", "compute", "claims", "Linearisation", "linearise_at",
+__all__ = ["Config", "get_config", "SCALES", "EXPERIMENT", "load", "compute", "precompute", "claims", "Linearisation", "linearise_at",
            "update", "flow_phi", "damped_phi", "lanczos_apply", "main_size", "ran_main_size", "run_specs", "slopes",
            "plot"]
 
@@ -376,41 +377,70 @@ def compute(config: Config, data: Dataset, *, checkpoint_dir=None, progress: boo
         return _compute(config, data, checkpoint_dir, progress)
 
 
-def _compute(config: Config, data: Dataset, checkpoint_dir, progress: bool) -> dict:
-    specs = run_specs(config)
+def precompute(config: Config, data: Dataset, seeds, checkpoint_dir, *, progress: bool = False) -> None:
+    """Compute the runs of ``seeds`` (some of the config's) into ``checkpoint_dir`` without scoring them.
+
+    So that several processes can share one device's time, each on its own seeds: :func:`compute`
+    with the same ``checkpoint_dir`` then finds those runs done, computes the rest (its re-linearisation
+    timings are of the runs it computes itself) and scores every run. The reference run's folder is
+    ``<repo>/.cache/reference/limit-<scale>`` (:func:`iterlin.experiments.reference.write`). At full
+    precision, as :func:`compute`."""
+    own = list(range(config.seed, config.seed + config.n_seeds))
+    if isinstance(seeds, (int, np.integer)) or not all(isinstance(s, (int, np.integer)) and s in own for s in seeds):
+        raise ValueError(f"seeds={seeds!r} is not allowed: seeds must be a list of the config's seeds {own}")
+    if checkpoint_dir is None:
+        raise ValueError("checkpoint_dir=None is not allowed: precompute writes its runs there for compute to read")
+    with full_precision():
+        for _ in _runs(config, data, checkpoint_dir, {}, set(int(s) for s in seeds), progress):
+            pass
+
+
+def _runs(config: Config, data: Dataset, checkpoint_dir, timings: dict, seeds, progress: bool):
+    """Yield (spec, model, x, y, θ_R, θ_s) for every run of :func:`run_specs` (of ``seeds`` only, unless
+    None), each resumed from and saved to ``checkpoint_dir`` when given; ``timings[N]`` collects the
+    wall time of every re-linearisation computed."""
     x_all, y_all = np.asarray(data.x_train), np.asarray(data.y_train)
-    xt, yt = np.asarray(data.x_test), np.asarray(data.y_test)
     ckdir = None if checkpoint_dir is None else Path(checkpoint_dir)
     if ckdir is not None:
         ckdir.mkdir(parents=True, exist_ok=True)
+    models, firsts = {}, {}
+    try:
+        for spec in run_specs(config):
+            if seeds is not None and spec.seed not in seeds:
+                continue
+            if spec.seed not in models:
+                models[spec.seed] = make_model("cnn", seed_keys(spec.seed)[0])
+            model = models[spec.seed]
+            x, y = x_all[: spec.n_train], y_all[: spec.n_train]
+            tlist = timings.setdefault(spec.n_train, [])
+
+            def first(spec=spec, x=x, y=y, model=model, tlist=tlist):
+                k = (spec.seed, spec.n_train)
+                if k not in firsts:
+                    t0 = time.perf_counter()
+                    firsts.clear()
+                    firsts[k] = linearise_at(model.apply_fn, model.params, x, y)
+                    tlist.append(time.perf_counter() - t0)
+                return firsts[k]
+
+            ckpt = None if ckdir is None else ckdir / f"{spec.key()}.npz"
+            params, params_s = _run(model.apply_fn, model.params, x, y, spec, first, ckpt, tlist)
+            if progress:
+                print(f"limit: {spec.key()} done", flush=True)
+            yield spec, model, x, y, params, params_s
+    finally:
+        firsts.clear()
+
+
+def _compute(config: Config, data: Dataset, checkpoint_dir, progress: bool) -> dict:
+    xt, yt = np.asarray(data.x_test), np.asarray(data.y_test)
     timings: dict[int, list] = {}
     rows = []
-    models, firsts = {}, {}
-    for spec in specs:
-        if spec.seed not in models:
-            models[spec.seed] = make_model("cnn", seed_keys(spec.seed)[0])
-        model = models[spec.seed]
-        x, y = x_all[: spec.n_train], y_all[: spec.n_train]
-        tlist = timings.setdefault(spec.n_train, [])
-
-        def first(spec=spec, x=x, y=y, model=model, tlist=tlist):
-            k = (spec.seed, spec.n_train)
-            if k not in firsts:
-                t0 = time.perf_counter()
-                firsts.clear()
-                firsts[k] = linearise_at(model.apply_fn, model.params, x, y)
-                tlist.append(time.perf_counter() - t0)
-            return firsts[k]
-
-        ckpt = None if ckdir is None else ckdir / f"{spec.key()}.npz"
-        params, params_s = _run(model.apply_fn, model.params, x, y, spec, first, ckpt, tlist)
-        if progress:
-            print(f"limit: {spec.key()} done", flush=True)
+    for spec, model, x, y, params, params_s in _runs(config, data, checkpoint_dir, timings, None, progress):
         net = network_correct(model.apply_fn, params, xt, yt)
         lin = _lin_correct(model.apply_fn, params_s, params, xt, yt)
         train_acc, train_rmse = _train_stats(model.apply_fn, params, x, y)
         rows.append((spec, net, lin, train_acc, train_rmse))
-    firsts.clear()
     sizes = sorted(timings)
     return {
         "runs": {
@@ -429,7 +459,7 @@ def _compute(config: Config, data: Dataset, checkpoint_dir, progress: bool) -> d
         },
         "relin_seconds": {"n_train": np.asarray(sizes),
                           "seconds": np.asarray([np.median(timings[n]) if timings[n] else np.nan for n in sizes])},
-        "checks": consistency_checks(config, x_all, y_all),
+        "checks": consistency_checks(config, np.asarray(data.x_train), np.asarray(data.y_train)),
         "n_test": np.asarray(len(yt)),
     }
 

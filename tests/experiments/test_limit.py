@@ -272,3 +272,32 @@ def test_claims_constructed_yes_and_no():
     assert h["K = ∞ scales worse with N than a finite τ"] == "no"
     assert h["solving each linearisation completely hurts"] == "no"
     assert h["damping helps"] == "no"
+
+
+def test_precompute_then_compute_equals_one_compute(tmp_path, cifar_subset_path, monkeypatch):
+    """Seeds computed ahead by precompute (another process's share) are read by compute, which
+    computes only the rest: the same results as one compute, with fewer linearisations."""
+    config = resolve("limit", "smoke", n_train=[4, 8], n_test=16, relins=[1, 2], n_relin=2, n_check=4, gd_steps=3,
+                     n_seeds=2)
+    data = limit.load(config)
+    calls = {"n": 0}
+    real = limit.linearise_at
+
+    def counting(*a, **k):
+        calls["n"] += 1
+        return real(*a, **k)
+
+    monkeypatch.setattr(limit, "linearise_at", counting)
+    whole = limit.compute(config, data, checkpoint_dir=tmp_path / "a")
+    n_whole = calls["n"]
+    limit.precompute(config, data, [1], tmp_path / "b")
+    calls["n"] = 0
+    split = limit.compute(config, data, checkpoint_dir=tmp_path / "b")
+    assert 0 < calls["n"] < n_whole
+    for key in ("seed", "R", "net_test_acc", "lin_test_acc", "train_rmse"):
+        np.testing.assert_array_equal(split["runs"][key], whole["runs"][key])
+    for bad in ([2], 1, ["0"]):
+        with pytest.raises(ValueError, match="seeds"):
+            limit.precompute(config, data, bad, tmp_path / "c")
+    with pytest.raises(ValueError, match="checkpoint_dir"):
+        limit.precompute(config, data, [0], None)
