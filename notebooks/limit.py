@@ -130,7 +130,8 @@ ref = reference.show("limit", limit.plot, table=False)
 # other runs): the $R$ grid $\{1, 2, 4, 8, 16, 32\}$, GN and damped GN at $N = 256$, $R = 8$, and the
 # scaling runs at $N \in \{128, 256, 512\}$, three seeds (the scale now has eight, and every product
 # inside the network at full float32 precision: an eight-seed rerun with the GPU's default TF32
-# failed its consistency checks and is not committed; see the book's chapter on this limit). What it measured at $N = 256$ (means over
+# failed its consistency checks and is not committed; see the book's chapter on this limit; its
+# seeds ran in four processes at once, each through `limit.precompute`). What it measured at $N = 256$ (means over
 # seeds, network test accuracy): $R = 1$ 15.1 %, 2 20.4 %, 4 24.8 %, 8 24.7 %, 16 24.8 %, 32 24.5 %;
 # GN 25.1 %, damped GN 24.8 %; $K = \infty$ (the linear model at $\theta_0$) 22.6 %. From $R = 4$ on
 # every run fits its training set (99.9–100 %), and the accuracies agree within a point, but three
