@@ -27,10 +27,14 @@ def test_matmul_and_einsum_are_the_jnp_products(x64):
 
 
 def _precisions(fn, *args):
-    """The precision of every dot_general in ``fn``'s jaxpr (nested jaxprs included)."""
+    """The precision of every dot_general and conv_general_dilated in ``fn``'s jaxpr (nested
+    jaxprs included)."""
     text = str(jax.make_jaxpr(fn)(*args))
-    blocks = text.split("dot_general[")[1:]
-    return [re.search(r"precision=([^\n]*)", b).group(1).strip() for b in blocks]
+    found = []
+    for op in ("dot_general[", "conv_general_dilated["):
+        found += [re.search(r"precision=([^\n]*?)(?: preferred_element_type|\n|$)", b).group(1).strip()
+                  for b in text.split(op)[1:]]
+    return found
 
 
 def _elementwise(params, x):
@@ -90,16 +94,6 @@ def test_x64_refuses_a_non_bool(enabled):
 # ----------------------------------------------------------------------------------------------
 
 
-def _product_precisions(fn, *args):
-    """The precision of every dot_general and conv_general_dilated in ``fn``'s jaxpr (nested included)."""
-    text = str(jax.make_jaxpr(fn)(*args))
-    found = []
-    for op in ("dot_general[", "conv_general_dilated["):
-        found += [re.search(r"precision=([^\n]*?)(?: preferred_element_type|\n|$)", b).group(1).strip()
-                  for b in text.split(op)[1:]]
-    return found
-
-
 def _conv_model(params, x):
     """A small CNN whose own products name no precision (as Flax's layers): (N, 6, 6, 2) → (N, 3)."""
     h = jax.lax.conv_general_dilated(x, params["w"], (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
@@ -135,8 +129,8 @@ def test_every_jacobian_route_runs_the_networks_products_at_full_precision():
     # the caller's default (bfloat16 here; TF32 or the autotuner's choice on a GPU) does not reach them
     with jax.default_matmul_precision("bfloat16"):
         for name, (fn, *args) in cases.items():
-            found = _product_precisions(fn, *args)
+            found = _precisions(fn, *args)
             assert any("conv" in line for line in str(jax.make_jaxpr(fn)(*args)).split("\n")), name
             assert found and all(p == want for p in found), (name, found)
         # the network's own forward pass is left as the caller set it: the test can fail
-        assert set(_product_precisions(lambda p: _conv_model(p, x), params)) != {want}
+        assert set(_precisions(lambda p: _conv_model(p, x), params)) != {want}
