@@ -82,6 +82,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import inspect
 import math
 from typing import Any, Callable, ClassVar, Mapping
 
@@ -340,7 +341,9 @@ class ExperimentConfig:
     ``Config``), validated once, here, in its constructor.
 
     A subclass names its experiment (``experiment``, a class variable) and declares one field per
-    knob, in the order of its ``SCALES`` (:func:`describe` prints them so). A field annotated
+    knob, in the order of its ``SCALES`` (:func:`describe` prints them so); knobs that several
+    experiments share come from knob groups, frozen dataclasses it also derives from
+    (``iterlin.experiments._common.Seeds``), listed after its own (:meth:`knobs`). A field annotated
     ``tuple[...]`` is list-valued (a sweep): a single value given for it becomes a tuple by the
     knob's rule (``K`` → ``(1, K)``) or, when the subclass's ``EXPAND`` names the field, by that rule
     (Fig. 5's ``n_train``: :func:`halvings`). Each value is checked and normalised by its knob's
@@ -384,8 +387,17 @@ class ExperimentConfig:
 
     @classmethod
     def knobs(cls) -> tuple[str, ...]:
-        """The experiment's knobs (every field but ``scale``), in order."""
-        return tuple(f.name for f in dataclasses.fields(cls) if f.name != "scale")
+        """The experiment's knobs (every field but ``scale``), in order: the class's own, then its
+        bases', depth first in the order they are listed (a knob group's after the knobs it follows)."""
+        names, order = {f.name for f in dataclasses.fields(cls)} - {"scale"}, []
+
+        def walk(klass: type) -> None:
+            order.extend(n for n in inspect.get_annotations(klass) if n in names and n not in order)
+            for base in klass.__bases__:
+                walk(base)
+
+        walk(cls)
+        return tuple(order)
 
     def to_dict(self) -> dict:
         """``{"experiment", "scale", <every knob>}``, JSON-able (tuples as lists)."""

@@ -45,6 +45,8 @@ from ..validate import check_seed
 __all__ = [
     "Experiment",
     "SweepConfig",
+    "Seeds",
+    "Sharpness",
     "network_correct",
     "load_data",
     "load_with_probe",
@@ -70,7 +72,30 @@ __all__ = [
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class SweepConfig(ExperimentConfig):
+class Seeds(ExperimentConfig):
+    """The knob group of every CIFAR-10 training experiment (a base of its ``Config``; its knobs
+    follow the experiment's own): ``seed``/``n_seeds`` (the runs of seeds seed, …, seed + n_seeds − 1)
+    and the evaluation schedule ``n_evals``, ``n_eval_train`` (None: every training image)."""
+
+    seed: int
+    n_seeds: int
+    n_evals: int
+    n_eval_train: int | None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Sharpness(ExperimentConfig):
+    """The knob group of the sharpness record (:func:`sharpness_callback`): λ_max on the first
+    ``n_sharpness`` training images, ``sharpness_iters`` power iterations, every ``sharpness_every``
+    steps."""
+
+    n_sharpness: int
+    sharpness_iters: int
+    sharpness_every: int
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SweepConfig(Seeds, Sharpness):
     """The knobs of a plain K sweep of the CNN with the sharpness record (Figs. 3 and 7, ksweep
     subclass it, each naming its experiment): the periods ``K`` and one rate ``lr``, ``steps``,
     ``batch_size`` (None: full batch), ``augment``, ``n_train``/``n_test`` (None: every installed
@@ -84,13 +109,6 @@ class SweepConfig(ExperimentConfig):
     augment: bool
     n_train: int | None
     n_test: int | None
-    seed: int
-    n_seeds: int
-    n_evals: int
-    n_eval_train: int | None
-    n_sharpness: int
-    sharpness_iters: int
-    sharpness_every: int
 
 
 #: The CIFAR-10 setting where the linear model stays stable to the end (issue 25; measured along

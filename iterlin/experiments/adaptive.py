@@ -71,6 +71,7 @@ from ..stats import final_difference, pct, runs_of, seed_interval
 from ._common import (
     STABLE,
     Experiment,
+    Seeds,
     check_sharpness,
     checkpoint_path,
     cnn_sweep,
@@ -87,7 +88,17 @@ INF = math.inf
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class Config(ExperimentConfig):
+class _OptionalSharpness(ExperimentConfig):
+    """:class:`~iterlin.experiments._common.Sharpness`'s knobs, None where a run from before the
+    record existed is read back (not recorded)."""
+
+    n_sharpness: int | None = None
+    sharpness_iters: int | None = None
+    sharpness_every: int | None = None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Config(Seeds, _OptionalSharpness):
     """adaptive's knobs (the module docstring says what each does; :mod:`iterlin.config` checks them)."""
 
     experiment: ClassVar[str] = "adaptive"
@@ -100,14 +111,6 @@ class Config(ExperimentConfig):
     augment: bool
     n_train: int | None
     n_test: int | None
-    seed: int
-    n_seeds: int
-    n_evals: int
-    n_eval_train: int | None
-    # None (a run from before the record existed): not recorded
-    n_sharpness: int | None = None
-    sharpness_iters: int | None = None
-    sharpness_every: int | None = None
 
 
 SCALES = {

@@ -28,10 +28,10 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from ..claims import Claim, divergence_claim, on_par_claim, sharpness_claim
-from ..config import ExperimentConfig, Period, resolve
+from ..config import Period, resolve
 from ..data import Dataset
 from ..plotting import bound_panel, legend, panels, plot_sweep
-from ._common import Experiment, check_sharpness, checkpoint_path, cnn_sweep, load_data, sharpness_callback
+from ._common import Experiment, Seeds, Sharpness, check_sharpness, checkpoint_path, cnn_sweep, load_data, sharpness_callback
 
 __all__ = ["Config", "get_config", "SCALES", "EXPERIMENT", "load", "compute", "claims", "minibatch_periods",
            "full_batch_data", "plot"]
@@ -40,7 +40,7 @@ INF = math.inf
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class Config(ExperimentConfig):
+class Config(Seeds, Sharpness):
     """fig2's knobs (the module docstring says what each does; :mod:`iterlin.config` checks them)."""
 
     experiment: ClassVar[str] = "fig2"
@@ -53,13 +53,6 @@ class Config(ExperimentConfig):
     n_train: int | None
     n_train_full: int | None
     n_test: int | None
-    seed: int
-    n_seeds: int
-    n_evals: int
-    n_eval_train: int | None
-    n_sharpness: int
-    sharpness_iters: int
-    sharpness_every: int
 
 
 SCALES = {

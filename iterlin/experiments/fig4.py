@@ -59,7 +59,7 @@ import numpy as np
 import optax
 
 from ..claims import UNDECIDED, Claim, divergence_claim, on_par_claim, sharpness_claim
-from ..config import ExperimentConfig, Period, resolve
+from ..config import Period, resolve
 from ..data import Dataset
 from ..failures import EXPLODING, exploded_runs
 from ..losses import get_loss
@@ -69,6 +69,8 @@ from ..training import train_sweep
 from ..tree import tree_index, tree_stack
 from ._common import (
     Experiment,
+    Seeds,
+    Sharpness,
     check_sharpness,
     checkpoint_path,
     eval_points,
@@ -88,7 +90,7 @@ INF = math.inf
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class Config(ExperimentConfig):
+class Config(Seeds, Sharpness):
     """fig4's knobs (the module docstring says what each does; :mod:`iterlin.config` checks them)."""
 
     experiment: ClassVar[str] = "fig4"
@@ -103,13 +105,6 @@ class Config(ExperimentConfig):
     batch_size: int | None
     n_train: int | None
     n_test: int | None
-    seed: int
-    n_seeds: int
-    n_evals: int
-    n_eval_train: int | None
-    n_sharpness: int
-    sharpness_iters: int
-    sharpness_every: int
 
 
 SCALES = {

@@ -52,13 +52,15 @@ from ..claims import (
     sharpness_claim,
     verdict,
 )
-from ..config import ExperimentConfig, Period, halvings, resolve
+from ..config import Period, halvings, resolve
 from ..data import Dataset, load_cifar10
 from ..plotting import bound_panel, legend, panels, plot_sweep, set_log_ticks
 from ..probes import heldout_tracker
 from ..stats import Difference, difference, num, pct, runs_of
 from ._common import (
     Experiment,
+    Seeds,
+    Sharpness,
     check_batch,
     check_sharpness,
     checkpoint_path,
@@ -73,7 +75,7 @@ __all__ = ["Config", "get_config", "SCALES", "EXPERIMENT", "SizedData", "load", 
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class Config(ExperimentConfig):
+class Config(Seeds, Sharpness):
     """fig5's knobs (the module docstring says what each does; :mod:`iterlin.config` checks them)."""
 
     experiment: ClassVar[str] = "fig5"
@@ -87,13 +89,6 @@ class Config(ExperimentConfig):
     n_train: tuple[int | None, ...]
     n_test: int | None
     n_val: int | None
-    seed: int
-    n_seeds: int
-    n_evals: int
-    n_eval_train: int | None
-    n_sharpness: int
-    sharpness_iters: int
-    sharpness_every: int
 
 
 SCALES = {

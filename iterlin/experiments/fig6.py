@@ -34,7 +34,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from ..claims import EXCEEDS_RULE, NA, UNSTABLE, Claim, divergence_claim, exceeds, fmt_K, only_k1_rows, sharpness_claim
-from ..config import ExperimentConfig, Period, resolve
+from ..config import Period, resolve
 from ..data import Dataset
 from ..failures import unstable_among
 from ..models import cnn_features
@@ -44,6 +44,8 @@ from ..stats import difference, pct, runs_of
 from ._common import (
     STABLE,
     Experiment,
+    Seeds,
+    Sharpness,
     check_sharpness,
     checkpoint_path,
     cnn_sweep,
@@ -65,7 +67,7 @@ PROBE_CAP = 2000
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class Config(ExperimentConfig):
+class Config(Seeds, Sharpness):
     """fig6's knobs (the module docstring says what each does; :mod:`iterlin.config` checks them)."""
 
     experiment: ClassVar[str] = "fig6"
@@ -78,13 +80,6 @@ class Config(ExperimentConfig):
     n_train: int | None
     n_test: int | None
     n_probe: int | None
-    seed: int
-    n_seeds: int
-    n_evals: int
-    n_eval_train: int | None
-    n_sharpness: int
-    sharpness_iters: int
-    sharpness_every: int
 
 
 SCALES = {

@@ -52,20 +52,20 @@ import optax
 
 from ..adam_solve import train_adam_solved
 from ..claims import EXCEEDS_RULE, NA, Claim, divergence_row, exceeds, fmt_K, verdict
-from ..config import ExperimentConfig, Period, resolve
+from ..config import Period, resolve
 from ..data import Dataset
 from ..models import make_model
 from ..plotting import band, legend, mark_steps, panels, plot_sweep
 from ..stats import difference, pct
 from ..training import train
-from ._common import Experiment, checkpoint_path, eval_points, load_data, network_correct, seed_keys, seeds
+from ._common import Experiment, Seeds, checkpoint_path, eval_points, load_data, network_correct, seed_keys, seeds
 
 __all__ = ["Config", "get_config", "SCALES", "EXPERIMENT", "RUNS", "CONVERGED", "KEPT_TOL", "load", "compute", "claims",
            "stack_runs", "relin_points", "kept", "plot"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class Config(ExperimentConfig):
+class Config(Seeds):
     """fig8's knobs (the module docstring says what each does; :mod:`iterlin.config` checks them)."""
 
     experiment: ClassVar[str] = "fig8"
@@ -77,10 +77,6 @@ class Config(ExperimentConfig):
     batch_size: int | None
     n_train: int | None
     n_test: int | None
-    seed: int
-    n_seeds: int
-    n_evals: int
-    n_eval_train: int | None
 
 
 SCALES = {

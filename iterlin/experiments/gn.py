@@ -78,7 +78,7 @@ from matplotlib.axes import Axes
 from matplotlib.lines import Line2D
 
 from ..claims import NA, ON_PAR, Claim, divergence_claim, fmt_K, on_par, on_par_rule
-from ..config import ExperimentConfig, Period, resolve
+from ..config import Period, resolve
 from ..data import Dataset
 from ..failures import run_label
 from ..gauss_newton import gauss_newton_train
@@ -99,6 +99,7 @@ from ..stats import final_difference, num, pct, runs_of
 from ..tree import tree_index, tree_stack
 from ._common import (
     Experiment,
+    Seeds,
     checkpoint_path,
     cnn_sweep,
     eval_points,
@@ -116,7 +117,7 @@ INF = math.inf
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class Config(ExperimentConfig):
+class Config(Seeds):
     """gn's knobs (the module docstring says what each does; :mod:`iterlin.config` checks them)."""
 
     experiment: ClassVar[str] = "gn"
@@ -129,10 +130,6 @@ class Config(ExperimentConfig):
     augment: bool
     n_train: int | None
     n_test: int | None
-    seed: int
-    n_seeds: int
-    n_evals: int
-    n_eval_train: int | None
 
 
 SCALES = {

@@ -36,7 +36,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from ..claims import NA, ON_PAR, UNDECIDED, Claim, all_verdicts, divergence_claim, exceeds, fmt_K, on_par, on_par_rule
-from ..config import ExperimentConfig, Period, resolve
+from ..config import Period, resolve
 from ..data import Dataset
 from ..failures import BLOCK_RISE, failed_runs
 from ..models import make_model
@@ -45,6 +45,8 @@ from ..stability import bound_record, first_unstable_step, max_stable_lr
 from ..stats import final_difference, num, run_seeds, runs_of
 from ._common import (
     Experiment,
+    Seeds,
+    Sharpness,
     check_sharpness,
     checkpoint_path,
     cnn_sweep,
@@ -100,7 +102,7 @@ def decade(lr: float) -> list[float]:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class Config(ExperimentConfig):
+class Config(Seeds, Sharpness):
     """lr's knobs (the module docstring says what each does; :mod:`iterlin.config` checks them)."""
 
     experiment: ClassVar[str] = "lr"
@@ -113,13 +115,6 @@ class Config(ExperimentConfig):
     augment: bool
     n_train: int | None
     n_test: int | None
-    seed: int
-    n_seeds: int
-    n_evals: int
-    n_eval_train: int | None
-    n_sharpness: int
-    sharpness_iters: int
-    sharpness_every: int
 
 
 def get_config(scale: str = "smoke", **overrides) -> Config:

@@ -38,12 +38,12 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from ..claims import Claim, beyond, divergence_claim, fmt_K, only_k1_rows, verdict
-from ..config import ExperimentConfig, Period, resolve
+from ..config import Period, resolve
 from ..data import Dataset
 from ..ntk import kernel_tracker, relinearisation_steps
 from ..plotting import legend, mark_steps, panels, plot_sweep
 from ..stats import num, runs_of, seed_interval
-from ._common import Experiment, checkpoint_path, cnn_sweep, eval_points, load_data, seeds
+from ._common import Experiment, Seeds, checkpoint_path, cnn_sweep, eval_points, load_data, seeds
 
 __all__ = [
     "SCALES", "EXPERIMENT", "PROBE_CAP", "KERNEL_BYTES", "MOVES", "load", "compute", "claims", "eval_steps",
@@ -59,7 +59,7 @@ MOVES = 0.01
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class Config(ExperimentConfig):
+class Config(Seeds):
     """ntk's knobs (the module docstring says what each does; :mod:`iterlin.config` checks them)."""
 
     experiment: ClassVar[str] = "ntk"
@@ -71,10 +71,6 @@ class Config(ExperimentConfig):
     n_train: int | None
     n_test: int | None
     n_probe: int | None
-    seed: int
-    n_seeds: int
-    n_evals: int
-    n_eval_train: int | None
 
 
 SCALES = {
