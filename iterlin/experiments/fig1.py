@@ -85,7 +85,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, ClassVar, Mapping, Sequence
+from typing import Any, ClassVar, Mapping, NamedTuple, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -123,7 +123,8 @@ from ..tree import tree_index
 from ._common import Experiment, checkpoint_path, eval_points, index_of_K, load_quintic, rmse
 
 __all__ = [
-    "SCALES", "EXPERIMENT", "BRIDGE_K", "load", "compute", "claims", "plan", "converged", "summary",
+    "SCALES", "EXPERIMENT", "BRIDGE_K", "load", "compute", "claims", "RunPlan", "LiteralPlan", "plan", "converged",
+    "summary",
     "seed_rmse", "diverged_K", "bridge_curves", "gn_damping", "seed_difference", "decide", "interval",
     "damping_pairs", "SMALL_K", "SMALL_TOL", "SOLVED", "GN_TOL", "PAIR_TOL", "SHIFT",
     "literal_plan", "literal_runs", "LITERAL_RATES", "LITERAL_STEPS", "SHARPNESS_ITERS", "LITERAL_TOL",
@@ -193,8 +194,27 @@ BRIDGE_K = (10, 100, 1000, 10_000)
 load = load_quintic
 
 
-def plan(config: Config) -> list[dict]:
-    """How each K of Fig. 1 is trained: a list of ``{"K", "method", "n_relin", "steps"}``.
+class RunPlan(NamedTuple):
+    """How one K of Fig. 1 is trained (:func:`plan`): ``method`` "gd", "flow" or "kernel", with
+    ``n_relin`` linearisations over ``steps`` steps (K = ∞: 0 and 0)."""
+
+    K: float
+    method: str
+    n_relin: int
+    steps: int
+
+
+class LiteralPlan(NamedTuple):
+    """The literal gradient-descent runs at large K (:func:`literal_plan`): the periods ``K``, the
+    mean-loss rates ``lr`` and the steps T' of each run."""
+
+    K: list[float]
+    lr: list[float]
+    steps: int
+
+
+def plan(config: Config) -> list[RunPlan]:
+    """How each K of Fig. 1 is trained: one :class:`RunPlan` per K of ``config.K``.
 
     With T = ``steps``, R = ``n_relin`` and R_max = ``max_relin``:
 
@@ -211,12 +231,12 @@ def plan(config: Config) -> list[dict]:
     plan = []
     for K in config.K:
         if math.isinf(K):
-            plan.append({"K": math.inf, "method": "kernel", "n_relin": 0, "steps": 0})
+            plan.append(RunPlan(math.inf, "kernel", 0, 0))
         elif math.ceil(T / K) > R_max:
-            plan.append({"K": float(K), "method": "gd", "n_relin": int(T // K), "steps": T})
+            plan.append(RunPlan(float(K), "gd", int(T // K), T))
         else:
             r = max(R, math.ceil(T / K))
-            plan.append({"K": float(K), "method": "flow", "n_relin": r, "steps": r})
+            plan.append(RunPlan(float(K), "flow", r, r))
     return plan
 
 
@@ -240,17 +260,17 @@ LITERAL_STEPS = 0.5
 SHARPNESS_ITERS = 50
 
 
-def literal_plan(config: Config) -> dict:
-    """The literal gradient-descent runs at large K: ``{"K": [...], "lr": [...], "steps": T'}``.
+def literal_plan(config: Config) -> LiteralPlan:
+    """The literal gradient-descent runs at large K: a :class:`LiteralPlan` (K, lr, steps T').
 
     T' = ⌊``LITERAL_STEPS`` · ``steps``⌋; K: every K of the grid trained by the closed form
     (:func:`plan`'s ``"flow"``), K > 1, that is a power of ten and at most T' (at least one re-linearisation);
     rates: ``LITERAL_RATES`` × ``lr`` (mean-loss rates; η' = lr'/N for the summed loss).
     """
     T = max(1, int(LITERAL_STEPS * config.steps))
-    Ks = [p["K"] for p in plan(config) if p["method"] == "flow" and 1 < p["K"] <= T
-          and abs(math.log10(p["K"]) - round(math.log10(p["K"]))) < 1e-9]
-    return {"K": Ks, "lr": [f * config.lr for f in LITERAL_RATES], "steps": T}
+    Ks = [p.K for p in plan(config) if p.method == "flow" and 1 < p.K <= T
+          and abs(math.log10(p.K) - round(math.log10(p.K))) < 1e-9]
+    return LiteralPlan(Ks, [f * config.lr for f in LITERAL_RATES], T)
 
 
 def literal_runs(apply_fn, params, data, config: Config, *, checkpoint_dir=None, progress: bool = False) -> dict:
@@ -279,8 +299,7 @@ def literal_runs(apply_fn, params, data, config: Config, *, checkpoint_dir=None,
     finite); closed form at the same (τ, R): ``flow_net_test_rmse``, ``flow_net_train_rmse``
     (NR, NL, S), ``flow_diverged`` (NR, NL, S).
     """
-    lp = literal_plan(config)
-    Ks, rates, T = lp["K"], lp["lr"], lp["steps"]
+    Ks, rates, T = literal_plan(config)
     S = jax.tree.leaves(params)[0].shape[0]
     NR, NL = len(rates), len(Ks)
     x, y = data.x_train, data.y_train
@@ -393,9 +412,9 @@ def compute(config: Config, data: Dataset, *, checkpoint_dir=None, progress: boo
             return jax.tree.map(lambda a: jnp.concatenate([a] * n), params)
 
         # Literal gradient descent: one train_sweep over every "gd" K and every seed.
-        gd = [i for i, p in enumerate(runs) if p["method"] == "gd"]
+        gd = [i for i, p in enumerate(runs) if p.method == "gd"]
         if gd:
-            Ks = [runs[i]["K"] for i in gd for _ in seeds]
+            Ks = [runs[i].K for i in gd for _ in seeds]
             _, h = train_sweep(apply_fn, repeat(len(gd)), train_d, K=Ks, steps=config.steps,
                                optimizer=optax.sgd(config.lr), loss="mse",
                                eval_steps=eval_points(config.steps, config.n_evals),
@@ -403,10 +422,10 @@ def compute(config: Config, data: Dataset, *, checkpoint_dir=None, progress: boo
             store(gd, h, len(gd))
 
         # Closed-form linearisations (small-lr limit): one fit per distinct number of linearisations.
-        flow = [i for i, p in enumerate(runs) if p["method"] == "flow"]
-        for r in sorted({runs[i]["n_relin"] for i in flow}):
-            idx = [i for i in flow if runs[i]["n_relin"] == r]
-            taus = [runs[i]["K"] * eta for i in idx for _ in seeds]
+        flow = [i for i, p in enumerate(runs) if p.method == "flow"]
+        for r in sorted({runs[i].n_relin for i in flow}):
+            idx = [i for i in flow if runs[i].n_relin == r]
+            taus = [runs[i].K * eta for i in idx for _ in seeds]
             _, h = gauss_newton_train(apply_fn, repeat(len(idx)), train_d, damping=taus, filter="flow", steps=r,
                                       loss="mse", solver="kernel", eval_steps=eval_points(r, config.n_evals),
                                       checkpoint=checkpoint_path(checkpoint_dir, f"flow{r}"), **common)
@@ -414,7 +433,7 @@ def compute(config: Config, data: Dataset, *, checkpoint_dir=None, progress: boo
 
         # K = ∞: the linearisation at θ₀ solved exactly (minimum-norm solution, Eq. 19).
         for i, p in enumerate(runs):
-            if p["method"] != "kernel":
+            if p.method != "kernel":
                 continue
             for j in range(S):
                 p0 = tree_index(params, j)
@@ -448,12 +467,12 @@ def compute(config: Config, data: Dataset, *, checkpoint_dir=None, progress: boo
         bridge = _bridge(apply_fn, tree_index(params, 0), data, config)
         literal = literal_runs(apply_fn, params, data, config, checkpoint_dir=checkpoint_dir, progress=progress)
 
-    time_ = [p["steps"] * eta if p["method"] == "gd" else (p["n_relin"] * p["K"] * eta if p["method"] == "flow"
+    time_ = [p.steps * eta if p.method == "gd" else (p.n_relin * p.K * eta if p.method == "flow"
              else math.inf) for p in runs]
     return {
-        "K": np.asarray([p["K"] for p in runs], np.float64),
-        "method": np.asarray([p["method"] for p in runs]),
-        "n_relin": np.asarray([p["n_relin"] for p in runs]),
+        "K": np.asarray([p.K for p in runs], np.float64),
+        "method": np.asarray([p.method for p in runs]),
+        "n_relin": np.asarray([p.n_relin for p in runs]),
         "time": np.asarray(time_, np.float64),
         **rows,
         "diverged": diverged,

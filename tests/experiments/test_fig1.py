@@ -22,12 +22,12 @@ from iterlin.experiments.fig1 import (
 
 def test_plan():
     config = fig1.get_config(K=[1, 3, 10, 100, math.inf], steps=1000, n_relin=20, max_relin=100)
-    plan = {p["K"]: p for p in fig1.plan(config)}
-    assert plan[1]["method"] == "gd" and plan[1]["steps"] == 1000 and plan[3]["method"] == "gd"
-    assert plan[3]["n_relin"] == 333
-    assert plan[10]["method"] == "flow" and plan[10]["n_relin"] == 100  # ⌈1000/10⌉ = 100 ≤ max_relin
-    assert plan[100]["method"] == "flow" and plan[100]["n_relin"] == 20  # at least n_relin
-    assert plan[math.inf] == {"K": math.inf, "method": "kernel", "n_relin": 0, "steps": 0}
+    plan = {p.K: p for p in fig1.plan(config)}
+    assert plan[1] == fig1.RunPlan(K=1.0, method="gd", n_relin=1000, steps=1000) and plan[3].method == "gd"
+    assert plan[3].n_relin == 333
+    assert plan[10].method == "flow" and plan[10].n_relin == 100  # ⌈1000/10⌉ = 100 ≤ max_relin
+    assert plan[100].method == "flow" and plan[100].n_relin == 20  # at least n_relin
+    assert plan[math.inf] == fig1.RunPlan(K=math.inf, method="kernel", n_relin=0, steps=0)
 
 
 def test_config_validation():
@@ -359,7 +359,7 @@ def test_literal_plan():
     cfg = fig1.get_config(K=[1, 3, 10, 30, 100, 1000, 10**4, math.inf], lr=0.02, steps=10_000, n_relin=500,
                           max_relin=1000)
     lp = fig1.literal_plan(cfg)
-    assert lp == {"K": [10.0, 100.0, 1000.0], "lr": [0.02, 0.005], "steps": 5000}  # decades, ≤ T/2, closed form
+    assert lp == fig1.LiteralPlan(K=[10.0, 100.0, 1000.0], lr=[0.02, 0.005], steps=5000)  # decades, ≤ T/2, closed form
 
 
 @pytest.fixture(scope="module")
