@@ -20,6 +20,7 @@ import pytest
 
 from iterlin.checkpoint import CheckpointError, atomic_write_bytes, load_checkpoint, save_checkpoint
 from iterlin.training import train, train_sweep
+from iterlin.training._checkpointing import RunIdentity
 from iterlin.tree import tree_stack
 
 
@@ -198,6 +199,22 @@ def test_checkpoint_of_another_configuration_is_refused(tmp_path, change, finish
     assert "delete it" in str(info.value) and str(path) in str(info.value)
     assert path.read_bytes() == before, "a refused checkpoint is not overwritten"
     assert recorder.calls == 0, "refused before any compute"
+
+
+def test_the_checkpoint_stores_the_runs_identity_and_a_refusal_names_only_what_changed(tmp_path, finished):
+    path = tmp_path / "run.npz"
+    path.write_bytes(finished[0])
+    with np.load(path) as z:
+        meta = json.loads(str(z["meta"]))
+    identity = RunIdentity.of(**meta["run"])
+    assert list(meta["run"]) == list(RunIdentity._fields) and identity._asdict() == meta["run"]
+    assert identity.steps == 4 and identity.points == [0, 2, 4] and identity.config == {"lr": 0.1}
+    assert identity.mismatches(meta["run"]) == []
+    changed = identity._replace(steps=6).mismatches(meta["run"])
+    assert changed == ["steps: saved 4, now 6"]
+    with pytest.raises(CheckpointError) as info:
+        _train(path, config={"lr": 0.2})
+    assert 'config: saved {"lr": 0.1}, now {"lr": 0.2}' in str(info.value) and "steps:" not in str(info.value)
 
 
 def test_checkpoint_of_other_data_or_initial_parameters_is_refused(tmp_path, finished):

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+from typing import Any, Mapping, NamedTuple
 
 import jax
 import numpy as np
 
 from ..checkpoint import CheckpointError
 
-__all__ = ["data_fingerprint", "canonical", "same_json", "check_progress"]
+__all__ = ["data_fingerprint", "canonical", "same_json", "RunIdentity", "check_progress"]
 
 
 def data_fingerprint(*trees) -> str:
@@ -45,6 +46,42 @@ def canonical(meta: dict) -> dict:
 
 def same_json(a, b) -> bool:
     return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)  # nan equals nan here
+
+
+class RunIdentity(NamedTuple):
+    """What identifies a run in its checkpoint (stored as the JSON object ``"run"``): a checkpoint
+    whose identity differs from the resuming run's in any field is refused (:meth:`mismatches`).
+
+    Every field holds its JSON form (:meth:`of`): ``config`` (the caller's), ``steps``,
+    ``batch_size``, the evaluation ``points``, ``augment``, the ``loss``'s name, ``n_train``, the
+    PRNG ``key`` data, ``eval_train`` (the training images evaluated), the periods ``K``, and
+    :func:`data_fingerprint` of the data (``data``) and of the initial state (``init``).
+    """
+
+    config: Any
+    steps: int
+    batch_size: int | None
+    points: list
+    augment: bool
+    loss: str
+    n_train: int
+    key: list
+    eval_train: int
+    K: Any
+    data: str
+    init: str
+
+    @classmethod
+    def of(cls, **fields) -> "RunIdentity":
+        """The identity of ``fields`` as they read back from JSON (:func:`canonical`)."""
+        return cls(**canonical(fields))
+
+    def mismatches(self, saved: Mapping) -> list[str]:
+        """``"field: saved …, now …"`` for every field where the ``saved`` identity differs (an empty
+        list: the same run)."""
+        now = self._asdict()
+        return [f"{k}: saved {json.dumps(saved.get(k))[:80]}, now {json.dumps(now.get(k))[:80]}"
+                for k in sorted(set(saved) | set(now)) if not same_json(saved.get(k), now.get(k))]
 
 
 def check_progress(checkpoint, history, done, state, points) -> None:

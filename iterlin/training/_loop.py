@@ -5,7 +5,6 @@ A private module of :mod:`iterlin.training` (see its docstring), which exports w
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Callable, NamedTuple, Sequence
 
@@ -19,7 +18,7 @@ from ..memo import memoise
 from ..tree import tree_index, tree_stack
 from ..validate import check_int
 from ._batching import batch_of, split_chunks
-from ._checkpointing import canonical, check_progress, data_fingerprint, same_json
+from ._checkpointing import RunIdentity, check_progress, data_fingerprint
 from ._checks import check_pair, validate_common
 from ._evaluation import Evaluation, default_evaluation, eval_points, eval_program, means
 from ._placement import Placement, pad_runs, resolve_placement, unpad_runs
@@ -86,7 +85,7 @@ def _run(
     augment: bool,
     sweep: bool,
     checkpoint,
-    meta,
+    identity: RunIdentity | None,
     callback,
     progress,
     stop_when_diverged,
@@ -121,14 +120,10 @@ def _run(
             (state, hist_leaves), saved = load_checkpoint(checkpoint, (state, ()))
         except CheckpointError as e:
             raise CheckpointError(f"{e}. Delete it to start this run afresh.") from e
-        run = saved.get("run") or {}
-        if not same_json(run, meta):
-            diff = "; ".join(
-                f"{k}: saved {json.dumps(run.get(k))[:80]}, now {json.dumps(meta.get(k))[:80]}"
-                for k in sorted(set(run) | set(meta)) if not same_json(run.get(k), meta.get(k))
-            )
+        diff = identity.mismatches(saved.get("run") or {})
+        if diff:
             raise CheckpointError(
-                f"checkpoint {checkpoint} was written by a different run configuration ({diff}); "
+                f"checkpoint {checkpoint} was written by a different run configuration ({'; '.join(diff)}); "
                 "use another checkpoint path or delete it."
             )
         history, done = saved.get("history"), saved.get("done")
@@ -231,7 +226,8 @@ def _run(
         state = run_chunk(state, t0, t1)
         record(state, t1)
         if checkpoint is not None:
-            save_checkpoint(checkpoint, (view(state), ()), {"run": meta, "history": history, "done": i + 1})
+            save_checkpoint(checkpoint, (view(state), ()),
+                            {"run": identity._asdict(), "history": history, "done": i + 1})
         if bar is not None:
             bar.update(t1 - t0)
     if bar is not None:
@@ -365,24 +361,15 @@ def fit(
     if placement is not None:  # the data on every device: batches are drawn where the runs are
         data, chunks = jax.device_put((data, chunks), placement.sharding())
     evaluation = Evaluation(apply_fn, loss, chunks)
-    meta = {
-        "config": config or {},
-        "steps": steps,
-        "batch_size": batch_size,
-        "points": points,
-        "augment": bool(augment),
-        "loss": loss.name,
-        "n_train": int(x.shape[0]),
-        "key": np.asarray(key_data).ravel().tolist(),
-        "eval_train": int(n_eval_train),
-        "K": np.asarray(state.K).tolist(),
-    }
-    if checkpoint is not None:  # identify the data and θ_0 too, so that a checkpoint is never mixed up
-        meta["data"] = data_fingerprint(x, y, eval_data)
-        meta["init"] = data_fingerprint(state)
-        meta = canonical(meta)
+    identity = None
+    if checkpoint is not None:  # the data and θ_0 identified too, so that a checkpoint is never mixed up
+        identity = RunIdentity.of(
+            config=config or {}, steps=steps, batch_size=batch_size, points=points, augment=bool(augment),
+            loss=loss.name, n_train=int(x.shape[0]), key=np.asarray(key_data).ravel().tolist(),
+            eval_train=int(n_eval_train), K=np.asarray(state.K).tolist(), data=data_fingerprint(x, y, eval_data),
+            init=data_fingerprint(state))
     return _run(
         step_fn, state, data, key, evaluation, points, batch_size=batch_size, augment=bool(augment), sweep=sweep,
-        checkpoint=checkpoint, meta=meta, callback=callback, progress=progress, stop_when_diverged=True,
+        checkpoint=checkpoint, identity=identity, callback=callback, progress=progress, stop_when_diverged=True,
         compiled_loop=compiled_loop, per_run_batches=per_run, vectorise=vectorise, placement=placement,
     )
