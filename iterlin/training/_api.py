@@ -41,6 +41,24 @@ def _evaluate_in_microbatches(microbatch: int | None, fit_kwargs: dict) -> dict:
     return {**fit_kwargs, "eval_batch_size": microbatch}
 
 
+def _prepare(apply_fn, optimizer, loss, policies: list, data, steps, batch_size, refresh, reset_optimizer, microbatch,
+             fit_kwargs: dict, *, sweep: bool) -> tuple[list, Callable, dict]:
+    """What :func:`train` and :func:`train_sweep` check and build alike, once, before any compute:
+    the arguments (a ValueError naming the parameter), the evaluation chunked like the steps
+    (:func:`_evaluate_in_microbatches`), the policies' checks (:func:`_policy_for_fit`) and the one
+    step function (:func:`build_step`; a sweep's runs share the first policy's rule). Returns
+    ``(policies, step_fn, fit_kwargs)``."""
+    check_reset(reset_optimizer)
+    check_train_args(data, steps, loss, batch_size, fit_kwargs.get("eval_data"))
+    _check_placement_kwargs(fit_kwargs, sweep=sweep, data=data, batch_size=batch_size)
+    microbatch = check_microbatch(microbatch)
+    fit_kwargs = _evaluate_in_microbatches(microbatch, fit_kwargs)
+    policies, fit_kwargs = _policy_for_fit(policies, fit_kwargs)
+    step_fn = build_step(apply_fn, optimizer, loss, refresh=refresh, reset_optimizer=reset_optimizer,
+                         policy=policies[0], microbatch=microbatch)
+    return policies, step_fn, fit_kwargs
+
+
 def _initial_refresh(refresh, params, data, batch_size):
     """θ_0's statistics (BatchNorm "frozen") from the first ``batch_size`` training images."""
     x = jnp.asarray(data[0])
@@ -139,14 +157,8 @@ def train(
     """
     check_optimizer(optimizer)
     policy = as_policy(K)
-    check_reset(reset_optimizer)
-    check_train_args(data, steps, loss, batch_size, fit_kwargs.get("eval_data"))
-    _check_placement_kwargs(fit_kwargs, sweep=False, data=data, batch_size=batch_size)
-    microbatch = check_microbatch(microbatch)
-    fit_kwargs = _evaluate_in_microbatches(microbatch, fit_kwargs)
-    (policy,), fit_kwargs = _policy_for_fit([policy], fit_kwargs)
-    step_fn = build_step(apply_fn, optimizer, loss, refresh=refresh, reset_optimizer=reset_optimizer, policy=policy,
-                         microbatch=microbatch)
+    (policy,), step_fn, fit_kwargs = _prepare(apply_fn, optimizer, loss, [policy], data, steps, batch_size,
+                                              refresh, reset_optimizer, microbatch, fit_kwargs, sweep=False)
     if refresh is not None:  # statistics at θ_0 before the first linearisation
         params = _initial_refresh(refresh, params, data, batch_size)
     state = init_state(params, optimizer, policy, steps=steps)
@@ -256,14 +268,8 @@ def train_sweep(
         )
     check_optimizer(optimizer)
     hyperparams = check_hyperparams(hyperparams, optimizer, params, len(Ks))
-    check_reset(reset_optimizer)
-    check_train_args(data, steps, loss, batch_size, fit_kwargs.get("eval_data"))
-    _check_placement_kwargs(fit_kwargs, sweep=True, data=data, batch_size=batch_size)
-    microbatch = check_microbatch(microbatch)
-    fit_kwargs = _evaluate_in_microbatches(microbatch, fit_kwargs)
-    policies, fit_kwargs = _policy_for_fit(policies, fit_kwargs)
-    step_fn = build_step(apply_fn, optimizer, loss, refresh=refresh, reset_optimizer=reset_optimizer,
-                         policy=policies[0], microbatch=microbatch)
+    policies, step_fn, fit_kwargs = _prepare(apply_fn, optimizer, loss, policies, data, steps, batch_size, refresh,
+                                             reset_optimizer, microbatch, fit_kwargs, sweep=True)
     if refresh is not None:
         params = jax.vmap(lambda p: _initial_refresh(refresh, p, data, batch_size))(params)
     size = log_size(policies, steps)  # one log size for every run, so that their states stack
