@@ -96,9 +96,9 @@ from ..precision import full_precision, matmul, x64
 from ..stats import Difference, difference, num, pct
 from ._common import Experiment, network_correct, seed_keys
 
-__all__ = ["Config", "get_config", "SCALES", "EXPERIMENT", "load", "compute", "precompute", "claims", "Linearisation", "linearise_at",
-           "update", "flow_phi", "damped_phi", "lanczos_apply", "main_size", "ran_main_size", "run_specs", "slopes",
-           "plot"]
+__all__ = ["Config", "get_config", "SCALES", "EXPERIMENT", "load", "compute", "precompute", "claims", "Linearisation",
+           "linearise_at", "update", "flow_phi", "damped_phi", "lanczos_apply", "main_size", "ran_main_size",
+           "run_specs", "slopes", "plot"]
 
 INF = math.inf
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..checkpoint import CheckpointError
 
-__all__ = ["data_fingerprint", "canonical", "same_json", "RunIdentity", "check_progress"]
+__all__ = ["data_fingerprint", "RunIdentity", "check_progress"]
 
 
 def data_fingerprint(*trees) -> str:
