@@ -52,8 +52,13 @@ Cost. The kernel route (per-example Jacobians, JJᵀ, eigh) costs O(N·O·P) for
 product) needs about √(τ·max σ) products for the flow and about √(max σ / min σ) for τ = ∞. The
 kernel route is used here (the notebook gives the measured costs of both and where they cross).
 A run interrupted resumes from its last finished re-linearisation (one checkpoint per run, written
-atomically after every re-linearisation). Several processes can share a device: each computes some
-seeds with :func:`precompute` into the checkpoint folder that :func:`compute` then reads.
+atomically after every re-linearisation); a finished run leaves only its :class:`Scores` (a few kB).
+Several processes can share a device, and several machines one reference run: each computes some
+seeds with :func:`precompute` into the checkpoint folder that :func:`compute` then reads, e.g. for
+the reference run (:mod:`iterlin.experiments.reference`) at the ``gpu`` scale, seeds 1 and 5 in a
+process of their own::
+
+    c = limit.get_config("gpu"); limit.precompute(c, limit.load(c), [1, 5], ".cache/reference/limit-gpu")
 
 Config keys: ``n_train`` (list, doubling grid), ``n_test`` (None: every installed test image),
 ``total_time`` (T), ``relins`` (list of R), ``n_relin`` (R of GN, damped GN and the scaling runs),
@@ -96,8 +101,8 @@ from ..precision import full_precision, matmul, x64
 from ..stats import Difference, difference, num, pct
 from ._common import Experiment, network_correct, seed_keys
 
-__all__ = ["Config", "get_config", "SCALES", "EXPERIMENT", "load", "compute", "precompute", "claims", "Linearisation",
-           "linearise_at", "update", "flow_phi", "damped_phi", "lanczos_apply", "main_size", "ran_main_size",
+__all__ = ["Config", "get_config", "SCALES", "EXPERIMENT", "load", "compute", "precompute", "Scores", "claims",
+           "Linearisation", "linearise_at", "update", "flow_phi", "damped_phi", "lanczos_apply", "main_size", "ran_main_size",
            "run_specs", "slopes", "plot"]
 
 INF = math.inf
@@ -138,8 +143,11 @@ SCALES = {
                 n_relin=8, seed=0, n_seeds=8, n_check=32, gd_steps=200),
     # gpu: the R grid {1, …, 32} and GN / damped GN at N = 256, the scaling runs at N = 128, 256 and
     # 512, eight seeds (three left every interval too wide: t(2) = 4.30 against t(7) = 2.36); the
-    # eigendecompositions on the GPU (float64). Three seeds took 484 s of one H100 beside two other runs
-    # (N = 1,000, R in the hundreds: far more).
+    # eigendecompositions on the GPU (float64). At full precision on one H100 (JAX 0.11.2, 2026-11-27)
+    # one process computed seed 0's 11 runs at N = 256 and 512 in 224 s, four side by side seeds 1-4's
+    # in 331 s: the eight seeds need about 13 minutes of the device, more than one session lends, so
+    # the run is split across sessions by carrying precompute's folder (N = 1,000, R in the hundreds:
+    # far more).
     "gpu": dict(n_train=[128, 256, 512], n_main=256, n_test=None, total_time=0.5,
                 relins=[1, 2, 4, 8, 16, 32], n_relin=8, seed=0, n_seeds=8, n_check=64, gd_steps=2000),
     # paper: the paper's training sets are far larger; the kernel route ends near N = 1,000 on one GPU.
@@ -368,6 +376,33 @@ def _train_stats(apply_fn, params, x, y) -> tuple[float, float]:
     return float(np.mean(out.argmax(-1) == np.asarray(y))), float(np.sqrt(np.mean((out - target) ** 2)))
 
 
+class Scores(NamedTuple):
+    """What a finished run is scored by: all that :func:`compute` keeps of it."""
+
+    net_correct: np.ndarray  #: (n_test,) bool, the network f(θ_R) on every test image
+    lin_correct: np.ndarray  #: (n_test,) bool, its last linear model f_lin(θ_R) at θ_s
+    train_acc: np.ndarray  #: () float64, the network's accuracy on its N training images
+    train_rmse: np.ndarray  #: () float64, the network's RMSE against the one-hot targets
+
+    @classmethod
+    def of(cls, apply_fn, params, params_s, x, y, xt, yt) -> "Scores":
+        acc, rmse = _train_stats(apply_fn, params, x, y)
+        return cls(network_correct(apply_fn, params, xt, yt), _lin_correct(apply_fn, params_s, params, xt, yt),
+                   np.float64(acc), np.float64(rmse))
+
+    @classmethod
+    def read(cls, path: Path, key: str, n_test: int) -> "Scores | None":
+        """The scores stored at ``path`` for run ``key`` (None: absent, unreadable or another run's)."""
+        if not path.exists():
+            return None
+        template = cls(np.zeros(n_test, bool), np.zeros(n_test, bool), np.float64(0), np.float64(0))
+        try:
+            scores, meta = load_checkpoint(path, template)
+        except CheckpointError:
+            return None
+        return cls(*scores) if meta.get("run") == key else None
+
+
 def compute(config: Config, data: Dataset, *, checkpoint_dir=None, progress: bool = False) -> dict:
     """Every run of :func:`run_specs` and the consistency checks (module docstring for the results).
 
@@ -379,11 +414,14 @@ def compute(config: Config, data: Dataset, *, checkpoint_dir=None, progress: boo
 
 
 def precompute(config: Config, data: Dataset, seeds, checkpoint_dir, *, progress: bool = False) -> None:
-    """Compute the runs of ``seeds`` (some of the config's) into ``checkpoint_dir`` without scoring them.
+    """Compute the runs of ``seeds`` (some of the config's) into ``checkpoint_dir``.
 
-    So that several processes can share one device's time, each on its own seeds: :func:`compute`
-    with the same ``checkpoint_dir`` then finds those runs done, computes the rest (its re-linearisation
-    timings are of the runs it computes itself) and scores every run. The reference run's folder is
+    So that several processes can share one device's time, each on its own seeds, and several
+    machines or sessions one reference run: :func:`compute` with the same ``checkpoint_dir`` then
+    finds those runs done, computes the rest (its re-linearisation timings are of the runs it
+    computes itself) and collects every run's scores. A finished run leaves only its :class:`Scores`
+    there (``<run>.scores.npz``, a few kB), an unfinished one its parameters, so the folder can be
+    carried from one machine to another. The reference run's folder is
     ``<repo>/.cache/reference/limit-<scale>`` (:func:`iterlin.experiments.reference.write`). At full
     precision, as :func:`compute`."""
     own = list(range(config.seed, config.seed + config.n_seeds))
@@ -397,10 +435,13 @@ def precompute(config: Config, data: Dataset, seeds, checkpoint_dir, *, progress
 
 
 def _runs(config: Config, data: Dataset, checkpoint_dir, timings: dict, seeds, progress: bool):
-    """Yield (spec, model, x, y, θ_R, θ_s) for every run of :func:`run_specs` (of ``seeds`` only, unless
-    None), each resumed from and saved to ``checkpoint_dir`` when given; ``timings[N]`` collects the
-    wall time of every re-linearisation computed."""
+    """Yield (spec, :class:`Scores`) for every run of :func:`run_specs` (of ``seeds`` only, unless
+    None). With ``checkpoint_dir``, a run whose scores are stored there is read, not computed; any
+    other resumes from its checkpoint there, is saved after every re-linearisation, and when done
+    its scores are written and its checkpoint removed. ``timings[N]`` collects the wall time of
+    every re-linearisation computed."""
     x_all, y_all = np.asarray(data.x_train), np.asarray(data.y_train)
+    xt, yt = np.asarray(data.x_test), np.asarray(data.y_test)
     ckdir = None if checkpoint_dir is None else Path(checkpoint_dir)
     if ckdir is not None:
         ckdir.mkdir(parents=True, exist_ok=True)
@@ -409,39 +450,41 @@ def _runs(config: Config, data: Dataset, checkpoint_dir, timings: dict, seeds, p
         for spec in run_specs(config):
             if seeds is not None and spec.seed not in seeds:
                 continue
-            if spec.seed not in models:
-                models[spec.seed] = make_model("cnn", seed_keys(spec.seed)[0])
-            model = models[spec.seed]
-            x, y = x_all[: spec.n_train], y_all[: spec.n_train]
-            tlist = timings.setdefault(spec.n_train, [])
+            key = spec.key()
+            stored = None if ckdir is None else ckdir / f"{key}.scores.npz"
+            scores = None if stored is None else Scores.read(stored, key, len(yt))
+            if scores is None:
+                if spec.seed not in models:
+                    models[spec.seed] = make_model("cnn", seed_keys(spec.seed)[0])
+                model = models[spec.seed]
+                x, y = x_all[: spec.n_train], y_all[: spec.n_train]
+                tlist = timings.setdefault(spec.n_train, [])
 
-            def first(spec=spec, x=x, y=y, model=model, tlist=tlist):
-                k = (spec.seed, spec.n_train)
-                if k not in firsts:
-                    t0 = time.perf_counter()
-                    firsts.clear()
-                    firsts[k] = linearise_at(model.apply_fn, model.params, x, y)
-                    tlist.append(time.perf_counter() - t0)
-                return firsts[k]
+                def first(spec=spec, x=x, y=y, model=model, tlist=tlist):
+                    k = (spec.seed, spec.n_train)
+                    if k not in firsts:
+                        t0 = time.perf_counter()
+                        firsts.clear()
+                        firsts[k] = linearise_at(model.apply_fn, model.params, x, y)
+                        tlist.append(time.perf_counter() - t0)
+                    return firsts[k]
 
-            ckpt = None if ckdir is None else ckdir / f"{spec.key()}.npz"
-            params, params_s = _run(model.apply_fn, model.params, x, y, spec, first, ckpt, tlist)
+                ckpt = None if ckdir is None else ckdir / f"{key}.npz"
+                params, params_s = _run(model.apply_fn, model.params, x, y, spec, first, ckpt, tlist)
+                scores = Scores.of(model.apply_fn, params, params_s, x, y, xt, yt)
+                if ckdir is not None:
+                    save_checkpoint(stored, scores, {"run": key})
+                    ckpt.unlink(missing_ok=True)
             if progress:
-                print(f"limit: {spec.key()} done", flush=True)
-            yield spec, model, x, y, params, params_s
+                print(f"limit: {key} done", flush=True)
+            yield spec, scores
     finally:
         firsts.clear()
 
 
 def _compute(config: Config, data: Dataset, checkpoint_dir, progress: bool) -> dict:
-    xt, yt = np.asarray(data.x_test), np.asarray(data.y_test)
     timings: dict[int, list] = {}
-    rows = []
-    for spec, model, x, y, params, params_s in _runs(config, data, checkpoint_dir, timings, None, progress):
-        net = network_correct(model.apply_fn, params, xt, yt)
-        lin = _lin_correct(model.apply_fn, params_s, params, xt, yt)
-        train_acc, train_rmse = _train_stats(model.apply_fn, params, x, y)
-        rows.append((spec, net, lin, train_acc, train_rmse))
+    rows = list(_runs(config, data, checkpoint_dir, timings, None, progress))
     sizes = sorted(timings)
     return {
         "runs": {
@@ -451,17 +494,17 @@ def _compute(config: Config, data: Dataset, checkpoint_dir, progress: bool) -> d
             "damping": np.asarray([r[0].damping for r in rows], np.float64),
             "n_train": np.asarray([r[0].n_train for r in rows]),
             "seed": np.asarray([r[0].seed for r in rows]),
-            "net_test_correct": np.stack([r[1] for r in rows]),
-            "lin_test_correct": np.stack([r[2] for r in rows]),
-            "net_test_acc": np.asarray([r[1].mean() for r in rows]),
-            "lin_test_acc": np.asarray([r[2].mean() for r in rows]),
-            "net_train_acc": np.asarray([r[3] for r in rows]),
-            "train_rmse": np.asarray([r[4] for r in rows]),
+            "net_test_correct": np.stack([r[1].net_correct for r in rows]),
+            "lin_test_correct": np.stack([r[1].lin_correct for r in rows]),
+            "net_test_acc": np.asarray([r[1].net_correct.mean() for r in rows]),
+            "lin_test_acc": np.asarray([r[1].lin_correct.mean() for r in rows]),
+            "net_train_acc": np.asarray([float(r[1].train_acc) for r in rows]),
+            "train_rmse": np.asarray([float(r[1].train_rmse) for r in rows]),
         },
         "relin_seconds": {"n_train": np.asarray(sizes),
                           "seconds": np.asarray([np.median(timings[n]) if timings[n] else np.nan for n in sizes])},
         "checks": consistency_checks(config, np.asarray(data.x_train), np.asarray(data.y_train)),
-        "n_test": np.asarray(len(yt)),
+        "n_test": np.asarray(len(np.asarray(data.y_test))),
     }
 
 

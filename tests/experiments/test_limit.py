@@ -5,6 +5,7 @@ run; every claim's verdict on constructed results."""
 from __future__ import annotations
 
 import math
+import shutil
 
 import jax
 import jax.numpy as jnp
@@ -301,3 +302,24 @@ def test_precompute_then_compute_equals_one_compute(tmp_path, cifar_subset_path,
             limit.precompute(config, data, bad, tmp_path / "c")
     with pytest.raises(ValueError, match="checkpoint_dir"):
         limit.precompute(config, data, [0], None)
+
+
+def test_finished_runs_leave_only_their_scores(tmp_path, cifar_subset_path):
+    """A finished run's folder entry is its scores (the parameters removed), so a folder computed on
+    one machine can be carried to another; scores that are another run's or damaged are recomputed."""
+    config = resolve("limit", "smoke", n_train=[4, 8], n_test=16, relins=[1, 2], n_relin=2, n_check=4, gd_steps=3,
+                     n_seeds=2)
+    data = limit.load(config)
+    folder = tmp_path / "runs"
+    limit.precompute(config, data, [1], folder)
+    keys = [s.key() for s in limit.run_specs(config) if s.seed == 1]
+    assert sorted(p.name for p in folder.iterdir()) == sorted(f"{k}.scores.npz" for k in keys)
+    carried = tmp_path / "carried"
+    shutil.copytree(folder, carried)
+    whole = limit.compute(config, data)
+    (carried / f"{keys[0]}.scores.npz").write_bytes(b"damaged")
+    (carried / f"{keys[1]}.scores.npz").write_bytes((folder / f"{keys[2]}.scores.npz").read_bytes())
+    split = limit.compute(config, data, checkpoint_dir=carried)
+    for key in ("net_test_correct", "lin_test_correct", "net_train_acc", "train_rmse"):
+        np.testing.assert_array_equal(split["runs"][key], whole["runs"][key])
+    assert not list(carried.glob("*_s1.npz")) and len(list(carried.glob("*.scores.npz"))) == 2 * len(keys)
