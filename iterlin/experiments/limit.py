@@ -95,6 +95,7 @@ from ..data import Dataset, load_cifar10
 from ..gauss_newton import gauss_newton_step
 from ..jacobian import flat_jacobian, rcond
 from ..linearise import linearised_apply
+from ..memo import memoise
 from ..models import make_model
 from ..plotting import band, legend, panels
 from ..precision import full_precision, matmul, x64
@@ -231,17 +232,13 @@ def _coefficients(lin: Linearisation, phi: Callable) -> np.ndarray:
     return lin.U @ (filt * (lin.U.T @ lin.r0))
 
 
+@memoise
 def _transpose_apply(apply_fn):
     """``(params, x, a) -> Jᵀa`` (one VJP over the batch), jitted once per ``apply_fn``."""
-    if apply_fn not in _PULLBACKS:
-        def pull(params, x, a):
-            out, vjp = jax.vjp(lambda p: apply_fn(p, x), params)
-            return vjp(a.reshape(out.shape).astype(out.dtype))[0]
-        _PULLBACKS[apply_fn] = jax.jit(pull)
-    return _PULLBACKS[apply_fn]
-
-
-_PULLBACKS: dict = {}
+    def pull(params, x, a):
+        out, vjp = jax.vjp(lambda p: apply_fn(p, x), params)
+        return vjp(a.reshape(out.shape).astype(out.dtype))[0]
+    return jax.jit(pull)
 
 
 def update(apply_fn: Callable, params: Any, x, lin: Linearisation, phi: Callable) -> Any:
@@ -336,14 +333,15 @@ def run_specs(config: Config) -> list[Spec]:
     return specs
 
 
-_LIN_PREDICT: dict = {}
+@memoise
+def _lin_predict(apply_fn):
+    """``(θ_s, θ, x) -> argmax f_lin``, jitted once per ``apply_fn``."""
+    return jax.jit(lambda ps, p, xb: jnp.argmax(linearised_apply(apply_fn, ps, p, xb), -1))
 
 
 def _lin_correct(apply_fn, params_s, params, x, y, batch: int = 500) -> np.ndarray:
     """Whether the linear model at θ_s evaluated at θ classifies each image correctly (N,) bool."""
-    if apply_fn not in _LIN_PREDICT:
-        _LIN_PREDICT[apply_fn] = jax.jit(lambda ps, p, xb: jnp.argmax(linearised_apply(apply_fn, ps, p, xb), -1))
-    fn = _LIN_PREDICT[apply_fn]
+    fn = _lin_predict(apply_fn)
     out = [np.asarray(fn(params_s, params, jnp.asarray(x[i:i + batch]))) for i in range(0, len(x), batch)]
     return np.concatenate(out) == np.asarray(y)
 
