@@ -81,7 +81,7 @@ import optax
 import iterlin
 from iterlin.models import make_model, resolve_conv
 from iterlin.training import default_evaluation, init_state, make_step
-from iterlin.tree import tree_stack
+from iterlin.tree import tree_index, tree_stack
 
 #: Peak dense FLOP/s (TFLOP/s) by device kind (a substring of ``device.device_kind``; the first
 #: match wins): (FP32 on the non-tensor units, the tensor units' dense peak for float32 inputs at
@@ -445,7 +445,7 @@ def run_benchmark(args, K, B, T):
         return iterlin.train_sweep(model.apply_fn, stacked, (x_np, y_np), K=[K] * R, steps=T3, optimizer=opt,
                                    batch_size=B, devices=[dev], microbatch=mb, **ends_sub)[0]
 
-    singles = [jax.tree.map(lambda leaf, i=i: leaf[i], stacked) for i in range(R)]
+    singles = [tree_index(stacked, i) for i in range(R)]
 
     def one_by_one():
         return [iterlin.train(model.apply_fn, p, (x_np, y_np), steps=T3, **common, **ends_sub)[0] for p in singles]
