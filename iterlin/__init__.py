@@ -53,7 +53,7 @@ from .stability import (
     max_stable_lr,
     sharpness_recorder,
 )
-from .training import TrainState, commit_step, fit, init_state, make_step, train, train_sweep
+from .training import History, Metrics, TrainState, commit_step, fit, init_state, make_step, train, train_sweep
 from .tree import tree_allclose, tree_size, tree_stack
 
 __all__ = [
@@ -112,6 +112,8 @@ __all__ = [
     "quintic",
     "CheckpointError",
     "TrainState",
+    "History",
+    "Metrics",
     "commit_step",
     "fit",
     "get_loss",

@@ -121,11 +121,11 @@ def train_adam_solved(
         training set), ``augment``, ``callback``, ``checkpoint``, ``progress``, ``config``).
 
     Returns:
-      ``(params, history)``: θ_T and :func:`iterlin.training.fit`'s history (per evaluation point:
-      ``step``, ``n_relin``, ``{net,lin}_{train,test}_*``, …) plus ``inner_steps`` (steps into the
-      current linearisation at each evaluation point) and, one entry per re-linearisation, the
-      log of :func:`iterlin.relin.history`: ``relin_step``, ``relin_inner_steps``, ``relin_acc``,
-      ``relin_loss``, ``relin_reason``.
+      ``(params, history)``: θ_T and its :class:`iterlin.training.History` (per evaluation point:
+      ``step``, ``n_relin``, ``net_train``, …) with ``extra["inner_steps"]`` (steps into the
+      current linearisation at each evaluation point) and, one entry per re-linearisation,
+      ``relin`` (:class:`iterlin.relin.RelinLog`): ``step``, ``inner_steps``, ``acc``, ``loss``,
+      ``reason``.
     """
     lr = check_positive(lr, "lr")
     steps = check_steps(steps)

@@ -523,7 +523,7 @@ def kernel_tracker(
         cb = kernel_tracker(apply_fn, x_train[:32])
         params, hist = iterlin.train(apply_fn, params0, (x, y), K=100, steps=1000, optimizer=opt,
                                      eval_steps=relinearisation_steps(100, 1000), callback=cb)
-        hist["kernel_distance_relin"]   # (11,): the kernel change of each re-linearisation
+        hist.extra["kernel_distance_relin"]   # (11,): the kernel change of each re-linearisation
 
     Args:
       apply_fn: ``apply_fn(params, x) -> (N, O)``.

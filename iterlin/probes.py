@@ -261,7 +261,7 @@ def probe_tracker(
         cb = probe_tracker(cnn_features, (x_train[:2000], y_train[:2000]), (x_test, y_test))
         params, hist = iterlin.train(model.apply_fn, model.params, (x_train, y_train), K=1, steps=...,
                                      optimizer=optax.sgd(1e-3), callback=cb)
-        hist["probe_layer1_test_acc"]
+        hist.extra["probe_layer1_test_acc"]
     """
     if not callable(features_fn):
         raise TypeError(f"features_fn={features_fn!r} is not allowed: it must be callable (params, x) -> dict.")

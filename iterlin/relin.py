@@ -43,8 +43,8 @@ into entry j of a fixed-size buffer in its state, ``relin_step`` of shape (L,), 
 = ⌊T / (its shortest possible period)⌋ + 1 ≤ :data:`MAX_LOG` (a scatter with ``mode="drop"``: past
 L entries the count ``TrainState.n_relin`` still counts, only the log entry is dropped). For
 ``every(K)`` the steps are K, 2K, …, ``n_relin``·K: nothing is stored on device. :func:`history`
-reads them back on the host; :func:`iterlin.training.train` and ``train_sweep`` add them to the
-history as ``relin_step`` ((J,) for a run, (R, J) padded with −1 for a sweep).
+reads them back on the host (a :class:`RelinLog`); :func:`iterlin.training.train` and ``train_sweep``
+add it to the history as ``History.relin`` (``step`` (J,) for a run, (R, J) padded with −1 for a sweep).
 """
 
 from __future__ import annotations
@@ -71,6 +71,7 @@ __all__ = [
     "as_policy",
     "log_size",
     "history",
+    "RelinLog",
     "MAX_LOG",
     "RELIN_REASONS",
     "fmt_K",
@@ -540,35 +541,53 @@ def log_size(policies: Sequence[RelinPolicy], steps: int) -> int:
     return n
 
 
+class RelinLog(NamedTuple):
+    """When a run re-linearised, and its policy's log: entry j is its j-th re-linearisation
+    (θ_s ← θ_t after t = ``step[j]`` steps). Shapes (J,) for one run; (R, J) for a sweep, J the
+    longest log, padded with −1 (steps), NaN (floats) or ``""``. A field the policy does not log
+    is None.
+
+    ``step`` (int32) for every policy; ``gap`` (:func:`adaptive`: the gap that step measured);
+    ``inner_steps``, ``acc``, ``loss`` and ``reason`` (strings of :data:`RELIN_REASONS`;
+    :func:`until_solved`).
+    """
+
+    step: np.ndarray
+    gap: np.ndarray | None = None
+    inner_steps: np.ndarray | None = None
+    acc: np.ndarray | None = None
+    loss: np.ndarray | None = None
+    reason: np.ndarray | None = None
+
+    def as_dict(self) -> dict:
+        """``{"relin_<field>": array}`` for the fields logged: a result file's columns."""
+        return {f"relin_{k}": v for k, v in self._asdict().items() if v is not None}
+
+
 #: Padding of a sweep's per-run logs (the runs re-linearise different numbers of times).
-_PAD = {"relin_step": -1, "relin_inner_steps": -1, "relin_acc": math.nan, "relin_loss": math.nan,
-        "relin_reason": "", "relin_gap": math.nan}
+_PAD = {"step": -1, "inner_steps": -1, "acc": math.nan, "loss": math.nan, "reason": "", "gap": math.nan}
 
 
-def _run_history(policy, n_relin: int, K: int) -> dict:
+def _run_history(policy, n_relin: int, K: int) -> RelinLog:
     """One run's log on the host (see :func:`history`)."""
     if isinstance(policy, SolveState):
         n = min(n_relin, int(policy.relin_step.shape[0]))
-        out = {k: np.asarray(getattr(policy, k))[:n]
-               for k in ("relin_step", "relin_inner_steps", "relin_acc", "relin_loss")}
-        out["relin_reason"] = np.asarray([RELIN_REASONS[r] for r in np.asarray(policy.relin_reason)[:n]], dtype=str)
-        return out
+        reasons = np.asarray([RELIN_REASONS[r] for r in np.asarray(policy.relin_reason)[:n]], dtype=str)
+        return RelinLog(np.asarray(policy.relin_step)[:n], inner_steps=np.asarray(policy.relin_inner_steps)[:n],
+                        acc=np.asarray(policy.relin_acc)[:n], loss=np.asarray(policy.relin_loss)[:n], reason=reasons)
     if isinstance(policy, AdaptiveState):
         n = min(n_relin, int(policy.relin_step.shape[0]))
-        return {"relin_step": np.asarray(policy.relin_step)[:n], "relin_gap": np.asarray(policy.relin_gap)[:n]}
+        return RelinLog(np.asarray(policy.relin_step)[:n], gap=np.asarray(policy.relin_gap)[:n])
     n = min(n_relin, MAX_LOG) if K > 0 else 0  # every(K): the steps K, 2K, …, n_relin·K
-    return {"relin_step": (K * np.arange(1, n + 1)).astype(np.int32)}
+    return RelinLog((K * np.arange(1, n + 1)).astype(np.int32))
 
 
-def history(state, sweep: bool = False) -> dict:
-    """The steps at which a run re-linearised (and its policy's log), as host arrays.
+def history(state, sweep: bool = False) -> RelinLog:
+    """The steps at which a run re-linearised (and its policy's log), as host arrays
+    (:class:`RelinLog`).
 
     ``state`` is a final :class:`iterlin.training.TrainState` (``sweep``: stacked over R runs).
-    Entry j is the run's j-th re-linearisation (θ_s ← θ_t after t = ``relin_step[j]`` steps), for j
-    below ``n_relin`` and :data:`MAX_LOG`. Keys: ``relin_step`` (int32) for every policy; also
-    ``relin_gap`` (:func:`adaptive`), and ``relin_inner_steps``, ``relin_acc``, ``relin_loss`` and
-    ``relin_reason`` (strings of :data:`RELIN_REASONS`, :func:`until_solved`). Shapes: (J,) for one
-    run; (R, J) for a sweep, J the longest log, padded with −1 (steps), NaN (floats) or ``""``.
+    Entry j is the run's j-th re-linearisation, for j below ``n_relin`` and :data:`MAX_LOG`.
 
     Example:
       >>> import jax.numpy as jnp, optax
@@ -577,7 +596,7 @@ def history(state, sweep: bool = False) -> dict:
       >>> x = jnp.array([[1.0], [2.0]]); y = 3 * x
       >>> _, hist = train(f, jnp.zeros((1, 1)), (x, y), K=relin.every(3), steps=10, optimizer=optax.sgd(0.1),
       ...                 loss="mse")
-      >>> hist["relin_step"].tolist()
+      >>> hist.relin.step.tolist()
       [3, 6, 9]
     """
     state = jax.device_get(state)
@@ -586,9 +605,12 @@ def history(state, sweep: bool = False) -> dict:
     runs = int(np.shape(state.n_relin)[0])
     logs = [_run_history(tree_index(state.policy, i), int(state.n_relin[i]), int(state.K[i])) for i in range(runs)]
     out = {}
-    for key, fill in ((k, _PAD[k]) for k in logs[0]):
-        J = max(len(log[key]) for log in logs)
-        dtype = str if isinstance(fill, str) else logs[0][key].dtype
-        out[key] = np.asarray([list(log[key]) + [fill] * (J - len(log[key])) for log in logs], dtype=dtype)
-        out[key] = out[key].reshape(runs, J)
-    return out
+    for key, first in logs[0]._asdict().items():
+        if first is None:
+            continue
+        fill = _PAD[key]
+        J = max(len(getattr(log, key)) for log in logs)
+        dtype = str if isinstance(fill, str) else first.dtype
+        out[key] = np.asarray([list(getattr(log, key)) + [fill] * (J - len(getattr(log, key))) for log in logs],
+                              dtype=dtype).reshape(runs, J)
+    return RelinLog(**out)

@@ -277,8 +277,8 @@ def test_an_empty_relin_log_and_the_reasons(mlp):
     state = init_state(mlp.params, optax.adam(LR), until_solved(max_period=math.inf), steps=10)
     assert int(state.K) == 0  # K = ∞
     log = history(state)
-    assert set(log) == {"relin_step", "relin_inner_steps", "relin_acc", "relin_loss", "relin_reason"}
-    assert all(len(v) == 0 for v in log.values())
+    assert set(log.as_dict()) == {"relin_step", "relin_inner_steps", "relin_acc", "relin_loss", "relin_reason"}
+    assert log.gap is None and all(len(v) == 0 for v in log.as_dict().values())
     assert RELIN_REASONS[1:] == ("target", "plateau", "K")
 
 

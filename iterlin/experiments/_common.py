@@ -326,6 +326,7 @@ def sweep(
         callback=None if callback is None else callback(apply_fn, params0), checkpoint=checkpoint,
         progress=progress, config=dict(config or {}),
     )
+    history = dict(history)  # the flat columns, to which the experiments' own are added
     policies = [k for k in K if isinstance(k, RelinPolicy) and k.kind != "every"]  # train_sweep: one kind
     if policies:
         history["policy"] = np.asarray([p.kind for p in policies] * S, dtype=str)

@@ -247,6 +247,7 @@ def compute(config: Config, data: Dataset, *, checkpoint_dir=None, progress: boo
             )(model.apply_fn, params),
             checkpoint=checkpoint_path(checkpoint_dir, name), progress=progress, config=config.to_dict(),
         )
+        hist = dict(hist)  # the flat columns, to which this figure's own are added
         hist["net_test_correct"] = np.asarray(hist.pop("net_test_correct"), bool)[:, -1, :]
         hist["K"] = np.tile(np.asarray([float(k) for k in Ks], np.float64), len(seed_list))
         hist["lr"] = np.full(len(Ks) * len(seed_list), float(panel.lr))

@@ -61,7 +61,8 @@ Design:
 
 The package, one concern per module: ``_state`` (:class:`RunState`, :class:`TrainState`,
 :func:`commit_proposal`, :func:`commit_step`), ``_steps`` (:func:`make_step`), ``_batching``,
-``_evaluation``, ``_checks``, ``_checkpointing``, ``_placement``, ``_loop`` (:func:`fit`) and ``_api``
+``_evaluation``, ``_history`` (:class:`History`, :class:`Metrics`), ``_checks``, ``_checkpointing``,
+``_placement``, ``_loop`` (:func:`fit`) and ``_api``
 (:func:`train`, :func:`train_sweep`).
 """
 
@@ -70,6 +71,7 @@ from __future__ import annotations
 from ._api import train, train_sweep
 from ._batching import make_batch_fn
 from ._checks import check_train_args
+from ._history import History, Metrics
 from ._evaluation import DEFAULT_EVAL_BUDGET, DEFAULT_EVAL_POINTS, MAX_EVAL_POINTS, MIN_EVAL_TRAIN, default_evaluation
 from ._loop import fit
 from ._state import RunState, TrainState, commit_proposal, commit_step, divergence_bound, init_state
@@ -78,6 +80,8 @@ from ._steps import make_linearised_update, make_step, mean_value_and_grad
 __all__ = [
     "RunState",
     "TrainState",
+    "History",
+    "Metrics",
     "init_state",
     "commit_proposal",
     "commit_step",

@@ -5,6 +5,7 @@ A private module of :mod:`iterlin.training` (see its docstring), which exports w
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable, Mapping, Sequence
 
 import jax
@@ -116,13 +117,16 @@ def train(
         replicated; the batch size must be a multiple of the device count; see :func:`fit`).
 
     Returns:
-      ``(params, history)``: θ_T and a dict of arrays over evaluation points: ``step``, ``n_relin``
-      (T/K so far), and ``{net,lin}_{train,test}_{loss,acc|rmse}`` for the network f(θ_t) and the
-      current linear model f_lin_s(θ_t); plus ``diverged`` and ``diverged_step`` (−1 if finite),
-      and the steps at which the run re-linearised, ``relin_step`` (J,) (θ_s ← θ_t after t =
-      ``relin_step[j]`` steps; at most :data:`iterlin.relin.MAX_LOG` of them), with the policy's log
-      (:func:`iterlin.relin.history`: ``relin_gap`` for ``adaptive``; ``relin_inner_steps``,
-      ``relin_acc``, ``relin_loss``, ``relin_reason`` for ``until_solved``).
+      ``(params, history)``: θ_T and its :class:`iterlin.training.History` over the evaluation
+      points: ``step``, ``n_relin`` (T/K so far), ``net_train``, ``lin_train``, ``net_test``,
+      ``lin_test`` (:class:`iterlin.training.Metrics`: ``loss`` and ``acc`` or ``rmse``) for the
+      network f(θ_t) and the current linear model f_lin_s(θ_t); ``diverged`` and ``diverged_step``
+      (−1 if finite); ``relin`` (:class:`iterlin.relin.RelinLog`), the steps at which the run
+      re-linearised, ``relin.step`` (J,) (θ_s ← θ_t after t = ``relin.step[j]`` steps; at most
+      :data:`iterlin.relin.MAX_LOG` of them), with the policy's log (``gap`` for ``adaptive``;
+      ``inner_steps``, ``acc``, ``loss``, ``reason`` for ``until_solved``); and ``extra``, the
+      callback's values. It also reads as a mapping of flat columns (``history["net_test_acc"]``,
+      ``history["relin_step"]``, …), the form result files store.
 
     Example:
       Full-batch SGD on the MSE of 4 points, re-linearising every K = 10 steps. The network and its
@@ -139,11 +143,11 @@ def train(
       >>> y = jnp.sin(3 * x)
       >>> params, hist = train(f, params0, (x, y), K=10, steps=50, optimizer=optax.sgd(0.5),
       ...                      loss="mse", eval_every=25)
-      >>> hist["step"].tolist(), hist["n_relin"].tolist()
+      >>> hist.step.tolist(), hist.n_relin.tolist()
       ([0, 25, 50], [0, 2, 5])
-      >>> print(hist["net_train_loss"].round(4), hist["lin_train_loss"].round(4))
+      >>> print(hist.net_train.loss.round(4), hist.lin_train.loss.round(4))
       [0.2898 0.0918 0.0513] [0.2898 0.0921 0.0513]
-      >>> hist["relin_step"].tolist()
+      >>> hist.relin.step.tolist()
       [10, 20, 30, 40, 50]
 
       The same network re-linearised when its linear model's loss on the batch is more than 1 % off
@@ -152,7 +156,7 @@ def train(
       >>> from iterlin import relin
       >>> params, hist = train(f, params0, (x, y), K=relin.adaptive(0.01), steps=50, optimizer=optax.sgd(0.5),
       ...                      loss="mse", eval_every=25)
-      >>> hist["relin_step"].tolist(), hist["n_relin"].tolist()
+      >>> hist.relin.step.tolist(), hist.n_relin.tolist()
       ([2, 13, 37, 46], [0, 2, 4])
     """
     check_optimizer(optimizer)
@@ -164,8 +168,7 @@ def train(
     state = init_state(params, optimizer, policy, steps=steps)
     state, history = fit(step_fn, state, apply_fn, data, steps=steps, loss=loss, batch_size=batch_size, key=key,
                          **fit_kwargs)
-    history.update(relin_history(state))
-    return state.params, history
+    return state.params, dataclasses.replace(history, relin=relin_history(state))
 
 
 def _policy_for_fit(policies: list, fit_kwargs: dict) -> tuple[list, dict]:
@@ -230,9 +233,10 @@ def train_sweep(
     ``devices=[...]`` picks the devices, ``shard_runs=True/False`` forces it on/off (see :func:`fit`).
 
     Returns ``(params, history)`` (``(state, history)`` with ``return_state``) with params stacked
-    (R, ...) and history arrays of shape (R, E) (``step`` is (E,), ``diverged``/``diverged_step``
-    are (R,); the re-linearisation steps ``relin_step`` and the policy's log are (R, J), padded
-    with −1 or NaN, see :func:`iterlin.relin.history`). Other arguments as :func:`train`.
+    (R, ...) and the :class:`iterlin.training.History`'s arrays of shape (R, E) (``step`` is (E,),
+    ``diverged``/``diverged_step`` are (R,); ``relin``, the re-linearisation steps and the policy's
+    log, is (R, J), padded with −1 or NaN, see :func:`iterlin.relin.history`). Other arguments as
+    :func:`train`.
 
     Example:
       K = 1 (gradient descent), K = 10 and K = ∞ (the linearisation at θ_0) from the same θ_0:
@@ -248,9 +252,9 @@ def train_sweep(
       >>> y = jnp.sin(3 * x)
       >>> params, hist = train_sweep(f, tree_stack([params0] * 3), (x, y), K=[1, 10, math.inf], steps=50,
       ...                            optimizer=optax.sgd(0.5), loss="mse", eval_every=50)
-      >>> hist["n_relin"][:, -1].tolist()  # T/K re-linearisations per run
+      >>> hist.n_relin[:, -1].tolist()  # T/K re-linearisations per run
       [50, 5, 0]
-      >>> print(hist["net_train_loss"].round(4))  # (R, E): runs × evaluation points
+      >>> print(hist.net_train.loss.round(4))  # (R, E): runs × evaluation points
       [[0.2898 0.0449]
        [0.2898 0.0513]
        [0.2898 0.1414]]
@@ -279,7 +283,7 @@ def train_sweep(
         state = state._replace(opt_state=_with_hyperparams(state.opt_state, hyperparams))
     state, history = fit(step_fn, state, apply_fn, data, steps=steps, loss=loss, batch_size=batch_size, key=key,
                          sweep=True, **fit_kwargs)
-    history.update(relin_history(state, sweep=True))
+    history = dataclasses.replace(history, relin=relin_history(state, sweep=True))
     return state if return_state else state.params, history
 
 

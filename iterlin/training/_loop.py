@@ -21,6 +21,7 @@ from ._batching import batch_of, split_chunks
 from ._checkpointing import RunIdentity, check_progress, data_fingerprint
 from ._checks import check_pair, validate_common
 from ._evaluation import Evaluation, default_evaluation, eval_points, eval_program, means
+from ._history import History
 from ._placement import Placement, pad_runs, resolve_placement, unpad_runs
 from ._state import RunState
 
@@ -234,12 +235,11 @@ def _run(
         bar.close()
 
     state = view(state)
-    hist = {k: np.asarray(v) for k, v in history.items()}
+    columns = {k: np.asarray(v) for k, v in history.items()}
     if sweep:  # per-point lists of per-run values (E, R, ...) → (R, E, ...); step stays (E,)
-        hist = {k: (v if k == "step" else np.moveaxis(v, 0, 1)) for k, v in hist.items()}
-    hist["diverged"] = np.asarray(state.diverged)
-    hist["diverged_step"] = np.asarray(state.diverged_step)
-    return state, hist
+        columns = {k: (v if k == "step" else np.moveaxis(v, 0, 1)) for k, v in columns.items()}
+    return state, History.of(columns, diverged=np.asarray(state.diverged),
+                             diverged_step=np.asarray(state.diverged_step))
 
 
 def fit(
@@ -322,7 +322,8 @@ def fit(
     runs are stepped and placed), and take the state, the key, the data and the evaluation splits as
     arguments; a second call with the same ``step_fn``, ``apply_fn``, loss and shapes compiles
     nothing, whatever the values of the data and the state.
-    Returns the final state and the history (see :func:`train`).
+    Returns the final state and its :class:`History` (see :func:`train`); ``History.relin`` is None
+    (:func:`train` and :func:`train_sweep` add the re-linearisation policy's log).
     """
     x, y = (jnp.asarray(a) for a in check_pair(data, "data"))
     if eval_data is not None:

@@ -1,0 +1,134 @@
+"""The history of a run (or of a sweep's runs): what :func:`iterlin.training.fit` records.
+
+A private module of :mod:`iterlin.training` (see its docstring), which exports what users need.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator, Mapping
+from typing import NamedTuple
+
+import jax
+import numpy as np
+
+from ..relin import RelinLog
+from ._evaluation import MetricKey
+
+__all__ = ["Metrics", "History", "MODELS", "SPLITS", "METRIC_NAMES"]
+
+#: The models evaluated: the network f(θ_t) and its current linear model f_lin_s(θ_t).
+MODELS = ("net", "lin")
+
+#: The evaluation splits: a subset of the training data, and the held-out data when given.
+SPLITS = ("train", "test")
+
+
+#: Every evaluated quantity by its flat name (``net_test_acc`` → ``MetricKey("net", "test", "acc")``):
+#: the vocabulary of a history's (and its checkpoint's) evaluation columns.
+METRIC_NAMES = {k.name: k for k in (MetricKey(m, s, q) for s in SPLITS for m in MODELS for q in ("loss", "acc", "rmse"))}
+
+
+class Metrics(NamedTuple):
+    """One model's metrics on one split at the evaluation points: (E,) for a run, (R, E) for a sweep.
+
+    ``loss`` is the mean loss; ``acc`` the fraction classified correctly (integer labels, with
+    cross-entropy or the squared loss on one-hot targets) or ``rmse`` = √(mean squared error)
+    (real targets): the other is None.
+    """
+
+    loss: np.ndarray
+    acc: np.ndarray | None = None
+    rmse: np.ndarray | None = None
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class History(Mapping):
+    """What a run recorded at its E evaluation points (a sweep's R runs: leading axis R).
+
+    Fields:
+      step: (E,) the steps t evaluated (0 and the last step included).
+      n_relin: (E,) / (R, E) the re-linearisations so far (the paper's T/K, Definition 1).
+      net_train, lin_train: :class:`Metrics` of the network f(θ_t) and of the linear model
+        f_lin_s(θ_t) on the training subset; net_test, lin_test: on ``eval_data`` (None without).
+      diverged: () / (R,) bool, whether the run stopped at a non-finite or exploding loss;
+        diverged_step: the step it did (−1 if it did not).
+      relin: the steps at which the run re-linearised and its policy's log
+        (:class:`iterlin.relin.RelinLog`, :func:`iterlin.relin.history`); None where the
+        algorithm has no re-linearisation policy (Gauss–Newton).
+      extra: the values ``callback`` returned, by the callback's names, stacked over evaluation
+        points (kernel distances, probe accuracies, sharpness).
+
+    It is also a read-only mapping from the flat names ``<model>_<split>_<metric>``
+    (``net_test_acc``, ``lin_train_loss``, …), ``step``, ``n_relin``,
+    ``diverged``, ``diverged_step``, ``relin_<field>`` and the callback's names to the same arrays:
+    the columns a result file stores (``dict(history)`` is the experiments' table, to which they add
+    their own columns). A pytree (its fields are its children), so ``jax.tree.map`` applies to it.
+    """
+
+    step: np.ndarray
+    n_relin: np.ndarray
+    net_train: Metrics
+    lin_train: Metrics
+    net_test: Metrics | None
+    lin_test: Metrics | None
+    diverged: np.ndarray
+    diverged_step: np.ndarray
+    relin: RelinLog | None = None
+    extra: Mapping[str, np.ndarray] = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def of(cls, columns: Mapping[str, np.ndarray], *, diverged, diverged_step) -> "History":
+        """The history of the columns recorded at the evaluation points: ``step``, ``n_relin``, the
+        evaluations (``<model>_<split>_<metric>``) and the callback's values (every other name)."""
+        evaluations = {METRIC_NAMES[k]: v for k, v in columns.items() if k in METRIC_NAMES}
+        extra = {k: v for k, v in columns.items() if k not in METRIC_NAMES and k not in ("step", "n_relin")}
+
+        def metrics(model: str, split: str) -> Metrics | None:
+            got = {k.metric: v for k, v in evaluations.items() if (k.model, k.split) == (model, split)}
+            return Metrics(**got) if got else None
+
+        return cls(step=columns["step"], n_relin=columns["n_relin"],
+                   net_train=metrics("net", "train"), lin_train=metrics("lin", "train"),
+                   net_test=metrics("net", "test"), lin_test=metrics("lin", "test"),
+                   diverged=diverged, diverged_step=diverged_step, extra=extra)
+
+    def metrics(self, model: str, split: str) -> Metrics | None:
+        """The :class:`Metrics` of ``model`` ("net" or "lin") on ``split`` ("train" or "test")."""
+        return getattr(self, f"{model}_{split}")
+
+    def as_dict(self) -> dict[str, np.ndarray]:
+        """The flat columns (class docstring), a new dict."""
+        out: dict[str, np.ndarray] = {}
+        for split in SPLITS:
+            for model in MODELS:
+                m = self.metrics(model, split)
+                if m is not None:
+                    out.update({MetricKey(model, split, name).name: v
+                                for name, v in m._asdict().items() if v is not None})
+        out["step"], out["n_relin"] = self.step, self.n_relin
+        out.update(self.extra)
+        out["diverged"], out["diverged_step"] = self.diverged, self.diverged_step
+        if self.relin is not None:
+            out.update(self.relin.as_dict())
+        return out
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self._flat[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._flat)
+
+    def __len__(self) -> int:
+        return len(self._flat)
+
+    @property
+    def _flat(self) -> dict[str, np.ndarray]:
+        flat = self.__dict__.get("_flat_cache")
+        if flat is None:
+            flat = self.as_dict()
+            object.__setattr__(self, "_flat_cache", flat)
+        return flat
+
+
+jax.tree_util.register_dataclass(History, data_fields=[f.name for f in dataclasses.fields(History)], meta_fields=[])
