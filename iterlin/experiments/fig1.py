@@ -328,15 +328,15 @@ def literal_runs(apply_fn, params, data, config: Config, *, checkpoint_dir=None,
                            eval_steps=eval_points(T, config.n_evals), callback=bound, progress=progress,
                            config={**config.to_dict(), "literal_lr": rate},
                            checkpoint=checkpoint_path(checkpoint_dir, f"literal{r}"))
-        E = len(h["step"])
-        div[r] = np.asarray(h["diverged"]).reshape(NL, S)
-        div_step[r] = np.asarray(h["diverged_step"]).reshape(NL, S)
+        E = len(h.step)
+        div[r] = np.asarray(h.diverged).reshape(NL, S)
+        div_step[r] = np.asarray(h.diverged_step).reshape(NL, S)
         for k in keys:
             lit[k][r] = np.where(div[r], np.nan, np.asarray(h[k]).reshape(NL, S, E)[..., -1])
         if bounds is None:
             bounds = np.full((NR, NL, S, E), np.nan)
-            out["bound_step"] = np.asarray(h["step"])
-        bounds[r] = np.asarray(h["bound"]).reshape(NL, S, E)
+            out["bound_step"] = np.asarray(h.step)
+        bounds[r] = np.asarray(h.extra["bound"]).reshape(NL, S, E)
     out.update(lit, diverged=div, diverged_step=div_step, bound=bounds)
 
     # The closed form at the same (τ, R): one program per distinct R (every rate and seed).
@@ -401,12 +401,14 @@ def compute(config: Config, data: Dataset, *, checkpoint_dir=None, progress: boo
 
         def store(idx, history, reps):
             # history arrays (len(idx)·S, E), run order: K-major, then seeds
-            E = len(history["step"])
-            mid = int(np.searchsorted(history["step"], history["step"][-1] / 2))
-            for key in ("net_train_rmse", "net_test_rmse", "lin_train_rmse", "lin_test_rmse"):
-                rows[key][idx] = np.asarray(history[key]).reshape(reps, S, E)[..., -1]
-            rows["net_train_rmse_mid"][idx] = np.asarray(history["net_train_rmse"]).reshape(reps, S, E)[..., mid]
-            diverged[idx] = np.asarray(history["diverged"]).reshape(reps, S)
+            E = len(history.step)
+            mid = int(np.searchsorted(history.step, history.step[-1] / 2))
+            for model in ("net", "lin"):
+                for split in ("train", "test"):
+                    rmse_ = np.asarray(history.metrics(model, split).rmse).reshape(reps, S, E)
+                    rows[f"{model}_{split}_rmse"][idx] = rmse_[..., -1]
+            rows["net_train_rmse_mid"][idx] = np.asarray(history.net_train.rmse).reshape(reps, S, E)[..., mid]
+            diverged[idx] = np.asarray(history.diverged).reshape(reps, S)
 
         def repeat(n):  # params for n values × S seeds, K-major
             return jax.tree.map(lambda a: jnp.concatenate([a] * n), params)
@@ -452,16 +454,16 @@ def compute(config: Config, data: Dataset, *, checkpoint_dir=None, progress: boo
                                   steps=config.gn_steps, loss="mse",
                                   eval_steps=eval_points(config.gn_steps, config.n_evals),
                                   checkpoint=checkpoint_path(checkpoint_dir, "gn"), **common)
-        E = len(h["step"])
-        mid = int(np.searchsorted(h["step"], h["step"][-1] / 2))
-        train_c = np.asarray(h["net_train_rmse"]).reshape(L, S, E)
+        E = len(h.step)
+        mid = int(np.searchsorted(h.step, h.step[-1] / 2))
+        train_c = np.asarray(h.net_train.rmse).reshape(L, S, E)
         gn = {
             "damping": np.asarray(gn_lams),
             "equiv_K": np.asarray([math.inf if lam == 0 else 1.0 / (lam * eta) for lam in gn_lams]),
             "net_train_rmse": train_c[..., -1],
-            "net_test_rmse": np.asarray(h["net_test_rmse"]).reshape(L, S, E)[..., -1],
+            "net_test_rmse": np.asarray(h.net_test.rmse).reshape(L, S, E)[..., -1],
             "net_train_rmse_mid": train_c[..., mid],
-            "diverged": np.asarray(h["diverged"]).reshape(L, S),
+            "diverged": np.asarray(h.diverged).reshape(L, S),
         }
 
         bridge = _bridge(apply_fn, tree_index(params, 0), data, config)

@@ -162,9 +162,9 @@ def compute(config: Config, data: Dataset, *, checkpoint_dir=None, progress: boo
             eval_data=(data.x_test, data.y_test), eval_steps=eval_points(config.steps, config.n_evals),
             checkpoint=checkpoint_path(checkpoint_dir, "gn"), progress=progress, config=config.to_dict())
         preds = np.asarray(jax.vmap(apply_fn, in_axes=(0, None))(final, jnp.asarray(data.x_test)), np.float64)
-    E = len(h["step"])
-    train_c = np.asarray(h["net_train_rmse"]).reshape(L, S, E)
-    test_c = np.asarray(h["net_test_rmse"]).reshape(L, S, E)
+    E = len(h.step)
+    train_c = np.asarray(h.net_train.rmse).reshape(L, S, E)
+    test_c = np.asarray(h.net_test.rmse).reshape(L, S, E)
     train_rmse, test_rmse = train_c[..., -1], test_c[..., -1]
     preds = preds[..., 0].reshape(L, S, -1)
     x_test = np.asarray(data.x_test, np.float64).ravel()
@@ -176,10 +176,10 @@ def compute(config: Config, data: Dataset, *, checkpoint_dir=None, progress: boo
         "train_rmse": train_rmse,
         "test_rmse": test_rmse,
         "kept": kept,
-        "diverged": np.asarray(h["diverged"]).reshape(L, S),
+        "diverged": np.asarray(h.diverged).reshape(L, S),
         "slope_variation": slope_variation(preds, x_test),
         "target_slope_variation": slope_variation(np.asarray(data.y_test, np.float64).ravel(), x_test),
-        "curves": {"step": np.asarray(h["step"]), "train_rmse": train_c, "test_rmse": test_c},
+        "curves": {"step": np.asarray(h.step), "train_rmse": train_c, "test_rmse": test_c},
         "x_test": x_test,
         "y_test": np.asarray(data.y_test, np.float64).ravel(),
         "x_train": np.asarray(data.x_train, np.float64).ravel(),
