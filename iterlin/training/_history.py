@@ -46,35 +46,29 @@ class Metrics(NamedTuple):
 class History(Mapping):
     """What a run recorded at its E evaluation points (a sweep's R runs: leading axis R).
 
-    Fields:
-      step: (E,) the steps t evaluated (0 and the last step included).
-      n_relin: (E,) / (R, E) the re-linearisations so far (the paper's T/K, Definition 1).
-      net_train, lin_train: :class:`Metrics` of the network f(θ_t) and of the linear model
-        f_lin_s(θ_t) on the training subset; net_test, lin_test: on ``eval_data`` (None without).
-      diverged: () / (R,) bool, whether the run stopped at a non-finite or exploding loss;
-        diverged_step: the step it did (−1 if it did not).
-      relin: the steps at which the run re-linearised and its policy's log
-        (:class:`iterlin.relin.RelinLog`, :func:`iterlin.relin.history`); None where the
-        algorithm has no re-linearisation policy (Gauss–Newton).
-      extra: the values ``callback`` returned, by the callback's names, stacked over evaluation
-        points (kernel distances, probe accuracies, sharpness).
+    Each model's metrics are a :class:`Metrics`: the network f(θ_t) (``net_*``) and its current
+    linear model f_lin_s(θ_t) (``lin_*``) on the training subset (``*_train``) and on ``eval_data``
+    (``*_test``, None without it).
 
     It is also a read-only mapping from the flat names ``<model>_<split>_<metric>``
-    (``net_test_acc``, ``lin_train_loss``, …), ``step``, ``n_relin``,
-    ``diverged``, ``diverged_step``, ``relin_<field>`` and the callback's names to the same arrays:
-    the columns a result file stores (``dict(history)`` is the experiments' table, to which they add
-    their own columns). A pytree (its fields are its children), so ``jax.tree.map`` applies to it.
+    (``net_test_acc``, ``lin_train_loss``, …), ``step``, ``n_relin``, ``diverged``,
+    ``diverged_step``, ``relin_<field>`` and the callback's names to the same arrays: the columns a
+    result file stores (``dict(history)`` is the experiments' table, to which they add their own
+    columns). A pytree (its fields are its children), so ``jax.tree.map`` applies to it.
     """
 
-    step: np.ndarray
-    n_relin: np.ndarray
-    net_train: Metrics
-    lin_train: Metrics
-    net_test: Metrics | None
-    lin_test: Metrics | None
-    diverged: np.ndarray
-    diverged_step: np.ndarray
+    step: np.ndarray  #: (E,) the steps t evaluated (0 and the last step included)
+    n_relin: np.ndarray  #: the re-linearisations so far (T/K, Definition 1), (E,) or (R, E)
+    net_train: Metrics  #: the network on the training subset
+    lin_train: Metrics  #: the linear model on the training subset
+    net_test: Metrics | None  #: the network on ``eval_data`` (None without it)
+    lin_test: Metrics | None  #: the linear model on ``eval_data`` (None without it)
+    diverged: np.ndarray  #: whether the run stopped at a non-finite or exploding loss, () or (R,) bool
+    diverged_step: np.ndarray  #: the step at which it did (−1 if it did not)
+    #: when the run re-linearised, and its policy's log (:func:`iterlin.relin.history`); None where
+    #: the algorithm has no re-linearisation policy (Gauss–Newton)
     relin: RelinLog | None = None
+    #: the values ``callback`` returned, by its names, stacked over evaluation points
     extra: Mapping[str, np.ndarray] = dataclasses.field(default_factory=dict)
 
     @classmethod
