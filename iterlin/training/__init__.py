@@ -71,8 +71,8 @@ from __future__ import annotations
 from ._api import train, train_sweep
 from ._batching import make_batch_fn
 from ._checks import check_train_args
-from ._history import History, Metrics
 from ._evaluation import DEFAULT_EVAL_BUDGET, DEFAULT_EVAL_POINTS, MAX_EVAL_POINTS, MIN_EVAL_TRAIN, default_evaluation
+from ._history import History, Metrics
 from ._loop import fit
 from ._state import RunState, TrainState, commit_proposal, commit_step, divergence_bound, init_state
 from ._steps import make_linearised_update, make_step, mean_value_and_grad
