@@ -221,7 +221,7 @@ def _gauss_newton_runs(config: Config, data: Dataset, *, checkpoint=None, progre
         eval_train_size=None if n_eval_train is None else min(n_eval_train, data.x_train.shape[0]),
         checkpoint=checkpoint, progress=progress, config=config.to_dict(),
     )
-    history = {k: np.asarray(v) for k, v in history.items()}
+    history = dict(history)  # the flat columns, to which this figure's own are added
     history["damping"] = np.tile(np.asarray(lams, np.float64), S)
     history["K"] = np.tile(np.asarray(Ks, np.float64), S)
     history["seed_index"] = np.repeat(np.arange(S), len(Ks))
