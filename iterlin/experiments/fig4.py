@@ -58,12 +58,13 @@ import matplotlib.pyplot as plt
 import numpy as np
 import optax
 
-from ..claims import UNDECIDED, Claim, divergence_claim, on_par_claim, sharpness_claim
+from ..claims import NA, UNDECIDED, Claim, beyond, divergence_claim, on_par_claim, sharpness_claim
 from ..config import Period, resolve
 from ..data import Dataset
 from ..failures import EXPLODING, exploded_runs
 from ..losses import get_loss
 from ..models import make_model
+from ..stats import seed_interval
 from ..plotting import bound_panel, legend, panels, plot_sweep
 from ..training import train_sweep
 from ..tree import tree_index, tree_stack
@@ -82,7 +83,7 @@ from ._common import (
 )
 
 __all__ = [
-    "SCALES", "EXPERIMENT", "Panel", "PANELS", "panel_settings", "ALPHA", "load", "compute", "claims", "net_test_callback", "fisher_one_sided",
+    "SCALES", "EXPERIMENT", "Panel", "PANELS", "panel_settings", "ALPHA", "load", "compute", "claims", "net_test_callback", "fisher_one_sided", "sharpest_per_seed", "bn_bound_claim",
     "divergence_counts", "bn_divergence_claim", "plot",
 ]
 
@@ -302,10 +303,50 @@ def bn_divergence_claim(results: Mapping) -> Claim:
     )
 
 
+def sharpest_per_seed(h: Mapping) -> tuple[np.ndarray, np.ndarray]:
+    """``(seeds (S,), λ (S,))``: per seed (``h["seed_index"]``), the largest λ_max of the linear model's
+    curvature recorded along any of that seed's runs (``sharpness`` (R, E), NaN off the record's
+    schedule, every K pooled); NaN for a seed with no record."""
+    seed = np.asarray(h["seed_index"])
+    lam = np.asarray(h["sharpness"], np.float64).reshape(len(seed), -1)
+    uniq = np.unique(seed)
+    top = np.array([np.nanmax(lam[seed == s]) if np.isfinite(lam[seed == s]).any() else np.nan for s in uniq])
+    return uniq, top
+
+
+def bn_bound_claim(results: Mapping) -> Claim:
+    """"BatchNorm lowers the rate at which a linearisation diverges": the stability bound 2/λ_max(θ_s)
+    of the linear model (Sec. 3: gradient descent on it diverges once η > 2/λ_max), compared seed
+    by seed through the largest λ_max each seed's runs recorded (:func:`sharpest_per_seed`). Per
+    seed d = log₁₀(λ_max with BN / λ_max without); decided by the 95 % t interval of the mean of d
+    over the seeds both panels recorded (:func:`iterlin.claims.beyond`): "yes" above 0 (BatchNorm's
+    bound lower), "no" below, else undecided; n/a without a record in both panels."""
+    claim = "BatchNorm lowers the linear model's stability bound 2/λ_max (the rate at which it diverges)"
+    paper = "BN runs far more likely to diverge, hence a smaller K"
+    rule = ("per seed d = log₁₀ of the largest λ_max recorded along its BN runs over that along its no-BN runs "
+            "(every K; λ_max of the linear model's curvature on the first training images, power iteration: a lower "
+            "bound); 'yes' when the 95 % t interval of mean d over seeds lies above 0, 'no' when below, else undecided")
+    if any("sharpness" not in results[p] for p in PANELS):
+        return Claim(claim, paper, "no sharpness record", NA, rule)
+    (s_b, l_b), (s_n, l_n) = (sharpest_per_seed(results[p]) for p in ("bn", "no_bn"))
+    common = np.intersect1d(s_b[np.isfinite(l_b)], s_n[np.isfinite(l_n)])
+    if common.size == 0:
+        return Claim(claim, paper, "no sharpness record in both panels", NA, rule)
+    lb, ln = l_b[np.isin(s_b, common)], l_n[np.isin(s_n, common)]
+    d = np.log10(lb / ln)
+    m, _, lo, hi = seed_interval(d)
+    lr = {p: ", ".join(f"{v:g}" for v in np.unique(np.asarray(results[p]["lr"], np.float64))) for p in PANELS}
+    interval = f"[{lo:+.2f}, {hi:+.2f}]" if np.isfinite(lo) else "(one seed: no interval)"
+    measured = (f"largest λ_max per seed, median over {common.size} seeds: BN {np.median(lb):.0f} (lr {lr['bn']}, "
+                f"augmented), no BN {np.median(ln):.0f} (lr {lr['no_bn']}); mean log₁₀ ratio {m:+.2f}, "
+                f"95 % t interval {interval}, i.e. BN/no BN ×{10 ** m:.2f}")
+    return Claim(claim, paper, measured, beyond(d, 0.0, above=True), rule)
+
+
 def claims(results: Mapping) -> list[Claim]:
     """Large K on par with SGD without and with BatchNorm (the shared noise rule, over seeds, paired
-    on the test images); BatchNorm runs diverge more easily (counts, Fisher's exact test); every run
-    finite."""
+    on the test images); BatchNorm runs diverge more easily (counts, Fisher's exact test) and
+    BatchNorm lowers the linear model's stability bound (seeds, t interval); every run finite."""
     n_test = int(results["n_test"])
     nb, b = results["no_bn"], results["bn"]
     rows = [
@@ -313,6 +354,7 @@ def claims(results: Mapping) -> list[Claim]:
         on_par_claim("BatchNorm + augmentation: large K ≈ SGD (K = 1)", "similar test accuracy (Fig. 4 right)", b,
                      n_test=n_test),
         bn_divergence_claim(results),
+        bn_bound_claim(results),
         divergence_claim({"no BN": nb, "BN": b}),
     ]
     rows += [sharpness_claim(h, panel=panel) for panel, h in (("no BatchNorm", nb), ("BatchNorm + augmentation", b))]

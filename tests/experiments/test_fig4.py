@@ -80,9 +80,10 @@ def test_fig4_wiring_two_seeds(monkeypatch, tiny_cifar):
     assert r["bn"]["n_relin"][:, -1].tolist() == [4, 0, 4, 0]
     assert int(r["n_test"]) == 8
     rows = fig4.claims({**r, "config": config})
-    assert len(rows) == 6
-    assert [r.claim.split(":")[0] for r in rows[4:]] == ["no BatchNorm", "BatchNorm + augmentation"]
-    assert "largest η·λ_max/2" in rows[4].measured
+    assert len(rows) == 7
+    assert [r.claim.split(":")[0] for r in rows[5:]] == ["no BatchNorm", "BatchNorm + augmentation"]
+    assert "largest η·λ_max/2" in rows[5].measured
+    assert rows[3].claim.startswith("BatchNorm lowers") and "median over 2 seeds" in rows[3].measured
     assert rows[1].measured.startswith("K=1: ") and "no finite K > 1" in rows[1].measured  # K_bn = [1, ∞]
     assert "2 seeds, 8 paired test images" in rows[0].measured
 
@@ -129,7 +130,7 @@ def _results(acc_nb, acc_b, *, n_test=100_000, S=1, paired=False, div_nb=None, d
 def test_claims_hold_on_par_and_no_divergence():
     rows = fig4.claims(_results([0.5, 0.495], [0.6, 0.605]))
     # no run diverged: "more easily" undecided; no sharpness record in these histories: its rows n/a
-    assert [r.holds for r in rows] == ["yes", "yes", UNDECIDED, "yes", NA, NA]
+    assert [r.holds for r in rows] == ["yes", "yes", UNDECIDED, NA, "yes", NA, NA]
     assert rows[0].claim == "no BatchNorm: large K ≈ SGD (K = 1)"
     assert rows[2].measured.startswith("diverged or loss exploded: BN 0/2 runs (lr 0.02), no BN 0/2 runs (lr 0.01)")
     assert rows[2].rule.endswith("learning rates or K differ between the panels (as in the paper)")
@@ -139,12 +140,12 @@ def test_claims_hold_on_par_and_no_divergence():
 
 
 def test_claims_fail():
-    assert [r.holds for r in fig4.claims(_results([0.5, 0.45], [0.6, 0.65]))] == ["no", "no", UNDECIDED, "yes", NA, NA]
+    assert [r.holds for r in fig4.claims(_results([0.5, 0.45], [0.6, 0.65]))] == ["no", "no", UNDECIDED, NA, "yes", NA, NA]
     # a no-BN large-K run diverged and no BN run did: one run in two is no evidence either way, and the
     # diverged run's linear model was unstable: not evidence about "on par" either
     rows = fig4.claims(_results([0.5, 0.5], [0.6, 0.6], div_nb=[False, True]))
-    assert [r.holds for r in rows] == [UNSTABLE, "yes", UNDECIDED, "no", NA, NA]
-    assert rows[3].measured == "diverged: no BN: K=100, lr=0.01 at step 3"
+    assert [r.holds for r in rows] == [UNSTABLE, "yes", UNDECIDED, NA, "no", NA, NA]
+    assert rows[4].measured == "diverged: no BN: K=100, lr=0.01 at step 3"
 
 
 def test_on_par_over_seeds_and_paired_test_images():
@@ -169,14 +170,41 @@ def test_bn_divergence_is_counted_and_tested():
     rows = fig4.claims(_results(nb4, nb4, S=2, div_nb=[True] * 4))
     assert rows[2].holds == "no"
     rows = fig4.claims(_results(nb4, nb4, S=2, div_b=[False, True, False, False]))
-    assert rows[2].holds == UNDECIDED and rows[3].holds == "no"  # 1 of 4 against 0 of 4: p = 0.5
+    assert rows[2].holds == UNDECIDED and rows[4].holds == "no"  # 1 of 4 against 0 of 4: p = 0.5
     # finite runs whose training loss exploded count as diverged (iterlin.failures.exploded_runs)
     res = _results(nb4, nb4, S=2)
     res["no_bn"]["net_train_loss"] = np.array([[2.3, 2.1]] * 4) * np.array([[1, 1], [1, 30], [1, 1], [1, 30]])
     res["no_bn"]["step"] = np.array([0, 200])
     rows = fig4.claims(res)
     assert "no BN 2/4 runs" in rows[2].measured and "BN 0/4 runs" in rows[2].measured
-    assert rows[3].holds == "no" and "no BN: K=100, lr=0.01: training loss 2.3 → 63 at step 200" in rows[3].measured
+    assert rows[4].holds == "no" and "no BN: K=100, lr=0.01: training loss 2.3 → 63 at step 200" in rows[4].measured
+
+
+def _with_sharpness(res, lam_nb, lam_b):
+    """Give both panels a sharpness record (R, 2): NaN at step 0, ``lam`` (R,) at the last step."""
+    for p, lam in (("no_bn", lam_nb), ("bn", lam_b)):
+        res[p]["sharpness"] = np.stack([np.full(len(lam), np.nan), np.asarray(lam, np.float64)], axis=1)
+    return res
+
+
+def test_bn_bound_compares_each_seeds_largest_lambda_max():
+    nb4 = [0.5] * 4
+    # seed by seed (two K per seed), BN's largest λ_max is twice the no-BN one: its bound is lower
+    rows = fig4.claims(_with_sharpness(_results(nb4, nb4, S=2), [100, 80, 200, 150], [150, 200, 300, 350]))
+    assert rows[3].claim.startswith("BatchNorm lowers the linear model's stability bound")
+    assert rows[3].holds == UNDECIDED  # two seeds: t(1) = 12.7 makes the interval far too wide
+    d = np.log10([200 / 100, 400 / 200, 340 / 180])
+    rows = fig4.claims(_with_sharpness(_results([0.5] * 6, [0.5] * 6, S=3), [100, 90, 200, 150, 180, 170],
+                                       [190, 200, 400, 390, 340, 300]))
+    assert rows[3].holds == "yes" and f"mean log₁₀ ratio {d.mean():+.2f}" in rows[3].measured
+    assert "median over 3 seeds: BN 340 (lr 0.02, augmented), no BN 180 (lr 0.01)" in rows[3].measured
+    # the other way round: BN's curvature lower, its bound higher
+    rows = fig4.claims(_with_sharpness(_results([0.5] * 6, [0.5] * 6, S=3), [190, 200, 400, 390, 360, 300],
+                                       [100, 90, 200, 150, 180, 170]))
+    assert rows[3].holds == "no"
+    # a seed with no record in one panel is left out; none in common: n/a
+    res = _with_sharpness(_results(nb4, nb4, S=2), [np.nan, np.nan, 200, 150], [150, 200, np.nan, np.nan])
+    assert fig4.claims(res)[3].holds == NA
 
 
 def test_fisher_one_sided():
