@@ -299,6 +299,11 @@ VALIDATORS: dict[str, Callable[[Any, str, Any], Any]] = {
     "relins": _count(1, False, MAX_STEPS, "it is a number of re-linearisations, and step counters are int32"),
     "gd_steps": _int(1, MAX_STEPS, _STEPS_WHY),
     "n_check": _count(1, False, MAX_TRAIN, "CIFAR-10 has 50000 training images"),
+    # the limit's R grid continued by doublings up to long_R at N = n_long, for n_long_seeds seeds
+    # (None: not run)
+    "n_long": _scalar(_optional_count),
+    "long_R": _or_none(_int(1, MAX_STEPS, "it is a number of re-linearisations, and step counters are int32")),
+    "n_long_seeds": _or_none(_int(1, MAX_RUNS, _RUNS_WHY)),
 }
 
 

@@ -32,7 +32,10 @@ Runs (each from the same θ₀ per seed; the first linearisation at θ₀ is sha
   convergence (τ = ∞, scored as the LINEAR model f_lin(θ_∞) = f(θ₀) + J(θ₀)(θ_∞ − θ₀));
 * **data scaling**: K = ∞ and the iterated flow with R = ``n_relin`` at every N of ``n_train``
   (a doubling grid). The runs above use N = ``n_main`` (None: the largest), so that the grid can
-  reach past the N that the whole R grid can afford.
+  reach past the N that the whole R grid can afford;
+* **R to the hundreds**: the iterated flow for every R of the doubling grid up to ``long_R`` at
+  the smaller N = ``n_long``, for the first ``n_long_seeds`` seeds (:func:`long_grid`): whether the
+  main grid's largest R already stands for τ → 0, and how few updates suffice against a finer τ.
 
 The network f(θ) of every finite-τ run is scored on every installed test image (its linear model
 too). Units: σ and τ are for the SUMMED loss with unit rate (τ = Kη/N for ``train``'s mean loss
@@ -64,7 +67,7 @@ Config keys: ``n_train`` (list, doubling grid), ``n_test`` (None: every installe
 ``total_time`` (T), ``relins`` (list of R), ``n_relin`` (R of GN, damped GN and the scaling runs),
 ``n_main`` (the N of the R grid, GN and damped GN: one of ``n_train``; None: the largest), ``seed``,
 ``n_seeds``, ``n_check`` (images of the consistency checks), ``gd_steps`` (steps of the literal GD
-runs of the checks).
+runs of the checks), ``n_long``, ``long_R``, ``n_long_seeds`` (the long R grid: all three, or all None).
 
 Results: ``runs``: (Q,) arrays ``method`` (str: "flow", "gn", "damped", "kernel"), ``R``, ``tau``,
 ``damping``, ``n_train``, ``seed``; ``net_test_acc``, ``lin_test_acc``, ``net_train_acc``,
@@ -104,6 +107,7 @@ from ._common import Experiment, network_correct, seed_keys
 
 __all__ = ["Config", "get_config", "SCALES", "EXPERIMENT", "load", "compute", "precompute", "Scores", "claims",
            "Linearisation", "linearise_at", "update", "flow_phi", "damped_phi", "lanczos_apply", "main_size", "ran_main_size",
+           "LongGrid", "long_grid", "flow_relins", "flow_runs",
            "run_specs", "slopes", "plot"]
 
 INF = math.inf
@@ -125,6 +129,9 @@ class Config(ExperimentConfig):
     n_seeds: int
     n_check: int
     gd_steps: int
+    n_long: int | None
+    long_R: int | None
+    n_long_seeds: int | None
 
 
 SCALES = {
@@ -134,7 +141,7 @@ SCALES = {
     # smoke: N = 8 and 16, R ∈ {1, 2, 4}, GN / damped GN / scaling at R = 2, one seed: about a minute
     # and a half on a 2-core CPU (a check that the pipeline works; the accuracies are near chance).
     "smoke": dict(n_train=[8, 16], n_main=None, n_test=None, total_time=0.5, relins=[1, 2, 4], n_relin=2, seed=0,
-                  n_seeds=1, n_check=8, gd_steps=40),
+                  n_seeds=1, n_check=8, gd_steps=40, n_long=8, long_R=8, n_long_seeds=1),
     # cpu: the R grid {1, 2, 4, 8, 16}, GN and damped GN at N = 128, R = 8; the scaling runs (K = ∞ and
     # R = 8) at N = 32, 64, 128 and 256; twenty seeds (three left every interval too wide, t(2) = 4.30;
     # eight left the scaling, GN and damping rows undecided, each interval about ±1.3 points wide; sixteen
@@ -143,8 +150,10 @@ SCALES = {
     # Per seed: 27 + 14 re-linearisations at N = 128 (6.4 s each on a 2-core CPU,
     # `bench_second_order.py --n-relin 128 256`), 8 at N = 256 (23.7 s: the Gram JJᵀ of a
     # 2,560 × 227,484 Jacobian dominates) and 16 at N ≤ 64: about 9 minutes a seed, 2.4 hours in all.
+    # The R grid continued to 256 at N = 64 for seeds 0-2 (R = 32 … 256: 480 more re-linearisations a
+    # seed at about 2.5 s each): does R = 16 stand for τ → 0?
     "cpu": dict(n_train=[32, 64, 128, 256], n_main=128, n_test=None, total_time=0.5, relins=[1, 2, 4, 8, 16],
-                n_relin=8, seed=0, n_seeds=20, n_check=32, gd_steps=200),
+                n_relin=8, seed=0, n_seeds=20, n_check=32, gd_steps=200, n_long=64, long_R=256, n_long_seeds=3),
     # gpu: the R grid {1, …, 32} and GN / damped GN at N = 256, the scaling runs at N = 128, 256 and
     # 512, eight seeds (three left every interval too wide: t(2) = 4.30 against t(7) = 2.36); the
     # eigendecompositions on the GPU (float64). At full precision on one H100 (JAX 0.11.2, 2026-11-27)
@@ -153,10 +162,12 @@ SCALES = {
     # the run is split across sessions by carrying precompute's folder (N = 1,000, R in the hundreds:
     # far more).
     "gpu": dict(n_train=[128, 256, 512], n_main=256, n_test=None, total_time=0.5,
-                relins=[1, 2, 4, 8, 16, 32], n_relin=8, seed=0, n_seeds=8, n_check=64, gd_steps=2000),
+                relins=[1, 2, 4, 8, 16, 32], n_relin=8, seed=0, n_seeds=8, n_check=64, gd_steps=2000,
+                n_long=None, long_R=None, n_long_seeds=None),
     # paper: the paper's training sets are far larger; the kernel route ends near N = 1,000 on one GPU.
     "paper": dict(n_train=[250, 500, 1000], n_main=None, n_test=None, total_time=0.5,
-                  relins=[1, 2, 4, 8, 16, 32, 64, 128, 256], n_relin=8, seed=0, n_seeds=3, n_check=64, gd_steps=2000),
+                  relins=[1, 2, 4, 8, 16, 32, 64, 128, 256], n_relin=8, seed=0, n_seeds=3, n_check=64, gd_steps=2000,
+                  n_long=None, long_R=None, n_long_seeds=None),
 }
 
 
@@ -171,6 +182,7 @@ def load(config: Config) -> Dataset:
     ``n_train`` checked."""
     n_max = max(config.n_train)
     main_size(config)
+    long_grid(config)
     data = load_cifar10(n_max, config.n_test)
     if config.n_check > data.x_train.shape[0]:
         raise ValueError(f"n_check={config.n_check} is not allowed: n_check must be <= max(n_train)={n_max}")
@@ -316,11 +328,43 @@ def main_size(config: Config) -> int:
     return int(n)
 
 
+class LongGrid(NamedTuple):
+    """The R grid continued to the hundreds at a smaller N (:func:`long_grid`)."""
+
+    n_train: int  #: N of these runs (one of the config's ``n_train``)
+    relins: tuple[int, ...]  #: 1, 2, 4, … up to ``long_R`` (and ``long_R``), with the config's ``relins`` below it
+    n_seeds: int  #: the first this many of the config's seeds run it
+
+
+def long_grid(config: Config) -> LongGrid | None:
+    """The long R grid of ``n_long``, ``long_R`` and ``n_long_seeds`` (None when all three are None):
+    the iterated flow at N = ``n_long`` for every R of the doubling grid up to ``long_R``, for the
+    first ``n_long_seeds`` seeds. ValueError naming the knob when only some are given, ``n_long``
+    is not one of ``n_train`` or ``n_long_seeds`` exceeds ``n_seeds``."""
+    knobs = {"n_long": config.n_long, "long_R": config.long_R, "n_long_seeds": config.n_long_seeds}
+    given = [k for k, v in knobs.items() if v is not None]
+    if not given:
+        return None
+    if len(given) < len(knobs):
+        missing = next(k for k in knobs if k not in given)
+        raise ValueError(f"{missing}=None is not allowed: n_long, long_R and n_long_seeds are given together "
+                         f"(got {', '.join(f'{k}={knobs[k]!r}' for k in given)}), or all None for no long R grid")
+    if config.n_long not in config.n_train:
+        raise ValueError(f"n_long={config.n_long!r} is not allowed: n_long must be one of n_train={sorted(config.n_train)}")
+    if config.n_long_seeds > config.n_seeds:
+        raise ValueError(f"n_long_seeds={config.n_long_seeds!r} is not allowed: n_long_seeds must be <= "
+                         f"n_seeds={config.n_seeds}")
+    doublings = {2**k for k in range(int(config.long_R).bit_length()) if 2**k <= config.long_R}
+    Rs = sorted(doublings | {int(config.long_R)} | {R for R in config.relins if R <= config.long_R})
+    return LongGrid(int(config.n_long), tuple(Rs), int(config.n_long_seeds))
+
+
 def run_specs(config: Config) -> list[Spec]:
-    """Every run of the config, seed-major (module docstring)."""
+    """Every run of the config, seed-major (module docstring), each once."""
     T, Rn = float(config.total_time), int(config.n_relin)
     sizes = sorted(config.n_train)
     n = main_size(config)
+    grid = long_grid(config)
     specs = []
     for seed in range(config.seed, config.seed + config.n_seeds):
         for R in sorted(set(config.relins) | {Rn}):
@@ -332,7 +376,9 @@ def run_specs(config: Config) -> list[Spec]:
             specs.append(Spec("kernel", 1, INF, 0.0, m, seed))
             if m != n:
                 specs.append(Spec("flow", Rn, T / Rn, 0.0, m, seed))
-    return specs
+            if grid is not None and m == grid.n_train and seed < config.seed + grid.n_seeds:
+                specs += [Spec("flow", R, T / R, 0.0, m, seed) for R in grid.relins]
+    return list(dict.fromkeys(specs))
 
 
 @memoise
@@ -632,17 +678,33 @@ def ran_main_size(results: Mapping) -> int:
     return int(np.max(np.asarray(runs["n_train"])[np.asarray(runs["method"]) == "gn"]))
 
 
-def claims(results: Mapping) -> list[Claim]:
-    """The claims stated before the run (module docstring of the notebook), decided by the shared
-    noise rule (:func:`iterlin.stats.difference`: a 95 % t interval of Δ, paired on the test images)."""
+def flow_relins(results: Mapping, n: int) -> list[int]:
+    """The R of the iterated-flow runs at N = ``n``, ascending."""
     runs = results["runs"]
-    n_main = ran_main_size(results)
-    Rs = sorted({int(r) for r, m, n in zip(runs["R"], runs["method"], runs["n_train"]) if m == "flow" and n == n_main})
-    Rn = results["config"].n_relin
-    flow = {R: _select(results, method="flow", R=R, n_train=n_main) for R in Rs}
+    return sorted({int(r) for r, m, k in zip(runs["R"], runs["method"], runs["n_train"]) if m == "flow" and k == n})
+
+
+def flow_runs(results: Mapping, n: int) -> dict[int, np.ndarray]:
+    """``{R: indices}``: the iterated-flow runs at N = ``n`` per R (ascending), each ordered by seed and
+    restricted to the seeds that ran the largest R there (an R that more seeds ran, such as the
+    scaling runs' R along the long grid, is paired on those)."""
+    runs = results["runs"]
+    Rs = flow_relins(results, n)
+    ran = np.asarray(runs["seed"])[_select(results, method="flow", R=Rs[-1], n_train=n)]
+    return {R: np.asarray([i for i in _select(results, method="flow", R=R, n_train=n) if runs["seed"][i] in ran], int)
+            for R in Rs}
+
+
+def _few_updates(results: Mapping, n: int, claim: str) -> Claim:
+    """"How few feature updates suffice" at N = ``n``: each R of the iterated flow against the
+    largest R there (gradient flow, τ → 0), over the seeds that ran it, by :func:`iterlin.claims.on_par`;
+    "yes" if some R ≤ 12 is on par, "no" if every R ≤ 12 is not."""
+    runs = results["runs"]
+    flow = flow_runs(results, n)
+    Rs = list(flow)
     gf = flow[Rs[-1]]
-    rule_par = (f"on par: the 95 % t interval of Δ (paired test images, seeds) inside ±{pct(ON_PAR, 0)}; "
-                f"gradient flow = the smallest τ (R = {Rs[-1]})")
+    rule = (f"on par: the 95 % t interval of Δ (paired test images, seeds) inside ±{pct(ON_PAR, 0)}; "
+            f"gradient flow = the smallest τ (R = {Rs[-1]}); 'yes' if some R ≤ 12 is on par, 'no' if every R ≤ 12 is not")
     verdicts, parts, smallest = [], [], None
     for R in Rs[:-1]:
         d = _diff(results, gf, flow[R])
@@ -655,13 +717,25 @@ def claims(results: Mapping) -> list[Claim]:
     holds = "yes" if "yes" in few else ("no" if few and all(v == "no" for v in few) else
                                         (NA if not few else "undecided"))
     counts = _diff(results, gf, gf).counts()
-    rows = [Claim(
-        "few feature updates suffice: the smallest R on par with gradient flow",
-        "8–12 feature updates (Sec. 4.1)",
-        f"smallest R on par: {smallest if smallest is not None else 'none'}; " + "; ".join(parts)
-        + f" (vs R={Rs[-1]}: {pct(runs['net_test_acc'][gf].mean())}; {counts})",
-        holds, rule_par + "; 'yes' if some R ≤ 12 is on par, 'no' if every R ≤ 12 is not"),
-    ]
+    return Claim(claim, "8–12 feature updates (Sec. 4.1)",
+                 f"smallest R on par: {smallest if smallest is not None else 'none'}; " + "; ".join(parts)
+                 + f" (vs R={Rs[-1]}: {pct(runs['net_test_acc'][gf].mean())}; {counts})", holds, rule)
+
+
+def claims(results: Mapping) -> list[Claim]:
+    """The claims stated before the run (module docstring of the notebook), decided by the shared
+    noise rule (:func:`iterlin.stats.difference`: a 95 % t interval of Δ, paired on the test images)."""
+    runs = results["runs"]
+    n_main = ran_main_size(results)
+    Rs = flow_relins(results, n_main)
+    Rn = results["config"].n_relin
+    flow = {R: _select(results, method="flow", R=R, n_train=n_main) for R in Rs}
+    rows = [_few_updates(results, n_main, "few feature updates suffice: the smallest R on par with gradient flow")]
+    grid = long_grid(results["config"])
+    if grid is not None:
+        rows.append(_few_updates(
+            results, grid.n_train, f"with R to the hundreds (N = {grid.n_train}, {grid.n_seeds} seeds): the smallest R "
+            f"on par with gradient flow (R = {max(flow_relins(results, grid.n_train))})"))
     kern = _select(results, method="kernel", n_train=n_main)
     below, parts = [], []
     for R in Rs[1:]:
@@ -726,13 +800,11 @@ EXPERIMENT = Experiment("limit", SCALES, load, compute, claims, __name__, Config
 # What the figure draws (not part of ``compute``)
 
 
-def accuracy_by_R(results: Mapping) -> dict:
-    """At N = ``n_main`` (where GN ran): R (L,), and per R the (S,) network test accuracies of the iterated flow."""
-    runs = results["runs"]
-    n_main = ran_main_size(results)
-    Rs = sorted({int(r) for r, m, n in zip(runs["R"], runs["method"], runs["n_train"]) if m == "flow" and n == n_main})
-    return {"R": np.asarray(Rs),
-            "acc": np.stack([runs["net_test_acc"][_select(results, method="flow", R=R, n_train=n_main)] for R in Rs])}
+def accuracy_by_R(results: Mapping, n: int | None = None) -> dict:
+    """At N = ``n`` (None: ``n_main``, where GN ran): R (L,), and per R the (S,) network test
+    accuracies of the iterated flow, over the seeds that ran its largest R."""
+    flow = flow_runs(results, ran_main_size(results) if n is None else n)
+    return {"R": np.asarray(list(flow)), "acc": np.stack([results["runs"]["net_test_acc"][i] for i in flow.values()])}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -741,22 +813,27 @@ def accuracy_by_R(results: Mapping) -> dict:
 
 def plot(results):
     """Left: test accuracy of the network against R at fixed total time (seeds as dots, mean ± s.e.),
-    with Gauss–Newton, damped GN and K = ∞ as horizontal lines. Right: test error against N (log-log)
+    at N = ``n_main`` and, where it ran, along the long R grid at its N; Gauss–Newton, damped GN and
+    K = ∞ (at ``n_main``) as horizontal lines. Right: test error against N (log-log)
     for K = ∞ and the iterated flow at R = n_relin."""
     runs = results["runs"]
     n_main = ran_main_size(results)
     fig, (ax, ax2) = panels(2, panel_size=(5.5, 4))
-    by = accuracy_by_R(results)
-    band(ax, by["R"], by["acc"], axis=1, color="C0", marker="o", label="iterated flow, τ = T/R")
-    for i, R in enumerate(by["R"]):
-        ax.scatter(np.full(by["acc"].shape[1], R), by["acc"][i], color="C0", s=10, alpha=0.5)
+    grid = long_grid(results["config"])
+    series = [(n_main, "C0")] + ([(grid.n_train, "C1")] if grid is not None and grid.n_train != n_main else [])
+    for n, color in series:
+        by = accuracy_by_R(results, n)
+        band(ax, by["R"], by["acc"], axis=1, color=color, marker="o",
+             label=f"iterated flow, τ = T/R, N = {n} ({by['acc'].shape[1]} seeds)")
+        for i, R in enumerate(by["R"]):
+            ax.scatter(np.full(by["acc"].shape[1], R), by["acc"][i], color=color, s=10, alpha=0.5)
     for method, key, color, label in (("gn", "net_test_acc", "C3", "Gauss–Newton (τ = ∞)"),
                                       ("damped", "net_test_acc", "C2", "damped GN (λ = 1/τ)"),
                                       ("kernel", "lin_test_acc", "k", "K = ∞ (eNTK at θ₀)")):
         sel = (runs["method"] == method) & (runs["n_train"] == n_main)
-        ax.axhline(runs[key][sel].mean(), color=color, linestyle="--", label=label)
+        ax.axhline(runs[key][sel].mean(), color=color, linestyle="--", label=f"{label}, N = {n_main}")
     ax.set(xscale="log", xlabel="re-linearisations R (total time fixed)", ylabel="test accuracy",
-           title=f"N = {n_main} ({results['config'].scale} scale)")
+           title=f"{results['config'].scale} scale")
     legend(ax)
     Rn = results["config"].n_relin
     for method, R, net, color, label in (("kernel", None, False, "k", "K = ∞"),

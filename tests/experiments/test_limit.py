@@ -117,12 +117,41 @@ def test_config_validation():
         limit.run_specs(resolve("limit", n_train=[8, 16], n_main=24))
     with pytest.raises(ValueError, match="n_main"):
         resolve("limit", n_main=0)
+    # the long R grid: all three knobs or none, at one of n_train, on at most n_seeds seeds
+    with pytest.raises(ValueError, match="n_long_seeds=None is not allowed: n_long, long_R and n_long_seeds are "
+                                         "given together"):
+        limit.run_specs(resolve("limit", n_long=8, long_R=16).replace(n_long_seeds=None))
+    with pytest.raises(ValueError, match="n_long=4 is not allowed: n_long must be one of n_train=\\[8, 16\\]"):
+        limit.run_specs(resolve("limit", n_train=[8, 16], n_long=4))
+    with pytest.raises(ValueError, match="n_long_seeds=2 is not allowed: n_long_seeds must be <= n_seeds=1"):
+        limit.run_specs(resolve("limit", n_long_seeds=2, n_seeds=1))
+    with pytest.raises(ValueError, match="long_R"):
+        resolve("limit", long_R=0)
+    assert limit.long_grid(resolve("limit").replace(n_long=None, long_R=None, n_long_seeds=None)) is None
+
+
+def test_the_long_r_grid_runs_each_r_once_beside_its_n():
+    """The doubling grid up to long_R (with the config's R below it) at n_long, for the first
+    n_long_seeds seeds, right after that N's kernel and scaling run (whose R it does not repeat)."""
+    config = resolve("limit", n_train=[8, 16, 32], n_main=32, relins=[1, 3], n_relin=2, n_seeds=3,
+                     n_long=16, long_R=24, n_long_seeds=2)
+    assert limit.long_grid(config) == limit.LongGrid(16, (1, 2, 3, 4, 8, 16, 24), 2)
+    specs = limit.run_specs(config)
+    assert len(set(specs)) == len(specs)
+    for seed in (0, 1, 2):
+        at16 = [(s.method, s.R) for s in specs if s.seed == seed and s.n_train == 16]
+        if seed < 2:
+            assert at16 == [("kernel", 1), ("flow", 2)] + [("flow", R) for R in (1, 3, 4, 8, 16, 24)]
+        else:
+            assert at16 == [("kernel", 1), ("flow", 2)]
+    assert all(s.tau == pytest.approx(config.total_time / s.R) for s in specs if s.method == "flow")
 
 
 def test_n_main_puts_the_r_grid_below_the_largest_scaling_size():
     """The R grid, GN and damped GN at n_main; K = ∞ and R = n_relin at every N; per seed, the kernel
     of n_main comes right after its R grid (its linearisation at θ₀ is still at hand)."""
-    config = resolve("limit", n_train=[8, 16, 32], n_main=16, relins=[1, 2], n_relin=2, n_seeds=2)
+    config = resolve("limit", n_train=[8, 16, 32], n_main=16, relins=[1, 2], n_relin=2, n_seeds=2).replace(
+        n_long=None, long_R=None, n_long_seeds=None)
     specs = limit.run_specs(config)
     for seed in (0, 1):
         mine = [s for s in specs if s.seed == seed]
@@ -202,8 +231,9 @@ def test_every_network_product_of_a_run_is_at_full_precision(tmp_path, cifar_sub
 # ----------------------------------------------------------------------------------------------
 
 
-def _constructed(acc: dict, n_test=2000, seeds=3, sizes=(32, 64, 128), scaling=None, n_main=None):
-    """Results with the given per-(method, R) accuracy at N = n_main (None: the largest; exactly reproducible)."""
+def _constructed(acc: dict, n_test=2000, seeds=3, sizes=(32, 64, 128), scaling=None, n_main=None, long=None):
+    """Results with the given per-(method, R) accuracy at N = n_main (None: the largest; exactly
+    reproducible); ``long``: (N, n_seeds, {R: accuracy}), the long R grid at N for the first seeds."""
     rng = np.random.default_rng(0)
     rows = []
     n = max(sizes) if n_main is None else n_main
@@ -213,6 +243,8 @@ def _constructed(acc: dict, n_test=2000, seeds=3, sizes=(32, 64, 128), scaling=N
         for m in [m for m in sizes if m != n]:
             for method, R in (("kernel", 1), ("flow", 2)):
                 rows.append((method, R, m, s, scaling[(method, m)]))
+            if long is not None and m == long[0] and s < long[1]:
+                rows += [("flow", R, m, s, a) for R, a in long[2].items() if R != 2]
     correct = []
     for method, R, m, s, a in rows:
         c = np.zeros(n_test, bool)
@@ -230,7 +262,9 @@ def _constructed(acc: dict, n_test=2000, seeds=3, sizes=(32, 64, 128), scaling=N
     return {"runs": runs, "checks": {k: np.asarray(v) for k, v in checks.items()}, "n_test": np.asarray(n_test),
             "config": limit.get_config("cpu").replace(
                 n_train=tuple(sizes), n_main=n, n_test=n_test, relins=tuple(sorted({R for m, R in acc if m == "flow"})),
-                n_relin=2, n_seeds=seeds, n_check=checks["n_check"], gd_steps=checks["gd_steps"])}
+                n_relin=2, n_seeds=seeds, n_check=checks["n_check"], gd_steps=checks["gd_steps"],
+                n_long=None if long is None else long[0], long_R=None if long is None else max(long[2]),
+                n_long_seeds=None if long is None else long[1])}
 
 
 def _holds(rows):
@@ -273,6 +307,27 @@ def test_claims_constructed_yes_and_no():
     assert h["K = ∞ scales worse with N than a finite τ"] == "no"
     assert h["solving each linearisation completely hurts"] == "no"
     assert h["damping helps"] == "no"
+
+
+def test_claims_read_the_long_r_grid_on_its_own_seeds():
+    """The long grid's row pairs every R with its largest R on the seeds that ran it (the scaling
+    run's R = 2 at that N ran on every seed, and is paired on the long grid's two)."""
+    good = {("flow", 1): 0.30, ("flow", 2): 0.40, ("flow", 4): 0.40, ("gn", 2): 0.33, ("damped", 2): 0.38,
+            ("kernel", 1): 0.29}
+    scaling = {("kernel", 32): 0.25, ("kernel", 64): 0.27, ("flow", 32): 0.25, ("flow", 64): 0.32}
+    long = (32, 2, {1: 0.20, 2: 0.25, 4: 0.30, 8: 0.31, 16: 0.315})
+    results = _constructed(good, scaling=scaling, long=long)
+    rows = limit.claims(results)
+    assert rows[0].claim.startswith("few feature updates suffice") and rows[0].holds == "yes"
+    assert rows[1].claim == ("with R to the hundreds (N = 32, 2 seeds): the smallest R on par with gradient flow "
+                             "(R = 16)")
+    assert rows[1].holds == "yes" and "smallest R on par: 8" in rows[1].measured and "(vs R=16: 31.5 %" in rows[1].measured
+    assert "2 seeds" in rows[1].measured and "R=2: Δ -6.5" in rows[1].measured
+    by = limit.accuracy_by_R(results, 32)
+    assert by["R"].tolist() == [1, 2, 4, 8, 16] and by["acc"].shape == (5, 2)
+    # every R ≤ 12 short of gradient flow: no
+    long = (32, 2, {1: 0.20, 2: 0.25, 4: 0.26, 8: 0.27, 16: 0.40})
+    assert limit.claims(_constructed(good, scaling=scaling, long=long))[1].holds == "no"
 
 
 def test_precompute_then_compute_equals_one_compute(tmp_path, cifar_subset_path, monkeypatch):
@@ -322,4 +377,4 @@ def test_finished_runs_leave_only_their_scores(tmp_path, cifar_subset_path):
     split = limit.compute(config, data, checkpoint_dir=carried)
     for key in ("net_test_correct", "lin_test_correct", "net_train_acc", "train_rmse"):
         np.testing.assert_array_equal(split["runs"][key], whole["runs"][key])
-    assert not list(carried.glob("*_s1.npz")) and len(list(carried.glob("*.scores.npz"))) == 2 * len(keys)
+    assert not list(carried.glob("*_s1.npz")) and len(list(carried.glob("*.scores.npz"))) == len(limit.run_specs(config))
