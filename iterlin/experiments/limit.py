@@ -340,7 +340,8 @@ def long_grid(config: Config) -> LongGrid | None:
     """The long R grid of ``n_long``, ``long_R`` and ``n_long_seeds`` (None when all three are None):
     the iterated flow at N = ``n_long`` for every R of the doubling grid up to ``long_R``, for the
     first ``n_long_seeds`` seeds. ValueError naming the knob when only some are given, ``n_long``
-    is not one of ``n_train`` or ``n_long_seeds`` exceeds ``n_seeds``."""
+    is not one of ``n_train`` or is the main grid's N (:func:`main_size`), or ``n_long_seeds``
+    exceeds ``n_seeds``."""
     knobs = {"n_long": config.n_long, "long_R": config.long_R, "n_long_seeds": config.n_long_seeds}
     given = [k for k, v in knobs.items() if v is not None]
     if not given:
@@ -349,8 +350,9 @@ def long_grid(config: Config) -> LongGrid | None:
         missing = next(k for k in knobs if k not in given)
         raise ValueError(f"{missing}=None is not allowed: n_long, long_R and n_long_seeds are given together "
                          f"(got {', '.join(f'{k}={knobs[k]!r}' for k in given)}), or all None for no long R grid")
-    if config.n_long not in config.n_train:
-        raise ValueError(f"n_long={config.n_long!r} is not allowed: n_long must be one of n_train={sorted(config.n_train)}")
+    if config.n_long not in config.n_train or config.n_long == main_size(config):
+        raise ValueError(f"n_long={config.n_long!r} is not allowed: n_long must be one of n_train={sorted(config.n_train)} "
+                         f"other than the main grid's N={main_size(config)}")
     if config.n_long_seeds > config.n_seeds:
         raise ValueError(f"n_long_seeds={config.n_long_seeds!r} is not allowed: n_long_seeds must be <= "
                          f"n_seeds={config.n_seeds}")

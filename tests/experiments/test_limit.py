@@ -121,8 +121,11 @@ def test_config_validation():
     with pytest.raises(ValueError, match="n_long_seeds=None is not allowed: n_long, long_R and n_long_seeds are "
                                          "given together"):
         limit.run_specs(resolve("limit", n_long=8, long_R=16).replace(n_long_seeds=None))
-    with pytest.raises(ValueError, match="n_long=4 is not allowed: n_long must be one of n_train=\\[8, 16\\]"):
+    with pytest.raises(ValueError, match="n_long=4 is not allowed: n_long must be one of n_train=\\[8, 16\\] other "
+                                         "than the main grid's N=16"):
         limit.run_specs(resolve("limit", n_train=[8, 16], n_long=4))
+    with pytest.raises(ValueError, match="n_long=16 is not allowed"):
+        limit.run_specs(resolve("limit", n_train=[8, 16], n_long=16))
     with pytest.raises(ValueError, match="n_long_seeds=2 is not allowed: n_long_seeds must be <= n_seeds=1"):
         limit.run_specs(resolve("limit", n_long_seeds=2, n_seeds=1))
     with pytest.raises(ValueError, match="long_R"):
