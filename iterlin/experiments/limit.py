@@ -737,7 +737,8 @@ def claims(results: Mapping) -> list[Claim]:
     grid = long_grid(results["config"])
     if grid is not None:
         rows.append(_few_updates(
-            results, grid.n_train, f"with R to the hundreds (N = {grid.n_train}, {grid.n_seeds} seeds): the smallest R "
+            results, grid.n_train, f"with R to the hundreds (N = {grid.n_train}, {grid.n_seeds} "
+            f"seed{'s' if grid.n_seeds > 1 else ''}): the smallest R "
             f"on par with gradient flow (R = {max(flow_relins(results, grid.n_train))})"))
     kern = _select(results, method="kernel", n_train=n_main)
     below, parts = [], []
