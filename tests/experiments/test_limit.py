@@ -175,7 +175,7 @@ def test_n_check_above_the_images_loaded_is_refused(cifar_subset_path):
 
 def _tiny_run(tmp_path, **kw):
     return run("limit", n_train=[4, 8], n_test=16, relins=[1, 2], n_relin=2, n_check=4, gd_steps=3,
-               cache_dir=tmp_path, progress=False, verbose=False, **kw)
+               n_long=4, long_R=4, cache_dir=tmp_path, progress=False, verbose=False, **kw)
 
 
 def test_tiny_real_run_and_resume(tmp_path, cifar_subset_path, monkeypatch):
@@ -337,7 +337,7 @@ def test_precompute_then_compute_equals_one_compute(tmp_path, cifar_subset_path,
     """Seeds computed ahead by precompute (another process's share) are read by compute, which
     computes only the rest: the same results as one compute, with fewer linearisations."""
     config = resolve("limit", "smoke", n_train=[4, 8], n_test=16, relins=[1, 2], n_relin=2, n_check=4, gd_steps=3,
-                     n_seeds=2)
+                     n_long=4, long_R=4, n_seeds=2)
     data = limit.load(config)
     calls = {"n": 0}
     real = limit.linearise_at
@@ -366,7 +366,7 @@ def test_finished_runs_leave_only_their_scores(tmp_path, cifar_subset_path):
     """A finished run's folder entry is its scores (the parameters removed), so a folder computed on
     one machine can be carried to another; scores that are another run's or damaged are recomputed."""
     config = resolve("limit", "smoke", n_train=[4, 8], n_test=16, relins=[1, 2], n_relin=2, n_check=4, gd_steps=3,
-                     n_seeds=2)
+                     n_long=4, long_R=4, n_seeds=2)
     data = limit.load(config)
     folder = tmp_path / "runs"
     limit.precompute(config, data, [1], folder)
