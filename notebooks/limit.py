@@ -146,13 +146,13 @@ ref = reference.show("limit", limit.plot, table=False)
 # *undecided*, each pointing against the paper's direction; the four seeds beyond sixteen moved both
 # differences towards zero (from $-0.8$). With its first eight seeds alone the
 # $K = \infty$ row was *undecided* ($R = 2$: $[-3.5, +0.3]$). The earlier `cpu` run (three seeds, commit 43cb5cc) decided nothing.
-# The *long grid* continues $R$ to 128 at $N = 64$ for seeds 0–2 (`n_long`, `long_R`, `n_long_seeds`;
-# 255 re-linearisations a seed, 2.5–4 s each here): the flow has converged in $\tau$ by $R = 32$
-# ($R = 32$ and 64 on par with $R = 128$, 17.7 %: $[-1.1, +1.4]$ and $[-1.5, +0.8]$), while
-# $R = 4$, 8 and 16 end 0.9, 1.7 and 0.3 points *above* it with intervals reaching past +2
-# ($[-0.4, +2.1]$, $[-0.2, +3.7]$, $[-1.6, +2.3]$) and $R = 1$ 5.7 points below: three seeds
-# ($t(2) = 4.30$) leave "how few suffice" *undecided* along this grid, and none of the coarse
-# re-linearisations ends below the fine limit.
+# The *long grid* continues $R$ to 128 at $N = 64$ for seeds 0–4 (`n_long`, `long_R`, `n_long_seeds`;
+# 255 re-linearisations a seed, 2.5–4 s each here). Against $R = 128$ (18.8 %) the flow has converged
+# in $\tau$ well before: $R = 16$, 32 and 64 are on par ($\Delta$ +0.1, +0.1 and −0.2, each inside
+# ±1.4). Four feature updates suffice again: $R = 4$ is on par ($+0.6$, $[-0.4, +1.6]$), $R = 8$
+# undecided ($+0.9$, $[-0.9, +2.7]$), $R = 2$ undecided ($-2.1$, $[-4.4, +0.1]$) and $R = 1$ not
+# ($-6.5$, $[-9.0, -4.0]$). With three seeds ($t(2) = 4.30$) every $R$ from 2 to 16 had been
+# undecided.
 # `gpu` (run once on an H100 with three seeds, commit cb3765b, before every product inside the network
 # was pinned to full precision; it was the committed run until this one): the $R$ grid up to 32, GN and
 # damped GN at $N = 256$, the scaling runs at $N \in \{128, 256, 512\}$; it measured 24.5–25.1 % for
@@ -163,9 +163,9 @@ ref = reference.show("limit", limit.plot, table=False)
 # scale's size, beyond this CPU and one session's device time.
 # **Caveat:** at $N = 128$ the smallest $\tau$ is $T/16 \approx 0.03$, still longer than $1/\sigma$ for
 # most NTK directions, so "gradient flow" in claim 1 is the finest re-linearisation that grid affords;
-# the long grid at $N = 64$ reaches $\tau = T/128 \approx 0.004$ and finds the accuracy unchanged from
-# $R = 32$ on, and $R = 16$ within its noise of that limit. The consistency checks measure how far a
-# coarse flow is from GD on the network over a short time.
+# the long grid at $N = 64$ reaches $\tau = T/128 \approx 0.004$ and finds $R = 16$ already on par
+# with it. The consistency checks measure how far a coarse flow is from GD on the network over a
+# short time.
 #
 # </details>
 
