@@ -64,8 +64,8 @@ from ..data import Dataset
 from ..failures import EXPLODING, exploded_runs
 from ..losses import get_loss
 from ..models import make_model
-from ..stats import seed_interval
 from ..plotting import bound_panel, legend, panels, plot_sweep
+from ..stats import seed_interval
 from ..training import train_sweep
 from ..tree import tree_index, tree_stack
 from ._common import (
@@ -281,13 +281,18 @@ def divergence_counts(results: Mapping) -> tuple[int, int, int, int]:
 ALPHA = 0.05
 
 
+def _rates(results: Mapping) -> dict[str, str]:
+    """Each panel's learning rates as text (``"0.001"``, or ``"0.001, 0.003"``), for the claims rows."""
+    return {p: ", ".join(f"{v:g}" for v in np.unique(np.asarray(results[p]["lr"], np.float64))) for p in PANELS}
+
+
 def bn_divergence_claim(results: Mapping) -> Claim:
     """"BatchNorm runs diverge more easily": the counts of diverged runs with and without BatchNorm
     (every seed and K), decided by Fisher's exact test, one-sided each way at :data:`ALPHA`."""
     a, n_a, b, n_b = divergence_counts(results)
     more, less = fisher_one_sided(a, n_a, b, n_b), fisher_one_sided(b, n_b, a, n_a)
     holds = "yes" if more < ALPHA else ("no" if less < ALPHA else UNDECIDED)
-    lr = {p: ", ".join(f"{v:g}" for v in np.unique(np.asarray(results[p]["lr"], np.float64))) for p in PANELS}
+    lr = _rates(results)
     same = lr["bn"] == lr["no_bn"] and np.array_equal(np.unique(np.asarray(results["bn"]["K"], np.float64)),
                                                       np.unique(np.asarray(results["no_bn"]["K"], np.float64)))
     setting = ("the same learning rate and K in both panels" if same
@@ -335,7 +340,7 @@ def bn_bound_claim(results: Mapping) -> Claim:
     lb, ln = l_b[np.isin(s_b, common)], l_n[np.isin(s_n, common)]
     d = np.log10(lb / ln)
     m, _, lo, hi = seed_interval(d)
-    lr = {p: ", ".join(f"{v:g}" for v in np.unique(np.asarray(results[p]["lr"], np.float64))) for p in PANELS}
+    lr = _rates(results)
     interval = f"[{lo:+.2f}, {hi:+.2f}]" if np.isfinite(lo) else "(one seed: no interval)"
     measured = (f"largest λ_max per seed, median over {common.size} seeds: BN {np.median(lb):.0f} (lr {lr['bn']}, "
                 f"augmented), no BN {np.median(ln):.0f} (lr {lr['no_bn']}); mean log₁₀ ratio {m:+.2f}, "

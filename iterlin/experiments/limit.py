@@ -731,9 +731,9 @@ def claims(results: Mapping) -> list[Claim]:
     noise rule (:func:`iterlin.stats.difference`: a 95 % t interval of Δ, paired on the test images)."""
     runs = results["runs"]
     n_main = ran_main_size(results)
-    Rs = flow_relins(results, n_main)
+    flow = flow_runs(results, n_main)
+    Rs = list(flow)
     Rn = results["config"].n_relin
-    flow = {R: _select(results, method="flow", R=R, n_train=n_main) for R in Rs}
     rows = [_few_updates(results, n_main, "few feature updates suffice: the smallest R on par with gradient flow")]
     grid = long_grid(results["config"])
     if grid is not None:
