@@ -7,6 +7,12 @@
 - ``cifar_subset_path``: the path of that subset (the test is skipped, and reported so, without it).
 - JAX's persistent compilation cache (:mod:`iterlin.compilation`) is on for the whole suite, so a
   rerun on a warm machine skips XLA's compilations; ``ITERLIN_COMPILATION_CACHE=0`` turns it off.
+- After each test module, JAX's in-memory caches are cleared (``jax.clear_caches``). Every
+  executable XLA compiles on the CPU stays mapped into the process while a cache holds it (about
+  three memory maps each); a pytest-xdist worker runs about a thousand tests, which passed Linux's
+  limit of 65,530 maps per process (``vm.max_map_count``), and LLVM then failed with "Cannot
+  allocate memory". Clearing frees them; the next module recompiles what it uses (or loads it from
+  the persistent cache).
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import jax
 import pytest
 
 from iterlin import precision
@@ -21,6 +28,12 @@ from iterlin.compilation import enable_compilation_cache
 
 enable_compilation_cache()
 
+
+@pytest.fixture(scope="module", autouse=True)
+def _clear_jax_caches_after_module():
+    """Free the executables one test module compiled (see the module docstring)."""
+    yield
+    jax.clear_caches()
 
 
 def _find_cifar10_subset() -> Path:
