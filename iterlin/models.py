@@ -44,6 +44,7 @@ statistics. :func:`make_model` offers two explicit modes for ``"resnet18_bn"``:
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
@@ -322,6 +323,14 @@ class Model(NamedTuple):
     refresh: Callable | None = None
 
 
+@functools.partial(jax.jit, static_argnums=0)
+def _init(module: nn.Module, key, dummy):
+    """``module.init(key, dummy)`` as one compiled program, cached by JAX on the module's fields and
+    the shapes: the same variables, bit for bit, as Flax's op-by-op ``init`` (whose every initialiser
+    and layer is a program of its own), compiled once instead of once per distinct shape."""
+    return module.init(key, dummy)
+
+
 def make_model(
     name: str,
     key,
@@ -404,7 +413,7 @@ def make_model(
     else:
         module = ResNet18(num_classes=num_classes, norm=(name == "resnet18_bn"), dtype=dtype, conv=conv)
 
-    variables = module.init(key, dummy)
+    variables = _init(module, key, dummy)
 
     if name in ("cnn", "mlp", "resnet18"):
 

@@ -101,10 +101,17 @@ def _power_step(apply_fn, loss):
     return step
 
 
-def _random_unit(params, key):
+@jax.jit
+def _normal_like(params, key):
+    """A standard normal draw shaped like ``params``, one key per leaf (one compiled program: the
+    same draws, bit for bit, as drawing leaf by leaf)."""
     leaves, treedef = jax.tree.flatten(params)
     keys = jax.random.split(key, len(leaves))
-    return _unit(jax.tree.unflatten(treedef, [jax.random.normal(k, a.shape, a.dtype) for k, a in zip(keys, leaves)]))
+    return jax.tree.unflatten(treedef, [jax.random.normal(k, a.shape, a.dtype) for k, a in zip(keys, leaves)])
+
+
+def _random_unit(params, key):
+    return _unit(_normal_like(params, key))
 
 
 def ggn_top_eig(apply_fn: Callable, params: Any, x, y, *, loss: str | Loss = "ce", iters: int = 100,

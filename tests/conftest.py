@@ -7,12 +7,13 @@
 - ``cifar_subset_path``: the path of that subset (the test is skipped, and reported so, without it).
 - JAX's persistent compilation cache (:mod:`iterlin.compilation`) is on for the whole suite, so a
   rerun on a warm machine skips XLA's compilations; ``ITERLIN_COMPILATION_CACHE=0`` turns it off.
-- After each test module, JAX's in-memory caches are cleared (``jax.clear_caches``). Every
-  executable XLA compiles on the CPU stays mapped into the process while a cache holds it (about
-  three memory maps each); a pytest-xdist worker runs about a thousand tests, which passed Linux's
-  limit of 65,530 maps per process (``vm.max_map_count``), and LLVM then failed with "Cannot
-  allocate memory". Clearing frees them; the next module recompiles what it uses (or loads it from
-  the persistent cache).
+- After a test module, JAX's in-memory caches are cleared (``jax.clear_caches``) when the process
+  holds over half the kernel's memory maps per process. Every executable XLA compiles on the CPU
+  stays mapped into the process while a cache holds it (about three maps each); a pytest-xdist
+  worker runs about a thousand tests, which passed Linux's limit (``vm.max_map_count``, 65,530
+  here), and LLVM then failed with "Cannot allocate memory". Clearing frees them; the next module
+  recompiles what it uses (or loads it from the persistent cache), so it is done only when needed
+  (after every module where the count cannot be read).
 """
 
 from __future__ import annotations
@@ -29,11 +30,34 @@ from iterlin.compilation import enable_compilation_cache
 enable_compilation_cache()
 
 
+def _read_int(path: str) -> int | None:
+    try:
+        with open(path, "rb") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return None
+
+
+def _memory_maps() -> int | None:
+    """The memory maps this process holds (Linux: lines of /proc/self/maps), or None."""
+    try:
+        with open("/proc/self/maps", "rb") as f:
+            return sum(1 for _ in f)
+    except OSError:
+        return None
+
+
+#: Clear JAX's caches once a process holds more maps than this (half the kernel's limit).
+MAP_BUDGET = (_read_int("/proc/sys/vm/max_map_count") or 65_530) // 2
+
+
 @pytest.fixture(scope="module", autouse=True)
 def _clear_jax_caches_after_module():
-    """Free the executables one test module compiled (see the module docstring)."""
+    """Free the executables compiled so far once they hold half the allowed maps (module docstring)."""
     yield
-    jax.clear_caches()
+    maps = _memory_maps()
+    if maps is None or maps > MAP_BUDGET:
+        jax.clear_caches()
 
 
 def _find_cifar10_subset() -> Path:

@@ -310,6 +310,22 @@ def test_modules_usable_without_the_factory():
     assert isinstance(CNN(), nn.Module)
 
 
+@pytest.mark.parametrize("name, dtype", [("cnn", "float32"), ("cnn", "float64"), ("mlp", "float32")])
+def test_make_model_initialises_as_flax_op_by_op(name, dtype, request):
+    """make_model compiles ``init`` as one program: the parameters are Flax's op-by-op ``init``'s,
+    bit for bit, for either kind of key."""
+    if dtype == "float64":
+        request.getfixturevalue("x64")
+    module = CNN(dtype=jnp.float64) if dtype == "float64" else CNN() if name == "cnn" else MLP()
+    shape = (1,) if name == "mlp" else (32, 32, 3)
+    for key in (jax.random.PRNGKey(3), jax.random.key(5)):
+        m = make_model(name, key, dtype=jnp.dtype(dtype), conv="xla" if name == "cnn" else "auto")
+        ref = module.init(key, jnp.zeros((1, *shape), dtype))["params"]
+        assert jax.tree.structure(m.params) == jax.tree.structure(ref)
+        for a, b in zip(jax.tree.leaves(m.params), jax.tree.leaves(ref)):
+            assert a.dtype == b.dtype and np.array_equal(np.asarray(a), np.asarray(b))
+
+
 # ----------------------------------------------------------------------------------------------
 # count_params, validation
 # ----------------------------------------------------------------------------------------------

@@ -36,6 +36,20 @@ def test_matvec_and_sharpness_match_the_explicit_ggn(x64, loss):
     assert stability.ggn_sharpness(apply_fn, params, x, y, loss=loss, iters=3000) == pytest.approx(lam, rel=1e-6)
 
 
+def test_the_start_vector_is_drawn_as_leaf_by_leaf():
+    """The power iteration's default start: one compiled draw, the same bits as one draw per leaf."""
+    _, params, _, _ = tiny_problem()
+    params = {**params, "extra": jnp.zeros((3, 5), jnp.float32)}
+    for key in (jax.random.key(0), jax.random.PRNGKey(7)):
+        leaves, treedef = jax.tree.flatten(params)
+        keys = jax.random.split(key, len(leaves))
+        ref = [jax.random.normal(k, a.shape, a.dtype) for k, a in zip(keys, leaves)]
+        got = stability._normal_like(params, key)
+        assert jax.tree.structure(got) == treedef
+        for a, b in zip(jax.tree.leaves(got), ref):
+            assert np.array_equal(np.asarray(a), np.asarray(b))
+
+
 @pytest.mark.parametrize("factor, diverges", [(0.95, False), (1.05, True)])
 def test_gradient_descent_on_the_linear_model_diverges_exactly_above_the_bound(x64, factor, diverges):
     """MSE: the linear model's loss is quadratic with Hessian G, so full-batch GD at η = factor·2/λ_max

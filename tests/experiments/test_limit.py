@@ -335,7 +335,9 @@ def test_claims_read_the_long_r_grid_on_its_own_seeds():
 
 def test_precompute_then_compute_equals_one_compute(tmp_path, cifar_subset_path, monkeypatch):
     """Seeds computed ahead by precompute (another process's share) are read by compute, which
-    computes only the rest: the same results as one compute, with fewer linearisations."""
+    computes only the rest: the same results as one compute, with fewer linearisations. A finished
+    run's folder entry is its scores (the parameters removed), so a folder computed on one machine
+    can be carried to another; scores that are another run's or damaged are recomputed."""
     config = resolve("limit", "smoke", n_train=[4, 8], n_test=16, relins=[1, 2], n_relin=2, n_check=4, gd_steps=3,
                      n_long=4, long_R=4, n_seeds=2)
     data = limit.load(config)
@@ -349,35 +351,29 @@ def test_precompute_then_compute_equals_one_compute(tmp_path, cifar_subset_path,
     monkeypatch.setattr(limit, "linearise_at", counting)
     whole = limit.compute(config, data, checkpoint_dir=tmp_path / "a")
     n_whole = calls["n"]
-    limit.precompute(config, data, [1], tmp_path / "b")
-    calls["n"] = 0
-    split = limit.compute(config, data, checkpoint_dir=tmp_path / "b")
-    assert 0 < calls["n"] < n_whole
-    for key in ("seed", "R", "net_test_acc", "lin_test_acc", "train_rmse"):
-        np.testing.assert_array_equal(split["runs"][key], whole["runs"][key])
-    for bad in ([2], 1, ["0"]):
-        with pytest.raises(ValueError, match="seeds"):
-            limit.precompute(config, data, bad, tmp_path / "c")
-    with pytest.raises(ValueError, match="checkpoint_dir"):
-        limit.precompute(config, data, [0], None)
-
-
-def test_finished_runs_leave_only_their_scores(tmp_path, cifar_subset_path):
-    """A finished run's folder entry is its scores (the parameters removed), so a folder computed on
-    one machine can be carried to another; scores that are another run's or damaged are recomputed."""
-    config = resolve("limit", "smoke", n_train=[4, 8], n_test=16, relins=[1, 2], n_relin=2, n_check=4, gd_steps=3,
-                     n_long=4, long_R=4, n_seeds=2)
-    data = limit.load(config)
-    folder = tmp_path / "runs"
+    folder = tmp_path / "b"
     limit.precompute(config, data, [1], folder)
     keys = [s.key() for s in limit.run_specs(config) if s.seed == 1]
     assert sorted(p.name for p in folder.iterdir()) == sorted(f"{k}.scores.npz" for k in keys)
     carried = tmp_path / "carried"
     shutil.copytree(folder, carried)
-    whole = limit.compute(config, data)
+    calls["n"] = 0
+    split = limit.compute(config, data, checkpoint_dir=folder)
+    assert 0 < calls["n"] < n_whole
+    arrays = ("seed", "R", "net_test_acc", "lin_test_acc", "net_test_correct", "lin_test_correct", "net_train_acc",
+              "train_rmse")
+    for key in arrays:
+        np.testing.assert_array_equal(split["runs"][key], whole["runs"][key])
+
     (carried / f"{keys[0]}.scores.npz").write_bytes(b"damaged")
     (carried / f"{keys[1]}.scores.npz").write_bytes((folder / f"{keys[2]}.scores.npz").read_bytes())
-    split = limit.compute(config, data, checkpoint_dir=carried)
-    for key in ("net_test_correct", "lin_test_correct", "net_train_acc", "train_rmse"):
-        np.testing.assert_array_equal(split["runs"][key], whole["runs"][key])
+    again = limit.compute(config, data, checkpoint_dir=carried)
+    for key in arrays:
+        np.testing.assert_array_equal(again["runs"][key], whole["runs"][key])
     assert not list(carried.glob("*_s1.npz")) and len(list(carried.glob("*.scores.npz"))) == len(limit.run_specs(config))
+
+    for bad in ([2], 1, ["0"]):
+        with pytest.raises(ValueError, match="seeds"):
+            limit.precompute(config, data, bad, tmp_path / "c")
+    with pytest.raises(ValueError, match="checkpoint_dir"):
+        limit.precompute(config, data, [0], None)
