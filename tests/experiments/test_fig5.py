@@ -235,6 +235,19 @@ def test_unconverged_runs_leave_the_scaling_rows_unjudged():
     assert holds[CONVERGED] == "no" and holds[SCALE] == NA and holds[INF_WORSE] == NA
 
 
+def test_each_scaling_row_is_gated_on_the_runs_it_compares():
+    """Only K = ∞ under 99 % at the largest size: the finite-K row is judged, the K = ∞ row is not;
+    only K = 4 under it: the reverse."""
+    best = [[0.30, 0.29, 0.30, 0.30], [0.50, 0.48, 0.35, 0.49]]
+    res = _results(best)
+    res["final_train_acc"] = np.array([[1.0, 1.0, 1.0, 1.0], [1.0, 1.0, 0.982, 1.0]])
+    holds = _holds(res)
+    assert holds[CONVERGED] == "no" and holds[SCALE] == "yes" and holds[INF_WORSE] == NA
+    res["final_train_acc"] = np.array([[1.0, 0.98, 1.0, 1.0], [1.0, 1.0, 1.0, 1.0]])
+    holds = _holds(res)
+    assert holds[CONVERGED] == "no" and holds[SCALE] == NA and holds[INF_WORSE] == "yes"
+
+
 def test_few_test_images_leave_the_claims_undecided_and_seeds_count():
     best = [[0.30, 0.29, 0.30, 0.30], [0.50, 0.48, 0.35, 0.49]]
     holds = _holds(_results(best, n_test=500))
