@@ -288,9 +288,8 @@ def claims(results: Mapping) -> list[Claim]:
 
     Every comparison goes through the shared noise rule, over seeds; a scaling row is judged only
     when every run it compares fitted its training set at every size (the paper trains to
-    convergence): else n/a. The
-    stability row judges the linear models of every size's K > 1 runs together
-    (:func:`~iterlin.claims.sharpness_claim` of :func:`~iterlin.claims.pooled_runs`)."""
+    convergence): else n/a. The stability row judges the linear models of every size's K > 1 runs
+    together (:func:`~iterlin.claims.sharpness_claim` of :func:`~iterlin.claims.pooled_runs`)."""
     K, lr = np.asarray(results["K"]), np.asarray(results["lr"])
     best, how = stopped(results)  # (N, R)
     sizes = np.asarray(results["n_train"])
