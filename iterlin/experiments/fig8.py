@@ -51,7 +51,7 @@ import numpy as np
 import optax
 
 from ..adam_solve import train_adam_solved
-from ..claims import EXCEEDS_RULE, NA, Claim, divergence_row, exceeds, fmt_K, verdict
+from ..claims import CONVERGED, EXCEEDS_RULE, NA, Claim, divergence_row, exceeds, fmt_K, verdict
 from ..config import Period, resolve
 from ..data import Dataset
 from ..models import make_model
@@ -60,7 +60,7 @@ from ..stats import difference, pct
 from ..training import train
 from ._common import Experiment, Seeds, checkpoint_path, eval_points, load_data, network_correct, seed_keys, seeds
 
-__all__ = ["Config", "get_config", "SCALES", "EXPERIMENT", "RUNS", "CONVERGED", "KEPT_TOL", "load", "compute", "claims",
+__all__ = ["Config", "get_config", "SCALES", "EXPERIMENT", "RUNS", "KEPT_TOL", "load", "compute", "claims",
            "stack_runs", "relin_points", "kept", "plot"]
 
 
@@ -233,11 +233,6 @@ def relin_points(h: Mapping) -> tuple[np.ndarray, np.ndarray]:
     step = np.atleast_2d(np.asarray(h.get("relin_step", np.zeros((1, 0))), np.int64))
     acc = np.atleast_2d(np.asarray(h.get("relin_acc", np.zeros((1, 0))), np.float64))
     return (step.max(axis=0) if step.size else np.zeros(0, np.int64)), acc.T
-
-
-#: The network's final train accuracy at or above which a run counts as trained to convergence (the
-#: paper compares the runs' converged solutions).
-CONVERGED = 0.99
 
 #: How far (accuracy, a fraction) the network right after a re-linearisation may fall below the solved
 #: linear model just before it, for the row "the network keeps what each linearisation learned".
