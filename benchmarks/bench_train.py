@@ -39,6 +39,10 @@ the whole-batch step.
    R calls of ``iterlin.train``, both ``--sweep-steps`` steps, timed alternately (``--e2e-reps``).
    Target ≤ 1.0: a sweep costs no more than its runs one after another (timed as R calls, not as R
    times one call: a machine whose clock falls under sustained load charges both alike).
+   3b and 3c: the steady state (T(2·steps) − T(steps): a step's cost, without the per-call costs of
+   compiling-cache lookups, initialisation and the two evaluations), per run and step: the vmapped
+   sweep (3b) and the sweep stepping its runs one after another (``vectorise=False``, 3c), each over
+   one ``iterlin.train`` run's steady state of 2.
 4. The linearised step's share of the ceiling: its useful FLOP/s (the FLOPs of the same step with
    ``lax.conv``, counted by XLA's ``cost_analysis``: the network's arithmetic, not the lowering's
    copies, / the step time of 1) over the peak. The peak is a table value for known accelerators
@@ -441,9 +445,9 @@ def run_benchmark(args, K, B, T):
     R, T3 = args.runs, args.sweep_steps
     stacked = tree_stack([make_model("cnn", jax.random.PRNGKey(i)).params for i in range(R)])
 
-    def sweep():
-        return iterlin.train_sweep(model.apply_fn, stacked, (x_np, y_np), K=[K] * R, steps=T3, optimizer=opt,
-                                   batch_size=B, devices=[dev], microbatch=mb, **ends_sub)[0]
+    def sweep(steps=T3, **kw):
+        return iterlin.train_sweep(model.apply_fn, stacked, (x_np, y_np), K=[K] * R, steps=steps, optimizer=opt,
+                                   batch_size=B, devices=[dev], microbatch=mb, **kw, **ends_sub)[0]
 
     singles = [tree_index(stacked, i) for i in range(R)]
 
@@ -457,6 +461,23 @@ def run_benchmark(args, K, B, T):
     print(f"[3] {R}-run sweep (train_sweep's defaults: vmapped), {T3} steps: 1st call {_s(s1)}, 2nd {_s(s2)} "
           f"({_s(s2 / R)} per run); its {R} runs one after another (train), per run {_s(one)}; "
           f"per run / one run {s2 / R / one:.2f}")
+    # steady state per run and step: T(2·T3) − T(T3) of each sweep route (the least of alternated
+    # calls; R runs a step), over one run's steady state of [2] (T(2·T) − T(T): T3 steps of one run
+    # are too few to time)
+    _timed(sweep, vectorise=False)  # compiles the one-run program the stepped sweep uses
+    routes = {"vmapped": lambda t: sweep(t), "stepped": lambda t: sweep(t, vectorise=False)}
+    spans = {name: [] for name in routes}
+    for _ in range(1 if args.quick else max(2, E2E_REPS)):
+        for name, fn in routes.items():
+            spans[name].append((_timed(fn, T3), _timed(fn, 2 * T3)))
+    per_run_step = {name: (min(b for _, b in v) - min(a for a, _ in v)) / (T3 * R) for name, v in spans.items()}
+    per_run_step["one run"] = steady_a / T
+    noisy3 = " (not positive: noise)" if min(per_run_step.values()) <= 0 else ""
+    print(f"    steady state per run and step, T({2 * T3}) − T({T3}): vmapped sweep {_s(per_run_step['vmapped'])}, "
+          f"the sweep stepping its runs one after another (vectorise=False) {_s(per_run_step['stepped'])}; one run "
+          f"(T({2 * T}) − T({T}) of [2]) {_s(per_run_step['one run'])}; over one run "
+          f"{per_run_step['vmapped'] / per_run_step['one run']:.2f} and "
+          f"{per_run_step['stepped'] / per_run_step['one run']:.2f}{noisy3}")
 
     # 4. the linearised step's share of the ceiling
     flops_img = flops["lin"] / B
@@ -508,6 +529,10 @@ def run_benchmark(args, K, B, T):
         ("2", "iterlin.train 2nd call / host-fed loop", a2 / h2, _s(a2), _s(h2),
          f"<= 1.5 on CPU, < 1 on a GPU (1st calls {_s(a1)} / {_s(h1)})"),
         ("3", f"{R}-run sweep / its runs one by one, {T3} steps", s2 / R / one, _s(s2 / R), _s(one), "<= 1.0"),
+        ("3b", "vmapped sweep / one run, per step", per_run_step["vmapped"] / per_run_step["one run"],
+         _s(per_run_step["vmapped"]), _s(per_run_step["one run"]), "none (steady state, per run and step)"),
+        ("3c", "stepped sweep / one run, per step", per_run_step["stepped"] / per_run_step["one run"],
+         _s(per_run_step["stepped"]), _s(per_run_step["one run"]), "none (vectorise=False)"),
         ("4", "linearised img/s / ceiling img/s", ips * flops_img / ceiling, f"{ips:.0f} img/s",
          f"{ceiling / flops_img:.0f} img/s", ">= 0.35 (ceiling: " + ("table peak)" if peak else "measured matmul)")),
         ("5", "eval share, default evaluation", share, f"{_s(d2)} - {_s(c2)}", _s(d2),

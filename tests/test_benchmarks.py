@@ -1,7 +1,8 @@
 """The training benchmark runs: ``benchmarks/bench_train.py --quick`` on CPU prints its five ratios.
 
-A smoke test only: it checks that the script exits 0 and that each of the five ratio lines carries
-a finite, positive number. No timing is asserted (speed targets live only in the benchmark's printed output).
+A smoke test only: it checks that the script exits 0, that each of the five ratio lines carries a
+finite, positive number and that the sweep's steady-state lines 3b and 3c are printed. No timing is
+asserted (speed targets live only in the benchmark's printed output).
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ def test_bench_train_quick_prints_five_ratios():
     assert {"1", "2", "3", "4", "5"} <= set(ratios), out
     for name, value in ratios.items():
         assert math.isfinite(value), f"ratio {name} = {value}\n{out}"
-        # 5b (evaluation's share on a 32-image subset) is a small difference of two times: noise may
-        # make it zero or negative on a busy machine; the five ratios are far from that.
-        assert name == "5b" or value > 0, f"ratio {name} = {value}\n{out}"
+        # 5b (evaluation's share on a 32-image subset) and 3b, 3c (steady states: a difference of two
+        # times over another) are differences of times: noise may make them zero or negative on a busy
+        # machine at these tiny sizes; the five ratios are far from that.
+        assert name in ("3b", "3c", "5b") or value > 0, f"ratio {name} = {value}\n{out}"
+    assert {"3b", "3c"} <= set(ratios), out
