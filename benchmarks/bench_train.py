@@ -70,6 +70,7 @@ anywhere: they are printed beside the values.
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import os
 import re
@@ -465,7 +466,7 @@ def run_benchmark(args, K, B, T):
     # calls; R runs a step), over one run's steady state of [2] (T(2·T) − T(T): T3 steps of one run
     # are too few to time)
     _timed(sweep, vectorise=False)  # compiles the one-run program the stepped sweep uses
-    routes = {"vmapped": lambda t: sweep(t), "stepped": lambda t: sweep(t, vectorise=False)}
+    routes = {"vmapped": sweep, "stepped": functools.partial(sweep, vectorise=False)}
     spans = {name: [] for name in routes}
     for _ in range(1 if args.quick else max(2, E2E_REPS)):
         for name, fn in routes.items():
