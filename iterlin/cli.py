@@ -207,11 +207,12 @@ def grid(name: str, scale: str, params: Sequence[str] = (), seeds: Sequence[int]
 # ------------------------------------------------------------------------------------------------
 
 
-def _write_run(out: Path, results: Mapping, rows: Sequence[Claim]) -> None:
+def _write_run(out: Path, results: Any, rows: Sequence[Claim]) -> None:
     """``out/results.npz`` (with the config) and ``out/<name>.json`` (the claims rows), atomically."""
-    config = results["config"]
-    save_results(out / "results.npz", {k: v for k, v in results.items() if k != "config"},
-                 key=f"run:{config.experiment}", config=config.to_dict())
+    from .experiments import stored
+
+    config = results.config
+    save_results(out / "results.npz", stored(results), key=f"run:{config.experiment}", config=config.to_dict())
     publish_claims(config.experiment, rows, scale=config.scale, directory=out)
 
 
@@ -221,7 +222,7 @@ def run_one(config: Mapping, *, out: str | os.PathLike, cache_dir=None, progress
     from .experiments import registry
 
     results = registry.run(config, cache_dir=cache_dir, progress=progress)
-    config = results["config"]
+    config = results.config
     rows = registry.get(config.experiment).claims(results)
     _write_run(Path(out), results, rows)
     return ClaimsTable(config.experiment, config.scale, rows)
@@ -378,7 +379,7 @@ class JobResult(NamedTuple):
     index: int
     config: dict
     state: str
-    results: dict | None
+    results: Any  #: the experiment's typed results (with ``config``), or None
     rows: list | None
     error: str | None = None
 
@@ -441,7 +442,7 @@ def _manifest(folder: Path) -> dict:
     return manifest
 
 
-def _finished(job: Path, name: str, config: Mapping) -> tuple[dict, list]:
+def _finished(job: Path, name: str, config: Mapping) -> tuple[Any, list]:
     """A finished job's results and claims rows, checked to be this config's (else ValueError)."""
     try:
         results = load_results(job / "results.npz", key=f"run:{name}", config=config)
@@ -449,7 +450,11 @@ def _finished(job: Path, name: str, config: Mapping) -> tuple[dict, list]:
         raise ValueError(str(e)) from None
     from .experiments import registry
 
-    results["config"] = registry.revalidate(config)
+    config = registry.revalidate(config)
+    try:
+        results = registry.get(name).typed(results, config)
+    except ValueError as e:
+        raise ValueError(f"{job / 'results.npz'}: {e}") from None
     path = job / f"{name}.json"
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))

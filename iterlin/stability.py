@@ -110,10 +110,6 @@ def _normal_like(params, key):
     return jax.tree.unflatten(treedef, [jax.random.normal(k, a.shape, a.dtype) for k, a in zip(keys, leaves)])
 
 
-def _random_unit(params, key):
-    return _unit(_normal_like(params, key))
-
-
 def ggn_top_eig(apply_fn: Callable, params: Any, x, y, *, loss: str | Loss = "ce", iters: int = 100,
                 v0: Any = None, key=None, rtol: float | None = None, outputs=None) -> tuple[float, Any]:
     """``(λ, v)``: λ_max of the GGN G = (1/N) Jᵀ H J at ``params`` on (x, y) and its unit eigenvector
@@ -132,7 +128,7 @@ def ggn_top_eig(apply_fn: Callable, params: Any, x, y, *, loss: str | Loss = "ce
     if rtol is not None and not rtol >= 0:
         raise ValueError(f"rtol={rtol!r} is not allowed: rtol must be >= 0, or None for all iters")
     step = _power_step(apply_fn, get_loss(loss))
-    v = _random_unit(params, jax.random.key(0) if key is None else key) if v0 is None else _unit(v0)
+    v = _unit(_normal_like(params, jax.random.key(0) if key is None else key) if v0 is None else v0)
     x, y = jnp.asarray(x), jnp.asarray(y)
     prev = None
     for _ in range(iters):

@@ -10,7 +10,7 @@ intervals ("on par", "better") are rules of the claims, in :mod:`iterlin.claims`
 
 Also here: how the rows print numbers (:func:`pct`, :func:`num`), and the selection of a sweep
 history's runs that are compared (:func:`runs_of`, :func:`run_seeds`, :func:`sweep_difference`,
-:func:`final_difference`).
+:func:`runs_difference`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Mapping, NamedTuple
 
 import numpy as np
 
-__all__ = ["pct", "num", "Difference", "difference", "t_quantile", "seed_interval", "final_difference",
+__all__ = ["pct", "num", "Difference", "difference", "t_quantile", "seed_interval", "final_difference", "runs_difference",
            "sweep_difference", "runs_of", "run_seeds", "two_se", "beyond_noise"]
 
 
@@ -165,18 +165,18 @@ def difference(acc_a, acc_b, *, n_test: int, correct_a=None, correct_b=None, tes
     return Difference(float(d.mean()), math.sqrt(seed_var + test_var), S, n, paired, df)
 
 
-def final_difference(results: Mapping, ia, ib) -> Difference:
-    """:func:`difference` of runs ``ib`` against runs ``ia`` (index arrays, paired by seed) of the
-    final test accuracies ``results["final_test_acc"]`` (R,), paired on the test images when
-    ``results["final_test_correct"]`` (R, n_test) is recorded
-    (:func:`iterlin.experiments._common.trained_final`); ``results["n_test"]`` test images."""
-    return _runs_difference(np.asarray(results["final_test_acc"], np.float64), results.get("final_test_correct"),
-                            ia, ib, n_test=int(results["n_test"]))
+def final_difference(results, ia, ib) -> Difference:
+    """:func:`runs_difference` of the final test accuracies of typed results that hold the fields of
+    :func:`iterlin.experiments._common.trained_final` (``final_test_acc`` (R,), ``final_test_correct``
+    (R, n_test) or None) and ``n_test``."""
+    return runs_difference(np.asarray(results.final_test_acc, np.float64), results.final_test_correct, ia, ib,
+                           n_test=int(results.n_test))
 
 
-def _runs_difference(acc, correct, ia, ib, *, n_test: int) -> Difference:
+def runs_difference(acc, correct, ia, ib, *, n_test: int) -> Difference:
     """:func:`difference` of runs ``ib`` against runs ``ia`` (index arrays, paired by seed) of the
-    accuracies ``acc`` (R,), paired on the test images when ``correct`` (R, n_test) is given."""
+    accuracies ``acc`` (R,), paired on the test images when ``correct`` (R, n_test) is given: e.g.
+    the final test accuracies and correctness of :func:`iterlin.experiments._common.trained_final`."""
     ia, ib = np.atleast_1d(ia), np.atleast_1d(ib)
     pair = {} if correct is None else {"correct_a": np.asarray(correct)[ia], "correct_b": np.asarray(correct)[ib]}
     return difference(acc[ia], acc[ib], n_test=n_test, **pair)
@@ -227,7 +227,7 @@ def sweep_difference(h: Mapping, ia, ib, *, n_test: int, metric: str = "net_test
     values = np.asarray(h[metric], np.float64)
     correct = h.get(metric.replace("_acc", "_correct")) if metric.endswith("test_acc") else None
     last = point in (-1, values.shape[-1] - 1)
-    return _runs_difference(values[..., point], correct if last else None, ia, ib, n_test=n_test)
+    return runs_difference(values[..., point], correct if last else None, ia, ib, n_test=n_test)
 
 
 def run_seeds(h: Mapping) -> np.ndarray:
@@ -235,3 +235,4 @@ def run_seeds(h: Mapping) -> np.ndarray:
     if "seed" in h:
         return np.asarray(h["seed"])
     return np.asarray(h.get("seed_index", np.zeros(np.size(h["K"]), int)))
+

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from iterlin import cli
+from iterlin.experiments import fig9
 
 #: fig9 in seconds: 3 Gauss–Newton steps of the paper's quintic regression, 2 λ values
 TINY = ["-p", "steps=3", "-p", "n_evals=1", "-p", "n_functions=2"]
@@ -120,8 +121,8 @@ def test_sweep_with_the_local_executor_then_collect(tmp_path):
     assert [j.state for j in jobs] == ["done"] * 4
     assert [(j.config["damping"], j.config["seed"]) for j in jobs] == [([0.0], 0), ([0.0], 1), ([1.0], 0), ([1.0], 1)]
     # each job ran its own config: its stored results carry it, and the two seeds differ
-    assert all(j.results["config"].to_dict() == j.config for j in jobs)
-    assert (jobs[0].results["train_rmse"] != jobs[1].results["train_rmse"]).any()
+    assert all(j.results.config.to_dict() == j.config for j in jobs)
+    assert (jobs[0].results.train_rmse != jobs[1].results.train_rmse).any()
     table = cli.summary_table(jobs)
     assert table.splitlines()[0].split()[:4] == ["job", "damping", "seed", "state"]
     collected = subprocess.run([sys.executable, "-m", "iterlin", "collect", str(folder)], capture_output=True,
@@ -229,7 +230,8 @@ def _fake_job(folder, index, config, *, stored_config=None, rows=()):
     from iterlin.experiments import registry
 
     typed = registry.revalidate(stored_config or config)
-    cli._write_run(folder / "jobs" / str(index), {"config": typed, "x": np.zeros(2)}, list(rows))
+    results = fig9.Results(**{f: np.zeros(2) for f in fig9.Results._fields if f != "config"}, config=typed)
+    cli._write_run(folder / "jobs" / str(index), results, list(rows))
 
 
 def _manifest(folder, configs, **extra):
@@ -246,7 +248,7 @@ def test_collect_checks_each_jobs_stored_config_against_the_manifest(tmp_path, c
     jobs = cli.collect(tmp_path)
     assert [j.state for j in jobs] == ["invalid", "done"]
     assert jobs[0].results is None and "holds the results of config" in jobs[0].error and '"seed":5' in jobs[0].error
-    assert jobs[1].results["config"].to_dict() == configs[1]
+    assert isinstance(jobs[1].results, fig9.Results) and jobs[1].results.config.to_dict() == configs[1]
     assert cli.main(["collect", str(tmp_path)]) == 1
     assert "job 0 is invalid: cache file" in capsys.readouterr().err
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from iterlin.claims import UNDECIDED, on_par
-from iterlin.stats import Difference, beyond_noise, difference, final_difference, num, pct, seed_interval, two_se
+from iterlin.stats import Difference, beyond_noise, difference, num, pct, runs_difference, seed_interval, two_se
 
 
 def test_pct_and_num():
@@ -108,15 +108,13 @@ def test_difference_interval_is_students_t_with_welch_satterthwaite_df():
     assert on_par(two, 0.02) == UNDECIDED and two.delta - 2 * two.se >= 0.02
 
 
-def test_final_difference_pairs_on_the_recorded_test_images():
+def test_runs_difference_pairs_on_the_recorded_test_images():
     n = 1000
     correct = np.zeros((4, n), bool)
     for r, k in enumerate([400, 390, 410, 400]):  # runs: seed 0 (A, B), seed 1 (A, B)
         correct[r, :k] = True
-    res = {"final_test_acc": correct.mean(1), "final_test_correct": correct, "n_test": np.asarray(n)}
-    d = final_difference(res, [0, 2], [1, 3])
+    d = runs_difference(correct.mean(1), correct, [0, 2], [1, 3], n_test=n)
     assert d.paired and d.n_seeds == 2 and d.delta == pytest.approx(-0.01)
     assert d == difference(correct.mean(1)[[0, 2]], correct.mean(1)[[1, 3]], n_test=n, correct_a=correct[[0, 2]],
                            correct_b=correct[[1, 3]])
-    del res["final_test_correct"]
-    assert not final_difference(res, [0, 2], [1, 3]).paired
+    assert not runs_difference(correct.mean(1), None, [0, 2], [1, 3], n_test=n).paired

@@ -44,6 +44,7 @@ from ..validate import check_seed
 
 __all__ = [
     "Experiment",
+    "stored",
     "SweepConfig",
     "Seeds",
     "Sharpness",
@@ -128,14 +129,18 @@ class Experiment(NamedTuple):
 
     name: the notebook's name (``"fig3"``). scales: ``{"smoke" | "cpu" | "gpu" | "paper": defaults}``.
     load: ``load(config) -> Dataset`` (or a dict of Datasets): the data the computation needs.
-    compute: ``compute(config, data, *, checkpoint_dir=None, progress=False) -> results``, a dict
-    of NumPy arrays (nested dicts allowed); ``checkpoint_dir`` is a folder unique to the cache key.
+    compute: ``compute(config, data, *, checkpoint_dir=None, progress=False) -> Results``, the
+    experiment's typed results (``results`` below) with ``config`` None; ``checkpoint_dir`` is a
+    folder unique to the cache key.
     claims: ``claims(results) -> list[Claim]``, the rows of the notebook's claims cell
-    (``results["config"]`` is the config).
+    (``results.config`` is the config).
     module: the defining module's name; the result cache fingerprints the code that ``load`` and
     ``compute`` reach from it.
     config: the experiment's typed config, an :class:`iterlin.config.ExperimentConfig` subclass
     (``load`` and ``compute`` receive one, validated).
+    results: the experiment's typed results, a NamedTuple of NumPy arrays (or mappings of them: a
+    sweep's history) whose last field is ``config`` (default None). A results file stores
+    :func:`stored` of it; :meth:`typed` reads one back.
     """
 
     name: str
@@ -145,6 +150,27 @@ class Experiment(NamedTuple):
     claims: Callable
     module: str
     config: type
+    results: type
+
+    def typed(self, arrays: Mapping[str, Any], config: ExperimentConfig) -> Any:
+        """``arrays`` (:func:`stored` results, e.g. as a results file holds them) as this
+        experiment's ``results`` type with ``config``; ValueError naming the names that are not
+        its fields, or the fields without a default that are missing."""
+        fields = self.results._fields
+        unknown = sorted(set(arrays) - set(fields) - {"config"})
+        missing = sorted(f for f in fields if f not in arrays and f not in self.results._field_defaults)
+        if unknown or missing:
+            raise ValueError(f"results of {self.name} are not allowed: "
+                             + "; ".join(([f"unknown {unknown}"] if unknown else [])
+                                         + ([f"missing {missing}"] if missing else []))
+                             + f" (the fields of {self.module}.{self.results.__name__} are {list(fields)})")
+        return self.results(**{**arrays, "config": config})
+
+
+def stored(results: Any) -> dict[str, Any]:
+    """What a results file stores of typed results (:attr:`Experiment.results`): every field but
+    ``config`` and those that are None (a field that a config does not compute)."""
+    return {k: v for k, v in results._asdict().items() if k != "config" and v is not None}
 
 
 # ------------------------------------------------------------------------------------------------

@@ -30,11 +30,8 @@ linear model's λ_max along every run of both sweeps:
 :func:`~iterlin.experiments._common.sharpness_callback`; None: not recorded). Conventions:
 :mod:`iterlin.experiments._common`.
 
-Results: ``"fixed"`` and ``"adaptive"``: the two sweep histories (seed-major; the adaptive one
-with ``tol`` (R_a,) and ``relin_step`` (R_a, J), the steps of each run's re-linearisations padded
-with −1); over the R = R_f + R_a runs, fixed first then adaptive: ``final_test_acc`` (R,),
-``final_test_correct`` (R, n_test) and ``n_relin`` (R,) (re-linearisations made); ``n_test``;
-``n_runs``; and ``wall_seconds`` (both sweeps, when computed; a cached result keeps it).
+Results: :class:`Results`. Its per-run arrays cover the R = R_f + R_a runs, fixed first then
+adaptive.
 """
 
 from __future__ import annotations
@@ -42,7 +39,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from typing import Any, ClassVar, Mapping, Sequence
+from typing import Any, ClassVar, Mapping, NamedTuple, Sequence
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -80,7 +77,7 @@ from ._common import (
     trained_final,
 )
 
-__all__ = ["Config", "get_config", "SCALES", "EXPERIMENT", "load", "compute", "claims", "per_policy", "fewer_updates",
+__all__ = ["Config", "Results", "get_config", "SCALES", "EXPERIMENT", "load", "compute", "claims", "per_policy", "fewer_updates",
            "by_policy", "placement", "even_fraction", "raster", "timing", "EARLY", "accuracy_against_updates",
            "relin_raster", "placement_dots", "plot"]
 
@@ -149,6 +146,26 @@ SCALES = {
 }
 
 
+class Results(NamedTuple):
+    """adaptive's results (:func:`compute`)."""
+
+    #: the fixed periods' :func:`~iterlin.experiments._common.sweep` history (every seed × K,
+    #: seed-major; with the sharpness record when the config records it)
+    fixed: Mapping[str, np.ndarray]
+    #: the adaptive tolerances' sweep history (every seed × tolerance, seed-major), with ``tol``
+    #: (R_a,) and ``relin_step`` (R_a, J), the steps of each run's re-linearisations padded with −1
+    adaptive: Mapping[str, np.ndarray]
+    #: (R,) float64, the final test accuracy of each run, fixed then adaptive
+    #: (:func:`~iterlin.experiments._common.trained_final` for the fixed runs)
+    final_test_acc: np.ndarray
+    final_test_correct: np.ndarray  #: (R, n_test) bool, whether each run's final model classifies each test image
+    n_relin: np.ndarray  #: (R,) int64, the re-linearisations each run made
+    n_test: np.ndarray  #: () int, the test images
+    n_runs: np.ndarray  #: () int, R
+    wall_seconds: np.ndarray  #: () float, both sweeps' computation (a cached result keeps it)
+    config: Config | None = None  #: the resolved config (set by :func:`~iterlin.experiments.run`)
+
+
 def get_config(scale: str = "smoke", **overrides) -> Config:
     """The config at ``scale`` (:data:`SCALES`) with ``overrides`` applied (None keeps the default)."""
     return resolve(Config, SCALES, scale, overrides)
@@ -165,7 +182,7 @@ def load(config: Config) -> Dataset:
 EARLY = (0.25, 0.5)
 
 
-def compute(config: Config, data: Dataset, *, checkpoint_dir=None, progress: bool = False) -> dict:
+def compute(config: Config, data: Dataset, *, checkpoint_dir=None, progress: bool = False) -> Results:
     """The fixed-period sweep and the adaptive sweep, same seeds (see the module docstring)."""
     started = time.perf_counter()
     callback = None if config.n_sharpness is None else sharpness_callback(config, data, config.lr)
@@ -178,33 +195,34 @@ def compute(config: Config, data: Dataset, *, checkpoint_dir=None, progress: boo
     acc = np.concatenate([scored["final_test_acc"], np.asarray(adapt["net_test_acc"], np.float64)[:, -1]])
     correct = np.concatenate([scored["final_test_correct"], np.asarray(adapt["net_test_correct"], bool)])
     n_relin = np.concatenate([np.asarray(fixed["n_relin"])[:, -1], np.asarray(adapt["n_relin"])[:, -1]])
-    return {"fixed": fixed, "adaptive": adapt, "final_test_acc": acc, "final_test_correct": correct,
-            "n_relin": n_relin.astype(np.int64), "n_test": np.asarray(data.x_test.shape[0]),
-            "n_runs": np.asarray(acc.shape[0]), "wall_seconds": np.asarray(wall)}
+    return Results(fixed=fixed, adaptive=adapt, final_test_acc=acc, final_test_correct=correct,
+                   n_relin=n_relin.astype(np.int64), n_test=np.asarray(data.x_test.shape[0]),
+                   n_runs=np.asarray(acc.shape[0]), wall_seconds=np.asarray(wall))
 
 
 # ------------------------------------------------------------------------------------------------
 # Claims
 
 
-def _fixed_runs(results: Mapping, K: float) -> np.ndarray:
+def _fixed_runs(results: Results, K: float) -> np.ndarray:
     """Indices (into the R runs, fixed first) of fixed period ``K``'s runs, one per seed, in seed order."""
-    return runs_of(results["fixed"], K)
+    return runs_of(results.fixed, K)
 
 
-def _adaptive_runs(results: Mapping, tol: float) -> np.ndarray:
+def _adaptive_runs(results: Results, tol: float) -> np.ndarray:
     """Indices (into the R runs) of tolerance ``tol``'s adaptive runs, one per seed, in seed order."""
-    offset = len(np.asarray(results["fixed"]["K"]))
-    return offset + np.flatnonzero(np.asarray(results["adaptive"]["tol"], np.float64) == float(tol))
+    offset = len(np.asarray(results.fixed["K"]))
+    return offset + np.flatnonzero(np.asarray(results.adaptive["tol"], np.float64) == float(tol))
 
 
-def _diverged(results: Mapping) -> np.ndarray:
-    return np.concatenate([np.asarray(results["fixed"]["diverged"], bool),
-                           np.asarray(results["adaptive"]["diverged"], bool)])
+def _diverged(results: Results) -> np.ndarray:
+    return np.concatenate([np.asarray(results.fixed["diverged"], bool),
+                           np.asarray(results.adaptive["diverged"], bool)])
 
 
-def per_policy(results: Mapping) -> tuple[list[dict], list[dict]]:
-    """Each setting against K = 1, paired by seed and test image (:func:`~iterlin.stats.final_difference`).
+def per_policy(results: Results) -> tuple[list[dict], list[dict]]:
+    """Each setting against K = 1, paired by seed and test image (:func:`~iterlin.stats.runs_difference`
+    of the final test accuracies).
 
     Returns ``(fixed, adaptive)``: for every fixed K > 1 (∞ included, as 0 re-linearisations) and
     every tolerance, a dict with ``K`` or ``tol``, ``relin``: the most re-linearisations any of its
@@ -213,12 +231,12 @@ def per_policy(results: Mapping) -> tuple[list[dict], list[dict]]:
     ``par``: :func:`~iterlin.claims.on_par` within :data:`~iterlin.claims.ON_PAR` ("no" when a run
     of it or of K = 1 diverged). ``([], [])`` without a K = 1 run.
     """
-    hf = results["fixed"]
+    hf = results.fixed
     i1 = _fixed_runs(results, 1)
     if i1.size == 0:
         return [], []
     div = _diverged(results)
-    n = np.asarray(results["n_relin"])
+    n = np.asarray(results.n_relin)
     K = np.asarray(hf["K"], np.float64)
 
     def row(j, **what):
@@ -227,7 +245,7 @@ def per_policy(results: Mapping) -> tuple[list[dict], list[dict]]:
                 "par": "no" if div[np.concatenate([i1, j])].any() else on_par(d, ON_PAR)}
 
     fixed = [row(_fixed_runs(results, k), K=float(k)) for k in sorted(set(K[K > 1].tolist()))]
-    tols = sorted(set(np.asarray(results["adaptive"]["tol"], np.float64).tolist()))
+    tols = sorted(set(np.asarray(results.adaptive["tol"], np.float64).tolist()))
     return fixed, [row(_adaptive_runs(results, t), tol=float(t)) for t in tols]
 
 
@@ -256,7 +274,7 @@ def fewer_updates(fixed: Sequence[Mapping], adapt: Sequence[Mapping]) -> str:
     return UNDECIDED
 
 
-def placement(results: Mapping, fractions: Sequence[float] = EARLY) -> dict:
+def placement(results: Results, fractions: Sequence[float] = EARLY) -> dict:
     """Where the adaptive runs put their re-linearisations over training, against an even placement.
 
     For each adaptive run (tolerance × seed) with n re-linearisations at steps t_1 < … < t_n and each
@@ -268,7 +286,7 @@ def placement(results: Mapping, fractions: Sequence[float] = EARLY) -> dict:
     Returns ``tol`` (N,), ``n`` (N, S) int, ``early``, ``even``, ``excess`` (N, S, F) float64,
     ``fractions`` (F,) and ``steps`` T.
     """
-    h = results["adaptive"]
+    h = results.adaptive
     T = int(np.asarray(h["step"])[-1])
     tol = np.asarray(h["tol"], np.float64)
     grid = np.asarray(sorted(set(tol.tolist())), np.float64)
@@ -292,22 +310,22 @@ def even_fraction(n, f) -> np.ndarray:
         return np.where(n > 0, np.floor(f * n + 1e-9) / n, np.nan)
 
 
-def _divergence(results: Mapping) -> Claim:
+def _divergence(results: Results) -> Claim:
     """The divergence row, runs named ``K=10`` (fixed) or ``tol=0.01`` (adaptive), with their seed."""
 
     def label(name: str, h: Mapping, i: int) -> str:
         v = fmt_K(h["K"][i]) if name == "K" else f"{float(h['tol'][i]):g}"
         return f"{name}={v} (seed {int(h['seed'][i]) if 'seed' in h else int(h['seed_index'][i])})"
 
-    return divergence_claim({"K": results["fixed"], "tol": results["adaptive"]}, label, prefix=False)
+    return divergence_claim({"K": results.fixed, "tol": results.adaptive}, label, prefix=False)
 
 
-def claims(results: Mapping) -> list[Claim]:
+def claims(results: Results) -> list[Claim]:
     """Adaptive placement reaches K = 1 with fewer updates than the fixed period that does
     (:func:`fewer_updates`); adaptive runs place their updates early (:func:`placement`); divergence.
     Every accuracy comparison through the shared noise rule."""
     fixed, adapt = per_policy(results)
-    T = int(np.asarray(results["fixed"]["step"])[-1])
+    T = int(np.asarray(results.fixed["step"])[-1])
     noise = (fixed or adapt)[0]["diff"].counts() if (fixed or adapt) else ""
 
     # 1. fewer feature updates at K = 1's accuracy
@@ -360,35 +378,35 @@ def claims(results: Mapping) -> list[Claim]:
     return [fewer, early, _stability(results), _divergence(results)]
 
 
-def _stability(results: Mapping) -> Claim:
+def _stability(results: Results) -> Claim:
     """The stability row over both sweeps (an adaptive run's history records K = ∞, no fixed
     period; it is named by its tolerance)."""
-    fixed, adapt = results["fixed"], results["adaptive"]
+    fixed, adapt = results.fixed, results.adaptive
     h = pooled_runs([fixed, adapt])
     h["label"] = ([f"K={fmt_K(k)}" for k in np.asarray(fixed["K"], np.float64)]
                   + [f"tol={float(t):g}" for t in np.asarray(adapt["tol"], np.float64)])
     return sharpness_claim(h)
 
 
-EXPERIMENT = Experiment("adaptive", SCALES, load, compute, claims, __name__, Config)
+EXPERIMENT = Experiment("adaptive", SCALES, load, compute, claims, __name__, Config, Results)
 
 
 # ------------------------------------------------------------------------------------------------
 # What the figure draws: pure functions of the results (nothing here is part of ``compute``).
 
 
-def by_policy(results: Mapping) -> dict:
+def by_policy(results: Results) -> dict:
     """The two sweeps arranged for the plot of accuracy against feature updates.
 
     ``K`` (N_K,) the fixed periods, ``K_relin`` and ``K_acc`` (N_K, S): per seed, re-linearisations
     made and final test accuracy; ``K_diverged`` (N_K,): any seed diverged; likewise ``tol`` (N_t,),
     ``tol_relin``, ``tol_acc`` (N_t, S), ``tol_diverged`` (N_t,) for the adaptive runs; ``steps`` T.
     """
-    acc = np.asarray(results["final_test_acc"], np.float64)
-    n = np.asarray(results["n_relin"])
+    acc = np.asarray(results.final_test_acc, np.float64)
+    n = np.asarray(results.n_relin)
     div = _diverged(results)
-    K = sorted(set(np.asarray(results["fixed"]["K"], np.float64).tolist()), key=lambda k: (math.isinf(k), k))
-    tol = sorted(set(np.asarray(results["adaptive"]["tol"], np.float64).tolist()))
+    K = sorted(set(np.asarray(results.fixed["K"], np.float64).tolist()), key=lambda k: (math.isinf(k), k))
+    tol = sorted(set(np.asarray(results.adaptive["tol"], np.float64).tolist()))
     fk = [_fixed_runs(results, k) for k in K]
     ft = [_adaptive_runs(results, t) for t in tol]
     return {
@@ -396,15 +414,15 @@ def by_policy(results: Mapping) -> dict:
         "K_diverged": np.asarray([bool(div[j].any()) for j in fk]),
         "tol": np.asarray(tol), "tol_relin": np.stack([n[j] for j in ft]), "tol_acc": np.stack([acc[j] for j in ft]),
         "tol_diverged": np.asarray([bool(div[j].any()) for j in ft]),
-        "steps": int(np.asarray(results["fixed"]["step"])[-1]),
+        "steps": int(np.asarray(results.fixed["step"])[-1]),
     }
 
 
-def raster(results: Mapping, K: Sequence[float] | None = None) -> tuple[list[str], list[np.ndarray]]:
+def raster(results: Results, K: Sequence[float] | None = None) -> tuple[list[str], list[np.ndarray]]:
     """The re-linearisation steps of every adaptive run (labelled ``tol=0.01, seed 0``) and, for
     comparison, of the first seed's fixed periods ``K`` (default: every finite K > 1 of the sweep;
     steps K, 2K, …, ⌊T/K⌋·K). Returns ``(labels, steps)``, one (n,) int array per row."""
-    ha, hf = results["adaptive"], results["fixed"]
+    ha, hf = results.adaptive, results.fixed
     T = int(np.asarray(hf["step"])[-1])
     Ks = np.asarray(hf["K"], np.float64)
     if K is None:
@@ -421,13 +439,13 @@ def raster(results: Mapping, K: Sequence[float] | None = None) -> tuple[list[str
     return labels, rows
 
 
-def timing(results: Mapping) -> str:
+def timing(results: Results) -> str:
     """``14 runs (4 K + 3 tolerances × 2 seeds) in two sweeps, 1930 s of computation``."""
-    hf, ha = results["fixed"], results["adaptive"]
+    hf, ha = results.fixed, results.adaptive
     nK, nt = len(set(np.asarray(hf["K"]).tolist())), len(set(np.asarray(ha["tol"]).tolist()))
     S = len(set(np.asarray(hf["seed_index"]).tolist()))
-    return (f"{int(results['n_runs'])} runs ({nK} K + {nt} tolerance{'s' if nt != 1 else ''} × {S} "
-            f"seed{'s' if S != 1 else ''}) in two sweeps, {float(results['wall_seconds']):.0f} s of computation")
+    return (f"{int(results.n_runs)} runs ({nK} K + {nt} tolerance{'s' if nt != 1 else ''} × {S} "
+            f"seed{'s' if S != 1 else ''}) in two sweeps, {float(results.wall_seconds):.0f} s of computation")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -553,7 +571,7 @@ def placement_dots(
     return ax
 
 
-def plot(results):
+def plot(results: Results):
     """Left: final test accuracy against the number of feature updates (re-linearisations, symlog
     axis), each setting's mean over seeds ± one standard error, each seed a dot: the fixed periods
     K (blue circles) and the adaptive tolerances (orange triangles); a cross marks a diverged
@@ -565,13 +583,13 @@ def plot(results):
     s = by_policy(results)  # per setting and seed: updates made and final test accuracy
     labels, rows = raster(results)  # the steps of each run's re-linearisations
     p = placement(results)  # the shares made early, and the even placement's
-    bound = "lr_over_bound" in results["fixed"]
+    bound = "lr_over_bound" in results.fixed
     fig, axes = panels(4 if bound else 3, panel_size=(5.2, 4.2),
-                       suptitle=f"CNN on CIFAR-10: when to update features ({results['config'].scale} "
-                                f"scale, T = {s['steps']} steps, {int(results['n_runs'])} runs)")
+                       suptitle=f"CNN on CIFAR-10: when to update features ({results.config.scale} "
+                                f"scale, T = {s['steps']} steps, {int(results.n_runs)} runs)")
     left, mid, right = axes[:3]
     if bound:
-        bound_panel(axes[3], results["fixed"], title="fixed K: ")
+        bound_panel(axes[3], results.fixed, title="fixed K: ")
     accuracy_against_updates(left, s["K_relin"], s["K_acc"], names=[f"K={k:g}" for k in s["K"]],
                              diverged=s["K_diverged"], label="fixed period K", color="C0")
     accuracy_against_updates(left, s["tol_relin"], s["tol_acc"], names=[f"tol={t:g}" for t in s["tol"]],

@@ -60,25 +60,8 @@ linearisations of a closed-form run), ``max_relin`` (see :func:`plan`), ``dampin
 of the damped Gauss–Newton runs, :func:`gn_damping`), ``gn_steps`` (Gauss–Newton steps), ``seed`` and ``n_seeds``
 (seeds ``seed, …, seed + n_seeds − 1``), ``n_train``, ``n_test``, ``n_evals``, ``x64``.
 
-Results:
-  ``K`` (NK,), ``method`` (NK,) str (``"gd"``/``"flow"``/``"kernel"``), ``n_relin`` (NK,)
-  linearisations per run, ``time`` (NK,) training time in units of the summed-loss flow (Tη or
-  Rτ; ∞ for ``"kernel"``); ``{net,lin}_{train,test}_rmse`` (NK, S) at the end and
-  ``net_train_rmse_mid`` (NK, S) half-way (to judge convergence); ``diverged`` (NK, S).
-  For K = ∞ the network row is f(θ_∞), the linear row the converged linear model.
-  ``gn`` (L = 1 + the number of damped λ): ``damping`` (L,) = [0, λ₁, …] (:func:`gn_damping`),
-  ``equiv_K`` (L,) = [∞, 1/(λ₁η), …] (the K whose GD filter switches where 1/(σ + λ) does,
-  ``equivalent_damping``'s scale rule), ``net_{train,test}_rmse`` (L, S), ``net_train_rmse_mid``
-  (L, S), ``diverged`` (L, S).
-  ``bridge``: ``eta``, ``sigma`` (N,) NTK eigenvalues at θ₀ (first seed), ``coeffs`` (N,)
-  residual coordinates, ``K`` (M,) = :data:`BRIDGE_K`, ``damping`` (M,) = 1/(Kη), ``damping_fit`` (M,) the λ whose
-  residual filter best matches K GD steps on this spectrum (weights c²), ``sigma_grid`` (G,),
-  ``gd_filter``/``gn_filter``/``gn_filter_fit`` (M, G).
-  ``literal``: the literal GD runs at large K and their closed form (:func:`literal_runs`: ``K`` (NL,),
-  ``lr`` (NR,), ``steps``, ``n_relin`` (NL,), ``tau`` (NR, NL), ``{net_test,net_train,lin_test}_rmse``,
-  ``diverged``, ``diverged_step``, ``flow_net_{test,train}_rmse``, ``flow_diverged`` (NR, NL, S),
-  ``bound_step`` (E,), ``bound`` (NR, NL, S, E)); absent from results computed before it existed.
-  ``x_test``, ``y_test`` (n_test,), ``seeds`` (S,).
+Results: :class:`Results` (NK periods K, S seeds). For K = ∞ the network row is f(θ_∞), the
+linear row the converged linear model.
 """
 
 from __future__ import annotations
@@ -123,8 +106,8 @@ from ..tree import tree_index
 from ._common import Experiment, checkpoint_path, eval_points, index_of_K, load_quintic, rmse
 
 __all__ = [
-    "SCALES", "EXPERIMENT", "BRIDGE_K", "load", "compute", "claims", "RunPlan", "LiteralPlan", "plan", "converged",
-    "summary",
+    "Results", "SCALES", "EXPERIMENT", "BRIDGE_K", "load", "compute", "claims", "RunPlan", "LiteralPlan", "plan",
+    "converged", "summary",
     "seed_rmse", "diverged_K", "bridge_curves", "gn_damping", "seed_difference", "decide", "interval",
     "damping_pairs", "SMALL_K", "SMALL_TOL", "SOLVED", "GN_TOL", "PAIR_TOL", "SHIFT",
     "literal_plan", "literal_runs", "LITERAL_RATES", "LITERAL_STEPS", "SHARPNESS_ITERS", "LITERAL_TOL",
@@ -182,6 +165,41 @@ SCALES = {
         n_seeds=30, n_train=20, n_test=1000, n_evals=20, x64=True,
     ),
 }
+
+
+class Results(NamedTuple):
+    """fig1's results (:func:`compute`): NK periods K (:func:`plan`), S seeds."""
+
+    K: np.ndarray  #: (NK,) the periods (∞ = never re-linearise)
+    method: np.ndarray  #: (NK,) str, how each K is trained: ``"gd"``, ``"flow"`` or ``"kernel"`` (:func:`plan`)
+    n_relin: np.ndarray  #: (NK,) linearisations per run
+    #: (NK,) training time in units of the summed-loss flow (Tη or Rτ; ∞ for ``"kernel"``)
+    time: np.ndarray
+    net_train_rmse: np.ndarray  #: (NK, S) the network's final train RMSE (f(θ_∞) for K = ∞)
+    net_test_rmse: np.ndarray  #: (NK, S) the network's final test RMSE
+    lin_train_rmse: np.ndarray  #: (NK, S) the linear model's final train RMSE (the converged one for K = ∞)
+    lin_test_rmse: np.ndarray  #: (NK, S) the linear model's final test RMSE
+    net_train_rmse_mid: np.ndarray  #: (NK, S) the network's train RMSE half-way (to judge convergence)
+    diverged: np.ndarray  #: (NK, S) bool
+    #: the Gauss–Newton runs (L = 1 + the number of damped λ): ``damping`` (L,) = [0, λ₁, …]
+    #: (:func:`gn_damping`), ``equiv_K`` (L,) = [∞, 1/(λ₁η), …] (the K whose GD filter switches
+    #: where 1/(σ + λ) does, ``equivalent_damping``'s scale rule), ``net_{train,test}_rmse`` (L, S),
+    #: ``net_train_rmse_mid`` (L, S), ``diverged`` (L, S)
+    gn: Mapping[str, np.ndarray]
+    #: the K ↔ λ bridge: ``eta``, ``sigma`` (N,) NTK eigenvalues at θ₀ (first seed), ``coeffs`` (N,)
+    #: residual coordinates, ``K`` (M,) = :data:`BRIDGE_K`, ``damping`` (M,) = 1/(Kη),
+    #: ``damping_fit`` (M,) the λ whose residual filter best matches K GD steps on this spectrum
+    #: (weights c²), ``sigma_grid`` (G,), ``gd_filter``/``gn_filter``/``gn_filter_fit`` (M, G)
+    bridge: Mapping[str, np.ndarray]
+    x_test: np.ndarray  #: (n_test,) the test inputs
+    y_test: np.ndarray  #: (n_test,) the test targets
+    seeds: np.ndarray  #: (S,) the seeds
+    #: the literal GD runs at large K and their closed form (:func:`literal_runs`: ``K`` (NL,),
+    #: ``lr`` (NR,), ``steps``, ``n_relin`` (NL,), ``tau`` (NR, NL), ``{net_test,net_train,lin_test}_rmse``,
+    #: ``diverged``, ``diverged_step``, ``flow_net_{test,train}_rmse``, ``flow_diverged`` (NR, NL, S),
+    #: ``bound_step`` (E,), ``bound`` (NR, NL, S, E)); None in results computed before it existed
+    literal: Mapping[str, np.ndarray] | None = None
+    config: Config | None = None  #: the resolved config (set by :func:`~iterlin.experiments.run`)
 
 
 def get_config(scale: str = "smoke", **overrides) -> Config:
@@ -382,8 +400,8 @@ def _bridge(apply_fn, params0, data, config) -> dict:
     }
 
 
-def compute(config: Config, data: Dataset, *, checkpoint_dir=None, progress: bool = False) -> dict:
-    """Every K of :func:`plan`, the Gauss–Newton runs and the bridge (see the module docstring)."""
+def compute(config: Config, data: Dataset, *, checkpoint_dir=None, progress: bool = False) -> Results:
+    """Every K of :func:`plan`, the Gauss–Newton runs, the bridge and the literal runs (see :class:`Results`)."""
     seeds = list(range(config.seed, config.seed + config.n_seeds))
     S = len(seeds)
     runs = plan(config)
@@ -471,20 +489,20 @@ def compute(config: Config, data: Dataset, *, checkpoint_dir=None, progress: boo
 
     time_ = [p.steps * eta if p.method == "gd" else (p.n_relin * p.K * eta if p.method == "flow"
              else math.inf) for p in runs]
-    return {
-        "K": np.asarray([p.K for p in runs], np.float64),
-        "method": np.asarray([p.method for p in runs]),
-        "n_relin": np.asarray([p.n_relin for p in runs]),
-        "time": np.asarray(time_, np.float64),
+    return Results(
+        K=np.asarray([p.K for p in runs], np.float64),
+        method=np.asarray([p.method for p in runs]),
+        n_relin=np.asarray([p.n_relin for p in runs]),
+        time=np.asarray(time_, np.float64),
         **rows,
-        "diverged": diverged,
-        "gn": gn,
-        "bridge": bridge,
-        "literal": literal,
-        "x_test": np.asarray(data.x_test, np.float64).ravel(),
-        "y_test": np.asarray(data.y_test, np.float64).ravel(),
-        "seeds": np.asarray(seeds),
-    }
+        diverged=diverged,
+        gn=gn,
+        bridge=bridge,
+        literal=literal,
+        x_test=np.asarray(data.x_test, np.float64).ravel(),
+        y_test=np.asarray(data.y_test, np.float64).ravel(),
+        seeds=np.asarray(seeds),
+    )
 
 
 #: A run counts as converged when its final train RMSE is at most this (about 1.5 % of the spread
@@ -494,7 +512,7 @@ CONVERGED_RMSE = 0.02
 PLATEAU_REL = 0.1
 
 
-def summary(results: Mapping) -> dict:
+def summary(results: Results) -> dict:
     """The numbers the figure draws beside the runs.
 
     ``sigma_min``: the smallest non-zero NTK eigenvalue at θ₀ (first seed; eigenvalues below
@@ -502,26 +520,27 @@ def summary(results: Mapping) -> dict:
     solved to convergence (Kη·σ_min ≥ 10); ``net_mean`` (NK,): mean final test RMSE over seeds of
     the network (the linear model for K = ∞); ``gn_mean`` (L,): of the Gauss–Newton runs [λ = 0, λ₁, …].
     """
-    b = results["bridge"]
+    b = results.bridge
     sigma = np.asarray(b["sigma"], np.float64)
     sigma_min = float(sigma[sigma > sigma.max() * len(sigma) * np.finfo(np.float64).eps].min())
-    kernel = np.asarray(results["method"]).astype(str) == "kernel"
-    net = np.where(kernel[:, None], np.asarray(results["lin_test_rmse"], np.float64),
-                   np.asarray(results["net_test_rmse"], np.float64))
+    kernel = np.asarray(results.method).astype(str) == "kernel"
+    net = np.where(kernel[:, None], np.asarray(results.lin_test_rmse, np.float64),
+                   np.asarray(results.net_test_rmse, np.float64))
     with np.errstate(invalid="ignore"):
         return {
             "sigma_min": np.asarray(sigma_min),
             "solved_from": np.asarray(10.0 / (float(b["eta"]) * sigma_min)),
             "net_mean": np.nanmean(net, axis=1),
-            "gn_mean": np.nanmean(np.asarray(results["gn"]["net_test_rmse"], np.float64), axis=1),
+            "gn_mean": np.nanmean(np.asarray(results.gn["net_test_rmse"], np.float64), axis=1),
         }
 
 
-def converged(results: Mapping) -> np.ndarray:
+def converged(final, mid) -> np.ndarray:
     """(…) bool: final train RMSE ≤ :data:`CONVERGED_RMSE`, or changed by ≤ :data:`PLATEAU_REL` of
-    it over the second half (``net_train_rmse`` against ``net_train_rmse_mid``, same shape)."""
-    final = np.asarray(results["net_train_rmse"], np.float64)
-    mid = np.asarray(results["net_train_rmse_mid"], np.float64)
+    it over the second half: ``final`` (…) against ``mid`` (…, the same shape), e.g.
+    ``net_train_rmse`` and ``net_train_rmse_mid`` of :class:`Results` or of its ``gn``."""
+    final = np.asarray(final, np.float64)
+    mid = np.asarray(mid, np.float64)
     with np.errstate(invalid="ignore"):
         return (final <= CONVERGED_RMSE) | (np.abs(mid - final) <= PLATEAU_REL * final)
 
@@ -548,24 +567,24 @@ LITERAL_BOUND = "literal GD diverges only above the stability bound lr > 2/λ_ma
 
 
 def literal_difference(lit: Mapping, r: int, j: int) -> Difference:
-    """Δ = literal − closed-form final test RMSE of rate r and period j (``results["literal"]``), paired by
+    """Δ = literal − closed-form final test RMSE of rate r and period j (:attr:`Results.literal`), paired by
     seed over the seeds where the literal run stayed finite (:func:`seed_difference`)."""
     a = np.asarray(lit["flow_net_test_rmse"], np.float64)[r, j]
     b = np.where(np.asarray(lit["diverged"], bool)[r, j], np.nan, np.asarray(lit["net_test_rmse"], np.float64)[r, j])
     return seed_difference(a, b)
 
 
-def _literal_rows(results: Mapping) -> list[Claim]:
-    """The literal-GD rows of :func:`claims`: literal ≈ closed form where stable; divergence vs the bound (check)."""
+def _literal_rows(lit: Mapping | None) -> list[Claim]:
+    """The literal-GD rows of :func:`claims` from :attr:`Results.literal` (None in results from before the
+    literal runs): literal ≈ closed form where stable; divergence vs the bound (check)."""
     paper = "(not stated: this edition's closed form stands in for literal GD at large K)"
     bound_rule = ("by construction: each linearisation is a quadratic with Hessian G(θ_s) = J_sᵀJ_s/N, on which GD "
                   "diverges iff lr > 2/λ_max(G); every diverged run must have lr above the bound at the θ_s it "
                   "diverged on (the last one measured: a diverged run is frozen there); n/a when none diverged")
-    lit = results.get("literal")
     if lit is None or "bound" not in lit or np.asarray(lit["K"]).size == 0:
         why = ("no literal runs in these results (computed before they were added, or no K of the grid "
                "qualifies: literal_plan)")
-        return [Claim(LITERAL, paper, why, verdict(None), "needs results['literal']"),
+        return [Claim(LITERAL, paper, why, verdict(None), "needs results.literal"),
                 Claim(LITERAL_BOUND, "(not stated)", why, verdict(None), bound_rule, kind="check")]
     Ks, rates = np.asarray(lit["K"], np.float64), np.asarray(lit["lr"], np.float64)
     div = np.asarray(lit["diverged"], bool)
@@ -662,20 +681,20 @@ def interval(diff: Difference, digits: int = 3) -> str:
     return f"Δ {_signed(diff.delta, digits)} [{_signed(diff.lo, digits)}, {_signed(diff.hi, digits)}]"
 
 
-def claims(results: Mapping) -> list[Claim]:
+def claims(results: Results) -> list[Claim]:
     """Small K ≈ GD; K = ∞ worse than K = 1; damping λ ↔ K = 1/(λη) (each against seed noise);
     convergence and divergence; and, as consistency checks (true by construction here), large K →
     Gauss–Newton and the K ↔ λ filters on the spectrum."""
-    K = np.asarray(results["K"], np.float64)
-    method = np.asarray(results["method"]).astype(str)
+    K = np.asarray(results.K, np.float64)
+    method = np.asarray(results.method).astype(str)
     rmse_ = seed_rmse(results)  # (NK, S): the network; the converged linear model at K = ∞
-    net = np.asarray(results["net_test_rmse"], np.float64)
+    net = np.asarray(results.net_test_rmse, np.float64)
     with np.errstate(invalid="ignore"):
         mean = np.nanmean(net, axis=1)
-    gn = results["gn"]
+    gn = results.gn
     gn_rmse = np.asarray(gn["net_test_rmse"], np.float64)
     gn_test = np.nanmean(gn_rmse, axis=1)
-    b = results["bridge"]
+    b = results.bridge
     eta = float(b["eta"])
     sigma_min = float(summary(results)["sigma_min"])
     fmt = lambda i: f"K={fmt_K(K[i])}: {num(mean[i], 3)}"  # noqa: E731
@@ -717,10 +736,10 @@ def claims(results: Mapping) -> list[Claim]:
         ))
     if np.any(np.asarray(gn["damping"], np.float64) > 0):
         rows.append(_damping_row(results))
-    conv = converged(results)
+    conv = converged(results.net_train_rmse, results.net_train_rmse_mid)
     trained = method != "kernel"
     n_ok = int(conv[trained].sum())
-    gn_conv = converged({"net_train_rmse": gn["net_train_rmse"], "net_train_rmse_mid": gn["net_train_rmse_mid"]})
+    gn_conv = converged(gn["net_train_rmse"], gn["net_train_rmse_mid"])
     bad = [f"K={fmt_K(K[i])}" for i in np.flatnonzero(trained) if not conv[i].all()]
     bad += [f"GN λ={v:g}" for v, c in zip(gn["damping"], gn_conv) if not c.all()]
     rows.append(Claim(
@@ -730,13 +749,13 @@ def claims(results: Mapping) -> list[Claim]:
         verdict(not bad),
         f"final train RMSE ≤ {CONVERGED_RMSE:g}, or changed by ≤ {PLATEAU_REL:.0%} over the second half",
     ))
-    div = np.asarray(results["diverged"], bool)
+    div = np.asarray(results.diverged, bool)
     gdiv = np.asarray(gn["diverged"], bool)
-    seeds = np.asarray(results["seeds"])
+    seeds = np.asarray(results.seeds)
     bad_div = [f"K={fmt_K(K[i])} seed {int(seeds[j])}" for i, j in zip(*np.nonzero(div))]
     bad_div += [f"GN λ={gn['damping'][i]:g} seed {int(seeds[j])}" for i, j in zip(*np.nonzero(gdiv))]
     rows.append(divergence_row(bad_div))
-    literal_claim, literal_check = _literal_rows(results)
+    literal_claim, literal_check = _literal_rows(results.literal)
     rows.append(literal_claim)
 
     # Consistency checks: true by construction in this setting, listed apart, not evidence.
@@ -774,16 +793,16 @@ def claims(results: Mapping) -> list[Claim]:
     return rows
 
 
-def damping_pairs(results: Mapping, factor: float = 1.0) -> list[tuple[int, int]]:
+def damping_pairs(results: Results, factor: float = 1.0) -> list[tuple[int, int]]:
     """``(m, i)`` pairs: damped Gauss–Newton run m (``gn.damping[m] > 0``) with the K-run i whose K
     is nearest ``factor``/(λ_m η) on a log scale, when one lies within a factor √10 of it (else λ_m
     is left out). ``factor = 1`` is Sec. 3.3's pairing; 10 and 1/10 are the wrong pairings the
     K ↔ λ row must refute."""
-    K = np.asarray(results["K"], np.float64)
+    K = np.asarray(results.K, np.float64)
     finite = np.flatnonzero(np.isfinite(K))
-    eta = float(results["bridge"]["eta"])
+    eta = float(results.bridge["eta"])
     out = []
-    for m, lam in enumerate(np.asarray(results["gn"]["damping"], np.float64)):
+    for m, lam in enumerate(np.asarray(results.gn["damping"], np.float64)):
         if lam <= 0 or finite.size == 0:
             continue
         target = math.log10(factor / (lam * eta))
@@ -793,14 +812,14 @@ def damping_pairs(results: Mapping, factor: float = 1.0) -> list[tuple[int, int]
     return out
 
 
-def _damping_row(results: Mapping) -> Claim:
+def _damping_row(results: Results) -> Claim:
     """Damped GN at λ ends where iterative linearisation at K = 1/(λη) does, and not where K = 10/(λη)
     or 1/(10λη) do (see :func:`claims`)."""
     claim, paper = "damping λ plays the role of K ≈ 1/(λη) (Sec. 3.3)", "informal (Sec. 3.3)"
-    K = np.asarray(results["K"], np.float64)
-    lams = np.asarray(results["gn"]["damping"], np.float64)
-    net = np.asarray(results["net_test_rmse"], np.float64)
-    gn = np.asarray(results["gn"]["net_test_rmse"], np.float64)
+    K = np.asarray(results.K, np.float64)
+    lams = np.asarray(results.gn["damping"], np.float64)
+    net = np.asarray(results.net_test_rmse, np.float64)
+    gn = np.asarray(results.gn["net_test_rmse"], np.float64)
 
     def judge(pairs):
         out = []
@@ -834,38 +853,38 @@ def _damping_row(results: Mapping) -> Claim:
     )
 
 
-EXPERIMENT = Experiment("fig1", SCALES, load, compute, claims, __name__, Config)
+EXPERIMENT = Experiment("fig1", SCALES, load, compute, claims, __name__, Config, Results)
 
 
 # ------------------------------------------------------------------------------------------------
 # What the figure draws: pure functions of the results (nothing here is part of ``compute``).
 
 
-def seed_rmse(results: Mapping) -> np.ndarray:
+def seed_rmse(results: Results) -> np.ndarray:
     """(NK, S) the final test RMSE drawn at each K, per seed.
 
     The network's, except for K = ∞ (``method == "kernel"``): the converged linear model at θ₀
     (the values whose mean over seeds is :func:`summary`'s ``net_mean``).
     """
-    kernel = np.asarray(results["method"]).astype(str) == "kernel"
-    return np.where(kernel[:, None], np.asarray(results["lin_test_rmse"], np.float64),
-                    np.asarray(results["net_test_rmse"], np.float64))
+    kernel = np.asarray(results.method).astype(str) == "kernel"
+    return np.where(kernel[:, None], np.asarray(results.lin_test_rmse, np.float64),
+                    np.asarray(results.net_test_rmse, np.float64))
 
 
-def diverged_K(results: Mapping) -> np.ndarray:
+def diverged_K(results: Results) -> np.ndarray:
     """(NK,) bool: at least one seed of this K diverged."""
-    return np.asarray(results["diverged"], bool).any(axis=1)
+    return np.asarray(results.diverged, bool).any(axis=1)
 
 
-def bridge_curves(results: Mapping) -> dict:
+def bridge_curves(results: Results) -> dict:
     """The K ↔ λ panels' curves on the bridge's ``sigma_grid`` (G,), for the M periods ``K``.
 
     ``gd_filter``, ``gn_filter``, ``gn_filter_fit`` (M, G): the spectral filters φ(σ) (as in
-    ``results["bridge"]``); ``gn0_filter`` (G,): 1/σ, the Gauss–Newton filter (λ = 0); and the
+    :attr:`Results.bridge`); ``gn0_filter`` (G,): 1/σ, the Gauss–Newton filter (λ = 0); and the
     fraction of the residual removed along an eigen-direction, σ·φ(σ): ``gd_fraction``,
     ``gn_fraction``, ``gn_fraction_fit`` (M, G).
     """
-    b = results["bridge"]
+    b = results.bridge
     grid = np.asarray(b["sigma_grid"], np.float64)
     out = {"sigma_grid": grid, "gn0_filter": 1.0 / grid}
     for key in ("gd_filter", "gn_filter", "gn_filter_fit"):
@@ -881,7 +900,7 @@ def bridge_curves(results: Mapping) -> dict:
 
 def plot_literal(ax: Axes, literal: Mapping[str, Any] | None, *, colors: Sequence[Any] = ("C4", "C5"),
                  marker: str = "^") -> list:
-    """Literal GD at large K (``results["literal"]`` of :func:`literal_runs`) on a K axis.
+    """Literal GD at large K (:attr:`Results.literal`, of :func:`literal_runs`) on a K axis.
 
     For each rate lr' (``literal["lr"]`` (NR,), colour ``colors[r]``): the literal runs' final test RMSE
     (``net_test_rmse`` (NR, NL, S)), mean over the seeds that stayed finite ± one standard error, filled
@@ -953,7 +972,7 @@ def plot_stability_bound(ax: Axes, literal: Mapping[str, Any] | None, *, colors:
     return handles
 
 
-def plot(results):
+def plot(results: Results):
     """Two figures. (1) Final test RMSE against K (log scale; K = ∞ at the right edge). Circles:
     the network at the end of training, mean over seeds (± one standard error: the band), seeds as
     dots; filled for literal GD, open for closed-form linearisations. Square: K = ∞, the converged
@@ -966,7 +985,7 @@ def plot(results):
     computed before the literal runs). (2) The K ↔ λ bridge: spectral filters of
     K GD steps and of damped GN on the NTK spectrum at θ₀ (left), and the fraction of the residual
     they remove (right)."""
-    Ks, method, gn = results["K"], results["method"], results["gn"]
+    Ks, method, gn = results.K, results.method, results.gn
     s = summary(results)  # sigma_min, solved_from = 10/(η σ_min), net_mean per K, gn_mean per λ
     rmse = seed_rmse(results)  # (K, seeds): the network; for K = ∞ the converged linear model
     finite = np.isfinite(Ks)
@@ -987,10 +1006,10 @@ def plot(results):
                 + " (at K = 1/(λη))")
     ax.axhline(s["net_mean"][k1_and_largest(Ks)[0]], ls=":", color="C1", label="gradient descent (K = 1)")
     ax.axvspan(s["solved_from"], xs.max(), color="C3", alpha=0.08, label="each linearisation solved")
-    literal = results.get("literal")  # None in results computed before the literal runs
+    literal = results.literal  # None in results computed before the literal runs
     plot_literal(ax, literal)
     ax.set(yscale="log", ylabel="final test RMSE",
-           title=f"Quintic, MLP 5×50: test RMSE against K ({results['config'].scale} scale, "
+           title=f"Quintic, MLP 5×50: test RMSE against K ({results.config.scale} scale, "
                  f"{rmse.shape[1]} seed{'s' if rmse.shape[1] != 1 else ''})")
     legend(ax, loc="upper left", fontsize=7, bbox_to_anchor=(1.01, 1))
     plt.show()
@@ -1002,7 +1021,7 @@ def plot(results):
         legend(ax, fontsize=7)
         plt.show()
 
-    b, c = results["bridge"], bridge_curves(results)
+    b, c = results.bridge, bridge_curves(results)
     grid = c["sigma_grid"]
     fig, (left, right) = panels(2)
     lines = plot_runs(left, grid, c["gd_filter"], b["K"], scale=1, marker=None, lw=2, alpha=0.5,

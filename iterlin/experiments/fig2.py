@@ -16,13 +16,15 @@ steps), ``factor``, ``batch_size`` (mini-batch size of the centre panel), ``n_tr
 ``n_sharpness``, ``sharpness_iters``, ``sharpness_every`` (the sharpness record of each panel,
 :func:`~iterlin.experiments._common.sharpness_callback`; the mini-batch panel's every
 ``sharpness_every × factor`` steps). Conventions: :mod:`iterlin.experiments._common`.
+
+Results: :class:`Results`. Plot ``mini`` against ``step / factor``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import ClassVar, Mapping
+from typing import ClassVar, Mapping, NamedTuple
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -33,7 +35,7 @@ from ..data import Dataset
 from ..plotting import bound_panel, legend, panels, plot_sweep
 from ._common import Experiment, Seeds, Sharpness, check_sharpness, checkpoint_path, cnn_sweep, load_data, sharpness_callback
 
-__all__ = ["Config", "get_config", "SCALES", "EXPERIMENT", "load", "compute", "claims", "minibatch_periods",
+__all__ = ["Config", "Results", "get_config", "SCALES", "EXPERIMENT", "load", "compute", "claims", "minibatch_periods",
            "full_batch_data", "plot"]
 
 INF = math.inf
@@ -94,6 +96,21 @@ SCALES = {
 }
 
 
+class Results(NamedTuple):
+    """fig2's results (:func:`compute`)."""
+
+    #: the full-batch panel: a :func:`~iterlin.experiments._common.sweep` history (``K`` its
+    #: periods) with the sharpness record ``sharpness`` and ``lr_over_bound`` (λ_max on the first
+    #: ``n_sharpness`` training images, the same images for both panels)
+    full: Mapping[str, np.ndarray]
+    #: the mini-batch panel: the same (``K`` its periods, :func:`minibatch_periods`); plot it
+    #: against ``step / factor``
+    mini: Mapping[str, np.ndarray]
+    n_test: np.ndarray  #: () int, the test images
+    n_train: np.ndarray  #: (2,) int, the training images of each panel: full batch, mini-batch
+    config: Config | None = None  #: the resolved config (set by :func:`~iterlin.experiments.run`)
+
+
 def get_config(scale: str = "smoke", **overrides) -> Config:
     """The config at ``scale`` (:data:`SCALES`) with ``overrides`` applied (None keeps the default)."""
     return resolve(Config, SCALES, scale, overrides)
@@ -127,12 +144,8 @@ def _mini_config(config: Config) -> Config:
     return config.replace(sharpness_every=config.sharpness_every * config.factor)
 
 
-def compute(config: Config, data: Dataset, *, checkpoint_dir=None, progress: bool = False) -> dict:
-    """Results: ``"full"`` and ``"mini"``, each a :func:`~iterlin.experiments._common.sweep`
-    history (``K`` holds that panel's periods) with the sharpness record ``sharpness`` and
-    ``lr_over_bound`` (λ_max on the first ``n_sharpness`` training images, the same images for
-    both panels); ``"n_test"``; ``"n_train"`` (training images of each panel, (2,): full batch,
-    mini-batch). Plot ``mini`` against ``step / factor``."""
+def compute(config: Config, data: Dataset, *, checkpoint_dir=None, progress: bool = False) -> Results:
+    """The full-batch and the mini-batch K sweep, each recording its sharpness (see :class:`Results`)."""
     f = config.factor
     full_data = full_batch_data(config, data)
     full = cnn_sweep(config, full_data, batch_size=None, callback=sharpness_callback(config, full_data, config.lr),
@@ -141,16 +154,16 @@ def compute(config: Config, data: Dataset, *, checkpoint_dir=None, progress: boo
                      steps=config.steps * f,
                      callback=sharpness_callback(_mini_config(config), data, config.lr / f),
                      checkpoint=checkpoint_path(checkpoint_dir, "mini"), progress=progress)
-    return {"full": full, "mini": mini, "n_test": np.asarray(data.x_test.shape[0]),
-            "n_train": np.asarray([full_data.x_train.shape[0], data.x_train.shape[0]])}
+    return Results(full=full, mini=mini, n_test=np.asarray(data.x_test.shape[0]),
+                   n_train=np.asarray([full_data.x_train.shape[0], data.x_train.shape[0]]))
 
 
-def claims(results: Mapping) -> list[Claim]:
+def claims(results: Results) -> list[Claim]:
     """Large K on par with K = 1, full batch and mini-batch (``"no (unstable)"`` where the large
     K's linear model was unstable); whether each panel's linear model stayed under its bound;
     divergence."""
-    n = int(results["n_test"])
-    full, mini = results["full"], results["mini"]
+    n = int(results.n_test)
+    full, mini = results.full, results.mini
     return [
         on_par_claim("full batch: large K performs on par with K = 1", "on par (Fig. 2 left)", full, n_test=n),
         on_par_claim("mini-batch: large K performs on par with K = 1", "on par (Fig. 2 centre)", mini, n_test=n),
@@ -160,22 +173,22 @@ def claims(results: Mapping) -> list[Claim]:
     ]
 
 
-EXPERIMENT = Experiment("fig2", SCALES, load, compute, claims, __name__, Config)
+EXPERIMENT = Experiment("fig2", SCALES, load, compute, claims, __name__, Config, Results)
 
 
 # ------------------------------------------------------------------------------------------------
 # The plot: drawing only (not part of ``compute``: a change here recomputes nothing)
 
 
-def plot(results):
+def plot(results: Results):
     """Network test accuracy over training, one line per K (the mini-batch K > 1 are ``factor``
     times the full-batch ones), the mean over seeds ± one standard error; a cross marks a run that
     diverged (its curve stays at its last finite state). Below (when the runs recorded it): each
     panel's bound 2/λ_max(θ_s) of the linear model along every run, each seed a line; dashed the
     panel's rate η, dotted 3η; a cross where a large-K run's linear model's loss rose inside a block."""
-    c = results["config"]
+    c = results.config
     f = c.factor
-    full, mini = results["full"], results["mini"]
+    full, mini = results.full, results.mini
     recorded = "lr_over_bound" in full and "lr_over_bound" in mini
     fig, axes = panels(3, 2 if recorded else 1, panel_size=(5, 4), squeeze=False,
                        suptitle=f"CNN on CIFAR-10 ({c.scale} scale)")
@@ -190,7 +203,7 @@ def plot(results):
     ]
     for ax, h, name, style in series:
         plot_sweep(ax, h, "net_test_acc", label=name + ", K = {K}", diverged_label=None, **style)
-    n_full, n_mini = results["n_train"]
+    n_full, n_mini = results.n_train
     top[0].set(title=f"full batch ({n_full} images), lr {c.lr:g}", xlabel="step", ylabel="test accuracy (%)")
     top[1].set(title=f"mini-batch ({n_mini} images), lr {c.lr / f:g}, K × {f}", xlabel="step")
     top[2].set(title=f"comparison (mini-batch steps ÷ {f})", xlabel="full-batch step")

@@ -9,16 +9,14 @@ Config keys: ``K`` (list; 1 and the large period), ``lr``, ``steps``, ``batch_si
 :func:`~iterlin.experiments._common.sharpness_callback`).
 Conventions: :mod:`iterlin.experiments._common`.
 
-Results: ``"runs"``: a :func:`~iterlin.experiments._common.sweep` history (every seed × K), with
-the sharpness record ``sharpness`` and ``lr_over_bound``; ``"n_test"``. The
-paper's curves are ``net_test_acc`` for every K and ``lin_test_acc`` (the linear model being
-trained) for the large K.
+Results: :class:`Results`. The paper's curves are ``runs["net_test_acc"]`` for every K and
+``runs["lin_test_acc"]`` (the linear model being trained) for the large K.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import ClassVar, Mapping
+from typing import ClassVar, Mapping, NamedTuple
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -39,7 +37,7 @@ from ._common import (
     sharpness_callback,
 )
 
-__all__ = ["Config", "get_config", "SCALES", "EXPERIMENT", "load", "compute", "claims", "plot"]
+__all__ = ["Config", "Results", "get_config", "SCALES", "EXPERIMENT", "load", "compute", "claims", "plot"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -80,6 +78,16 @@ SCALES = {
 }
 
 
+class Results(NamedTuple):
+    """fig3's results (:func:`compute`)."""
+
+    #: a :func:`~iterlin.experiments._common.sweep` history (every seed × K, seed-major) with the
+    #: sharpness record ``sharpness`` and ``lr_over_bound``
+    runs: Mapping[str, np.ndarray]
+    n_test: np.ndarray  #: () int, the test images
+    config: Config | None = None  #: the resolved config (set by :func:`~iterlin.experiments.run`)
+
+
 def get_config(scale: str = "smoke", **overrides) -> Config:
     """The config at ``scale`` (:data:`SCALES`) with ``overrides`` applied (None keeps the default)."""
     return resolve(Config, SCALES, scale, overrides)
@@ -90,23 +98,22 @@ def load(config: Config) -> Dataset:
     return check_sharpness(config, load_data(config))
 
 
-def compute(config: Config, data: Dataset, *, checkpoint_dir=None, progress: bool = False) -> dict:
+def compute(config: Config, data: Dataset, *, checkpoint_dir=None, progress: bool = False) -> Results:
     """Every K of ``config.K`` in one program, the sharpness recorded along every run (see the
     module docstring for the results)."""
     runs = cnn_sweep(config, data, callback=sharpness_callback(config, data, config.lr),
                      checkpoint=checkpoint_path(checkpoint_dir, "runs"), progress=progress)
-    return {"runs": runs, "n_test": np.asarray(data.x_test.shape[0])}
+    return Results(runs=runs, n_test=np.asarray(data.x_test.shape[0]))
 
 
-def claims(results: Mapping) -> list[Claim]:
+def claims(results: Results) -> list[Claim]:
     """|Δ| < 1 point between K = 1 and large K (the shared noise rule, over seeds, paired on the
     test images); 82.3 % at paper scale; 8–12 updates suffice (on par within the shared ±2 points,
     :data:`~iterlin.claims.ON_PAR`, with ≤ 12 re-linearisations)."""
-    h = results["runs"]
-    config = results["config"]
+    h, config = results.runs, results.config
     K, acc = np.asarray(h["K"]), np.asarray(h["net_test_acc"], np.float64)[:, -1]
     gap = on_par_claim("SGD + augmentation: large K ends under 1 point from K = 1", "82.3 % vs 81.4 % (Δ 0.9 pts)",
-                       h, n_test=int(results["n_test"]), tol=0.01)
+                       h, n_test=int(results.n_test), tol=0.01)
     k1 = acc[runs_of(h, 1)].mean()
     top = Claim(
         "K = 1 reaches 82.3 % test accuracy", "82.3 %", f"{pct(k1)} (mean over seeds)",
@@ -115,7 +122,7 @@ def claims(results: Mapping) -> list[Claim]:
     )
     j = runs_of(h, K.max())[0]
     relin = int(np.asarray(h["n_relin"])[j, -1])
-    match = on_par_claim("", "", h, n_test=int(results["n_test"]))  # "comparable": the shared ±2 points
+    match = on_par_claim("", "", h, n_test=int(results.n_test))  # "comparable": the shared ±2 points
     few = Claim(
         "8-12 feature updates suffice to match K = 1", "8-12 re-linearisations",
         match.measured,
@@ -128,21 +135,21 @@ def claims(results: Mapping) -> list[Claim]:
     return [gap, top, few, sharpness_claim(h), divergence_claim({"runs": h})]
 
 
-EXPERIMENT = Experiment("fig3", SCALES, load, compute, claims, __name__, Config)
+EXPERIMENT = Experiment("fig3", SCALES, load, compute, claims, __name__, Config, Results)
 
 
 # ------------------------------------------------------------------------------------------------
 # The plot: drawing only (not part of ``compute``: a change here recomputes nothing)
 
 
-def plot(results):
+def plot(results: Results):
     """Left: test accuracy over training: solid lines are the network, the dashed line the linear
     model trained between re-linearisations (large K); the mean over seeds ± one standard error; a
     cross marks a run that diverged (its curve stays at its last finite state). Right (when the run
     recorded it): the linear model's bound 2/λ_max(θ_s) along every run, each seed a line; the
     dashed line is the rate η, the dotted one 3η (the bound this scale keeps η under a third of); a
     cross where a large-K run's linear model's loss rose inside a block."""
-    h = results["runs"]
+    h = results.runs
     recorded = "lr_over_bound" in h
     fig, axes = panels(2 if recorded else 1, panel_size=(6.4, 4), squeeze=False)
     ax = axes[0, 0]
@@ -150,7 +157,7 @@ def plot(results):
     plot_sweep(ax, h, "lin_test_acc", linestyle="--", marker=None, color=lines, select=lambda K: K > 1,
                label="K = {K}: linearised model", diverged_label=None)
     ax.set(xlabel="step", ylabel="test accuracy (%)",
-           title=f"CNN, SGD + augmentation ({results['config'].scale} scale)")
+           title=f"CNN, SGD + augmentation ({results.config.scale} scale)")
     legend(ax)
     if recorded:
         bound_panel(axes[0, 1], h)

@@ -38,12 +38,7 @@ Config keys: ``K``, ``lr`` (no-BN panel: periods, including 1, and learning rate
 ``n_sharpness``, ``sharpness_iters``, ``sharpness_every`` (shared; the sharpness record of
 :func:`~iterlin.experiments._common.sharpness_callback`, with each panel's rate).
 
-Results: ``"no_bn"`` and ``"bn"``, each a sweep history: ``step`` (E,); ``n_relin``,
-``net_test_{loss,acc}`` and ``{net,lin}_train_{loss,acc}`` (R, E); ``diverged``,
-``diverged_step``, ``K`` (R,) float (∞ as ``inf``), ``lr``, ``seed_index`` (R,) 0..S−1, ``seed``
-(R,); ``sharpness`` and ``lr_over_bound`` (R, E), λ_max of the linear model's curvature on the first
-``n_sharpness`` training images and η·λ_max/2 (NaN at evaluation points off ``sharpness_every``); ``net_test_correct`` (R, n_test) bool, whether each run's final network classifies each
-test image correctly (for paired comparisons); and ``"n_test"``.
+Results: :class:`Results`, one sweep history per panel (:data:`PANELS` names its fields).
 """
 
 from __future__ import annotations
@@ -83,7 +78,7 @@ from ._common import (
 )
 
 __all__ = [
-    "SCALES", "EXPERIMENT", "Panel", "PANELS", "panel_settings", "ALPHA", "load", "compute", "claims", "net_test_callback", "fisher_one_sided", "sharpest_per_seed", "bn_bound_claim",
+    "Results", "SCALES", "EXPERIMENT", "Panel", "PANELS", "panel_settings", "ALPHA", "load", "compute", "claims", "net_test_callback", "fisher_one_sided", "sharpest_per_seed", "bn_bound_claim",
     "divergence_counts", "bn_divergence_claim", "plot",
 ]
 
@@ -156,6 +151,21 @@ SCALES = {
 }
 
 
+class Results(NamedTuple):
+    """fig4's results (:func:`compute`). Each panel's sweep history (R = S·len(K) runs, seed-major):
+    ``step`` (E,); ``n_relin``, ``net_test_{loss,acc}`` and ``{net,lin}_train_{loss,acc}`` (R, E);
+    ``diverged``, ``diverged_step``, ``K`` (R,) float (∞ as ``inf``), ``lr``, ``seed_index`` (R,)
+    0..S−1, ``seed`` (R,); ``sharpness`` and ``lr_over_bound`` (R, E), λ_max of the linear model's
+    curvature on the first ``n_sharpness`` training images and η·λ_max/2 (NaN at evaluation points
+    off ``sharpness_every``); ``net_test_correct`` (R, n_test) bool, whether each run's final
+    network classifies each test image correctly (for paired comparisons)."""
+
+    no_bn: Mapping[str, np.ndarray]  #: the no-BatchNorm panel's sweep history (every seed × ``K``, seed-major)
+    bn: Mapping[str, np.ndarray]  #: the BatchNorm panel's sweep history (every seed × ``K_bn``, seed-major)
+    n_test: np.ndarray  #: () int, the test images
+    config: Config | None = None  #: the resolved config (set by :func:`~iterlin.experiments.run`)
+
+
 def get_config(scale: str = "smoke", **overrides) -> Config:
     """The config at ``scale`` (:data:`SCALES`) with ``overrides`` applied (None keeps the default)."""
     return resolve(Config, SCALES, scale, overrides)
@@ -170,7 +180,7 @@ class Panel(NamedTuple):
     augment: bool
 
 
-#: The panels of Fig. 4, by their results key (:func:`panel_settings`).
+#: The panels of Fig. 4, by their field of :class:`Results` (:func:`panel_settings`).
 PANELS = ("no_bn", "bn")
 
 
@@ -220,13 +230,13 @@ def net_test_callback(apply_fn: Callable, x, y, batch_size: int = 1000) -> Calla
     return callback
 
 
-def compute(config: Config, data: Dataset, *, checkpoint_dir=None, progress: bool = False) -> dict:
+def compute(config: Config, data: Dataset, *, checkpoint_dir=None, progress: bool = False) -> Results:
     """Both panels, each one sweep over every seed × K (see the module docstring)."""
     steps = eval_points(config.steps, config.n_evals)
     n_eval_train = config.n_eval_train
     eval_train_size = None if n_eval_train is None else min(n_eval_train, data.x_train.shape[0])
     seed_list = seeds(config)
-    out: dict = {"n_test": np.asarray(data.x_test.shape[0])}
+    out: dict = {}
     for name, panel in panel_settings(config).items():
         Ks = list(panel.K)
         bn_mode = config.bn_mode if panel.model == "resnet18_bn" else None
@@ -255,7 +265,7 @@ def compute(config: Config, data: Dataset, *, checkpoint_dir=None, progress: boo
         hist["seed_index"] = np.repeat(np.arange(len(seed_list)), len(Ks))
         hist["seed"] = np.asarray(seed_list)[hist["seed_index"]]
         out[name] = hist
-    return out
+    return Results(**out, n_test=np.asarray(data.x_test.shape[0]))
 
 
 def fisher_one_sided(a: int, n_a: int, b: int, n_b: int) -> float:
@@ -270,10 +280,10 @@ def fisher_one_sided(a: int, n_a: int, b: int, n_b: int) -> float:
     return sum(math.comb(n_a, k) * math.comb(n_b, m - k) for k in range(a, min(m, n_a) + 1)) / total
 
 
-def divergence_counts(results: Mapping) -> tuple[int, int, int, int]:
+def divergence_counts(results: Results) -> tuple[int, int, int, int]:
     """``(diverged with BN, BN runs, diverged without BN, no-BN runs)``, counted over every seed and K:
     a run diverged when the guard stopped it or its loss exploded (:func:`iterlin.failures.exploded_runs`)."""
-    d_b, d_nb = (np.asarray(results[p]["diverged"], bool) | exploded_runs(results[p]) for p in ("bn", "no_bn"))
+    d_b, d_nb = (np.asarray(h["diverged"], bool) | exploded_runs(h) for h in (results.bn, results.no_bn))
     return int(d_b.sum()), int(d_b.size), int(d_nb.sum()), int(d_nb.size)
 
 
@@ -281,20 +291,21 @@ def divergence_counts(results: Mapping) -> tuple[int, int, int, int]:
 ALPHA = 0.05
 
 
-def _rates(results: Mapping) -> dict[str, str]:
+def _rates(results: Results) -> dict[str, str]:
     """Each panel's learning rates as text (``"0.001"``, or ``"0.001, 0.003"``), for the claims rows."""
-    return {p: ", ".join(f"{v:g}" for v in np.unique(np.asarray(results[p]["lr"], np.float64))) for p in PANELS}
+    return {p: ", ".join(f"{v:g}" for v in np.unique(np.asarray(getattr(results, p)["lr"], np.float64)))
+            for p in PANELS}
 
 
-def bn_divergence_claim(results: Mapping) -> Claim:
+def bn_divergence_claim(results: Results) -> Claim:
     """"BatchNorm runs diverge more easily": the counts of diverged runs with and without BatchNorm
     (every seed and K), decided by Fisher's exact test, one-sided each way at :data:`ALPHA`."""
     a, n_a, b, n_b = divergence_counts(results)
     more, less = fisher_one_sided(a, n_a, b, n_b), fisher_one_sided(b, n_b, a, n_a)
     holds = "yes" if more < ALPHA else ("no" if less < ALPHA else UNDECIDED)
     lr = _rates(results)
-    same = lr["bn"] == lr["no_bn"] and np.array_equal(np.unique(np.asarray(results["bn"]["K"], np.float64)),
-                                                      np.unique(np.asarray(results["no_bn"]["K"], np.float64)))
+    same = lr["bn"] == lr["no_bn"] and np.array_equal(np.unique(np.asarray(results.bn["K"], np.float64)),
+                                                      np.unique(np.asarray(results.no_bn["K"], np.float64)))
     setting = ("the same learning rate and K in both panels" if same
                else "learning rates or K differ between the panels (as in the paper)")
     return Claim(
@@ -319,7 +330,7 @@ def sharpest_per_seed(h: Mapping) -> tuple[np.ndarray, np.ndarray]:
     return uniq, top
 
 
-def bn_bound_claim(results: Mapping) -> Claim:
+def bn_bound_claim(results: Results) -> Claim:
     """"BatchNorm lowers the rate at which a linearisation diverges": the stability bound 2/λ_max(θ_s)
     of the linear model (Sec. 3: gradient descent on it diverges once η > 2/λ_max), compared seed
     by seed through the largest λ_max each seed's runs recorded (:func:`sharpest_per_seed`). Per
@@ -331,9 +342,9 @@ def bn_bound_claim(results: Mapping) -> Claim:
     rule = ("per seed d = log₁₀ of the largest λ_max recorded along its BN runs over that along its no-BN runs "
             "(every K; λ_max of the linear model's curvature on the first training images, power iteration: a lower "
             "bound); 'yes' when the 95 % t interval of mean d over seeds lies above 0, 'no' when below, else undecided")
-    if any("sharpness" not in results[p] for p in PANELS):
+    if any("sharpness" not in getattr(results, p) for p in PANELS):
         return Claim(claim, paper, "no sharpness record", NA, rule)
-    (s_b, l_b), (s_n, l_n) = (sharpest_per_seed(results[p]) for p in ("bn", "no_bn"))
+    (s_b, l_b), (s_n, l_n) = (sharpest_per_seed(h) for h in (results.bn, results.no_bn))
     common = np.intersect1d(s_b[np.isfinite(l_b)], s_n[np.isfinite(l_n)])
     if common.size == 0:
         return Claim(claim, paper, "no sharpness record in both panels", NA, rule)
@@ -348,12 +359,12 @@ def bn_bound_claim(results: Mapping) -> Claim:
     return Claim(claim, paper, measured, beyond(d, 0.0, above=True), rule)
 
 
-def claims(results: Mapping) -> list[Claim]:
+def claims(results: Results) -> list[Claim]:
     """Large K on par with SGD without and with BatchNorm (the shared noise rule, over seeds, paired
     on the test images); BatchNorm runs diverge more easily (counts, Fisher's exact test) and
     BatchNorm lowers the linear model's stability bound (seeds, t interval); every run finite."""
-    n_test = int(results["n_test"])
-    nb, b = results["no_bn"], results["bn"]
+    n_test = int(results.n_test)
+    nb, b = results.no_bn, results.bn
     rows = [
         on_par_claim("no BatchNorm: large K ≈ SGD (K = 1)", "similar test accuracy (Fig. 4 left)", nb, n_test=n_test),
         on_par_claim("BatchNorm + augmentation: large K ≈ SGD (K = 1)", "similar test accuracy (Fig. 4 right)", b,
@@ -366,28 +377,28 @@ def claims(results: Mapping) -> list[Claim]:
     return rows
 
 
-EXPERIMENT = Experiment("fig4", SCALES, load, compute, claims, __name__, Config)
+EXPERIMENT = Experiment("fig4", SCALES, load, compute, claims, __name__, Config, Results)
 
 
 # ------------------------------------------------------------------------------------------------
 # The plot: drawing only (not part of ``compute``: a change here recomputes nothing)
 
 
-def plot(results):
+def plot(results: Results):
     """Top: the network's test accuracy per panel. Middle: the training loss of the network
     (solid) and of the linear model being trained (dashed, large K), on the first n_eval_train
     training images. Mean over seeds ± one standard error; a cross marks a run that diverged (its
     curve stays at its last finite state). Bottom (when the run records the sharpness): the linear
     model's bound 2/λ_max(θ_s) per run against η (:func:`iterlin.plotting.bound_panel`)."""
     titles = {"no_bn": "no BatchNorm, no augmentation",
-              "bn": f"BatchNorm ({results['config'].bn_mode} statistics) + augmentation"}
-    bounds = all("lr_over_bound" in results[key] for key in titles)
+              "bn": f"BatchNorm ({results.config.bn_mode} statistics) + augmentation"}
+    bounds = all("lr_over_bound" in getattr(results, key) for key in titles)
     fig, axes = panels(2, 3 if bounds else 2, squeeze=False,
-                       suptitle=f"ResNet-18 on CIFAR-10 ({results['config'].scale} scale)")
+                       suptitle=f"ResNet-18 on CIFAR-10 ({results.config.scale} scale)")
     for col, (key, title) in enumerate(titles.items()):
         if bounds:
-            bound_panel(axes[2, col], results[key])
-        h, top, bottom = results[key], axes[0, col], axes[1, col]
+            bound_panel(axes[2, col], getattr(results, key))
+        h, top, bottom = getattr(results, key), axes[0, col], axes[1, col]
         lines = plot_sweep(top, h, "net_test_acc", label="K = {K}, lr = {lr:g}: network")
         plot_sweep(bottom, h, "net_train_loss", scale=1, color=lines, label="K = {K}: network",
                    diverged_label=None)

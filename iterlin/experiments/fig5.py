@@ -16,16 +16,7 @@ early stopping), ``seed``, ``n_seeds``, ``n_evals``, ``n_eval_train``, and ``n_s
 ("all") derives the sizes from the installed copy: six halvings of every installed image but the
 held-out ones, n/32 … n (printed when loaded).
 
-Results: ``n_train`` (N,) sizes; ``K`` (R,), ``lr`` (R,) and ``seed_index`` (R,) of the runs
-(every seed × :func:`runs`, seed-major); ``best_test_acc`` (N, R): the maximum test accuracy over
-evaluation points ("optimal early stopping") of the model the run trains: the network f(θ) for
-finite K, the linear model f_lin_0(θ) for K = ∞ (the fixed-NTK model, as Fig. 1 scores it);
-``final_train_acc`` (N, R) of that same model; ``diverged`` (N, R); with ``n_val``,
-``stopped_test_acc`` (N, R): the test accuracy of that model at the evaluation point where its
-accuracy on the ``n_val`` held-out images (``"n_val"``) was highest (:func:`stopped_at_best`),
-and the histories record ``net_val_acc``/``lin_val_acc``; the histories record ``sharpness``
-and ``lr_over_bound`` (R, E); and ``"histories"``: the sweep history
-of each size, keyed by the size as a string. The claims use :func:`stopped`.
+Results: :class:`Results`. The claims use :func:`stopped`.
 """
 
 from __future__ import annotations
@@ -71,7 +62,7 @@ from ._common import (
     sharpness_callback,
 )
 
-__all__ = ["Config", "get_config", "SCALES", "EXPERIMENT", "SizedData", "load", "compute", "claims", "runs",
+__all__ = ["Config", "Results", "get_config", "SCALES", "EXPERIMENT", "SizedData", "load", "compute", "claims", "runs",
            "stopped_at_best", "stopped", "off_lr", "by_size", "gain_difference", "plot"]
 
 
@@ -135,6 +126,30 @@ SCALES = {
         n_evals=200, n_eval_train=10_000, n_sharpness=1000, sharpness_iters=30, sharpness_every=100_000,
     ),
 }
+
+
+class Results(NamedTuple):
+    """fig5's results (:func:`compute`). "The model the run trains" is the network f(θ) for finite
+    K, the linear model f_lin_0(θ) for K = ∞ (the fixed-NTK model, as Fig. 1 scores it)."""
+
+    n_train: np.ndarray  #: (N,) int, the training-set sizes, ascending
+    K: np.ndarray  #: (R,) float64, the period of each run (every seed × :func:`runs`, seed-major)
+    lr: np.ndarray  #: (R,) float64, the rate of each run
+    seed_index: np.ndarray  #: (R,) int, the seed of each run (0, 1, …)
+    #: (N, R) float64, the maximum test accuracy over evaluation points ("optimal early stopping")
+    #: of the model the run trains
+    best_test_acc: np.ndarray
+    final_train_acc: np.ndarray  #: (N, R) float64, the final train accuracy of that same model
+    diverged: np.ndarray  #: (N, R) bool, whether the run diverged
+    n_test: np.ndarray  #: () int, the test images
+    #: the sweep history of each size, keyed by the size as a string; it records ``sharpness`` and
+    #: ``lr_over_bound`` (R, E) and, with ``n_val``, ``net_val_acc``/``lin_val_acc``
+    histories: Mapping[str, Mapping[str, np.ndarray]]
+    #: (N, R) float64, with ``n_val`` only: the test accuracy of the model the run trains at the
+    #: evaluation point where its accuracy on the held-out images was highest (:func:`stopped_at_best`)
+    stopped_test_acc: np.ndarray | None = None
+    n_val: np.ndarray | None = None  #: () int, with ``n_val`` only: the held-out training images
+    config: Config | None = None  #: the resolved config (set by :func:`~iterlin.experiments.run`)
 
 
 def get_config(scale: str = "smoke", **overrides) -> Config:
@@ -201,7 +216,7 @@ def runs(config: Config) -> list[tuple[float, float]]:
     return out
 
 
-def compute(config: Config, data: SizedData, *, checkpoint_dir=None, progress: bool = False) -> dict:
+def compute(config: Config, data: SizedData, *, checkpoint_dir=None, progress: bool = False) -> Results:
     """Every seed × (K, lr) of :func:`runs` in one program per training-set size, each run scored on
     the held-out images at every evaluation point when ``data.heldout`` is given."""
     pairs = runs(config)
@@ -226,22 +241,23 @@ def compute(config: Config, data: SizedData, *, checkpoint_dir=None, progress: b
         return np.where(fixed[:, None], np.asarray(h[f"lin_{metric}"], np.float64),
                         np.asarray(h[f"net_{metric}"], np.float64))
 
-    out = {
-        "n_train": np.asarray([int(n) for n in sizes]),
-        "K": np.asarray(first["K"], np.float64),
-        "lr": np.asarray(first["lr"], np.float64),
-        "seed_index": np.asarray(first["seed_index"]),
-        "best_test_acc": np.stack([np.where(fixed, early_stopped(histories[n], "lin_test_acc"),
-                                            early_stopped(histories[n])) for n in sizes]),
-        "final_train_acc": np.stack([trained(histories[n], "train_acc")[:, -1] for n in sizes]),
-        "diverged": np.stack([np.asarray(histories[n]["diverged"]) for n in sizes]),
-        "n_test": np.asarray(data.by_size[sizes[0]].x_test.shape[0]),
-        "histories": histories,
-    }
+    out = Results(
+        n_train=np.asarray([int(n) for n in sizes]),
+        K=np.asarray(first["K"], np.float64),
+        lr=np.asarray(first["lr"], np.float64),
+        seed_index=np.asarray(first["seed_index"]),
+        best_test_acc=np.stack([np.where(fixed, early_stopped(histories[n], "lin_test_acc"),
+                                         early_stopped(histories[n])) for n in sizes]),
+        final_train_acc=np.stack([trained(histories[n], "train_acc")[:, -1] for n in sizes]),
+        diverged=np.stack([np.asarray(histories[n]["diverged"]) for n in sizes]),
+        n_test=np.asarray(data.by_size[sizes[0]].x_test.shape[0]),
+        histories=histories,
+    )
     if held is not None:
-        out["stopped_test_acc"] = np.stack([
-            stopped_at_best(trained(histories[n], "val_acc"), trained(histories[n], "test_acc")) for n in sizes])
-        out["n_val"] = np.asarray(held.x_train.shape[0])
+        out = out._replace(
+            stopped_test_acc=np.stack([stopped_at_best(trained(histories[n], "val_acc"),
+                                                       trained(histories[n], "test_acc")) for n in sizes]),
+            n_val=np.asarray(held.x_train.shape[0]))
     return out
 
 
@@ -256,14 +272,14 @@ def stopped_at_best(val: np.ndarray, test: np.ndarray) -> np.ndarray:
     return np.where(ok.any(axis=-1), picked, np.nan)
 
 
-def stopped(results: Mapping) -> tuple[np.ndarray, str]:
+def stopped(results: Results) -> tuple[np.ndarray, str]:
     """The early-stopped test accuracy (N, R) the claims and the plot use, and how it was stopped:
     on the held-out training images when the run had them (``stopped_test_acc``), else the best
     test accuracy over evaluation points (``best_test_acc``, the paper's "optimal" early stopping)."""
-    if "stopped_test_acc" in results:
-        return (np.asarray(results["stopped_test_acc"], np.float64),
-                f"early stopping on {int(results['n_val'])} held-out training images")
-    return np.asarray(results["best_test_acc"], np.float64), "optimal early stopping (the best test accuracy)"
+    if results.stopped_test_acc is not None:
+        return (np.asarray(results.stopped_test_acc, np.float64),
+                f"early stopping on {int(results.n_val)} held-out training images")
+    return np.asarray(results.best_test_acc, np.float64), "optimal early stopping (the best test accuracy)"
 
 
 def _gain(best: np.ndarray) -> np.ndarray:
@@ -271,34 +287,34 @@ def _gain(best: np.ndarray) -> np.ndarray:
     return best[-1] - best[0]
 
 
-def gain_difference(results: Mapping, ia, ib) -> Difference:
+def gain_difference(results: Results, ia, ib) -> Difference:
     """The shared noise rule (:func:`iterlin.stats.difference`) for gain_B − gain_A, runs ``ia``
     and ``ib`` paired by seed: the seed spread of the per-seed differences, and the test-set noise
     of the four early-stopped accuracies involved (:func:`stopped`), Σ p(1 − p)/n (two sizes × two
     settings)."""
     best, _ = stopped(results)
-    n = int(results["n_test"])
+    n = int(results.n_test)
     ga, gb = _gain(best)[ia], _gain(best)[ib]
     accs = [best[0, ia].mean(), best[-1, ia].mean(), best[0, ib].mean(), best[-1, ib].mean()]
     test_var = sum(min(max(p, 0.05), 0.95) * (1 - min(max(p, 0.05), 0.95)) / n for p in accs)
     return difference(ga, gb, n_test=n, test_var=test_var)
 
 
-def claims(results: Mapping) -> list[Claim]:
+def claims(results: Results) -> list[Claim]:
     """Fig. 5: finite K scale like K = 1; K = ∞ scales worse; the higher lr is not the cause.
 
     Every comparison goes through the shared noise rule, over seeds; a scaling row is judged only
     when every run it compares fitted its training set at every size (the paper trains to
     convergence): else n/a. The stability row judges the linear models of every size's K > 1 runs
     together (:func:`~iterlin.claims.sharpness_claim` of :func:`~iterlin.claims.pooled_runs`)."""
-    K, lr = np.asarray(results["K"]), np.asarray(results["lr"])
+    K, lr = np.asarray(results.K), np.asarray(results.lr)
     best, how = stopped(results)  # (N, R)
-    sizes = np.asarray(results["n_train"])
-    lr0, lr_inf = results["config"].lr, results["config"].lr_inf
+    sizes = np.asarray(results.n_train)
+    lr0, lr_inf = results.config.lr, results.config.lr_inf
     h = {"K": K, "lr": lr}
     gain = _gain(best)
     span = f"n={int(sizes[0])}→{int(sizes[-1])}"
-    train = np.asarray(results["final_train_acc"], np.float64)
+    train = np.asarray(results.final_train_acc, np.float64)
     converged = bool(train.min() >= CONVERGED)
 
     def fitted(*idx) -> bool:
@@ -345,52 +361,53 @@ def claims(results: Mapping) -> list[Claim]:
         control = Claim("the higher lr of K = ∞ does not explain the gap", "K = 1 at 1e-3 ≈ K = 1 at 1e-5",
                         f"lr_inf = lr = {lr0:g}: no separate control", verdict(None), "needs lr_inf ≠ lr")
     else:
-        d = difference(best[-1, i1], best[-1, ic], n_test=int(results["n_test"]))
+        d = difference(best[-1, i1], best[-1, ic], n_test=int(results.n_test))
         control = Claim(
             "the higher lr of K = ∞ does not explain the gap", "K = 1 at 1e-3 ≈ K = 1 at 1e-5",
             f"K=1 at n={int(sizes[-1])}: {pct(best[-1, i1].mean())} (lr {lr0:g}) vs {pct(best[-1, ic].mean())} "
             f"(lr {lr_inf:g}); {d.describe()}",
             on_par(d, ON_PAR), on_par_rule(ON_PAR) + f" ({how}, at the largest n)",
         )
-    div = {f"n={n}": results["histories"][str(int(n))] for n in sizes}
-    stable = sharpness_claim(pooled_runs([results["histories"][str(int(n))] for n in sizes]))
+    div = {f"n={n}": results.histories[str(int(n))] for n in sizes}
+    stable = sharpness_claim(pooled_runs([results.histories[str(int(n))] for n in sizes]))
     return [*scale_rows, control, conv, stable, divergence_claim(div)]
 
 
 #: "Scales like K = 1": the gains agree within this many points (fraction).
 SCALING_TOL = 0.03
 
-EXPERIMENT = Experiment("fig5", SCALES, load, compute, claims, __name__, Config)
+EXPERIMENT = Experiment("fig5", SCALES, load, compute, claims, __name__, Config, Results)
 
 
 # ------------------------------------------------------------------------------------------------
 # What the figure draws: pure functions of the results (nothing here is part of ``compute``).
 
 
-def by_size(results: Mapping, metric: str) -> dict:
-    """``results[metric]`` (N sizes, R runs) as a sweep-like history over sizes, for
-    :func:`iterlin.plotting.plot_sweep`: ``step`` = the sizes (N,), ``metric`` (R, N), ``K``, ``lr``,
-    ``seed_index``, and ``diverged``/``diverged_step`` (R,): whether, and at which size first, each
-    run diverged."""
-    div = np.asarray(results["diverged"], bool).T  # (R, N)
-    sizes = np.asarray(results["n_train"])
+def by_size(results: Results, values: np.ndarray, metric: str) -> dict:
+    """``values`` (N sizes, R runs: e.g. ``results.final_train_acc``) as a sweep-like history over
+    sizes, for :func:`iterlin.plotting.plot_sweep`: ``step`` = the sizes (N,), ``metric`` (R, N),
+    ``K``, ``lr``, ``seed_index`` of ``results``' runs, and ``diverged``/``diverged_step`` (R,):
+    whether, and at which size first, each run diverged."""
+    div = np.asarray(results.diverged, bool).T  # (R, N)
+    sizes = np.asarray(results.n_train)
     first = np.where(div.any(1), sizes[np.argmax(div, axis=1)], -1)
-    return {"step": sizes, metric: np.asarray(results[metric], np.float64).T, "K": np.asarray(results["K"]),
-            "lr": np.asarray(results["lr"]), "seed_index": np.asarray(results["seed_index"]),
+    return {"step": sizes, metric: np.asarray(values, np.float64).T, "K": np.asarray(results.K),
+            "lr": np.asarray(results.lr), "seed_index": np.asarray(results.seed_index),
             "diverged": div.any(1), "diverged_step": first}
 
 
-def off_lr(results: Mapping) -> np.ndarray:
-    """(R,) bool: the runs trained at a learning rate other than ``lr`` (the K = ∞ run and its K = 1
-    control when ``lr_inf`` ≠ ``lr``; drawn dashed). ``results["config"].lr`` is ``lr``."""
-    return np.asarray(results["lr"], np.float64) != float(results["config"].lr)
+def off_lr(lr: np.ndarray, config: Config) -> np.ndarray:
+    """(R,) bool: the runs (of rates ``lr`` (R,), e.g. ``results.lr``) trained at a learning rate
+    other than ``config.lr`` (the K = ∞ run and its K = 1 control when ``lr_inf`` ≠ ``lr``; drawn
+    dashed)."""
+    return np.asarray(lr, np.float64) != float(config.lr)
 
 
 # ------------------------------------------------------------------------------------------------
 # The plot: drawing only (not part of ``compute``: a change here recomputes nothing)
 
 
-def plot(results):
+def plot(results: Results):
     """Left: early-stopped test accuracy (:func:`stopped`: on held-out training images where the
     run had them) against the number of training images (log scale), one line per (K, lr), the
     mean over seeds ± one standard error (K = ∞: its linear model). Right:
@@ -398,19 +415,18 @@ def plot(results):
     cross marks a run that diverged (at the first size where it did). Third, when the runs recorded
     the sharpness: the linear model's bound 2/λ_max(θ_s) along the runs of the largest training set
     (:func:`iterlin.plotting.bound_panel`)."""
-    n = results["n_train"]
+    n = results.n_train
     acc, how = stopped(results)
-    shown = {**results, "stopped": acc}
-    largest = results["histories"][str(int(n[-1]))]
+    largest = results.histories[str(int(n[-1]))]
     bound = "lr_over_bound" in largest
     fig, axes = panels(3 if bound else 2,
-                       suptitle=f"Data scaling of the CNN on CIFAR-10 ({results['config'].scale} scale)")
+                       suptitle=f"Data scaling of the CNN on CIFAR-10 ({results.config.scale} scale)")
     left, right = axes[0], axes[1]
     if bound:
         bound_panel(axes[2], largest, title=f"n={int(n[-1])}: ", label="K = {K}, lr {lr}")
-    for ax, metric, what in ((left, "stopped", "early-stopped test accuracy (%)"),
-                             (right, "final_train_acc", "final train accuracy (%)")):
-        plot_sweep(ax, by_size(shown, metric), metric, label="K = {K}, lr {lr:g}",
+    for ax, values, metric, what in ((left, acc, "stopped", "early-stopped test accuracy (%)"),
+                                     (right, results.final_train_acc, "final_train_acc", "final train accuracy (%)")):
+        plot_sweep(ax, by_size(results, values, metric), metric, label="K = {K}, lr {lr:g}",
                    diverged_label=None if ax is left else "K = {K} diverged")
         set_log_ticks(ax, n)
         ax.set(xlabel="training images", ylabel=what)

@@ -11,11 +11,7 @@ Config keys: ``K`` (list: 1 and the large period), ``lr``, ``steps``, ``batch_si
 ``n_sharpness``, ``sharpness_iters``, ``sharpness_every`` (the sharpness record,
 :func:`~iterlin.experiments._common.sharpness_callback`).
 
-Results: ``"runs"``: the sweep history (every seed × K, seed-major: R = S·len(K) runs) with,
-besides the usual keys, ``probe_{layer1,layer2}_{train,test}_acc`` and ``probe_{layer}_lam`` (the
-chosen ridge penalty), each (R, E), and the sharpness record ``sharpness`` and ``lr_over_bound``
-(R, E); ``"n_probe"``, ``"n_test"``: the numbers of images the probes
-were fitted on and scored on.
+Results: :class:`Results`.
 
 Conventions: :mod:`iterlin.experiments._common` (the paper's CNN, softmax cross-entropy on the
 linearised logits, plain SGD at ``lr`` for every K; the runs of one seed start from one
@@ -28,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import ClassVar, Mapping
+from typing import ClassVar, Mapping, NamedTuple
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -55,7 +51,7 @@ from ._common import (
 )
 
 __all__ = [
-    "SCALES", "EXPERIMENT", "PROBE_LAYERS", "PROBE_CAP", "load", "compute", "claims", "probe_size",
+    "Results", "SCALES", "EXPERIMENT", "PROBE_LAYERS", "PROBE_CAP", "load", "compute", "claims", "probe_size",
     "probe_summary", "probe_correct", "probe_table", "plot",
 ]
 
@@ -105,6 +101,20 @@ SCALES = {
 }
 
 
+class Results(NamedTuple):
+    """fig6's results (:func:`compute`)."""
+
+    #: the sweep history (every seed × K, seed-major: R = S·len(K) runs) with, besides the usual
+    #: keys, ``probe_{layer1,layer2}_{train,test}_acc`` and ``probe_{layer}_lam`` (the chosen ridge
+    #: penalty), each (R, E), ``probe_{layer}_test_correct`` (R, E, n_test) bool (absent from runs
+    #: made before it was recorded: :func:`probe_correct`), and the sharpness record ``sharpness``
+    #: and ``lr_over_bound`` (R, E)
+    runs: Mapping[str, np.ndarray]
+    n_probe: np.ndarray  #: () int, the training images the probes were fitted on
+    n_test: np.ndarray  #: () int, the test images they were scored on
+    config: Config | None = None  #: the resolved config (set by :func:`~iterlin.experiments.run`)
+
+
 def get_config(scale: str = "smoke", **overrides) -> Config:
     """The config at ``scale`` (:data:`SCALES`) with ``overrides`` applied (None keeps the default)."""
     return resolve(Config, SCALES, scale, overrides)
@@ -139,7 +149,7 @@ def load(config: Config) -> Dataset:
     return data
 
 
-def compute(config: Config, data: Dataset, *, checkpoint_dir=None, progress: bool = False) -> dict:
+def compute(config: Config, data: Dataset, *, checkpoint_dir=None, progress: bool = False) -> Results:
     """Every seed × K in one program, the probes fitted and the sharpness recorded at each evaluation
     point (module docstring)."""
     n = probe_size(config, data.x_train.shape[0])
@@ -148,7 +158,7 @@ def compute(config: Config, data: Dataset, *, checkpoint_dir=None, progress: boo
     callback = merge_callbacks(lambda f, p0: tracker, sharpness_callback(config, data, config.lr))
     runs = cnn_sweep(config, data, callback=callback, checkpoint=checkpoint_path(checkpoint_dir, "runs"),
                      progress=progress)
-    return {"runs": runs, "n_probe": np.asarray(n), "n_test": np.asarray(data.x_test.shape[0])}
+    return Results(runs=runs, n_probe=np.asarray(n), n_test=np.asarray(data.x_test.shape[0]))
 
 
 def probe_summary(history: Mapping, layer: str) -> dict:
@@ -184,7 +194,7 @@ def _diverged(h: Mapping, *idx) -> bool:
     return bool(np.asarray(h["diverged"], bool)[np.concatenate(idx)].any())
 
 
-def claims(results: Mapping) -> list[Claim]:
+def claims(results: Results) -> list[Claim]:
     """Per layer: K = 1's probe improves over training; the large K's improves slower and levels off
     lower. Each is the shared noise rule (:func:`iterlin.stats.difference` then
     :func:`~iterlin.claims.exceeds`) over the seeds (paired by seed) and the test images: paired on
@@ -193,13 +203,13 @@ def claims(results: Mapping) -> list[Claim]:
     independent binomials (runs made before it was recorded); a comparison involving a diverged
     K = 1 run is n/a (its probes read a frozen state), one whose large-K run's
     linear model was unstable (:func:`iterlin.failures.unstable_among`) is :data:`~iterlin.claims.UNSTABLE`."""
-    h = results["runs"]
+    h = results.runs
     if (rows := only_k1_rows("fig6", h)) is not None:
         return rows
     K = np.asarray(h["K"], np.float64)
     Kj = K.max()
     i1, j = runs_of(h, 1), runs_of(h, Kj)
-    n_test, n_probe = int(results["n_test"]), int(results["n_probe"])
+    n_test, n_probe = int(results.n_test), int(results.n_probe)
     where = f"probes on {n_probe} training images, scored on {n_test} test images"
     unstable = unstable_among(h, j)
     note = "; unstable: " + "; ".join(unstable) if unstable else ""
@@ -242,7 +252,7 @@ def claims(results: Mapping) -> list[Claim]:
     return [*rows, sharpness_claim(h), divergence_claim({"runs": h})]
 
 
-EXPERIMENT = Experiment("fig6", SCALES, load, compute, claims, __name__, Config)
+EXPERIMENT = Experiment("fig6", SCALES, load, compute, claims, __name__, Config, Results)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -256,13 +266,13 @@ def _mean_se(v: np.ndarray) -> tuple[float, float]:
     return float(v.mean()), se
 
 
-def probe_table(results: Mapping) -> str:
+def probe_table(results: Results) -> str:
     """:func:`probe_summary` of every probed layer and K, the mean over seeds (± one standard error
     with several seeds), one line each, in percent, under a line giving the probe's images."""
-    h = results["runs"]
+    h = results.runs
     K = np.asarray(h["K"], np.float64)
     seeds = int(np.max(h["seed_index"])) + 1 if "seed_index" in h else 1
-    lines = [f"probes fitted on {int(results['n_probe'])} training images, scored on {int(results['n_test'])} "
+    lines = [f"probes fitted on {int(results.n_probe)} training images, scored on {int(results.n_test)} "
              f"test images; mean over {seeds} seed{'s' if seeds != 1 else ''}"
              + (" ± one standard error" if seeds > 1 else "")]
     for layer in PROBE_LAYERS:
@@ -281,16 +291,16 @@ def probe_table(results: Mapping) -> str:
 # The plot: drawing only (not part of ``compute``: a change here recomputes nothing)
 
 
-def plot(results):
+def plot(results: Results):
     """Test accuracy of the linear probes over training, left layer 1, right layer 2: the mean over
     seeds ± one standard error; a cross marks a setting with a diverged run (its probes then read its
     last finite state). Chance is 10 %. Then the probes' accuracy at the start, at the end and
     averaged over the evaluation points after step 0 (a lower average for the same end point means
     slower improvement), per K, the mean over seeds."""
-    h = results["runs"]
+    h = results.runs
     fig, axes = panels(2, sharey=True,
-                       suptitle=f"CNN on CIFAR-10, probes on {int(results['n_probe'])} training images, scored on "
-                                f"{int(results['n_test'])} test images ({results['config'].scale} scale)")
+                       suptitle=f"CNN on CIFAR-10, probes on {int(results.n_probe)} training images, scored on "
+                                f"{int(results.n_test)} test images ({results.config.scale} scale)")
     for ax, layer, title in zip(axes, PROBE_LAYERS, ("first-layer features", "second-layer features")):
         plot_sweep(ax, h, f"probe_{layer}_test_acc")
         ax.set(xlabel="step", title=f"linear probe on {title}")

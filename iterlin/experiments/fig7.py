@@ -12,9 +12,7 @@ Config keys: ``K`` (list: 1 and the large period), ``lr``, ``steps``, ``batch_si
 figure), ``n_eval_train``, ``n_sharpness``, ``sharpness_iters``, ``sharpness_every`` (the
 sharpness record, :func:`~iterlin.experiments._common.sharpness_callback`).
 
-Results: ``"runs"``: the sweep history (every seed × K, seed-major: R = S·len(K) runs) with
-``filters_delta`` (R, E, 5, 5, 3, 50) and the sharpness record ``sharpness`` and
-``lr_over_bound`` (R, E); ``"match"``: :func:`filter_match` of it.
+Results: :class:`Results`.
 
 Conventions: :mod:`iterlin.experiments._common` (the paper's CNN, softmax cross-entropy on the
 linearised logits, plain SGD at ``lr`` for every K; the runs of one seed start from one
@@ -27,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, ClassVar, Mapping, Sequence
+from typing import Any, ClassVar, Mapping, NamedTuple, Sequence
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -63,7 +61,7 @@ from ._common import (
 )
 
 __all__ = [
-    "SCALES", "EXPERIMENT", "SLOWER", "load", "compute", "claims", "filter_match", "match_marks",
+    "Results", "SCALES", "EXPERIMENT", "SLOWER", "load", "compute", "claims", "filter_match", "match_marks",
     "match_report", "filter_grid", "plot",
 ]
 
@@ -97,6 +95,16 @@ SCALES = {
 }
 
 
+class Results(NamedTuple):
+    """fig7's results (:func:`compute`)."""
+
+    #: the sweep history (every seed × K, seed-major: R = S·len(K) runs) with ``filters_delta``
+    #: (R, E, 5, 5, 3, 50) and the sharpness record ``sharpness`` and ``lr_over_bound`` (R, E)
+    runs: Mapping[str, np.ndarray]
+    match: Mapping[str, np.ndarray]  #: :func:`filter_match` of ``runs``
+    config: Config | None = None  #: the resolved config (set by :func:`~iterlin.experiments.run`)
+
+
 def get_config(scale: str = "smoke", **overrides) -> Config:
     """The config at ``scale`` (:data:`SCALES`) with ``overrides`` applied (None keeps the default)."""
     return resolve(Config, SCALES, scale, overrides)
@@ -109,14 +117,14 @@ def load(config: Config) -> Dataset:
     return check_sharpness(config, load_data(config))
 
 
-def compute(config: Config, data: Dataset, *, checkpoint_dir=None, progress: bool = False) -> dict:
+def compute(config: Config, data: Dataset, *, checkpoint_dir=None, progress: bool = False) -> Results:
     """Every seed × K in one program, the filters and the sharpness recorded at each evaluation point
     (module docstring)."""
     callback = merge_callbacks(lambda f, p0: filter_tracker(n=50, params0=p0),
                                sharpness_callback(config, data, config.lr))
     runs = cnn_sweep(config, data, callback=callback, checkpoint=checkpoint_path(checkpoint_dir, "runs"),
                      progress=progress)
-    return {"runs": runs, "match": filter_match(runs)}
+    return Results(runs=runs, match=filter_match(runs))
 
 
 def _reach(curve: np.ndarray, target: float, steps: np.ndarray) -> tuple[float, int]:
@@ -177,14 +185,14 @@ def _interval_text(values, fmt) -> tuple[str, str]:
     return fmt(m), f"95 % t interval [{fmt(lo)}, {fmt(hi)}], {np.size(values)} seeds"
 
 
-def claims(results: Mapping) -> list[Claim]:
+def claims(results: Results) -> list[Claim]:
     """Large-K filters evolve slower (the ratio's 95 % t interval over seeds below :data:`SLOWER`);
     its final filters ≈ K = 1's at ~10 % of training (judged at scale 'paper' only)."""
-    h, m = results["runs"], results["match"]
+    h, m = results.runs, results.match
     if (rows := only_k1_rows("fig7", h)) is not None:
         return rows
     Kj = float(np.asarray(h["K"], np.float64).max())
-    config = results["config"]
+    config = results.config
     ratio = np.atleast_1d(np.asarray(m["ratio"], np.float64))
     frac = np.atleast_1d(np.asarray(m["fraction"], np.float64))
     cos = np.atleast_1d(np.asarray(m["cosine"], np.float64))
@@ -226,23 +234,23 @@ def claims(results: Mapping) -> list[Claim]:
     return [slower, similar, sharpness_claim(h), divergence_claim({"runs": h})]
 
 
-EXPERIMENT = Experiment("fig7", SCALES, load, compute, claims, __name__, Config)
+EXPERIMENT = Experiment("fig7", SCALES, load, compute, claims, __name__, Config, Results)
 
 
 # ------------------------------------------------------------------------------------------------
 # What the figure draws and prints: pure functions of the results (nothing here is part of ``compute``).
 
 
-def match_marks(results: Mapping) -> dict:
+def match_marks(results: Results) -> dict:
     """The marks of the filter-norm panel, on the curves it draws (the means over seeds of
-    ``results["match"]["norm"]``, :func:`filter_match`).
+    ``results.match["norm"]``, :func:`filter_match`).
 
     ``target``: the large-K runs' mean final ‖ΔW_T‖ (the dotted line); ``step``: the step at which
     K = 1's mean ‖ΔW_t‖ first reaches it, ``fraction`` · T (the dot; NaN if it never does);
     ``fraction``: that fraction of training.
     """
-    h = results["runs"]
-    norm = np.asarray(results["match"]["norm"], np.float64)
+    h = results.runs
+    norm = np.asarray(results.match["norm"], np.float64)
     steps = np.asarray(h["step"], np.float64)
     ones, large = runs_of(h, 1), runs_of(h, np.asarray(h["K"], np.float64).max())
     target = float(norm[large, -1].mean())
@@ -251,10 +259,10 @@ def match_marks(results: Mapping) -> dict:
             "fraction": frac}
 
 
-def match_report(results: Mapping) -> str:
+def match_report(results: Results) -> str:
     """One line: the final ratio of the filter changes and where K = 1 reaches the large-K final
     size, each the mean over seeds (± one standard error with several seeds)."""
-    m = results["match"]
+    m = results.match
 
     def pm(values, factor=1.0, digits=2):
         mean, se, _, _ = seed_interval(values)
@@ -355,7 +363,7 @@ def filter_grid(
     return fig, axes
 
 
-def plot(results):
+def plot(results: Results):
     """The first three filters' change from initialisation of the first seed, a column per
     evaluation point: for each filter, the K = 1 row above the large-K row; first at the paper's
     scale, [−0.5, 0.5] → [0, 1], then with the range stretched to the run's largest change. Then
@@ -363,8 +371,8 @@ def plot(results):
     error; the dotted line is the large K's mean final size, the dot where K = 1's mean first
     reaches it; beside it (when the run recorded it) the linear model's bound 2/λ_max(θ_s) along
     every run, with η dashed and 3η dotted; and the per-seed summary (match_report)."""
-    h = results["runs"]
-    scale = results["config"].scale
+    h = results.runs
+    scale = results.config.scale
     first = k1_and_largest(h["K"])  # the first seed's K = 1 and large-K runs (runs are seed-major)
     for vrange, what in ((0.5, "the paper's range ±0.5"), ("max", "range ±{vrange:.3g} (this run's largest change)")):
         filter_grid(h["filters_delta"], h["step"], h["K"], runs=first, vrange=vrange,
@@ -375,7 +383,7 @@ def plot(results):
     recorded = "lr_over_bound" in h
     fig, axes = panels(2 if recorded else 1, panel_size=(6.4, 4), squeeze=False)
     ax = axes[0, 0]
-    plot_sweep(ax, {**h, "filter_change": results["match"]["norm"]}, "filter_change", scale=1)
+    plot_sweep(ax, {**h, "filter_change": results.match["norm"]}, "filter_change", scale=1)
     ax.axhline(m["target"], ls=":", color="gray")
     if np.isfinite(m["step"]):
         ax.plot(m["step"], m["target"], "o", color="k", ms=8,

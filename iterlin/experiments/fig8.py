@@ -26,25 +26,14 @@ The runs are trained one after the other, seed by seed (an Adam-solved run canno
 convergence check sits under ``lax.cond``). Training metrics are measured on the first
 ``n_eval_train`` training images (the Adam-solved run's criterion always uses all of them).
 
-Results: ``n_test`` (the number of test images); ``"solved"``, ``"sgd"``, ``"adam"``: each the S
-runs of one kind stacked over seeds (:func:`stack_runs`): ``step`` (E,); ``n_relin``,
-``{net,lin}_{train,test}_{loss,acc}`` (S, E); ``diverged``, ``diverged_step``, ``seed``, ``K``,
-``lr`` (S,) (``K``: the run's period, 1 for the K = 1 runs; ``lr``: its learning rate) and
-``seed_index`` (S,) 0..S−1, so that :func:`iterlin.plotting.plot_sweep` draws each kind as the
-mean over seeds; ``net_test_correct`` (S, n_test) bool, whether each run's final network
-classifies each test image correctly (:func:`network_correct`, for the paired comparisons of
-:func:`iterlin.stats.difference`). ``"solved"`` also has ``inner_steps`` (S, E) and the
-re-linearisation log (S, J), padded past a run's own J_s entries (−1 for steps, NaN for
-accuracies and losses, ``""`` for reasons): ``relin_step``, ``relin_inner_steps``, ``relin_acc``
-(the linear model's train accuracy at each re-linearisation, just before it), ``relin_loss``,
-``relin_reason``.
+Results: :class:`Results`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import ClassVar, Mapping, Sequence
+from typing import ClassVar, Mapping, NamedTuple, Sequence
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -60,7 +49,7 @@ from ..stats import difference, pct
 from ..training import train
 from ._common import Experiment, Seeds, checkpoint_path, eval_points, load_data, network_correct, seed_keys, seeds
 
-__all__ = ["Config", "get_config", "SCALES", "EXPERIMENT", "RUNS", "KEPT_TOL", "load", "compute", "claims",
+__all__ = ["Config", "Results", "get_config", "SCALES", "EXPERIMENT", "RUNS", "KEPT_TOL", "load", "compute", "claims",
            "stack_runs", "relin_points", "kept", "plot"]
 
 
@@ -117,11 +106,36 @@ SCALES = {
 }
 
 
+class Results(NamedTuple):
+    """fig8's results (:func:`compute`).
+
+    ``solved``, ``sgd`` and ``adam`` are each the S runs of one kind stacked over seeds
+    (:func:`stack_runs`): ``step`` (E,); ``n_relin``, ``{net,lin}_{train,test}_{loss,acc}`` (S, E);
+    ``diverged``, ``diverged_step``, ``seed``, ``K``, ``lr`` (S,) (``K``: the run's period, 1 for
+    the K = 1 runs; ``lr``: its learning rate) and ``seed_index`` (S,) 0..S−1, so that
+    :func:`iterlin.plotting.plot_sweep` draws each kind as the mean over seeds;
+    ``net_test_correct`` (S, n_test) bool, whether each run's final network classifies each test
+    image correctly (:func:`network_correct`, for the paired comparisons of
+    :func:`iterlin.stats.difference`).
+    """
+
+    #: the Adam-solved runs (K = ``config.K``); besides the layout above ``inner_steps`` (S, E) and
+    #: the re-linearisation log (S, J), padded past a run's own J_s entries (−1 for steps, NaN for
+    #: accuracies and losses, ``""`` for reasons, :data:`LOG_PAD`): ``relin_step``,
+    #: ``relin_inner_steps``, ``relin_acc`` (the linear model's train accuracy at each
+    #: re-linearisation, just before it), ``relin_loss``, ``relin_reason``
+    solved: Mapping[str, np.ndarray]
+    sgd: Mapping[str, np.ndarray]  #: K = 1 with SGD at ``lr``
+    adam: Mapping[str, np.ndarray]  #: K = 1 with Adam at ``lr_adam``
+    n_test: np.ndarray  #: () int, the test images
+    config: Config | None = None  #: the resolved config (set by :func:`~iterlin.experiments.run`)
+
+
 def get_config(scale: str = "smoke", **overrides) -> Config:
     """The config at ``scale`` (:data:`SCALES`) with ``overrides`` applied (None keeps the default)."""
     return resolve(Config, SCALES, scale, overrides)
 
-#: The runs of each seed: results key → its label in the claims and the plots.
+#: The runs of each seed: :class:`Results` field → its label in the claims and the plots.
 RUNS = {"solved": "Adam-solved", "sgd": "K=1 SGD", "adam": "K=1 Adam"}
 
 #: Per-run logs of the Adam-solved run (one entry per re-linearisation) and their padding values.
@@ -169,8 +183,9 @@ def stack_runs(histories: Sequence[Mapping], steps: Sequence[int]) -> dict:
     return out
 
 
-def compute(config: Config, data: Dataset, *, checkpoint_dir=None, progress: bool = False) -> dict:
-    """For every seed, the Adam-solved run, K = 1 SGD and K = 1 Adam (see the module docstring)."""
+def compute(config: Config, data: Dataset, *, checkpoint_dir=None, progress: bool = False) -> Results:
+    """For every seed, the Adam-solved run, K = 1 SGD and K = 1 Adam (see the module docstring and
+    :class:`Results`)."""
     train_d, test_d = (data.x_train, data.y_train), (data.x_test, data.y_test)
     ev = eval_points(config.steps, config.n_evals)
     n_eval_train = config.n_eval_train
@@ -197,7 +212,7 @@ def compute(config: Config, data: Dataset, *, checkpoint_dir=None, progress: boo
             runs[name].append(h)
             correct[name].append(network_correct(model.apply_fn, params, *test_d))
     S = len(seeds(config))
-    out: dict = {"n_test": np.asarray(data.x_test.shape[0])}
+    out: dict = {}
     for name in RUNS:
         h = stack_runs(runs[name], ev)
         h["net_test_correct"] = np.stack(correct[name])
@@ -206,7 +221,7 @@ def compute(config: Config, data: Dataset, *, checkpoint_dir=None, progress: boo
         h["K"] = np.full(S, float(K) if name == "solved" else 1.0)
         h["lr"] = np.full(S, float(config.lr if name == "sgd" else config.lr_adam))
         out[name] = h
-    return out
+    return Results(**out, n_test=np.asarray(data.x_test.shape[0]))
 
 
 def _final(h: Mapping, key: str = "net_test_acc") -> np.ndarray:
@@ -262,24 +277,30 @@ def kept(h: Mapping) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(before, np.float64), np.asarray(after, np.float64)
 
 
-def claims(results: Mapping) -> list[Claim]:
+def _runs(results: Results) -> dict[str, Mapping]:
+    """The histories of :data:`RUNS`, by name."""
+    return {name: getattr(results, name) for name in RUNS}
+
+
+def claims(results: Results) -> list[Claim]:
     """Solving every linearisation generalises worse than K = 1 SGD; Adam is not the cause (the
     shared noise rule over seeds, paired on the test images); the paper's numbers at paper scale;
     whether K sufficed to solve each linearisation; whether every run converged (the two comparisons
     are n/a when one did not: the paper compares converged solutions); whether the network kept what
     each solved linearisation learned (:func:`kept`); divergence."""
-    config = results["config"]
+    config = results.config
     at_paper = config.scale == "paper"
-    s, g, a = results["solved"], results["sgd"], results["adam"]
-    acc = {name: float(_final(results[name]).mean()) for name in RUNS}
+    runs = _runs(results)
+    s, g, a = results.solved, results.sgd, results.adam
+    acc = {name: float(_final(h).mean()) for name, h in runs.items()}
     K = config.K
-    n_test = int(np.asarray(results["n_test"]))
+    n_test = int(np.asarray(results.n_test))
     n_seeds = _final(s).size
     mean = "mean over seeds" if n_seeds > 1 else "1 seed"
 
     worse = _diff(s, g, n_test)  # B = K = 1 SGD against A = Adam-solved: Δ > 0 means SGD is better
     not_adam = _diff(s, a, n_test)  # B = Adam (K = 1) against A = Adam-solved
-    fitted = {name: _final(results[name], "net_train_acc") for name in RUNS}
+    fitted = {name: _final(h, "net_train_acc") for name, h in runs.items()}
     converged = all(bool(np.all(v >= CONVERGED)) for v in fitted.values() if v.size)
     gate = (f"; n/a unless every run ends at ≥ {pct(CONVERGED, 0)} train accuracy (the paper compares converged "
             "solutions; row 'trained to convergence')")
@@ -342,7 +363,7 @@ def claims(results: Mapping) -> list[Claim]:
         ))
     bad = []
     for name, label in RUNS.items():
-        h = results[name]
+        h = runs[name]
         div, at = np.atleast_1d(h["diverged"]), np.atleast_1d(h["diverged_step"])
         seed = np.atleast_1d(h.get("seed", np.arange(div.size)))
         for i in np.flatnonzero(div):
@@ -351,20 +372,20 @@ def claims(results: Mapping) -> list[Claim]:
     return rows
 
 
-EXPERIMENT = Experiment("fig8", SCALES, load, compute, claims, __name__, Config)
+EXPERIMENT = Experiment("fig8", SCALES, load, compute, claims, __name__, Config, Results)
 
 
 # ------------------------------------------------------------------------------------------------
 # The plot: drawing only (not part of ``compute``: a change here recomputes nothing)
 
 
-def plot(results):
+def plot(results: Results):
     """Left: the network's test accuracy of the three runs. Right: the Adam-solved run's training
     accuracy, the network (solid) and the linear model being optimised (dashed), the linear model's
     accuracy on every training image just before each re-linearisation (triangles; dotted
     verticals: the re-linearisations), and K = 1 SGD's network. Mean over seeds ± one standard
     error; a cross marks a run that diverged."""
-    s, g, a = results["solved"], results["sgd"], results["adam"]
+    s, g, a = results.solved, results.sgd, results.adam
     fig, (left, right) = panels(2)
     for h, label, color in ((s, "K = {K}, each linearisation solved by Adam", "C3"), (g, "K = {K}, SGD", "C0"),
                             (a, "K = {K}, Adam", "C2")):
@@ -378,7 +399,7 @@ def plot(results):
              label="linear model just before re-linearising (every training image)")
         mark_steps(right, relin_step, color="C3")
     plot_sweep(right, g, "net_train_acc", label="K = 1 SGD: network", color="C0", diverged_label=None)
-    left.set(xlabel="step", ylabel="test accuracy (%)", title=f"CNN on CIFAR-10 ({results['config'].scale} scale)")
+    left.set(xlabel="step", ylabel="test accuracy (%)", title=f"CNN on CIFAR-10 ({results.config.scale} scale)")
     right.set(xlabel="step", ylabel="train accuracy (%)", title="training accuracy")
     legend(left)
     legend(right)

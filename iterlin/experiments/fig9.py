@@ -19,14 +19,7 @@ Config keys: ``damping`` (list of λ ≥ 0), ``steps``, ``step_size`` (α), ``se
 (seeds ``seed … seed + n_seeds − 1``), ``n_functions`` (functions kept per λ, the first seeds),
 ``n_train``, ``n_test``, ``n_evals``, ``x64``.
 
-Results: ``damping`` (L,), ``seeds`` (S,), ``train_rmse``/``test_rmse`` (L, S) of the final
-network, ``kept`` (L, S): finite and train RMSE ≤ :data:`MAX_TRAIN_RMSE` (the paper's filter),
-``diverged`` (L, S), ``slope_variation`` (L, S) (:func:`slope_variation` of the learned
-function on the test grid; ``target_slope_variation`` for the quintic itself),
-``curves``: ``step`` (E,), ``train_rmse``/``test_rmse`` (L, S, E); ``x_test``, ``y_test``
-(n_test,), ``x_train``, ``y_train`` (n_train,), ``functions`` (L, F, n_test): the learned
-functions of the first F seeds on the test grid. :func:`kept_means` gives the mean test RMSE
-over the kept seeds per λ.
+Results: :class:`Results`. :func:`kept_means` gives the mean test RMSE over the kept seeds per λ.
 
 Claims: each "more damping → ..." row is a trend over the WHOLE λ grid, not a comparison of its two
 ends: the least-squares slope of the per-λ mean over kept seeds against log₁₀ λ (λ = 0 one decade
@@ -74,7 +67,7 @@ from ..stats import Difference, num, t_quantile
 from ._common import Experiment, checkpoint_path, eval_points, load_quintic
 
 __all__ = [
-    "SCALES", "EXPERIMENT", "MAX_TRAIN_RMSE", "load", "compute", "claims", "slope_variation",
+    "Results", "SCALES", "EXPERIMENT", "MAX_TRAIN_RMSE", "load", "compute", "claims", "slope_variation",
     "kept_means", "geometric_means", "function_panels", "log_lambda", "Trend", "trend", "minimum_range", "MIN_TOL", "N_BOOTSTRAP",
     "plot_functions", "plot",
 ]
@@ -122,6 +115,30 @@ SCALES = {
 }
 
 
+class Results(NamedTuple):
+    """fig9's results (:func:`compute`): L values of λ, S seeds."""
+
+    damping: np.ndarray  #: (L,) float64, the values of λ
+    seeds: np.ndarray  #: (S,) int, the seeds
+    train_rmse: np.ndarray  #: (L, S) float64, the final network's train RMSE
+    test_rmse: np.ndarray  #: (L, S) float64, the final network's test RMSE
+    #: (L, S) bool, the runs kept: finite and train RMSE ≤ :data:`MAX_TRAIN_RMSE` (the paper's filter)
+    kept: np.ndarray
+    diverged: np.ndarray  #: (L, S) bool, the runs that diverged
+    #: (L, S) float64, :func:`slope_variation` of the learned function on the test grid
+    slope_variation: np.ndarray
+    target_slope_variation: np.ndarray  #: () float64, :func:`slope_variation` of the quintic itself
+    #: the RMSE along training: ``step`` (E,), ``train_rmse``/``test_rmse`` (L, S, E)
+    curves: Mapping[str, np.ndarray]
+    x_test: np.ndarray  #: (n_test,) float64, the test grid
+    y_test: np.ndarray  #: (n_test,) float64, the quintic on it
+    x_train: np.ndarray  #: (n_train,) float64, the training points
+    y_train: np.ndarray  #: (n_train,) float64, their targets
+    #: (L, F, n_test) float64, the learned functions of the first F seeds on the test grid
+    functions: np.ndarray
+    config: Config | None = None  #: the resolved config (set by :func:`~iterlin.experiments.run`)
+
+
 def get_config(scale: str = "smoke", **overrides) -> Config:
     """The config at ``scale`` (:data:`SCALES`) with ``overrides`` applied (None keeps the default)."""
     return resolve(Config, SCALES, scale, overrides)
@@ -146,7 +163,7 @@ def slope_variation(f, x) -> np.ndarray:
         return np.sum(np.abs(np.diff(s, axis=-1)), axis=-1)
 
 
-def compute(config: Config, data: Dataset, *, checkpoint_dir=None, progress: bool = False) -> dict:
+def compute(config: Config, data: Dataset, *, checkpoint_dir=None, progress: bool = False) -> Results:
     """Every (λ, seed) in one program (see the module docstring for the results)."""
     lams = list(config.damping)
     seeds = list(range(config.seed, config.seed + config.n_seeds))
@@ -170,42 +187,46 @@ def compute(config: Config, data: Dataset, *, checkpoint_dir=None, progress: boo
     x_test = np.asarray(data.x_test, np.float64).ravel()
     with np.errstate(invalid="ignore"):
         kept = np.isfinite(test_rmse) & np.isfinite(train_rmse) & (train_rmse <= MAX_TRAIN_RMSE)
-    return {
-        "damping": np.asarray(lams, np.float64),
-        "seeds": np.asarray(seeds),
-        "train_rmse": train_rmse,
-        "test_rmse": test_rmse,
-        "kept": kept,
-        "diverged": np.asarray(h.diverged).reshape(L, S),
-        "slope_variation": slope_variation(preds, x_test),
-        "target_slope_variation": slope_variation(np.asarray(data.y_test, np.float64).ravel(), x_test),
-        "curves": {"step": np.asarray(h.step), "train_rmse": train_c, "test_rmse": test_c},
-        "x_test": x_test,
-        "y_test": np.asarray(data.y_test, np.float64).ravel(),
-        "x_train": np.asarray(data.x_train, np.float64).ravel(),
-        "y_train": np.asarray(data.y_train, np.float64).ravel(),
-        "functions": preds[:, :F],
-    }
+    return Results(
+        damping=np.asarray(lams, np.float64),
+        seeds=np.asarray(seeds),
+        train_rmse=train_rmse,
+        test_rmse=test_rmse,
+        kept=kept,
+        diverged=np.asarray(h.diverged).reshape(L, S),
+        slope_variation=slope_variation(preds, x_test),
+        target_slope_variation=slope_variation(np.asarray(data.y_test, np.float64).ravel(), x_test),
+        curves={"step": np.asarray(h.step), "train_rmse": train_c, "test_rmse": test_c},
+        x_test=x_test,
+        y_test=np.asarray(data.y_test, np.float64).ravel(),
+        x_train=np.asarray(data.x_train, np.float64).ravel(),
+        y_train=np.asarray(data.y_train, np.float64).ravel(),
+        functions=preds[:, :F],
+    )
 
 
-def kept_means(results: Mapping) -> np.ndarray:
-    """Mean final test RMSE over the kept seeds, per λ (L,); NaN where no seed was kept."""
-    test = np.asarray(results["test_rmse"], np.float64)
-    kept = np.asarray(results["kept"], bool)
+def kept_means(test_rmse, kept) -> np.ndarray:
+    """Mean final test RMSE over the kept seeds, per λ (L,); NaN where no seed was kept.
+
+    ``test_rmse``, ``kept`` (L, S): :attr:`Results.test_rmse`, :attr:`Results.kept`."""
+    test = np.asarray(test_rmse, np.float64)
+    kept = np.asarray(kept, bool)
     return np.asarray([test[i][kept[i]].mean() if kept[i].any() else np.nan for i in range(len(test))])
 
 
-def geometric_means(results: Mapping) -> dict:
+def geometric_means(test_rmse, kept) -> dict:
     """The per-λ geometric mean of the final test RMSE over the kept seeds (what the claims' trend
     uses, on the figure's log axis), with a band of ± one standard error of the mean of log₁₀ RMSE.
+
+    ``test_rmse``, ``kept`` (L, S): :attr:`Results.test_rmse`, :attr:`Results.kept`.
 
     Returns ``{"mean", "lo", "hi"}``, each (L,): 10^m, 10^(m − se), 10^(m + se), with m and se the
     mean and standard error of log₁₀ test RMSE over the kept finite seeds
     (:func:`iterlin.plotting.mean_se`); NaN where no seed was kept (``lo``/``hi`` with fewer than 2).
     """
-    test = np.asarray(results["test_rmse"], np.float64)
+    test = np.asarray(test_rmse, np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
-        m, se = mean_se(np.log10(test), axis=1, where=np.asarray(results["kept"], bool))
+        m, se = mean_se(np.log10(test), axis=1, where=np.asarray(kept, bool))
     return {"mean": 10.0**m, "lo": 10.0 ** (m - se), "hi": 10.0 ** (m + se)}
 
 
@@ -342,13 +363,13 @@ def minimum_range(test, kept, *, n_bootstrap: int = N_BOOTSTRAP, seed: int = 0) 
     return stat(np.arange(S)), float(lo), float(hi)
 
 
-def claims(results: Mapping) -> list[Claim]:
+def claims(results: Results) -> list[Claim]:
     """More damping → lower, more consistent test RMSE and smoother functions: each a trend over the
     whole λ grid against the seeds' noise (:func:`trend`); similar minima (:func:`minimum_range`)."""
-    lams = np.asarray(results["damping"], np.float64)
-    test = np.asarray(results["test_rmse"], np.float64)
-    kept = np.asarray(results["kept"], bool)
-    sv = np.asarray(results["slope_variation"], np.float64)
+    lams = np.asarray(results.damping, np.float64)
+    test = np.asarray(results.test_rmse, np.float64)
+    kept = np.asarray(results.kept, bool)
+    sv = np.asarray(results.slope_variation, np.float64)
     n_kept = kept.sum(axis=1)
     filt = Claim(
         "runs with train RMSE > 2.5 are removed", "some runs removed at small λ",
@@ -373,7 +394,7 @@ def claims(results: Mapping) -> list[Claim]:
     lower = Claim(
         "more damping → lower mean test RMSE", "mean test RMSE falls as λ grows (figure only)",
         f"log₁₀ test RMSE: {lower_t.describe()}; geometric mean: {per_lambda(geo)}" + _rises(lams, geo, 3)
-        + f"; arithmetic mean: {per_lambda(kept_means(results))}",
+        + f"; arithmetic mean: {per_lambda(kept_means(test, kept))}",
         lower_t.falls(),
         f"test RMSE in log₁₀ (the figure's axis; the arithmetic mean is dominated by a few runs that extrapolate "
         f"wildly between the training points); {x_rule}: 'yes' below 0, 'no' above 0, else undecided",
@@ -402,7 +423,7 @@ def claims(results: Mapping) -> list[Claim]:
     smooth = Claim(
         "more damping → smoother learned functions", "smoother functions as λ grows (figure only)",
         f"log₁₀ slope variation: {smooth_t.describe(2)}; geometric mean: {per_lambda(10.0**smooth_t.means, 0)} "
-        f"(target {num(float(results['target_slope_variation']), 0)})" + _rises(lams, 10.0**smooth_t.means, 0),
+        f"(target {num(float(results.target_slope_variation), 0)})" + _rises(lams, 10.0**smooth_t.means, 0),
         smooth_t.falls(),
         f"slope variation = total variation of f' over the test grid, in log₁₀; {x_rule}: 'yes' below 0, "
         "'no' above 0, else undecided",
@@ -410,29 +431,30 @@ def claims(results: Mapping) -> list[Claim]:
     return [filt, lower, consistent, minimum, smooth, _fig9_diverged(results)]
 
 
-def _fig9_diverged(results: Mapping) -> Claim:
-    lams = np.asarray(results["damping"], np.float64)
-    div = np.asarray(results["diverged"], bool)
-    seeds = np.asarray(results["seeds"])
+def _fig9_diverged(results: Results) -> Claim:
+    lams = np.asarray(results.damping, np.float64)
+    div = np.asarray(results.diverged, bool)
+    seeds = np.asarray(results.seeds)
     return divergence_row([f"λ={lams[i]:g} seed {int(seeds[j])}" for i, j in zip(*np.nonzero(div))])
 
 
-EXPERIMENT = Experiment("fig9", SCALES, load, compute, claims, __name__, Config)
+EXPERIMENT = Experiment("fig9", SCALES, load, compute, claims, __name__, Config, Results)
 
 
 # ------------------------------------------------------------------------------------------------
 # What the figure draws: pure functions of the results (nothing here is part of ``compute``).
 
 
-def function_panels(results: Mapping, n: int = 4) -> list[int]:
-    """The indices of the (at most ``n``) values of λ whose learned functions are drawn.
+def function_panels(damping, n: int = 4) -> list[int]:
+    """The indices of the (at most ``n``) values of λ of the grid ``damping`` (:attr:`Results.damping`)
+    whose learned functions are drawn.
 
     Spread evenly over the grid, both ends included, in increasing order, without repeats:
     ``[0, 2, 3, 5]`` for 6 values of λ and n = 4; every index when there are at most n values.
     """
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
         raise ValueError(f"n={n!r} is not allowed: n must be an integer >= 1 (the number of panels)")
-    L = len(np.asarray(results["damping"]).reshape(-1))
+    L = len(np.asarray(damping).reshape(-1))
     if L == 0:
         return []
     return sorted({int(round(v)) for v in np.linspace(0, L - 1, min(n, L))})
@@ -463,31 +485,31 @@ def plot_functions(ax: Axes, x: Any, functions: Any, *, y_target: Any = None, x_
     return lines
 
 
-def plot(results):
+def plot(results: Results):
     """Top: the test RMSE of every seed against λ (λ = 0 at the left edge), runs with train RMSE > 2.5
     removed (grey crosses, at the top when off the chart); the black line is the mean over the kept
     seeds, the red dashed line their geometric mean (the claims' statistic), each with a band of ±
     one standard error. Bottom: the learned functions (the first seeds) for 4
     values of λ spread over the grid, with the training points and the target."""
-    lams, test, kept = results["damping"], results["test_rmse"], results["kept"]
+    lams, test, kept = results.damping, results.test_rmse, results.kept
     xs = log_positions(lams)  # λ = 0 at the left edge
     fig, ax = panels(panel_size=(7, 4))
     seed_points(ax, xs, test, kept=kept, jitter=0.08, cap=1e3, color="C0", size=18)
     band(ax, xs, test, axis=1, where=kept, color="k", marker="o", label="mean over kept seeds (± s.e.)")
-    geo = geometric_means(results)  # the claims' statistic: the mean of log RMSE
+    geo = geometric_means(test, kept)  # the claims' statistic: the mean of log RMSE
     ax.plot(xs, geo["mean"], "s--", color="C3", label="geometric mean over kept seeds (± s.e.)")
     ax.fill_between(xs, geo["lo"], geo["hi"], color="C3", alpha=0.15, linewidth=0)
     set_log_ticks(ax, xs, [f"{v:g}" for v in lams])
     ax.set(yscale="log", xlabel="damping λ", ylabel="test RMSE",
-           title=f"Damped Gauss–Newton on the quintic ({results['config'].scale} scale, {test.shape[1]} seeds)")
+           title=f"Damped Gauss–Newton on the quintic ({results.config.scale} scale, {test.shape[1]} seeds)")
     legend(ax)
     plt.show()
 
-    pick = function_panels(results)  # 4 values of λ spread over the grid
+    pick = function_panels(lams)  # 4 values of λ spread over the grid
     fig, axes = panels(len(pick), panel_size=(3.6, 3.4), sharey=True, squeeze=False)
     for ax, i in zip(axes[0], pick):
-        plot_functions(ax, results["x_test"], results["functions"][i], y_target=results["y_test"],
-                       x_train=results["x_train"], y_train=results["y_train"])
+        plot_functions(ax, results.x_test, results.functions[i], y_target=results.y_test,
+                       x_train=results.x_train, y_train=results.y_train)
         ax.set(title=f"λ = {lams[i]:g}", xlabel="x", ylim=(-6, 4))
     axes[0][0].set_ylabel("f(x)")
     legend(axes[0][0])

@@ -56,11 +56,7 @@ correspondence), ``steps`` (T, both), ``batch_size`` (B, both), ``cg_maxiter``, 
 GN runs do not augment), ``n_train``, ``n_test``, ``seed``, ``n_seeds``, ``n_evals``,
 ``n_eval_train``. Conventions: :mod:`iterlin.experiments._common`.
 
-Results: ``"runs"``: the K sweep's history; ``final_test_acc`` (R,), ``final_test_correct`` (R, n_test)
-as ksweep; ``"gn"``: the GN history (:func:`~iterlin.training.fit`'s layout, (G, E) arrays) with
-``damping`` (G,) λ (summed loss), ``K`` (G,) the equivalent K(λ), ``seed_index`` and ``seed`` (G,),
-seed-major (G = S · L); ``gn_final_test_acc`` (G,), ``gn_final_test_correct`` (G, n_test);
-``n_test``; ``n_runs`` (R + G); ``wall_seconds`` and ``gn_wall_seconds`` (when computed).
+Results: :class:`Results` (the GN fields None when the grid has no finite K > 1).
 """
 
 from __future__ import annotations
@@ -68,7 +64,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from typing import Any, ClassVar, Mapping, Sequence
+from typing import Any, ClassVar, Mapping, NamedTuple, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -95,7 +91,7 @@ from ..plotting import (
     seed_curve,
     seed_groups,
 )
-from ..stats import final_difference, num, pct, runs_of
+from ..stats import num, pct, runs_difference, runs_of
 from ..tree import tree_index, tree_stack
 from ._common import (
     Experiment,
@@ -110,7 +106,7 @@ from ._common import (
     trained_final,
 )
 
-__all__ = ["Config", "get_config", "SCALES", "EXPERIMENT", "load", "compute", "claims", "damping_for_K",
+__all__ = ["Config", "Results", "get_config", "SCALES", "EXPERIMENT", "load", "compute", "claims", "damping_for_K",
            "K_for_damping", "gn_K", "per_K", "by_K", "timing", "gn_baseline", "sweep_colors", "plot"]
 
 INF = math.inf
@@ -169,6 +165,26 @@ SCALES = {
         augment=False, n_train=50_000, n_test=10_000, seed=0, n_seeds=3, n_evals=100, n_eval_train=10_000,
     ),
 }
+
+
+class Results(NamedTuple):
+    """gn's results (:func:`compute`)."""
+
+    runs: Mapping[str, np.ndarray]  #: the K sweep's history (every seed × K, seed-major), as ksweep's
+    #: (R,) float64, each K run's final test accuracy (:func:`~iterlin.experiments._common.trained_final`)
+    final_test_acc: np.ndarray
+    n_test: np.ndarray  #: () int, the test images
+    n_runs: np.ndarray  #: () int, R + G (the K runs and the GN runs)
+    wall_seconds: np.ndarray  #: () float, the K sweep's computation (a cached result keeps it)
+    final_test_correct: np.ndarray | None = None  #: (R, n_test) bool, each K run's final model on each test image
+    #: the GN history (:func:`~iterlin.training.fit`'s layout, (G, E) arrays) with ``damping`` (G,) λ
+    #: (summed loss), ``K`` (G,) the equivalent K(λ), ``seed_index`` and ``seed`` (G,), seed-major
+    #: (G = S · L), and ``net_test_correct`` (G, n_test); None without a finite K > 1
+    gn: Mapping[str, np.ndarray] | None = None
+    gn_final_test_acc: np.ndarray | None = None  #: (G,) float64, each GN run's final test accuracy (its network)
+    gn_final_test_correct: np.ndarray | None = None  #: (G, n_test) bool, each GN run's network on each test image
+    gn_wall_seconds: np.ndarray | None = None  #: () float, the GN runs' computation
+    config: Config | None = None  #: the resolved config (set by :func:`~iterlin.experiments.run`)
 
 
 def get_config(scale: str = "smoke", **overrides) -> Config:
@@ -232,12 +248,13 @@ def _gauss_newton_runs(config: Config, data: Dataset, *, checkpoint=None, progre
     return history
 
 
-def compute(config: Config, data: Dataset, *, checkpoint_dir=None, progress: bool = False) -> dict:
+def compute(config: Config, data: Dataset, *, checkpoint_dir=None, progress: bool = False) -> Results:
     """The K sweep (one program) and the GN runs (one program); see the module docstring."""
     started = time.perf_counter()
     runs = cnn_sweep(config, data, checkpoint=checkpoint_path(checkpoint_dir, "runs"), progress=progress)
     wall = time.perf_counter() - started
-    out = {"runs": runs, **trained_final(runs), "n_test": np.asarray(data.x_test.shape[0])}
+    scored = trained_final(runs)
+    out = {}
     G = 0
     if gn_K(config):
         started = time.perf_counter()
@@ -245,36 +262,38 @@ def compute(config: Config, data: Dataset, *, checkpoint_dir=None, progress: boo
         out.update(gn=gn, gn_final_test_acc=np.asarray(gn["net_test_acc"], np.float64)[:, -1],
                    gn_final_test_correct=gn["net_test_correct"], gn_wall_seconds=np.asarray(time.perf_counter() - started))
         G = len(gn["K"])
-    out.update(n_runs=np.asarray(len(runs["K"]) + G), wall_seconds=np.asarray(wall))
-    return out
+    return Results(runs=runs, final_test_acc=scored["final_test_acc"], n_test=np.asarray(data.x_test.shape[0]),
+                   n_runs=np.asarray(len(runs["K"]) + G), wall_seconds=np.asarray(wall),
+                   final_test_correct=scored.get("final_test_correct"), **out)
 
 
 # ------------------------------------------------------------------------------------------------
 # Claims
 
 
-def _combined(results: Mapping) -> tuple[dict, int]:
-    """K runs then GN runs in one ``final_test_acc``/``final_test_correct`` record (for
-    :func:`~iterlin.stats.final_difference`), and the offset R of the GN runs."""
-    R = len(np.asarray(results["final_test_acc"]))
-    acc = np.concatenate([np.asarray(results["final_test_acc"], np.float64),
-                          np.asarray(results.get("gn_final_test_acc", np.zeros(0)), np.float64)])
-    out = {"final_test_acc": acc, "n_test": results["n_test"]}
-    if "final_test_correct" in results and "gn_final_test_correct" in results:
-        out["final_test_correct"] = np.concatenate([np.asarray(results["final_test_correct"], bool),
-                                                    np.asarray(results["gn_final_test_correct"], bool)])
-    return out, R
+def _combined(results: Results) -> tuple[np.ndarray, np.ndarray | None, int]:
+    """K runs then GN runs: the final test accuracies (R + G,) float64 and, when both record it,
+    the per-image correctness (R + G, n_test), else None (for :func:`~iterlin.stats.runs_difference`);
+    and the offset R of the GN runs."""
+    R = len(np.asarray(results.final_test_acc))
+    gn_acc = np.zeros(0) if results.gn_final_test_acc is None else results.gn_final_test_acc
+    acc = np.concatenate([np.asarray(results.final_test_acc, np.float64), np.asarray(gn_acc, np.float64)])
+    correct = None
+    if results.final_test_correct is not None and results.gn_final_test_correct is not None:
+        correct = np.concatenate([np.asarray(results.final_test_correct, bool),
+                                  np.asarray(results.gn_final_test_correct, bool)])
+    return acc, correct, R
 
 
-def per_K(results: Mapping) -> list[dict]:
+def per_K(results: Results) -> list[dict]:
     """Per finite K > 1 of the sweep: ``K``, ``relin`` (⌊T/K⌋), ``damping`` (λ(K), summed loss, or
     None without a GN partner), ``diff`` (GN at λ(K) minus K: :class:`~iterlin.stats.Difference`,
     or None) and ``par``: :func:`~iterlin.claims.on_par` within :data:`~iterlin.claims.ON_PAR`,
     "no" when a run of either diverged, :data:`~iterlin.claims.NA` without a partner."""
-    h, g = results["runs"], results.get("gn")
+    h, g = results.runs, results.gn
     K = np.asarray(h["K"], np.float64)
     div = np.asarray(h["diverged"], bool)
-    comb, R = _combined(results)
+    acc, correct, R = _combined(results)
     out = []
     for k in np.unique(K[np.isfinite(K) & (K > 1)]):
         i = runs_of(h, k)
@@ -282,19 +301,19 @@ def per_K(results: Mapping) -> list[dict]:
         row = {"K": float(k), "relin": int(np.asarray(h["n_relin"])[i[0], -1]), "damping": None, "diff": None,
                "par": NA}
         if j.size == i.size and j.size:
-            d = final_difference(comb, i, R + j)
+            d = runs_difference(acc, correct, i, R + j, n_test=int(results.n_test))
             bad = div[i].any() or np.asarray(g["diverged"], bool)[j].any()
             row.update(damping=float(np.asarray(g["damping"])[j[0]]), diff=d, par="no" if bad else on_par(d, ON_PAR))
         out.append(row)
     return out
 
 
-def claims(results: Mapping) -> list[Claim]:
+def claims(results: Results) -> list[Claim]:
     """Per finite K > 1: "K ends on par with damped GN at λ = B/(Kη)" by the shared noise rule
     (GN minus K, paired over seeds and test images; a diverged run is 'no'); divergence."""
-    h = results["runs"]
+    h = results.runs
     T = int(np.asarray(h["step"])[-1])
-    lr, B = results["config"].lr, results["config"].batch_size
+    lr, B = results.config.lr, results.config.batch_size
     rows = []
     for r in per_K(results):
         head = f"K={fmt_K(r['K'])} ({r['relin']} re-linearisations) ends on par with damped GN at λ = B/(Kη)"
@@ -302,8 +321,8 @@ def claims(results: Mapping) -> list[Claim]:
             rows.append(Claim(head, "large K ≈ damped GN, λ ↔ 1/(Kη) (Sec. 3.3)", "no GN run at this K", NA,
                               "needs a GN run at λ(K) for every seed"))
             continue
-        acc = np.asarray(results["final_test_acc"], np.float64)[runs_of(h, r["K"])]
-        gacc = np.asarray(results["gn_final_test_acc"], np.float64)[runs_of(results["gn"], r["K"])]
+        acc = np.asarray(results.final_test_acc, np.float64)[runs_of(h, r["K"])]
+        gacc = np.asarray(results.gn_final_test_acc, np.float64)[runs_of(results.gn, r["K"])]
         measured = (f"K={fmt_K(r['K'])}: {pct(acc.mean())}; GN λ={num(r['damping'], 1)}: {pct(gacc.mean())}; "
                     f"GN minus K: {r['diff'].describe()}")
         where = f"λ = B/(Kη) on the summed loss (B={B}, η={lr:g}), " if lr is not None and B is not None else ""
@@ -314,7 +333,7 @@ def claims(results: Mapping) -> list[Claim]:
     if not rows:
         rows.append(Claim("large K ends on par with damped GN at λ = B/(Kη)", "large K ≈ damped GN (Sec. 3.3)",
                           "no finite K > 1 was run", NA, "needs a finite K > 1 and its GN run"))
-    runs = {"K": h} if results.get("gn") is None else {"K": h, "GN": results["gn"]}
+    runs = {"K": h} if results.gn is None else {"K": h, "GN": results.gn}
     return rows + [divergence_claim(runs, _run_label, prefix=False)]
 
 
@@ -325,31 +344,31 @@ def _run_label(panel: str, h: Mapping, i: int) -> str:
     return f"GN λ={num(h['damping'][i], 1)} (K={fmt_K(h['K'][i])})"
 
 
-EXPERIMENT = Experiment("gn", SCALES, load, compute, claims, __name__, Config)
+EXPERIMENT = Experiment("gn", SCALES, load, compute, claims, __name__, Config, Results)
 
 
 # ------------------------------------------------------------------------------------------------
 # What the figure draws: pure functions of the results (nothing here is part of ``compute``).
 
 
-def by_K(results: Mapping) -> dict:
+def by_K(results: Results) -> dict:
     """The runs arranged for the plot. K sweep: ``K`` (N,) the grid (∞ last), ``acc`` (N, S),
     ``inf`` (N,), ``relin`` (N,), ``diverged`` (N,) as :func:`iterlin.experiments.ksweep.by_K`;
     GN: ``gn_K`` (L,) the equivalent K(λ) = B/(λη), ``gn_damping`` (L,) λ, ``gn_acc`` (L, S) final test
     accuracy per seed, ``gn_diverged`` (L,); ``steps`` T."""
-    h = results["runs"]
+    h = results.runs
     K = np.asarray(h["K"], np.float64)
     grid = np.asarray(sorted(set(K.tolist()), key=lambda k: (math.isinf(k), k)))
-    acc = np.asarray(results["final_test_acc"], np.float64)
+    acc = np.asarray(results.final_test_acc, np.float64)
     out = {
         "K": grid, "acc": np.stack([acc[runs_of(h, k)] for k in grid]), "inf": np.isinf(grid),
         "relin": np.asarray([int(np.asarray(h["n_relin"])[runs_of(h, k)[0], -1]) for k in grid]),
         "diverged": np.asarray([bool(np.asarray(h["diverged"])[runs_of(h, k)].any()) for k in grid]),
         "steps": int(np.asarray(h["step"])[-1]),
     }
-    g = results.get("gn")
+    g = results.gn
     gK = np.asarray(sorted(set(np.asarray(g["K"], np.float64).tolist()))) if g is not None else np.zeros(0)
-    gacc = np.asarray(results.get("gn_final_test_acc", np.zeros(0)), np.float64)
+    gacc = np.asarray(np.zeros(0) if results.gn_final_test_acc is None else results.gn_final_test_acc, np.float64)
     out.update(
         gn_K=gK,
         gn_damping=np.asarray([float(np.asarray(g["damping"])[runs_of(g, k)[0]]) for k in gK]),
@@ -359,14 +378,14 @@ def by_K(results: Mapping) -> dict:
     return out
 
 
-def timing(results: Mapping) -> str:
+def timing(results: Results) -> str:
     """``8 runs (4 K × 2 seeds, 4 GN) in two programs, 265 s (K sweep) + 1010 s (GN) of computation``."""
-    h = results["runs"]
+    h = results.runs
     n_K, n_seeds = len(set(np.asarray(h["K"]).tolist())), len(set(np.asarray(h["seed_index"]).tolist()))
-    G = len(np.asarray(results["gn"]["K"])) if "gn" in results else 0
-    gn = f" + {float(results['gn_wall_seconds']):.0f} s (GN)" if "gn_wall_seconds" in results else ""
-    return (f"{int(results['n_runs'])} runs ({n_K} K × {n_seeds} seed{'s' if n_seeds != 1 else ''}, {G} GN), "
-            f"{float(results['wall_seconds']):.0f} s (K sweep){gn} of computation")
+    G = len(np.asarray(results.gn["K"])) if results.gn is not None else 0
+    gn = f" + {float(results.gn_wall_seconds):.0f} s (GN)" if results.gn_wall_seconds is not None else ""
+    return (f"{int(results.n_runs)} runs ({n_K} K × {n_seeds} seed{'s' if n_seeds != 1 else ''}, {G} GN), "
+            f"{float(results.wall_seconds):.0f} s (K sweep){gn} of computation")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -416,7 +435,7 @@ def sweep_colors(h: Mapping[str, Any], lines: Sequence[Any], K: Any) -> list[Any
     return out
 
 
-def plot(results):
+def plot(results: Results):
     """Left: final test accuracy against K (log axis, K = ∞ at the right edge), the mean over seeds
     ± one standard error, each seed a dot: the K runs (circles; K = ∞ by its linear model, the red
     square) and the damped Gauss–Newton runs drawn at their equivalent K(λ) = B/(λη) (diamonds,
@@ -426,16 +445,16 @@ def plot(results):
     s = by_K(results)  # the grid, per-seed final accuracies, T/K, GN at K(λ), divergence
     fig, (left, right) = panels(2, panel_size=(6.2, 4.2),
                                 suptitle=f"CNN on CIFAR-10: large K against damped Gauss–Newton "
-                                         f"({results['config'].scale} scale, T = {s['steps']} steps)")
+                                         f"({results.config.scale} scale, T = {s['steps']} steps)")
     accuracy_against_K(left, s["K"], s["acc"], s["diverged"], s["relin"], finite_label="iterative linearisation, K",
                        inf_label="K = ∞: the linear model")
     gn_baseline(left, s["gn_K"], s["gn_acc"], damping=s["gn_damping"], diverged=s["gn_diverged"])
     legend(left)
-    lines = plot_sweep(right, results["runs"], "net_test_acc", label="K = {K}", diverged_label=None, marker=None)
-    if "gn" in results:
-        gn_groups = sorted(set(results["gn"]["K"].tolist()))
-        plot_sweep(right, results["gn"], "net_test_acc", linestyle=":", marker=None,
-                   color=sweep_colors(results["runs"], lines, gn_groups),
+    lines = plot_sweep(right, results.runs, "net_test_acc", label="K = {K}", diverged_label=None, marker=None)
+    if results.gn is not None:
+        gn_groups = sorted(set(results.gn["K"].tolist()))
+        plot_sweep(right, results.gn, "net_test_acc", linestyle=":", marker=None,
+                   color=sweep_colors(results.runs, lines, gn_groups),
                    label="GN at λ(K = {K})", diverged_label=None)
     right.set(xlabel="step", ylabel="test accuracy (%)", title="over training")
     legend(right)

@@ -18,10 +18,7 @@ Config keys: ``K`` (list, 1 always included; ``inf`` allowed), ``lr``, ``steps``
 ``n_eval_train``, ``n_sharpness``, ``sharpness_iters``, ``sharpness_every`` (the sharpness record,
 :func:`~iterlin.experiments._common.sharpness_callback`). Conventions: :mod:`iterlin.experiments._common`.
 
-Results: ``"runs"``: the :func:`~iterlin.experiments._common.sweep` history (every seed × K,
-seed-major); ``final_test_acc`` (R,) and ``final_test_correct`` (R, n_test) of the model each run
-trains (:func:`~iterlin.experiments._common.trained_final`); ``n_test``; ``n_runs``; and
-``wall_seconds``: the sweep's wall time when it was computed (a cached result keeps it).
+Results: :class:`Results`.
 """
 
 from __future__ import annotations
@@ -29,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from typing import ClassVar, Mapping
+from typing import ClassVar, Mapping, NamedTuple
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -66,7 +63,7 @@ from ._common import (
     trained_final,
 )
 
-__all__ = ["Config", "get_config", "SCALES", "EXPERIMENT", "load", "compute", "claims", "FEW", "per_K", "by_K",
+__all__ = ["Config", "Results", "get_config", "SCALES", "EXPERIMENT", "load", "compute", "claims", "FEW", "per_K", "by_K",
            "timing", "plot"]
 
 INF = math.inf
@@ -109,6 +106,24 @@ SCALES = {
 }
 
 
+class Results(NamedTuple):
+    """ksweep's results (:func:`compute`): R runs."""
+
+    #: the :func:`~iterlin.experiments._common.sweep` history (every seed × K, seed-major), with the
+    #: sharpness record ``sharpness`` and ``lr_over_bound`` (R, E)
+    runs: Mapping[str, np.ndarray]
+    #: (R,) float64, the final test accuracy of the model each run trains
+    #: (:func:`~iterlin.experiments._common.trained_final`)
+    final_test_acc: np.ndarray
+    n_test: np.ndarray  #: () int, the test images
+    n_runs: np.ndarray  #: () int, R
+    wall_seconds: np.ndarray  #: () float, the sweep's wall time when it was computed (a cached result keeps it)
+    #: (R, n_test) bool, whether that model classifies each test image correctly (None when the
+    #: history records no per-image correctness)
+    final_test_correct: np.ndarray | None = None
+    config: Config | None = None  #: the resolved config (set by :func:`~iterlin.experiments.run`)
+
+
 def get_config(scale: str = "smoke", **overrides) -> Config:
     """The config at ``scale`` (:data:`SCALES`) with ``overrides`` applied (None keeps the default)."""
     return resolve(Config, SCALES, scale, overrides)
@@ -122,26 +137,26 @@ def load(config: Config) -> Dataset:
 FEW = 12
 
 
-def compute(config: Config, data: Dataset, *, checkpoint_dir=None, progress: bool = False) -> dict:
+def compute(config: Config, data: Dataset, *, checkpoint_dir=None, progress: bool = False) -> Results:
     """Every seed × K of ``config.K`` in one sweep (see the module docstring for the results)."""
     started = time.perf_counter()
     runs = cnn_sweep(config, data, callback=sharpness_callback(config, data, config.lr),
                      checkpoint=checkpoint_path(checkpoint_dir, "runs"), progress=progress)
     wall = time.perf_counter() - started
-    return {"runs": runs, **trained_final(runs), "n_test": np.asarray(data.x_test.shape[0]),
-            "n_runs": np.asarray(len(runs["K"])), "wall_seconds": np.asarray(wall)}
+    return Results(runs=runs, **trained_final(runs), n_test=np.asarray(data.x_test.shape[0]),
+                   n_runs=np.asarray(len(runs["K"])), wall_seconds=np.asarray(wall))
 
 
 # ------------------------------------------------------------------------------------------------
 # Claims
 
 
-def per_K(results: Mapping) -> list[dict]:
+def per_K(results: Results) -> list[dict]:
     """Per finite K > 1: ``K``, ``relin`` (re-linearisations at the end), ``diff`` (K against
     K = 1, :class:`~iterlin.stats.Difference`) and ``par``: :func:`~iterlin.claims.on_par` within
     :data:`~iterlin.claims.ON_PAR` ("no" when a run of K = 1 diverged, :data:`~iterlin.claims.UNSTABLE`
     when a run of K was unstable, :func:`~iterlin.failures.unstable_runs`)."""
-    h = results["runs"]
+    h = results.runs
     K = np.asarray(h["K"], np.float64)
     div1 = bool(np.asarray(h["diverged"], bool)[runs_of(h, 1)].any())
     unstable = unstable_runs(h)
@@ -155,10 +170,10 @@ def per_K(results: Mapping) -> list[dict]:
     return out
 
 
-def claims(results: Mapping) -> list[Claim]:
+def claims(results: Results) -> list[Claim]:
     """The largest K within noise of K = 1 (and its T/K); K = ∞ below every finite K < T; K ≥ T
     trains as K = ∞ (a check); divergence. Every comparison through the shared noise rule."""
-    h = results["runs"]
+    h = results.runs
     K = np.asarray(h["K"], np.float64)
     steps = np.asarray(h["step"])
     T = int(steps[-1])
@@ -210,7 +225,7 @@ def claims(results: Mapping) -> list[Claim]:
             v = UNSTABLE if any(int(i) in unstable for i in j) else exceeds(d)
             verdicts.append(v)
             parts.append(f"K={fmt_K(k)}: {d.short()} {v}")
-        acc = np.asarray(results["final_test_acc"], np.float64)
+        acc = np.asarray(results.final_test_acc, np.float64)
         below = Claim(
             "K = ∞ (no feature learning) ends below every finite K < T", "K = ∞ scales worse (Fig. 5)",
             f"K=∞ (linear model): {pct(acc[iinf].mean())}; K minus ∞: " + "; ".join(parts), all_verdicts(verdicts),
@@ -233,7 +248,7 @@ def claims(results: Mapping) -> list[Claim]:
                 c = np.asarray(correct)
                 agree.append(bool(np.array_equal(c[j], c[iinf])))
             else:
-                agree.append(bool(np.allclose(net[j], net[iinf], atol=0.5 / int(results["n_test"]))))
+                agree.append(bool(np.allclose(net[j], net[iinf], atol=0.5 / int(results.n_test))))
         same = Claim(
             "a finite K ≥ T trains exactly as K = ∞ (the same θ_T)", "(by construction)",
             f"network f(θ_T): K=∞ {pct(net[iinf].mean())}; " + "; ".join(
@@ -245,23 +260,23 @@ def claims(results: Mapping) -> list[Claim]:
     return [largest, below, same, sharpness_claim(h), divergence_claim({"runs": h})]
 
 
-EXPERIMENT = Experiment("ksweep", SCALES, load, compute, claims, __name__, Config)
+EXPERIMENT = Experiment("ksweep", SCALES, load, compute, claims, __name__, Config, Results)
 
 
 # ------------------------------------------------------------------------------------------------
 # What the figure draws: pure functions of the results (nothing here is part of ``compute``).
 
 
-def by_K(results: Mapping) -> dict:
+def by_K(results: Results) -> dict:
     """The sweep arranged by K for the plot: ``K`` (N,) the grid (∞ last), ``acc`` (N, S) the final
     test accuracy of the model each run trains, per seed; ``inf`` (N,) bool: which entry is K = ∞;
     ``net_inf`` (1, S) the network f(θ_T) of the K = ∞ run ((0, S) without one); ``relin`` (N,)
     re-linearisations made (⌊T/K⌋, 0 for ∞); ``diverged`` (N,) whether any seed diverged;
     ``steps`` T."""
-    h = results["runs"]
+    h = results.runs
     K = np.asarray(h["K"], np.float64)
     grid = np.asarray(sorted(set(K.tolist()), key=lambda k: (math.isinf(k), k)))
-    acc = np.asarray(results["final_test_acc"], np.float64)
+    acc = np.asarray(results.final_test_acc, np.float64)
     net = np.asarray(h["net_test_acc"], np.float64)[:, -1]
     iinf = runs_of(h, INF)
     acc_K = np.stack([acc[runs_of(h, k)] for k in grid])
@@ -276,29 +291,29 @@ def by_K(results: Mapping) -> dict:
     }
 
 
-def timing(results: Mapping) -> str:
+def timing(results: Results) -> str:
     """``14 runs (7 K × 2 seeds) in one sweep, 1869 s of computation`` (when it was computed)."""
-    h = results["runs"]
+    h = results.runs
     n_K, n_seeds = len(set(np.asarray(h["K"]).tolist())), len(set(np.asarray(h["seed_index"]).tolist()))
-    return (f"{int(results['n_runs'])} runs ({n_K} K × {n_seeds} seed{'s' if n_seeds != 1 else ''}) in one sweep, "
-            f"{float(results['wall_seconds']):.0f} s of computation")
+    return (f"{int(results.n_runs)} runs ({n_K} K × {n_seeds} seed{'s' if n_seeds != 1 else ''}) in one sweep, "
+            f"{float(results.wall_seconds):.0f} s of computation")
 
 
 # ------------------------------------------------------------------------------------------------
 # The plot: drawing only (not part of ``compute``: a change here recomputes nothing)
 
 
-def plot(results):
+def plot(results: Results):
     """Left: final test accuracy against K (log axis, K = ∞ at the right edge), the mean over seeds
     ± one standard error, each seed a dot: the network f(θ_T) for finite K (circles), the linear
     model for K = ∞ (the red square), and K = ∞'s network (the open square); the top axis gives
     the number of re-linearisations T/K. A cross marks a K at which a seed diverged. Right: test accuracy over
     training for every K (solid: the network; dashed: K = ∞'s linear model)."""
     s = by_K(results)  # the grid, per-seed final accuracies, T/K, divergence
-    h = results["runs"]
+    h = results.runs
     fig, (left, right) = panels(2, panel_size=(6.2, 4.2),
-                                suptitle=f"CNN on CIFAR-10: final test accuracy against K ({results['config'].scale} "
-                                         f"scale, T = {s['steps']} steps, {int(results['n_runs'])} runs)")
+                                suptitle=f"CNN on CIFAR-10: final test accuracy against K ({results.config.scale} "
+                                         f"scale, T = {s['steps']} steps, {int(results.n_runs)} runs)")
     xs = accuracy_against_K(left, s["K"], s["acc"], s["diverged"], s["relin"],
                             finite_label="finite K: the network f(θ_T)",
                             inf_label="K = ∞: the linear model (the model trained)")

@@ -69,11 +69,7 @@ Config keys: ``n_train`` (list, doubling grid), ``n_test`` (None: every installe
 ``n_seeds``, ``n_check`` (images of the consistency checks), ``gd_steps`` (steps of the literal GD
 runs of the checks), ``n_long``, ``long_R``, ``n_long_seeds`` (the long R grid: all three, or all None).
 
-Results: ``runs``: (Q,) arrays ``method`` (str: "flow", "gn", "damped", "kernel"), ``R``, ``tau``,
-``damping``, ``n_train``, ``seed``; ``net_test_acc``, ``lin_test_acc``, ``net_train_acc``,
-``train_rmse`` (Q,); ``net_test_correct``, ``lin_test_correct`` (Q, n_test) bool;
-``relin_seconds``: {"n_train", "seconds"} the median wall time of one re-linearisation per N;
-``checks``: the consistency checks' numbers; ``n_test``.
+Results: :class:`Results`.
 """
 
 from __future__ import annotations
@@ -105,9 +101,9 @@ from ..precision import full_precision, matmul, x64
 from ..stats import Difference, difference, num, pct
 from ._common import Experiment, network_correct, seed_keys
 
-__all__ = ["Config", "get_config", "SCALES", "EXPERIMENT", "load", "compute", "precompute", "Scores", "claims",
-           "Linearisation", "linearise_at", "update", "flow_phi", "damped_phi", "lanczos_apply", "main_size", "ran_main_size",
-           "LongGrid", "long_grid", "flow_relins", "flow_runs",
+__all__ = ["Config", "Results", "get_config", "SCALES", "EXPERIMENT", "load", "compute", "precompute", "Scores",
+           "claims", "Linearisation", "linearise_at", "update", "flow_phi", "damped_phi", "lanczos_apply", "main_size",
+           "ran_main_size", "LongGrid", "long_grid", "flow_relins", "flow_runs",
            "run_specs", "slopes", "plot"]
 
 INF = math.inf
@@ -172,6 +168,22 @@ SCALES = {
                   relins=[1, 2, 4, 8, 16, 32, 64, 128, 256], n_relin=8, seed=0, n_seeds=3, n_check=64, gd_steps=2000,
                   n_long=None, long_R=None, n_long_seeds=None),
 }
+
+
+class Results(NamedTuple):
+    """limit's results (:func:`compute`)."""
+
+    #: one row per run (Q runs, :func:`run_specs`): (Q,) arrays ``method`` (str: "flow", "gn",
+    #: "damped", "kernel"), ``R``, ``tau``, ``damping``, ``n_train``, ``seed``; ``net_test_acc``,
+    #: ``lin_test_acc``, ``net_train_acc``, ``train_rmse`` (Q,); ``net_test_correct``,
+    #: ``lin_test_correct`` (Q, n_test) bool
+    runs: Mapping[str, np.ndarray]
+    #: ``{"n_train", "seconds"}``: the median wall time of one re-linearisation per N (of the runs
+    #: this process computed)
+    relin_seconds: Mapping[str, np.ndarray]
+    checks: Mapping[str, np.ndarray]  #: the consistency checks' numbers (:func:`consistency_checks`)
+    n_test: np.ndarray  #: () int, the test images
+    config: Config | None = None  #: the resolved config (set by :func:`~iterlin.experiments.run`)
 
 
 def get_config(scale: str = "smoke", **overrides) -> Config:
@@ -455,7 +467,7 @@ class Scores(NamedTuple):
         return cls(*scores) if meta.get("run") == key else None
 
 
-def compute(config: Config, data: Dataset, *, checkpoint_dir=None, progress: bool = False) -> dict:
+def compute(config: Config, data: Dataset, *, checkpoint_dir=None, progress: bool = False) -> Results:
     """Every run of :func:`run_specs` and the consistency checks (module docstring for the results).
 
     Every product inside the network runs at full float32 precision
@@ -534,12 +546,12 @@ def _runs(config: Config, data: Dataset, checkpoint_dir, timings: dict, seeds, p
         firsts.clear()
 
 
-def _compute(config: Config, data: Dataset, checkpoint_dir, progress: bool) -> dict:
+def _compute(config: Config, data: Dataset, checkpoint_dir, progress: bool) -> Results:
     timings: dict[int, list] = {}
     rows = list(_runs(config, data, checkpoint_dir, timings, None, progress))
     sizes = sorted(timings)
-    return {
-        "runs": {
+    return Results(
+        runs={
             "method": np.asarray([r[0].method for r in rows]),
             "R": np.asarray([r[0].R for r in rows]),
             "tau": np.asarray([r[0].tau for r in rows], np.float64),
@@ -553,11 +565,11 @@ def _compute(config: Config, data: Dataset, checkpoint_dir, progress: bool) -> d
             "net_train_acc": np.asarray([float(r[1].train_acc) for r in rows]),
             "train_rmse": np.asarray([float(r[1].train_rmse) for r in rows]),
         },
-        "relin_seconds": {"n_train": np.asarray(sizes),
-                          "seconds": np.asarray([np.median(timings[n]) if timings[n] else np.nan for n in sizes])},
-        "checks": consistency_checks(config, np.asarray(data.x_train), np.asarray(data.y_train)),
-        "n_test": np.asarray(len(np.asarray(data.y_test))),
-    }
+        relin_seconds={"n_train": np.asarray(sizes),
+                       "seconds": np.asarray([np.median(timings[n]) if timings[n] else np.nan for n in sizes])},
+        checks=consistency_checks(config, np.asarray(data.x_train), np.asarray(data.y_train)),
+        n_test=np.asarray(len(np.asarray(data.y_test))),
+    )
 
 
 # ------------------------------------------------------------------------------------------------
@@ -636,8 +648,8 @@ def _consistency_checks(config: Config, x_all, y_all) -> dict:
 CHECK_TOL = 0.05
 
 
-def _select(results: Mapping, **where) -> np.ndarray:
-    runs = results["runs"]
+def _select(results: Results, **where) -> np.ndarray:
+    runs = results.runs
     mask = np.ones(len(runs["method"]), bool)
     for k, v in where.items():
         col = np.asarray(runs[k])
@@ -646,22 +658,22 @@ def _select(results: Mapping, **where) -> np.ndarray:
     return idx[np.argsort(np.asarray(runs["seed"])[idx], kind="stable")]
 
 
-def _diff(results: Mapping, ia, ib, net_a: bool = True, net_b: bool = True) -> Difference:
-    runs = results["runs"]
+def _diff(results: Results, ia, ib, net_a: bool = True, net_b: bool = True) -> Difference:
+    runs = results.runs
     ka = "net" if net_a else "lin"
     kb = "net" if net_b else "lin"
-    return difference(runs[f"{ka}_test_acc"][ia], runs[f"{kb}_test_acc"][ib], n_test=int(results["n_test"]),
+    return difference(runs[f"{ka}_test_acc"][ia], runs[f"{kb}_test_acc"][ib], n_test=int(results.n_test),
                       correct_a=runs[f"{ka}_test_correct"][ia], correct_b=runs[f"{kb}_test_correct"][ib])
 
 
-def slopes(results: Mapping, method: str, R: int | None = None, net: bool = True) -> tuple[np.ndarray, np.ndarray]:
+def slopes(results: Results, method: str, R: int | None = None, net: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """Per seed, the least-squares slope of log₁₀(test error) against log₁₀ N (S,), and the
     test-set variance of each slope (S,) (binomial noise through the delta method)."""
-    runs = results["runs"]
+    runs = results.runs
     where = {"method": method} if R is None else {"method": method, "R": R}
     idx = _select(results, **where)
     sizes = np.unique(np.asarray(runs["n_train"])[idx])
-    n_test = int(results["n_test"])
+    n_test = int(results.n_test)
     acc_key = "net_test_acc" if net else "lin_test_acc"
     out, var = [], []
     for seed in np.unique(np.asarray(runs["seed"])[idx]):
@@ -677,34 +689,34 @@ def slopes(results: Mapping, method: str, R: int | None = None, net: bool = True
     return np.asarray(out), np.asarray(var)
 
 
-def ran_main_size(results: Mapping) -> int:
+def ran_main_size(results: Results) -> int:
     """The N at which the results' R grid, GN and damped GN ran (:func:`main_size` of their config)."""
-    runs = results["runs"]
+    runs = results.runs
     return int(np.max(np.asarray(runs["n_train"])[np.asarray(runs["method"]) == "gn"]))
 
 
-def flow_relins(results: Mapping, n: int) -> list[int]:
+def flow_relins(results: Results, n: int) -> list[int]:
     """The R of the iterated-flow runs at N = ``n``, ascending."""
-    runs = results["runs"]
+    runs = results.runs
     return sorted({int(r) for r, m, k in zip(runs["R"], runs["method"], runs["n_train"]) if m == "flow" and k == n})
 
 
-def flow_runs(results: Mapping, n: int) -> dict[int, np.ndarray]:
+def flow_runs(results: Results, n: int) -> dict[int, np.ndarray]:
     """``{R: indices}``: the iterated-flow runs at N = ``n`` per R (ascending), each ordered by seed and
     restricted to the seeds that ran the largest R there (an R that more seeds ran, such as the
     scaling runs' R along the long grid, is paired on those)."""
-    runs = results["runs"]
+    runs = results.runs
     Rs = flow_relins(results, n)
     ran = np.asarray(runs["seed"])[_select(results, method="flow", R=Rs[-1], n_train=n)]
     return {R: np.asarray([i for i in _select(results, method="flow", R=R, n_train=n) if runs["seed"][i] in ran], int)
             for R in Rs}
 
 
-def _few_updates(results: Mapping, n: int, claim: str) -> Claim:
+def _few_updates(results: Results, n: int, claim: str) -> Claim:
     """"How few feature updates suffice" at N = ``n``: each R of the iterated flow against the
     largest R there (gradient flow, τ → 0), over the seeds that ran it, by :func:`iterlin.claims.on_par`;
     "yes" if some R ≤ 12 is on par, "no" if every R ≤ 12 is not."""
-    runs = results["runs"]
+    runs = results.runs
     flow = flow_runs(results, n)
     Rs = list(flow)
     gf = flow[Rs[-1]]
@@ -727,16 +739,16 @@ def _few_updates(results: Mapping, n: int, claim: str) -> Claim:
                  + f" (vs R={Rs[-1]}: {pct(runs['net_test_acc'][gf].mean())}; {counts})", holds, rule)
 
 
-def claims(results: Mapping) -> list[Claim]:
+def claims(results: Results) -> list[Claim]:
     """The claims stated before the run (module docstring of the notebook), decided by the shared
     noise rule (:func:`iterlin.stats.difference`: a 95 % t interval of Δ, paired on the test images)."""
-    runs = results["runs"]
+    runs = results.runs
     n_main = ran_main_size(results)
     flow = flow_runs(results, n_main)
     Rs = list(flow)
-    Rn = results["config"].n_relin
+    Rn = results.config.n_relin
     rows = [_few_updates(results, n_main, "few feature updates suffice: the smallest R on par with gradient flow")]
-    grid = long_grid(results["config"])
+    grid = long_grid(results.config)
     if grid is not None:
         rows.append(_few_updates(
             results, grid.n_train, f"with R to the hundreds (N = {grid.n_train}, {grid.n_seeds} "
@@ -756,7 +768,7 @@ def claims(results: Mapping) -> list[Claim]:
     s_k, v_k = slopes(results, "kernel", net=False)
     s_f, v_f = slopes(results, "flow", Rn)
     if len(s_k) and len(s_k) == len(s_f) and len(np.unique(runs["n_train"])) >= 2:
-        d = difference(s_f, s_k, n_test=int(results["n_test"]), test_var=float(np.mean(v_k + v_f)) / len(s_k))
+        d = difference(s_f, s_k, n_test=int(results.n_test), test_var=float(np.mean(v_k + v_f)) / len(s_k))
         scale_v = exceeds(d)
         measured = (f"slope of log₁₀ test error vs log₁₀ N: K=∞ {num(s_k.mean(), 3)}, R={Rn} {num(s_f.mean(), 3)}; "
                     f"Δ {num(d.delta, 3)} [{num(d.lo, 3)}, {num(d.hi, 3)}] ({d.n_seeds} paired seeds)")
@@ -780,7 +792,7 @@ def claims(results: Mapping) -> list[Claim]:
         "Fig. 9 (quintic): more damping generalises better",
         f"damped {pct(runs['net_test_acc'][damped].mean())}, GN {pct(runs['net_test_acc'][gn].mean())}; "
         + d.describe(), exceeds(d), "'yes' when damped GN beats GN beyond noise (interval above 0)"))
-    c = results["checks"]
+    c = results.checks
     tau = float(c["tau"])
     rows += [
         Claim("the iterated closed-form flow equals literal small-rate iterative linearisation",
@@ -799,33 +811,33 @@ def claims(results: Mapping) -> list[Claim]:
     return rows
 
 
-EXPERIMENT = Experiment("limit", SCALES, load, compute, claims, __name__, Config)
+EXPERIMENT = Experiment("limit", SCALES, load, compute, claims, __name__, Config, Results)
 
 
 # ------------------------------------------------------------------------------------------------
 # What the figure draws (not part of ``compute``)
 
 
-def accuracy_by_R(results: Mapping, n: int | None = None) -> dict:
+def accuracy_by_R(results: Results, n: int | None = None) -> dict:
     """At N = ``n`` (None: ``n_main``, where GN ran): R (L,), and per R the (S,) network test
     accuracies of the iterated flow, over the seeds that ran its largest R."""
     flow = flow_runs(results, ran_main_size(results) if n is None else n)
-    return {"R": np.asarray(list(flow)), "acc": np.stack([results["runs"]["net_test_acc"][i] for i in flow.values()])}
+    return {"R": np.asarray(list(flow)), "acc": np.stack([results.runs["net_test_acc"][i] for i in flow.values()])}
 
 
 # ------------------------------------------------------------------------------------------------
 # The plot: drawing only (not part of ``compute``: a change here recomputes nothing)
 
 
-def plot(results):
+def plot(results: Results):
     """Left: test accuracy of the network against R at fixed total time (seeds as dots, mean ± s.e.),
     at N = ``n_main`` and, where it ran, along the long R grid at its N; Gauss–Newton, damped GN and
     K = ∞ (at ``n_main``) as horizontal lines. Right: test error against N (log-log)
     for K = ∞ and the iterated flow at R = n_relin."""
-    runs = results["runs"]
+    runs = results.runs
     n_main = ran_main_size(results)
     fig, (ax, ax2) = panels(2, panel_size=(5.5, 4))
-    grid = long_grid(results["config"])
+    grid = long_grid(results.config)
     series = [(n_main, "C0")] + ([(grid.n_train, "C1")] if grid is not None and grid.n_train != n_main else [])
     for n, color in series:
         by = accuracy_by_R(results, n)
@@ -839,9 +851,9 @@ def plot(results):
         sel = (runs["method"] == method) & (runs["n_train"] == n_main)
         ax.axhline(runs[key][sel].mean(), color=color, linestyle="--", label=f"{label}, N = {n_main}")
     ax.set(xscale="log", xlabel="re-linearisations R (total time fixed)", ylabel="test accuracy",
-           title=f"{results['config'].scale} scale")
+           title=f"{results.config.scale} scale")
     legend(ax)
-    Rn = results["config"].n_relin
+    Rn = results.config.n_relin
     for method, R, net, color, label in (("kernel", None, False, "k", "K = ∞"),
                                          ("flow", Rn, True, "C0", f"iterated flow, R = {Rn}")):
         sel = (runs["method"] == method) & ((runs["R"] == R) if R else True)
@@ -853,6 +865,6 @@ def plot(results):
     ax2.set(xscale="log", yscale="log", xlabel="training images N", ylabel="test error", title="data scaling")
     legend(ax2)
     plt.show()
-    t = results["relin_seconds"]
+    t = results.relin_seconds
     print("seconds per re-linearisation (median, this run): "
           + ", ".join(f"N={n}: {s:.1f} s" for n, s in zip(t["n_train"], t["seconds"])))

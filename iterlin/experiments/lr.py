@@ -19,18 +19,14 @@ the first ones), ``sharpness_iters`` (power iterations, :func:`iterlin.stability
 and ``sharpness_every`` (λ_max of the linear model recorded along every run every this many steps,
 :func:`~iterlin.experiments._common.sharpness_callback`).
 
-Results: ``"runs"``: the :func:`~iterlin.experiments._common.sweep` history (every seed × K × lr,
-seed-major, K-major within a seed); ``final_test_acc`` (R,) and ``final_test_correct``
-(R, n_test) of the model each run trains; ``stable_lr`` (S,): 2/λ_max(θ_0) per seed;
-``n_test``; ``n_runs``; ``wall_seconds`` (the sweep and the bound, when computed). The history
-records the sharpness along training, ``sharpness`` and ``lr_over_bound`` (R, E).
+Results: :class:`Results`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
-from typing import ClassVar, Mapping
+from typing import ClassVar, Mapping, NamedTuple
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -57,7 +53,7 @@ from ._common import (
     trained_final,
 )
 
-__all__ = ["Config", "get_config", "SCALES", "EXPERIMENT", "load", "compute", "claims", "decade", "plan", "large_K",
+__all__ = ["Config", "Results", "get_config", "SCALES", "EXPERIMENT", "load", "compute", "claims", "decade", "plan", "large_K",
            "per_lr", "failures", "crossing_claim", "by_lr", "timing", "plot"]
 
 SCALES = {
@@ -117,6 +113,26 @@ class Config(Seeds, Sharpness):
     n_test: int | None
 
 
+class Results(NamedTuple):
+    """lr's results (:func:`compute`): R runs, S seeds."""
+
+    #: the :func:`~iterlin.experiments._common.sweep` history (every seed × K × lr, seed-major,
+    #: K-major within a seed), with the sharpness along training, ``sharpness`` and
+    #: ``lr_over_bound`` (R, E)
+    runs: Mapping[str, np.ndarray]
+    #: (R,) float64, the final test accuracy of the model each run trains
+    #: (:func:`~iterlin.experiments._common.trained_final`)
+    final_test_acc: np.ndarray
+    stable_lr: np.ndarray  #: (S,) float64, 2/λ_max(θ_0) per seed
+    n_test: np.ndarray  #: () int, the test images
+    n_runs: np.ndarray  #: () int, R
+    wall_seconds: np.ndarray  #: () float, the sweep and the bound, when computed (a cached result keeps it)
+    #: (R, n_test) bool, whether that model classifies each test image correctly (None when the
+    #: history records no per-image correctness)
+    final_test_correct: np.ndarray | None = None
+    config: Config | None = None  #: the resolved config (set by :func:`~iterlin.experiments.run`)
+
+
 def get_config(scale: str = "smoke", **overrides) -> Config:
     """The config at ``scale`` (:data:`SCALES`) with ``overrides`` applied (None keeps the default)."""
     return resolve(Config, SCALES, scale, overrides)
@@ -133,7 +149,7 @@ def plan(config: Config) -> tuple[list, list]:
     return [k for k, _ in pairs], [eta for _, eta in pairs]
 
 
-def compute(config: Config, data: Dataset, *, checkpoint_dir=None, progress: bool = False) -> dict:
+def compute(config: Config, data: Dataset, *, checkpoint_dir=None, progress: bool = False) -> Results:
     """Every seed × K × lr in one sweep, and 2/λ_max(θ_0) per seed (module docstring)."""
     started = time.perf_counter()
     Ks, lrs = plan(config)
@@ -146,28 +162,28 @@ def compute(config: Config, data: Dataset, *, checkpoint_dir=None, progress: boo
         model = make_model("cnn", seed_keys(s)[0])
         bound.append(max_stable_lr(model.apply_fn, model.params, x, y, iters=config.sharpness_iters))
     wall = time.perf_counter() - started
-    return {"runs": runs, **trained_final(runs), "stable_lr": np.asarray(bound, np.float64),
-            "n_test": np.asarray(data.x_test.shape[0]), "n_runs": np.asarray(len(runs["K"])),
-            "wall_seconds": np.asarray(wall)}
+    return Results(runs=runs, **trained_final(runs), stable_lr=np.asarray(bound, np.float64),
+                   n_test=np.asarray(data.x_test.shape[0]), n_runs=np.asarray(len(runs["K"])),
+                   wall_seconds=np.asarray(wall))
 
 
 # ------------------------------------------------------------------------------------------------
 # Claims
 
 
-def large_K(results: Mapping) -> float | None:
+def large_K(results: Results) -> float | None:
     """The large K compared with K = 1: the largest K of the sweep (None when only K = 1 ran)."""
-    K = np.asarray(results["runs"]["K"], np.float64)
+    K = np.asarray(results.runs["K"], np.float64)
     return float(K.max()) if K.max() > 1 else None
 
 
-def per_lr(results: Mapping) -> list[dict]:
+def per_lr(results: Results) -> list[dict]:
     """Per rate: ``lr``; ``diff``: large K minus K = 1 (the shared noise rule, paired);
     ``div1``/``div_large``: whether a seed of K = 1 / of large K diverged; ``par``:
     :func:`~iterlin.claims.on_par` within :data:`~iterlin.claims.ON_PAR` ("no" when either
     diverged); ``worse``: K = 1 better than large K beyond noise ("yes" also when only large K
     diverged, "no" when K = 1 diverged)."""
-    h = results["runs"]
+    h = results.runs
     Kl = large_K(results)
     div = np.asarray(h["diverged"], bool)
     out = []
@@ -187,10 +203,10 @@ def _lr_list(rows) -> str:
         + (" (K=1 diverged)" if r["div1"] else "") for r in rows)
 
 
-def claims(results: Mapping) -> list[Claim]:
+def claims(results: Results) -> list[Claim]:
     """Large K needs a smaller rate than K = 1; on par below the bound 2/λ_max(θ_0), and above it;
     divergence. Every comparison through the shared noise rule (paired by seed and test image)."""
-    h = results["runs"]
+    h = results.runs
     Kl = large_K(results)
     div_row = divergence_claim({"runs": h})
     if Kl is None:
@@ -198,7 +214,7 @@ def claims(results: Mapping) -> list[Claim]:
                       "only K = 1 was run", NA, "needs a run with K > 1"), div_row]
     rows = per_lr(results)
     noise = rows[0]["diff"].counts()
-    bound = float(np.mean(results["stable_lr"]))
+    bound = float(np.mean(results.stable_lr))
     Ktxt = fmt_K(Kl)
 
     # 1. large K needs a smaller rate: on par at some rate, K = 1 better (or large K diverged) at a larger one
@@ -243,15 +259,15 @@ def claims(results: Mapping) -> list[Claim]:
     below = par_row(lambda eta: eta < bound, "below",
                     "on par (the paper's rates are far below the bound)")
     above = par_row(lambda eta: eta >= bound, "at or above", "not tested")
-    return [needs, below, above, crossing_claim(results), div_row]
+    return [needs, below, above, crossing_claim(h), div_row]
 
 
-def failures(results: Mapping) -> list[dict]:
-    """Per large-K run of a history with a sharpness record: ``run`` (index), ``lr``, ``seed``,
+def failures(h: Mapping) -> list[dict]:
+    """Per large-K run of the history ``h`` (:attr:`Results.runs`) with a sharpness record: ``run``
+    (index), ``lr``, ``seed``,
     ``failed`` (the step its linear model's training failed, :func:`~iterlin.failures.failed_runs`;
     −1 if never) and ``crossed`` (the first recorded step with η above 2/λ_max(θ_s),
     :func:`iterlin.stability.first_unstable_step`; −1 if never). Empty without a record."""
-    h = results["runs"]
     if "lr_over_bound" not in h:
         return []
     K = np.asarray(h["K"], np.float64)
@@ -263,13 +279,13 @@ def failures(results: Mapping) -> list[dict]:
              "crossed": int(crossed[i])} for i in np.flatnonzero(K > 1)]
 
 
-def crossing_claim(results: Mapping) -> Claim:
+def crossing_claim(h: Mapping) -> Claim:
     """"Large K fails where η crosses 2/λ_max(θ_s)": from the sharpness record along every large-K
-    run. 'yes' when some run failed, every failed run had η above 2/λ_max(θ_s) at a recorded step
+    run of the history ``h`` (:attr:`Results.runs`). 'yes' when some run failed, every failed run had η above 2/λ_max(θ_s) at a recorded step
     at or before its failure, and every run that crossed failed; 'no' when a run failed with η
     under the bound at every recorded step up to its failure, or crossed and never failed; n/a
     without a record or when no run failed or crossed."""
-    rows = failures(results)
+    rows = failures(h)
     claim = "large K fails where η crosses the linear model's bound 2/λ_max(θ_s)"
     rule = ("per large-K run: failed = diverged, loss exploded, or the linear model's loss rose inside a block by over "
             f"{BLOCK_RISE:.0%}; crossed = η·λ_max(θ_s)/2 > 1 at a recorded step; 'yes' when some run failed, every "
@@ -295,44 +311,44 @@ def crossing_claim(results: Mapping) -> Claim:
     return Claim(claim, paper, "; ".join(parts), holds, rule)
 
 
-EXPERIMENT = Experiment("lr", SCALES, load, compute, claims, __name__, Config)
+EXPERIMENT = Experiment("lr", SCALES, load, compute, claims, __name__, Config, Results)
 
 
 # ------------------------------------------------------------------------------------------------
 # What the figure draws: pure functions of the results (nothing here is part of ``compute``).
 
 
-def by_lr(results: Mapping, metric: str = "final_test_acc") -> dict:
+def by_lr(results: Results, metric: str = "final_test_acc") -> dict:
     """The runs arranged by K and rate for the plot: ``lr`` (N,) the rates, ``K`` (M,) the periods,
     ``values`` (M, N, S) per seed, ``diverged`` (M, N): whether any seed of (K, lr) diverged, and
     ``bound``: 2/λ_max(θ_0), the mean over seeds.
     ``metric``: ``final_test_acc`` (the model each run trains) or a history key such as
     ``net_test_loss`` (its value at the last step)."""
-    h = results["runs"]
+    h = results.runs
     K, lr, seed = (np.asarray(h[k], np.float64) for k in ("K", "lr", "seed_index"))
     rates, periods, seed_ids = np.unique(lr), np.unique(K), np.unique(seed)
-    values = (np.asarray(results[metric], np.float64) if metric == "final_test_acc"
+    values = (np.asarray(results.final_test_acc, np.float64) if metric == "final_test_acc"
               else np.asarray(h[metric], np.float64)[:, -1])
     div = np.asarray(h["diverged"], bool)
     idx = np.asarray([[[int(np.flatnonzero((K == k) & (lr == eta) & (seed == s))[0]) for s in seed_ids]
                        for eta in rates] for k in periods])  # (M, N, S)
     return {"lr": rates, "K": periods, "values": values[idx], "diverged": div[idx].any(-1),
-            "bound": float(np.mean(results["stable_lr"]))}
+            "bound": float(np.mean(results.stable_lr))}
 
 
-def timing(results: Mapping) -> str:
+def timing(results: Results) -> str:
     """``12 runs (2 K × 3 rates × 2 seeds) in one sweep; 1910 s of computation (with 2/λ_max)``."""
-    h = results["runs"]
+    h = results.runs
     n = [len(set(np.asarray(h[k]).tolist())) for k in ("K", "lr", "seed_index")]
-    return (f"{int(results['n_runs'])} runs ({n[0]} K × {n[1]} rates × {n[2]} seed{'s' if n[2] != 1 else ''}) "
-            f"in one sweep; {float(results['wall_seconds']):.0f} s of computation (with 2/λ_max)")
+    return (f"{int(results.n_runs)} runs ({n[0]} K × {n[1]} rates × {n[2]} seed{'s' if n[2] != 1 else ''}) "
+            f"in one sweep; {float(results.wall_seconds):.0f} s of computation (with 2/λ_max)")
 
 
 # ------------------------------------------------------------------------------------------------
 # The plot: drawing only (not part of ``compute``: a change here recomputes nothing)
 
 
-def plot(results):
+def plot(results: Results):
     """Top: final test accuracy (left) and final test loss (right, log scale) against the learning
     rate, one line per K: the mean over seeds ± one standard error, each seed a dot, a cross where a
     seed diverged (frozen at its last finite state); the dotted line is the linear model's stability
@@ -341,11 +357,11 @@ def plot(results):
     it): the linear model's bound 2/λ_max(θ_s) along training, each seed a line, one colour per rate;
     dashed: the rates η; a cross where a large-K run's linear model's loss rose inside a block."""
     acc, loss = by_lr(results), by_lr(results, "net_test_loss")  # (K, lr, seed) arrays and the bound
-    h = results["runs"]
+    h = results.runs
     recorded = "lr_over_bound" in h
     fig, axes = panels(2, 3 if recorded else 2, panel_size=(6, 4), squeeze=False,
-                       suptitle=f"CNN on CIFAR-10: learning rates ({results['config'].scale} scale, "
-                                f"T = {results['config'].steps} steps, {int(results['n_runs'])} runs)")
+                       suptitle=f"CNN on CIFAR-10: learning rates ({results.config.scale} scale, "
+                                f"T = {results.config.steps} steps, {int(results.n_runs)} runs)")
     for ax, s, scale_, what in ((axes[0, 0], acc, 100, "final test accuracy (%)"),
                                 (axes[0, 1], loss, 1, "final test loss")):
         for i, k in enumerate(s["K"]):

@@ -14,12 +14,7 @@ Config keys: ``K`` (list: 1 and the large period), ``lr``, ``steps``, ``batch_si
 must fit :data:`KERNEL_BYTES`, :func:`probe_size`), ``seed``, ``n_seeds``, ``n_evals``,
 ``n_eval_train``.
 
-Results: ``"runs"``: the sweep history (every seed × K, seed-major: R = S·len(K) runs), evaluated
-at :func:`eval_steps`, with (R, E) arrays ``kernel_distance_init`` (d(Θ_t, Θ_0) of the network's
-kernel), ``kernel_velocity`` (d(Θ_t, Θ_prev)/Δt; NaN at step 0) and ``kernel_distance_relin``
-(the change of the linear model's kernel Θ_s since the previous evaluation point; exactly 0 when
-θ_s did not change), d the kernel distance of Fort et al. (:func:`iterlin.ntk.kernel_distance`);
-``"n_probe"``.
+Results: :class:`Results`; d is the kernel distance of Fort et al. (:func:`iterlin.ntk.kernel_distance`).
 
 Conventions: :mod:`iterlin.experiments._common` (the paper's CNN, softmax cross-entropy on the
 linearised logits, plain SGD at ``lr`` for every K; the runs of one seed start from one
@@ -32,7 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import ClassVar, Mapping
+from typing import ClassVar, Mapping, NamedTuple
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -46,7 +41,7 @@ from ..stats import num, runs_of, seed_interval
 from ._common import Experiment, Seeds, checkpoint_path, cnn_sweep, eval_points, load_data, seeds
 
 __all__ = [
-    "SCALES", "EXPERIMENT", "PROBE_CAP", "KERNEL_BYTES", "MOVES", "load", "compute", "claims", "eval_steps",
+    "Results", "SCALES", "EXPERIMENT", "PROBE_CAP", "KERNEL_BYTES", "MOVES", "load", "compute", "claims", "eval_steps",
     "probe_size", "kernel_bytes", "relin_kernel_changes", "relin_steps", "relin_table", "plot",
 ]
 
@@ -103,6 +98,19 @@ SCALES = {
         n_probe=100, seed=0, n_seeds=3, n_evals=30, n_eval_train=10_000,
     ),
 }
+
+
+class Results(NamedTuple):
+    """ntk's results (:func:`compute`)."""
+
+    #: the sweep history (every seed × K, seed-major: R = S·len(K) runs), evaluated at
+    #: :func:`eval_steps`, with (R, E) arrays ``kernel_distance_init`` (d(Θ_t, Θ_0) of the network's
+    #: kernel), ``kernel_velocity`` (d(Θ_t, Θ_prev)/Δt; NaN at step 0) and ``kernel_distance_relin``
+    #: (the change of the linear model's kernel Θ_s since the previous evaluation point; exactly 0
+    #: when θ_s did not change)
+    runs: Mapping[str, np.ndarray]
+    n_probe: np.ndarray  #: () int, the probe images (the first training images) the kernels are on
+    config: Config | None = None  #: the resolved config (set by :func:`~iterlin.experiments.run`)
 
 
 def get_config(scale: str = "smoke", **overrides) -> Config:
@@ -163,14 +171,14 @@ def eval_steps(config: Config, max_points: int = 50) -> list[int]:
     return sorted(pts)
 
 
-def compute(config: Config, data: Dataset, *, checkpoint_dir=None, progress: bool = False) -> dict:
+def compute(config: Config, data: Dataset, *, checkpoint_dir=None, progress: bool = False) -> Results:
     """Every seed × K in one program, the kernels measured at :func:`eval_steps` (module docstring)."""
     n = probe_size(config, data.x_train.shape[0])
     x_probe = data.x_train[:n]
     runs = cnn_sweep(config, data, callback=lambda f, p0: kernel_tracker(f, x_probe, params0=p0),
                      eval_steps=eval_steps(config), checkpoint=checkpoint_path(checkpoint_dir, "runs"),
                      progress=progress)
-    return {"runs": runs, "n_probe": np.asarray(n)}
+    return Results(runs=runs, n_probe=np.asarray(n))
 
 
 def relin_kernel_changes(history: Mapping, run: int) -> dict:
@@ -186,10 +194,10 @@ def relin_kernel_changes(history: Mapping, run: int) -> dict:
     return {"step": steps, "n_relin": nr[1:], "relinearised": np.diff(nr) > 0, "distance": d}
 
 
-def claims(results: Mapping) -> list[Claim]:
+def claims(results: Results) -> list[Claim]:
     """The kernel moves under SGD (d(Θ_T, Θ_0) of K = 1, a 95 % t interval over seeds); checks: the
     linear model's kernel is exactly fixed between re-linearisations and moves at each one."""
-    h = results["runs"]
+    h = results.runs
     if (rows := only_k1_rows("ntk", h)) is not None:
         return rows
     Kj = float(np.asarray(h["K"], np.float64).max())
@@ -228,7 +236,7 @@ def claims(results: Mapping) -> list[Claim]:
     return [moves, divergence_claim({"runs": h}), fixed, each]
 
 
-EXPERIMENT = Experiment("ntk", SCALES, load, compute, claims, __name__, Config)
+EXPERIMENT = Experiment("ntk", SCALES, load, compute, claims, __name__, Config, Results)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -241,10 +249,10 @@ def _first_seed_largest(history: Mapping) -> tuple[int, int]:
     return int(runs_of(history, 1)[0]), int(runs_of(history, K.max())[0])
 
 
-def relin_steps(results: Mapping) -> np.ndarray:
+def relin_steps(results: Results) -> np.ndarray:
     """The evaluation steps that end an interval containing a re-linearisation of the largest-K runs
     (the dotted verticals); empty when the largest K is 1 (only K = 1 ran)."""
-    h = results["runs"]
+    h = results.runs
     i1, j = _first_seed_largest(h)
     if j == i1:
         return np.zeros(0, np.asarray(h["step"]).dtype)
@@ -252,10 +260,10 @@ def relin_steps(results: Mapping) -> np.ndarray:
     return c["step"][c["relinearised"]]
 
 
-def relin_table(results: Mapping) -> str:
+def relin_table(results: Results) -> str:
     """:func:`relin_kernel_changes` of the largest-K runs as a table: step, re-linearisations so far,
     whether θ_s changed since the previous evaluation point, and d(Θ_s, Θ_s,prev) of each seed."""
-    h = results["runs"]
+    h = results.runs
     large = runs_of(h, np.asarray(h["K"], np.float64).max())
     cs = [relin_kernel_changes(h, j) for j in large]
     seed = np.asarray(h["seed"] if "seed" in h else h.get("seed_index", np.zeros(len(h["K"]), int)))
@@ -274,18 +282,18 @@ def relin_table(results: Mapping) -> str:
 # The plot: drawing only (not part of ``compute``: a change here recomputes nothing)
 
 
-def plot(results):
+def plot(results: Results):
     """Left: the network's kernel, distance from its value at initialisation. Centre: its velocity
     (none at step 0). Right: the change of the linear model's kernel Θ̂_{θ_s} since the previous
     evaluation point; dotted verticals mark the large K's re-linearisations. Lines: the mean over
     seeds, bands ± one standard error; a cross marks a diverged run. Then the linear model's kernel
     at every evaluation point of the large-K runs (relin_table)."""
-    h = results["runs"]
+    h = results.runs
     later = {**h, "step": h["step"][1:], "kernel_distance_relin": h["kernel_distance_relin"][:, 1:],
              "kernel_velocity": h["kernel_velocity"][:, 1:]}  # step 0 has no previous point
     fig, (a, b, c) = panels(3, panel_size=(5, 4.2),
-                            suptitle=f"empirical NTK of the CNN on {int(results['n_probe'])} CIFAR-10 images "
-                                     f"({results['config'].scale} scale)")
+                            suptitle=f"empirical NTK of the CNN on {int(results.n_probe)} CIFAR-10 images "
+                                     f"({results.config.scale} scale)")
     plot_sweep(a, h, "kernel_distance_init", scale=1, diverged_label=None)
     plot_sweep(b, later, "kernel_velocity", scale=1, diverged_label=None)
     plot_sweep(c, later, "kernel_distance_relin", scale=1, diverged_label=None)

@@ -75,6 +75,7 @@ from ..checkpoint import atomic_write_bytes
 from ..claims import Claim, ClaimsTable
 from ..fingerprint import code_fingerprint
 from . import registry
+from ._common import stored as stored_arrays
 
 __all__ = ["Reference", "ReferenceMismatch", "Refingerprint", "Attestation", "results_dir", "write", "load", "show",
            "rewrite_claims", "refingerprint", "attest", "compare_results", "provenance_line", "device_name", "main"]
@@ -82,10 +83,11 @@ _ENTRY_POINTS = ("load", "compute")
 
 
 class Reference(NamedTuple):
-    """A committed reference run: ``results`` (with ``"config"``), its claims ``rows`` and ``provenance``."""
+    """A committed reference run: ``results`` (the experiment's typed results, with ``config``), its
+    claims ``rows`` and ``provenance``."""
 
     name: str
-    results: dict
+    results: Any
     rows: list
     provenance: dict
 
@@ -186,8 +188,8 @@ def write(name: str, scale: str = "cpu", *, base=None, checkpoint_root=None, pro
     out = results_dir(base) / name
     key = f"reference:{name}:{scale}:{code}"
     stored = config.to_dict()
-    save_results(out / "results.npz", results, key=key, config=stored)
-    rows = exp.claims({**results, "config": config})
+    save_results(out / "results.npz", stored_arrays(results), key=key, config=stored)
+    rows = exp.claims(results._replace(config=config))
     _write_json(out / "claims.json", _claims_doc(name, scale, rows))
     seeds = _seeds(stored)
     _write_json(out / "provenance.json", {
@@ -276,9 +278,13 @@ def load(name: str, *, base=None, check_claims: bool = True) -> Reference | None
     _check_commit(provenance.get("iterlin_commit", "unknown"), where)
     _check_equivalents(provenance.get("equivalent_code", []), where)
     try:
-        results["config"] = exp.config.from_dict(config)
+        typed = exp.config.from_dict(config)
     except ValueError as e:
         raise ReferenceMismatch(f"{where}: its config is not a config of today's {name}: {e}") from None
+    try:
+        results = exp.typed(results, typed)
+    except ValueError as e:
+        raise ReferenceMismatch(f"{d / 'results.npz'}: {e}") from None
     doc = json.loads((d / "claims.json").read_text(encoding="utf-8"))
     if not isinstance(doc, dict) or doc.get("name", name) != name or doc.get("scale") != scale:
         raise ReferenceMismatch(f"{d / 'claims.json'}: is not the claims of {name} at scale {scale!r}")
@@ -302,7 +308,7 @@ def _display(obj) -> None:
     display(obj)
 
 
-def show(name: str, plot: Callable[[Mapping], Any], *, base=None, table: bool = True) -> Reference | None:
+def show(name: str, plot: Callable[[Any], Any], *, base=None, table: bool = True) -> Reference | None:
     """A notebook's reference-run cell, the first thing its page shows: ``plot(results)`` of the
     committed run, the one-line verdict of its claims (:meth:`~iterlin.claims.ClaimsTable.verdict`),
     its provenance line (:meth:`Reference.caption`) and, unless ``table=False`` (then

@@ -21,7 +21,8 @@ exactly the code that the experiment's ``load`` and ``compute`` reach
 recomputes nothing, and a change to the library code a figure uses recomputes that figure.
 
 Every experiment lives in its own module, ``iterlin/experiments/<name>.py``, which defines
-``SCALES`` (its defaults at every scale), ``load``, ``compute``, ``claims`` and ``EXPERIMENT``
+``SCALES`` (its defaults at every scale), ``load``, ``compute``, its typed ``Results``, ``claims``
+and ``EXPERIMENT``
 (:class:`~iterlin.experiments.Experiment`). To add one: write the module and add it to
 :data:`EXPERIMENTS` below.
 """
@@ -43,7 +44,7 @@ from ..data import Dataset
 from ..fingerprint import code_fingerprint
 from ..validate import check_choice
 from . import adaptive, fig1, fig2, fig3, fig4, fig5, fig6, fig7, fig8, fig9, gn, ksweep, limit, lr, ntk
-from ._common import Experiment
+from ._common import Experiment, stored
 
 __all__ = [
     "EXPERIMENTS", "names", "get", "resolve", "resolve_notebook", "notebook_parameters", "revalidate", "run",
@@ -199,7 +200,7 @@ def data_fingerprint(data: Any) -> str:
 
 
 def run(experiment: str | ExperimentConfig | Mapping, scale: str = "smoke", *, progress: bool | None = None,
-        cache_dir=None, verbose: bool = True, **overrides: Any) -> dict:
+        cache_dir=None, verbose: bool = True, **overrides: Any) -> Any:
     """Resolve, validate, load, compute (or load from the cache) and return an experiment's results.
 
     Args:
@@ -216,7 +217,8 @@ def run(experiment: str | ExperimentConfig | Mapping, scale: str = "smoke", *, p
     JAX's persistent compilation cache is turned on first (:func:`iterlin.compilation.enable_compilation_cache`).
 
     Returns:
-      The experiment's results (NumPy arrays, nested dicts) with ``"config"``: the resolved config.
+      The experiment's typed results (its module's ``Results``: NumPy arrays, a sweep's history as a
+      mapping of them) with ``config``, the resolved config.
 
     Raises:
       ValueError naming the offending parameter before any compute (see :func:`resolve`).
@@ -233,27 +235,26 @@ def run(experiment: str | ExperimentConfig | Mapping, scale: str = "smoke", *, p
     if verbose:
         print(f"{exp.name} ({config.scale}): "
               + _config.describe({k: v for k, v in config.to_dict().items() if k not in ("experiment", "scale")}))
-    results = cached(
+    arrays = cached(
         exp.name,
-        lambda ckpt: exp.compute(config, data, checkpoint_dir=ckpt, progress=progress is not False),
+        lambda ckpt: stored(exp.compute(config, data, checkpoint_dir=ckpt, progress=progress is not False)),
         config.to_dict(),
         data_fingerprint=data_fingerprint(data),
         code=code_fingerprint(exp.module, ("load", "compute")),
         cache_dir=cache_dir,
         verbose=verbose,
     )
-    results["config"] = config
-    return results
+    return exp.typed(arrays, config)
 
 
-def claims(results: Mapping, *, directory=None) -> ClaimsTable:
+def claims(results: Any, *, directory=None) -> ClaimsTable:
     """The notebook's claims cell: build the rows, save them (JSON) and return the table (an HTML
     table as a notebook's last expression, fixed-width text when printed).
 
     ``results`` as returned by :func:`run` (its ``config`` names the experiment and the scale).
     See :func:`iterlin.claims.publish_claims` for where the JSON goes.
     """
-    config = results["config"]
+    config = results.config
     exp = get(config.experiment)
     return publish_claims(exp.name, exp.claims(results), scale=config.scale, directory=directory)
 

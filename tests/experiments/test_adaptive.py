@@ -101,20 +101,21 @@ def test_tiny_real_run_two_sweeps_two_seeds(monkeypatch):
     config = resolve("adaptive", K=[2, 4], tol=[1e-4, 1e6], lr=0.05, steps=6, batch_size=4, n_train=16, n_test=8,
                      n_evals=2, n_seeds=2, n_eval_train=None, n_sharpness=8, sharpness_iters=3, sharpness_every=3)
     r = adaptive.compute(config, fake_cifar(16, n_test=8))
-    hf, ha = r["fixed"], r["adaptive"]
+    assert isinstance(r, adaptive.Results) and r.config is None
+    hf, ha = r.fixed, r.adaptive
     assert hf["K"].tolist() == [1, 2, 4] * 2 and hf["seed"].tolist() == [0] * 3 + [1] * 3
     assert ha["tol"].tolist() == [1e-4, 1e6] * 2 and ha["seed"].tolist() == [0, 0, 1, 1]
-    assert int(r["n_runs"]) == 10 and r["final_test_acc"].shape == (10,) and r["final_test_correct"].shape == (10, 8)
-    assert r["n_relin"][:6].tolist() == [6, 3, 1] * 2  # ⌊T/K⌋
+    assert int(r.n_runs) == 10 and r.final_test_acc.shape == (10,) and r.final_test_correct.shape == (10, 8)
+    assert r.n_relin[:6].tolist() == [6, 3, 1] * 2  # ⌊T/K⌋
     assert ha["relin_step"].shape[0] == 4 and ha["relin_step"].shape[1] >= 1
     for i in range(4):  # the log holds exactly n_relin steps, increasing, within [2, T]
         s = ha["relin_step"][i]
         s = s[s >= 0]
-        assert len(s) == r["n_relin"][6 + i] and np.all(np.diff(s) > 0) and np.all((s >= 1) & (s <= 6))
-    assert r["n_relin"][7] == 0 and r["n_relin"][9] == 0  # tol = 1e6: the gap never gets there
-    np.testing.assert_allclose(r["final_test_correct"].mean(1), r["final_test_acc"])
-    np.testing.assert_allclose(r["final_test_acc"][6:], ha["net_test_acc"][:, -1])
-    rows = adaptive.claims({**r, "config": config})
+        assert len(s) == r.n_relin[6 + i] and np.all(np.diff(s) > 0) and np.all((s >= 1) & (s <= 6))
+    assert r.n_relin[7] == 0 and r.n_relin[9] == 0  # tol = 1e6: the gap never gets there
+    np.testing.assert_allclose(r.final_test_correct.mean(1), r.final_test_acc)
+    np.testing.assert_allclose(r.final_test_acc[6:], ha["net_test_acc"][:, -1])
+    rows = adaptive.claims(r._replace(config=config))
     assert [row.kind for row in rows] == ["claim", "claim", "claim", "claim"]
     for h in (hf, ha):  # both sweeps record the linear model's sharpness, each run at the config's rate
         np.testing.assert_allclose(h["lr_over_bound"], h["sharpness"] * 0.05 / 2, rtol=1e-6)
@@ -165,10 +166,11 @@ def _results(fixed_acc, tol_acc, *, K=(1, 10, 30, 100), tol=(0.003, 0.01, 0.03),
             relin_step[i, :k] = (np.arange(1, k + 1) * steps) // max(k, 1)
     ha["relin_step"] = np.asarray(relin_step)
     acc = np.concatenate([_common.trained_final(hf)["final_test_acc"], ha["net_test_acc"][:, -1]])
-    return {"fixed": hf, "adaptive": ha, "final_test_acc": acc,
-            "n_relin": np.concatenate([hf["n_relin"][:, -1], ha["n_relin"][:, -1]]), "n_test": np.asarray(n_test),
-            "n_runs": np.asarray(len(acc)), "wall_seconds": np.asarray(1.0),
-            "config": adaptive.get_config("smoke", K=K, tol=tol, steps=steps)}
+    return adaptive.Results(
+        fixed=hf, adaptive=ha, final_test_acc=acc, final_test_correct=None,  # unpaired: no per-image record
+        n_relin=np.concatenate([hf["n_relin"][:, -1], ha["n_relin"][:, -1]]), n_test=np.asarray(n_test),
+        n_runs=np.asarray(len(acc)), wall_seconds=np.asarray(1.0),
+        config=adaptive.get_config("smoke", K=K, tol=tol, steps=steps))
 
 
 def test_yes_when_an_adaptive_run_on_par_uses_fewer_updates():

@@ -44,24 +44,25 @@ def test_config_validation():
 def test_fig1_tiny(tmp_path):
     r = run("fig1", K=[1, 3, 100, math.inf], lr=0.02, steps=20, n_relin=2, max_relin=5, damping=[1.0, 0.5], gn_steps=2,
             n_seeds=2, n_train=8, n_test=30, n_evals=2, cache_dir=tmp_path, progress=False, verbose=False)
-    assert r["K"].tolist() == [1, 3, 100, math.inf]
-    assert r["method"].tolist() == ["gd", "gd", "flow", "kernel"]
-    assert r["n_relin"].tolist() == [20, 6, 2, 0]
+    assert isinstance(r, fig1.Results) and r.config.scale == "smoke"
+    assert r.K.tolist() == [1, 3, 100, math.inf]
+    assert r.method.tolist() == ["gd", "gd", "flow", "kernel"]
+    assert r.n_relin.tolist() == [20, 6, 2, 0]
     for key in ("net_train_rmse", "net_test_rmse", "lin_train_rmse", "lin_test_rmse", "net_train_rmse_mid",
                 "diverged"):
-        assert np.asarray(r[key]).shape == (4, 2), key
-    assert np.all(np.isfinite(r["lin_test_rmse"]))
-    gn = r["gn"]
+        assert np.asarray(getattr(r, key)).shape == (4, 2), key
+    assert np.all(np.isfinite(r.lin_test_rmse))
+    gn = r.gn
     assert gn["damping"].tolist() == [0.0, 0.5, 1.0]
     for key in ("net_test_rmse", "net_train_rmse", "net_train_rmse_mid", "diverged"):
         assert gn[key].shape == (3, 2), key
-    assert r["seeds"].tolist() == [0, 1]
+    assert r.seeds.tolist() == [0, 1]
     # seed 1's K = 1 run differs from seed 0's (K-major, then seeds: no mix-up of the layout)
-    assert r["net_test_rmse"][0, 0] != r["net_test_rmse"][0, 1]
+    assert r.net_test_rmse[0, 0] != r.net_test_rmse[0, 1]
     # the Gauss–Newton runs are λ-major, then seeds: each λ's seeds differ, and so do the λ
     assert gn["net_test_rmse"][1, 0] != gn["net_test_rmse"][1, 1] and gn["net_test_rmse"][1, 0] != gn["net_test_rmse"][2, 0]
     np.testing.assert_allclose(gn["equiv_K"], [math.inf, 1 / (0.5 * 0.02 / 8), 1 / (1.0 * 0.02 / 8)])
-    b = r["bridge"]
+    b = r.bridge
     assert b["sigma"].shape == (8,) and b["coeffs"].shape == (8,)
     assert b["K"].tolist() == list(fig1.BRIDGE_K)
     M, G = b["K"].shape[0], b["sigma_grid"].shape[0]
@@ -95,7 +96,7 @@ NOISE_GN = np.array([0.005, 0.0, -0.005, 0.0])
 
 
 def _literal(S=4, offset=0.0, noise=None, diverged=None, bound_last=None):
-    """Constructed ``results["literal"]``: rates (0.02, 0.005) × K (10, 100) × S seeds; the closed form at 0.5,
+    """Constructed ``Results.literal``: rates (0.02, 0.005) × K (10, 100) × S seeds; the closed form at 0.5,
     the literal runs at 0.5 + offset + noise (per seed); rate 0.02 at K = 10 diverged in every seed by default, on a
     linearisation with bound 0.01 < 0.02; every other bound 0.5."""
     NR, NL, E = 2, 2, 3
@@ -139,20 +140,21 @@ def _results(net=NET, kernel_lin=2.0, gn_test=GN_TRUE, lams=LAMS, damping_fit=(1
     eta = 1e-3
     gl = np.asarray((0.0,) + tuple(lams))
     L = len(gl)
-    return {
-        "K": np.asarray(KS, np.float64), "method": np.asarray(METHODS),
-        "net_test_rmse": net, "lin_test_rmse": lin, "net_train_rmse": train,
-        "net_train_rmse_mid": train.copy() if mid is None else np.asarray(mid, np.float64),
-        "diverged": np.zeros((NK, S), bool) if diverged is None else np.asarray(diverged, bool),
-        "gn": {"damping": gl, "equiv_K": np.asarray([math.inf] + [1 / (v * eta) for v in lams]),
-               "net_test_rmse": gn_test[:L],
-               "net_train_rmse": np.full((L, S), 0.01), "net_train_rmse_mid": np.full((L, S), 0.01),
-               "diverged": np.zeros((L, S), bool)},
-        "bridge": {"eta": np.asarray(eta), "sigma": np.asarray(sigma, np.float64), "K": np.asarray([10.0, 100.0]),
-                   "damping": np.asarray([1.0, 2.0]), "damping_fit": np.asarray(damping_fit, np.float64)},
-        "seeds": np.arange(S),
-        **({} if literal is None else {"literal": _literal(S) if isinstance(literal, str) else literal}),
-    }
+    return fig1.Results(
+        K=np.asarray(KS, np.float64), method=np.asarray(METHODS),
+        n_relin=np.asarray([1000, 333] + [100] * 7 + [0]), time=np.asarray([10.0] * (NK - 1) + [math.inf]),
+        net_test_rmse=net, lin_test_rmse=lin, net_train_rmse=train, lin_train_rmse=train.copy(),
+        net_train_rmse_mid=train.copy() if mid is None else np.asarray(mid, np.float64),
+        diverged=np.zeros((NK, S), bool) if diverged is None else np.asarray(diverged, bool),
+        gn={"damping": gl, "equiv_K": np.asarray([math.inf] + [1 / (v * eta) for v in lams]),
+            "net_test_rmse": gn_test[:L],
+            "net_train_rmse": np.full((L, S), 0.01), "net_train_rmse_mid": np.full((L, S), 0.01),
+            "diverged": np.zeros((L, S), bool)},
+        bridge={"eta": np.asarray(eta), "sigma": np.asarray(sigma, np.float64), "K": np.asarray([10.0, 100.0]),
+                "damping": np.asarray([1.0, 2.0]), "damping_fit": np.asarray(damping_fit, np.float64)},
+        x_test=np.linspace(-1, 1, 5), y_test=np.zeros(5), seeds=np.arange(S),
+        literal=None if literal is None else _literal(S) if isinstance(literal, str) else literal,
+    )
 
 
 SMALL = "small K ≈ (stochastic) gradient descent"
@@ -183,8 +185,7 @@ def test_summary_and_converged():
     np.testing.assert_allclose(s["net_mean"], NET[:-1] + (2.0,))  # K = ∞: the linear model
     np.testing.assert_allclose(s["gn_mean"], GN_TRUE)
     assert float(fig1.summary(_results(sigma=(0.0, 1e-20, 0.5, 100.0)))["sigma_min"]) == 0.5  # ~0 ignored
-    conv = fig1.converged({"net_train_rmse": np.array([0.01, 0.5, 0.5, np.nan]),
-                           "net_train_rmse_mid": np.array([0.5, 0.52, 1.0, np.nan])})
+    conv = fig1.converged(np.array([0.01, 0.5, 0.5, np.nan]), np.array([0.5, 0.52, 1.0, np.nan]))
     assert conv.tolist() == [True, True, False, False]  # ≤ 0.02, or a plateau (≤ 10 % change)
 
 
@@ -307,18 +308,22 @@ def test_claims_not_applicable_or_absent():
 
 
 def _summary_results():
-    return {
-        "K": np.array([1.0, 1e3, math.inf]),
-        "method": np.array(["gd", "flow", "kernel"]),
-        "net_test_rmse": np.array([[0.1, 0.3], [0.2, np.nan], [9.0, 9.0]]),
-        "lin_test_rmse": np.array([[5.0, 5.0], [5.0, 5.0], [0.4, 0.6]]),
-        "diverged": np.array([[False, False], [False, True], [False, False]]),
-        "gn": {"net_test_rmse": np.array([[0.5, 0.7], [0.2, 0.2]])},
-        "bridge": {"eta": np.asarray(0.01), "sigma": np.array([0.0, 2.0, 10.0]),
-                   "sigma_grid": np.array([0.5, 1.0, 4.0]),
-                   "gd_filter": np.array([[1.0, 0.5, 0.25]]), "gn_filter": np.array([[2.0, 1.0, 0.5]]),
-                   "gn_filter_fit": np.array([[0.2, 0.1, 0.05]])},
-    }
+    train = np.full((3, 2), 0.01)
+    return fig1.Results(
+        K=np.array([1.0, 1e3, math.inf]),
+        method=np.array(["gd", "flow", "kernel"]),
+        n_relin=np.array([100, 2, 0]), time=np.array([1.0, 2.0, math.inf]),
+        net_train_rmse=train, net_train_rmse_mid=train, lin_train_rmse=train,
+        net_test_rmse=np.array([[0.1, 0.3], [0.2, np.nan], [9.0, 9.0]]),
+        lin_test_rmse=np.array([[5.0, 5.0], [5.0, 5.0], [0.4, 0.6]]),
+        diverged=np.array([[False, False], [False, True], [False, False]]),
+        gn={"net_test_rmse": np.array([[0.5, 0.7], [0.2, 0.2]])},
+        bridge={"eta": np.asarray(0.01), "sigma": np.array([0.0, 2.0, 10.0]),
+                "sigma_grid": np.array([0.5, 1.0, 4.0]),
+                "gd_filter": np.array([[1.0, 0.5, 0.25]]), "gn_filter": np.array([[2.0, 1.0, 0.5]]),
+                "gn_filter_fit": np.array([[0.2, 0.1, 0.05]])},
+        x_test=np.linspace(-1, 1, 5), y_test=np.zeros(5), seeds=np.arange(2),
+    )
 
 
 def test_seed_rmse_is_the_network_except_the_linear_model_at_k_inf():
@@ -440,7 +445,7 @@ def test_literal_gd_diverges_above_the_stability_bound_and_not_below(monkeypatch
     assert lit["diverged"][0].all() and not lit["diverged"][1].any()
     assert np.all((lit["diverged_step"][0] >= 0) & (lit["diverged_step"][0] < 10))
     assert np.all(np.isnan(lit["net_test_rmse"][0])) and np.all(np.isfinite(lit["net_test_rmse"][1]))
-    rows = {r.claim: r for r in fig1._literal_rows({"literal": lit})}
+    rows = {r.claim: r for r in fig1._literal_rows(lit)}
     assert rows[LITERAL_BOUND].holds == "yes" and rows[LITERAL_BOUND].kind == "check"
 
 

@@ -39,9 +39,10 @@ def test_fig2_minibatch_runs_scale_lr_K_and_steps(fake_sweep):
     assert mini["steps"] == 15
     assert mini["batch_size"] == 4
     assert mini["eval_steps"] == [0, 3, 6, 9, 12, 15]  # the same n_evals points over the longer run
-    assert set(res) == {"full", "mini", "n_test", "n_train"} and int(res["n_test"]) == 8
-    assert full["n"] == mini["n"] == 16 and res["n_train"].tolist() == [16, 16]
-    res["n_test"] = np.asarray(100_000)  # enough test images to decide "on par"
+    assert isinstance(res, fig2.Results) and res.config is None and int(res.n_test) == 8
+    assert {k for k, v in res._asdict().items() if v is not None} == {"full", "mini", "n_test", "n_train"}
+    assert full["n"] == mini["n"] == 16 and res.n_train.tolist() == [16, 16]
+    res = res._replace(n_test=np.asarray(100_000))  # enough test images to decide "on par"
     rows = fig2.claims(res)
     assert [r.holds for r in rows] == ["yes", "yes", NA, NA, "yes"]  # the fake records no sharpness
     assert callable(full["callback"]) and callable(mini["callback"])  # each panel records its own
@@ -73,7 +74,7 @@ def test_fig2_full_batch_panel_trains_on_the_first_n_train_full_images(fake_swee
     config = resolve("fig2", K=[1, 4], steps=2, factor=2, batch_size=4, n_train=16, n_train_full=6, n_evals=2)
     res = fig2.compute(config, data)
     full, mini = fake_sweep.calls
-    assert (full["n"], mini["n"]) == (6, 16) and res["n_train"].tolist() == [6, 16]
+    assert (full["n"], mini["n"]) == (6, 16) and res.n_train.tolist() == [6, 16]
     sub = fig2.full_batch_data(config, data)
     np.testing.assert_array_equal(sub.x_train, data.x_train[:6])
     np.testing.assert_array_equal(sub.y_train, data.y_train[:6])
@@ -84,11 +85,11 @@ def test_fig2_full_batch_panel_trains_on_the_first_n_train_full_images(fake_swee
 
 
 def _results(full_acc, mini_acc, n_test=100_000, full_div=None, mini_div=None):
-    return {
-        "full": fake_history([1, 5, math.inf], 0.1, 50, full_acc, diverged=full_div),
-        "mini": fake_history([1, 50, math.inf], 0.01, 500, mini_acc, diverged=mini_div),
-        "n_test": np.asarray(n_test),
-    }
+    return fig2.Results(
+        full=fake_history([1, 5, math.inf], 0.1, 50, full_acc, diverged=full_div),
+        mini=fake_history([1, 50, math.inf], 0.01, 500, mini_acc, diverged=mini_div),
+        n_test=np.asarray(n_test), n_train=np.asarray([1000, 1000]),
+    )
 
 
 def test_claims_hold_when_on_par():
@@ -102,8 +103,8 @@ def test_claims_hold_when_on_par():
 
 def test_each_panel_is_judged_on_its_own_bound():
     r = _results([0.40, 0.40, 0.30], [0.40, 0.40, 0.30])
-    r["full"]["lr_over_bound"] = np.array([[0.2, 0.3, 0.3], [0.2, 0.25, 0.3], [0.2, np.nan, np.nan]])
-    r["mini"]["lr_over_bound"] = np.array([[0.2, 0.3, 0.3], [0.2, 0.5, 1.2], [0.2, np.nan, np.nan]])
+    r.full["lr_over_bound"] = np.array([[0.2, 0.3, 0.3], [0.2, 0.25, 0.3], [0.2, np.nan, np.nan]])
+    r.mini["lr_over_bound"] = np.array([[0.2, 0.3, 0.3], [0.2, 0.5, 1.2], [0.2, np.nan, np.nan]])
     rows = fig2.claims(r)
     # full batch under a third of the bound: decided; the mini-batch K = 50 crossed it at step 500
     assert [r.holds for r in rows] == ["yes", UNSTABLE, "yes", "no", "yes"]
@@ -121,6 +122,7 @@ def test_claims_fail_when_apart_or_diverged():
 def test_claims_undecided_when_the_test_set_is_too_small():
     rows = fig2.claims(_results([0.40, 0.40, 0.30], [0.40, 0.37, 0.30], n_test=150))
     assert [r.holds for r in rows] == [UNDECIDED, UNDECIDED, NA, NA, "yes"]  # 2 s.e. of Δ on 150 images ≈ 11 points
-    only_inf = {"full": fake_history([1, math.inf], 0.1, 50, [0.4, 0.3]),
-                "mini": fake_history([1, math.inf], 0.1, 50, [0.4, 0.3]), "n_test": np.asarray(100_000)}
+    only_inf = fig2.Results(full=fake_history([1, math.inf], 0.1, 50, [0.4, 0.3]),
+                            mini=fake_history([1, math.inf], 0.1, 50, [0.4, 0.3]), n_test=np.asarray(100_000),
+                            n_train=np.asarray([1000, 1000]))
     assert [r.holds for r in fig2.claims(only_inf)] == [NA, NA, NA, NA, "yes"]  # no finite K > 1 to compare

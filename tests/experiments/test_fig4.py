@@ -54,9 +54,10 @@ def test_fig4_wiring_two_seeds(monkeypatch, tiny_cifar):
     config = resolve("fig4", K=3, K_bn=math.inf, steps=4, batch_size=4, n_train=16, n_test=8, n_evals=2,
                      bn_mode="frozen", n_seeds=2, seed=5, n_eval_train=6, lr=0.05, lr_bn=0.02)
     r = fig4.compute(config, tiny_cifar)
+    assert isinstance(r, fig4.Results) and r.config is None
     assert seen == [("resnet18", None)] * 2 + [("resnet18_bn", "frozen")] * 2
     for panel, Ks, lr, augment in (("no_bn", [1.0, 3.0], 0.05, False), ("bn", [1.0, math.inf], 0.02, True)):
-        h = r[panel]
+        h = getattr(r, panel)
         assert h["K"].tolist() == Ks * 2 and h["step"].tolist() == [0, 2, 4]
         assert h["seed_index"].tolist() == [0, 0, 1, 1] and h["seed"].tolist() == [5, 5, 6, 6]
         assert h["lr"].tolist() == [lr] * 4
@@ -77,9 +78,9 @@ def test_fig4_wiring_two_seeds(monkeypatch, tiny_cifar):
         # the sharpness record (every evaluation point is a multiple of sharpness_every = 2), with the panel's rate
         assert h["sharpness"].shape == (4, 3) and np.isfinite(h["sharpness"]).all() and (h["sharpness"] > 0).all()
         np.testing.assert_allclose(h["lr_over_bound"], lr * h["sharpness"] / 2, rtol=1e-6)
-    assert r["bn"]["n_relin"][:, -1].tolist() == [4, 0, 4, 0]
-    assert int(r["n_test"]) == 8
-    rows = fig4.claims({**r, "config": config})
+    assert r.bn["n_relin"][:, -1].tolist() == [4, 0, 4, 0]
+    assert int(r.n_test) == 8
+    rows = fig4.claims(r._replace(config=config))
     assert len(rows) == 7
     assert [r.claim.split(":")[0] for r in rows[5:]] == ["no BatchNorm", "BatchNorm + augmentation"]
     assert "largest η·λ_max/2" in rows[5].measured
@@ -120,11 +121,11 @@ def _panel(acc, lr, *, S=1, K=(1, 100), n=None, diverged=None):
 
 def _results(acc_nb, acc_b, *, n_test=100_000, S=1, paired=False, div_nb=None, div_b=None):
     n = n_test if paired else None
-    return {
-        "no_bn": _panel(acc_nb, 0.01, S=S, n=n, diverged=div_nb),
-        "bn": _panel(acc_b, 0.02, S=S, n=n, diverged=div_b),
-        "n_test": np.asarray(n_test),
-    }
+    return fig4.Results(
+        no_bn=_panel(acc_nb, 0.01, S=S, n=n, diverged=div_nb),
+        bn=_panel(acc_b, 0.02, S=S, n=n, diverged=div_b),
+        n_test=np.asarray(n_test),
+    )
 
 
 def test_claims_hold_on_par_and_no_divergence():
@@ -135,7 +136,7 @@ def test_claims_hold_on_par_and_no_divergence():
     assert rows[2].measured.startswith("diverged or loss exploded: BN 0/2 runs (lr 0.02), no BN 0/2 runs (lr 0.01)")
     assert rows[2].rule.endswith("learning rates or K differ between the panels (as in the paper)")
     same = _results([0.5, 0.495], [0.6, 0.605])
-    same["bn"]["lr"] = same["no_bn"]["lr"]
+    same.bn["lr"] = same.no_bn["lr"]
     assert fig4.claims(same)[2].rule.endswith("the same learning rate and K in both panels")
 
 
@@ -173,8 +174,8 @@ def test_bn_divergence_is_counted_and_tested():
     assert rows[2].holds == UNDECIDED and rows[4].holds == "no"  # 1 of 4 against 0 of 4: p = 0.5
     # finite runs whose training loss exploded count as diverged (iterlin.failures.exploded_runs)
     res = _results(nb4, nb4, S=2)
-    res["no_bn"]["net_train_loss"] = np.array([[2.3, 2.1]] * 4) * np.array([[1, 1], [1, 30], [1, 1], [1, 30]])
-    res["no_bn"]["step"] = np.array([0, 200])
+    res.no_bn["net_train_loss"] = np.array([[2.3, 2.1]] * 4) * np.array([[1, 1], [1, 30], [1, 1], [1, 30]])
+    res.no_bn["step"] = np.array([0, 200])
     rows = fig4.claims(res)
     assert "no BN 2/4 runs" in rows[2].measured and "BN 0/4 runs" in rows[2].measured
     assert rows[4].holds == "no" and "no BN: K=100, lr=0.01: training loss 2.3 → 63 at step 200" in rows[4].measured
@@ -183,7 +184,7 @@ def test_bn_divergence_is_counted_and_tested():
 def _with_sharpness(res, lam_nb, lam_b):
     """Give both panels a sharpness record (R, 2): NaN at step 0, ``lam`` (R,) at the last step."""
     for p, lam in (("no_bn", lam_nb), ("bn", lam_b)):
-        res[p]["sharpness"] = np.stack([np.full(len(lam), np.nan), np.asarray(lam, np.float64)], axis=1)
+        getattr(res, p)["sharpness"] = np.stack([np.full(len(lam), np.nan), np.asarray(lam, np.float64)], axis=1)
     return res
 
 

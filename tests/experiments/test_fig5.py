@@ -76,14 +76,17 @@ def test_compute_one_sweep_per_size_and_results(monkeypatch):
     res = fig5.compute(config, fig5.SizedData({"16": fake_cifar(16), "8": fake_cifar(8)}))
     assert [c["n"] for c in fake.calls] == [8, 16]  # sizes in numeric order
     assert all(c["K"] == [1.0, 4.0, math.inf, 1.0] and c["lr"] == [0.1, 0.1, 0.5, 0.5] for c in fake.calls)
-    assert res["n_train"].tolist() == [8, 16] and res["best_test_acc"].shape == (2, 4)
-    assert res["K"].tolist() == [1.0, 4.0, math.inf, 1.0] and res["lr"].tolist() == [0.1, 0.1, 0.5, 0.5]
-    assert np.allclose(res["best_test_acc"][:, 2], [0.1, 0.105])  # the K = ∞ run's linear model
-    assert np.allclose(res["best_test_acc"][:, 0], [0.2, 0.4])  # the K = 1 run's network
-    assert np.allclose(res["final_train_acc"][1], [0.8, 0.78, 0.21, 0.8]) and res["diverged"].shape == (2, 4)
-    assert sorted(res["histories"]) == ["16", "8"] and int(res["n_test"]) == 8
-    assert "stopped_test_acc" not in res and all(c["callback"] is not None for c in fake.calls)  # λ_max, no n_val
-    res["config"] = config
+    assert isinstance(res, fig5.Results) and res.config is None
+    assert res.n_train.tolist() == [8, 16] and res.best_test_acc.shape == (2, 4)
+    assert res.K.tolist() == [1.0, 4.0, math.inf, 1.0] and res.lr.tolist() == [0.1, 0.1, 0.5, 0.5]
+    assert np.allclose(res.best_test_acc[:, 2], [0.1, 0.105])  # the K = ∞ run's linear model
+    assert np.allclose(res.best_test_acc[:, 0], [0.2, 0.4])  # the K = 1 run's network
+    assert np.allclose(res.final_train_acc[1], [0.8, 0.78, 0.21, 0.8]) and res.diverged.shape == (2, 4)
+    assert sorted(res.histories) == ["16", "8"] and int(res.n_test) == 8
+    assert res.stopped_test_acc is None and res.n_val is None  # no n_val: not computed, not stored
+    assert "stopped_test_acc" not in _common.stored(res) and "n_val" not in _common.stored(res)
+    assert all(c["callback"] is not None for c in fake.calls)  # λ_max
+    res = res._replace(config=config)
     rows = {r.claim: r for r in fig5.claims(res)}
     assert rows[CONVERGED].holds == "no"  # train acc. 0.8 < 99 %: the scaling rows are not judged
     assert rows[SCALE].holds == NA and rows[INF_WORSE].holds == NA and "did not fit" in rows[SCALE].rule
@@ -146,11 +149,11 @@ def test_compute_with_heldout_images_stops_on_them(monkeypatch):
     config = resolve("fig5", K=[1, 4], lr=0.1, lr_inf=0.1, n_train=[8, 16], steps=4, n_evals=2, n_val=8)
     data = fig5.SizedData({"8": fake_cifar(8), "16": fake_cifar(16)}, fake_cifar(8))
     res = fig5.compute(config, data)
-    h = res["histories"]["8"]
-    np.testing.assert_allclose(res["stopped_test_acc"][0, :2], h["net_test_acc"][:2, 1])
-    np.testing.assert_allclose(res["stopped_test_acc"][0, 2], h["lin_test_acc"][2, 2])  # K = ∞
-    assert int(res["n_val"]) == 8
-    res["config"] = config
+    h = res.histories["8"]
+    np.testing.assert_allclose(res.stopped_test_acc[0, :2], h["net_test_acc"][:2, 1])
+    np.testing.assert_allclose(res.stopped_test_acc[0, 2], h["lin_test_acc"][2, 2])  # K = ∞
+    assert int(res.n_val) == 8
+    res = res._replace(config=config)
     rows = {r.claim: r for r in fig5.claims(res)}
     assert "early stopping on 8 held-out training images" in rows[SCALE].rule
 
@@ -163,14 +166,14 @@ def test_the_sharpness_record_uses_each_runs_own_rate():
                      n_test=8, batch_size=4, n_seeds=2, n_sharpness=8, sharpness_iters=3, sharpness_every=2)
     res = fig5.compute(config, fig5.SizedData({"8": fake_cifar(8), "16": fake_cifar(16)}))
     for n in ("8", "16"):
-        h = res["histories"][n]
+        h = res.histories[n]
         assert h["lr"].tolist() == [0.01, 0.01, 0.03, 0.03] * 2 and h["seed"].tolist() == [0] * 4 + [1] * 4
         lam, ratio = np.asarray(h["sharpness"]), np.asarray(h["lr_over_bound"])
         assert np.isfinite(lam).all() and (lam > 0).all()
         np.testing.assert_allclose(ratio, lam * np.asarray(h["lr"])[:, None] / 2, rtol=1e-6)
-    pooled = pooled_runs([res["histories"]["8"], res["histories"]["16"]])
+    pooled = pooled_runs([res.histories["8"], res.histories["16"]])
     assert pooled["lr_over_bound"].shape == (16, 3) and pooled["K"].tolist()[:4] == [1.0, 2.0, math.inf, 1.0]
-    res["config"] = config
+    res = res._replace(config=config)
     row = {r.claim: r for r in fig5.claims(res)}[STABLE]
     worst = float(np.max(pooled["lr_over_bound"][pooled["K"] > 1]))
     assert f"K>1: largest η·λ_max/2 {worst:.2f}" in row.measured
@@ -199,12 +202,12 @@ def _results(best, *, train=1.0, sizes=(100, 400), lr_inf=0.5, diverged=None, K=
     S, R = best.shape
     div = np.zeros((S, R), bool) if diverged is None else np.tile(np.asarray(diverged, bool), (1, seeds))
     histories = {str(n): fake_history(K, lr, 10, best[s], diverged=div[s]) for s, n in enumerate(sizes)}
-    return {
-        "n_train": np.asarray(sizes), "K": np.asarray(K), "lr": np.asarray(lr, np.float64),
-        "seed_index": np.repeat(np.arange(seeds), R // seeds), "n_test": np.asarray(n_test),
-        "best_test_acc": best, "final_train_acc": np.full((S, R), train), "diverged": div,
-        "histories": histories, "config": fig5.get_config().replace(lr=0.1, lr_inf=lr_inf),
-    }
+    return fig5.Results(
+        n_train=np.asarray(sizes), K=np.asarray(K), lr=np.asarray(lr, np.float64),
+        seed_index=np.repeat(np.arange(seeds), R // seeds), n_test=np.asarray(n_test),
+        best_test_acc=best, final_train_acc=np.full((S, R), train), diverged=div,
+        histories=histories, config=fig5.get_config().replace(lr=0.1, lr_inf=lr_inf),
+    )
 
 
 def _holds(results):
@@ -240,10 +243,10 @@ def test_each_scaling_row_is_gated_on_the_runs_it_compares():
     only K = 4 under it: the reverse."""
     best = [[0.30, 0.29, 0.30, 0.30], [0.50, 0.48, 0.35, 0.49]]
     res = _results(best)
-    res["final_train_acc"] = np.array([[1.0, 1.0, 1.0, 1.0], [1.0, 1.0, 0.982, 1.0]])
+    res = res._replace(final_train_acc=np.array([[1.0, 1.0, 1.0, 1.0], [1.0, 1.0, 0.982, 1.0]]))
     holds = _holds(res)
     assert holds[CONVERGED] == "no" and holds[SCALE] == "yes" and holds[INF_WORSE] == NA
-    res["final_train_acc"] = np.array([[1.0, 0.98, 1.0, 1.0], [1.0, 1.0, 1.0, 1.0]])
+    res = res._replace(final_train_acc=np.array([[1.0, 0.98, 1.0, 1.0], [1.0, 1.0, 1.0, 1.0]]))
     holds = _holds(res)
     assert holds[CONVERGED] == "no" and holds[SCALE] == NA and holds[INF_WORSE] == "yes"
 
@@ -275,13 +278,22 @@ def test_claims_not_applicable():
 
 def test_off_lr_marks_the_runs_at_lr_inf():
     config = fig5.get_config().replace(K=(1, 100), lr=1e-5, lr_inf=1e-3)
-    pairs = runs(config)
-    results = {"K": np.array([k for k, _ in pairs]), "lr": np.array([v for _, v in pairs]), "config": config}
-    np.testing.assert_array_equal(off_lr(results), [False, False, True, True])
+    lr = np.array([v for _, v in runs(config)])
+    np.testing.assert_array_equal(off_lr(lr, config), [False, False, True, True])
 
 
 def test_off_lr_none_when_lr_inf_is_lr():
     config = fig5.get_config().replace(K=(1, 4), lr=0.1, lr_inf=0.1)
-    pairs = runs(config)
-    results = {"K": np.array([k for k, _ in pairs]), "lr": np.array([v for _, v in pairs]), "config": config}
-    assert not off_lr(results).any() and len(off_lr(results)) == 3
+    lr = np.array([v for _, v in runs(config)])
+    assert not off_lr(lr, config).any() and len(off_lr(lr, config)) == 3
+
+
+def test_by_size_turns_per_size_values_into_a_history_over_sizes():
+    res = _results([[0.30, 0.30, 0.30, 0.30], [0.50, 0.40, 0.60, 0.55]], sizes=(100, 400),
+                   diverged=[[False] * 4, [False, True, False, False]])
+    acc, _ = fig5.stopped(res)
+    h = fig5.by_size(res, acc, "stopped")
+    np.testing.assert_array_equal(h["step"], [100, 400])
+    np.testing.assert_array_equal(h["stopped"], acc.T)
+    assert h["K"].tolist() == K and h["lr"].tolist() == LR
+    assert h["diverged"].tolist() == [False, True, False, False] and h["diverged_step"].tolist() == [-1, 400, -1, -1]

@@ -25,7 +25,8 @@ def test_fig6_probes_tiny_two_seeds(tiny_cifar):
     config = resolve("fig6", K=2, steps=2, batch_size=8, n_train=16, n_test=8, n_probe=10, n_evals=1, n_seeds=2,
                      n_sharpness=8, sharpness_every=1)
     r = fig6.compute(config, tiny_cifar)
-    h = r["runs"]
+    assert isinstance(r, fig6.Results) and r.config is None
+    h = r.runs
     assert h["step"].tolist() == [0, 2] and h["K"].tolist() == [1.0, 2.0, 1.0, 2.0]
     assert h["seed_index"].tolist() == [0, 0, 1, 1] and h["seed"].tolist() == [0, 0, 1, 1]
     for layer in fig6.PROBE_LAYERS:
@@ -34,8 +35,8 @@ def test_fig6_probes_tiny_two_seeds(tiny_cifar):
     acc = np.asarray(h["probe_layer1_test_acc"])
     assert np.all((acc >= 0) & (acc <= 1))
     assert acc[0, 0] == acc[1, 0] and acc[2, 0] == acc[3, 0]  # the runs of one seed share θ_0
-    assert int(r["n_probe"]) == 10 and int(r["n_test"]) == 8
-    rows = fig6.claims({**r, "config": config})
+    assert int(r.n_probe) == 10 and int(r.n_test) == 8
+    rows = fig6.claims(r._replace(config=config))
     assert np.asarray(h["lr_over_bound"]).shape == (4, 2) and np.all(np.isfinite(h["lr_over_bound"]))
     assert len(rows) == 8 and rows[-1].claim == "every run stays finite (no NaN or exploding loss)"
     assert rows[-2].claim.startswith("the linear model stays stable") and rows[-2].holds != NA
@@ -100,7 +101,7 @@ def test_compute_fits_the_probes_on_the_derived_number(monkeypatch):
     config = resolve("fig6", n_train=16, n_test=8, batch_size=8, steps=4, n_evals=2)
     assert config.n_probe is None
     res = fig6.compute(config, fake_cifar(16, n_test=8))
-    assert int(res["n_probe"]) == 10 == seen["n"] and seen["n_test"] == 8
+    assert int(res.n_probe) == 10 == seen["n"] and seen["n_test"] == 8
 
 
 # ------------------------------------------------------------------------------------------------
@@ -128,8 +129,8 @@ def _results(k1, large, *, n_test=1000, K=(1, 8), diverged=None):
     curves = [(k1 if k == 1 else large)[s] for s in range(S) for k in K]
     for layer in fig6.PROBE_LAYERS:
         h[f"probe_{layer}_test_acc"] = np.stack(curves)
-    return {"runs": h, "n_probe": np.asarray(100), "n_test": np.asarray(n_test),
-            "config": fig6.get_config().replace(K=tuple(K))}
+    return fig6.Results(runs=h, n_probe=np.asarray(100), n_test=np.asarray(n_test),
+                        config=fig6.get_config().replace(K=tuple(K)))
 
 
 def test_claims_hold_when_large_K_lags():
@@ -192,7 +193,7 @@ def test_a_diverged_run_is_not_compared():
 
 def test_eta_above_the_bound_makes_the_comparison_unstable():
     r = _results([0.2, 0.5, 0.6], [0.2, 0.3, 0.4])
-    r["runs"]["lr_over_bound"] = np.array([[0.1, 0.2, 0.9], [0.1, 0.2, 1.4]])  # the large K crossed at step 24
+    r.runs["lr_over_bound"] = np.array([[0.1, 0.2, 0.9], [0.1, 0.2, 1.4]])  # the large K crossed at step 24
     rows = fig6.claims(r)
     assert [r.holds for r in rows] == ["yes", UNSTABLE, UNSTABLE] * 2 + ["no", "yes"]
     assert "η above 2/λ_max(θ_s) at step 24" in rows[1].measured
@@ -241,7 +242,7 @@ def test_recorded_per_image_results_pair_the_comparisons():
     r = _results(k1, large, n_test=932)
     unpaired = fig6.claims(r)
     assert unpaired[2].holds == UNDECIDED and "932 unpaired test images" in unpaired[2].measured
-    h = r["runs"]
+    h = r.runs
     for layer in fig6.PROBE_LAYERS:
         h[f"probe_{layer}_test_correct"] = np.stack([_nested(a, 932) for a in h[f"probe_{layer}_test_acc"]])
         s, c = fig6.probe_summary(h, layer), fig6.probe_correct(h, layer)

@@ -31,13 +31,14 @@ def test_fig7_filters_tiny_two_seeds(tiny_cifar):
     config = resolve("fig7", K=2, steps=2, batch_size=8, n_train=16, n_test=8, n_evals=2, n_seeds=2,
                      n_sharpness=8, sharpness_every=1)
     r = fig7.compute(config, tiny_cifar)
-    h = r["runs"]
+    assert isinstance(r, fig7.Results) and r.config is None
+    h = r.runs
     d = np.asarray(h["filters_delta"])
     assert d.shape == (4, 3, 5, 5, 3, 50)  # (R = 2 seeds x 2 K, E, h, w, c_in, filters)
     assert h["K"].tolist() == [1.0, 2.0, 1.0, 2.0] and h["seed_index"].tolist() == [0, 0, 1, 1]
     assert np.all(d[:, 0] == 0)  # change from initialisation is 0 at step 0
     assert np.all(np.abs(d[:, -1]).sum(axis=(1, 2, 3, 4)) > 0)
-    m = r["match"]
+    m = r.match
     assert np.asarray(m["norm"]).shape == (4, 3) and float(m["K_large"]) == 2.0
     for k in ("ratio", "fraction", "cosine", "match_step"):
         assert np.asarray(m[k]).shape == (2,)  # one per seed
@@ -45,7 +46,7 @@ def test_fig7_filters_tiny_two_seeds(tiny_cifar):
     np.testing.assert_allclose(m["ratio"], [m["norm"][1, -1] / m["norm"][0, -1], m["norm"][3, -1] / m["norm"][2, -1]])
     # the sharpness record beside the filters, at every evaluation point (sharpness_every=1)
     assert np.asarray(h["lr_over_bound"]).shape == (4, 3) and np.all(np.isfinite(h["lr_over_bound"]))
-    rows = fig7.claims({**r, "config": config})
+    rows = fig7.claims(r._replace(config=config))
     assert len(rows) == 4 and rows[1].holds == NA  # "about 10 %" judged only at scale 'paper'
     assert rows[2].claim.startswith("the linear model stays stable") and rows[2].holds != NA
 
@@ -108,7 +109,7 @@ def _results(ratio, fraction, *, scale="smoke", K=(1, 8), diverged=None, cosine=
     h = fake_history(list(K) * S, 0.05, 24, [0.3] * (len(K) * S), diverged=diverged)
     h["seed_index"] = np.repeat(np.arange(S), len(K))
     match = {"ratio": ratio, "fraction": fraction, "cosine": np.full(S, cosine)}
-    return {"runs": h, "match": match, "config": fig7.get_config(scale)}
+    return fig7.Results(runs=h, match=match, config=fig7.get_config(scale))
 
 
 def test_claims_hold_over_seeds():
@@ -144,7 +145,7 @@ def test_claims_unstable_large_k():
     ratio = np.full((4, 3), np.nan)
     ratio[:, 0] = 0.2
     ratio[1, 2] = 1.3
-    r["runs"]["lr_over_bound"] = ratio
+    r.runs["lr_over_bound"] = ratio
     rows = fig7.claims(r)
     assert rows[0].holds == UNSTABLE and "η above 2/λ_max(θ_s) at step" in rows[0].measured
     assert rows[2].holds == "no"  # the sharpness row agrees
@@ -167,7 +168,7 @@ def _summary_results(norms, K=(1.0, 8.0)):
     h = {"K": np.array(list(K) * (R // len(K))), "step": np.array([0, 10, 20]),
          "seed_index": np.repeat(np.arange(R // len(K)), len(K)),
          "filters_delta": norms.reshape(R, 3, 1, 1, 1, 1)}
-    return {"runs": h, "match": filter_match(h)}
+    return fig7.Results(runs=h, match=filter_match(h))
 
 
 def test_match_marks_where_k1_reaches_the_large_k_final_size():

@@ -49,9 +49,10 @@ def test_fig8_tiny_two_seeds(monkeypatch, cifar_subset_path):
     config = resolve("fig8", K=2, steps=4, n_train=8, n_test=8, n_evals=2, batch_size=None, n_seeds=2, seed=3,
                      n_eval_train=5)
     r = fig8.compute(config, d)
+    assert isinstance(r, fig8.Results) and r.config is None
     assert [np.asarray(k).tolist() for k in seen] == [np.asarray(_common.seed_keys(s)[0]).tolist() for s in (3, 4)]
     for name in ("solved", "sgd", "adam"):
-        h = r[name]
+        h = getattr(r, name)
         assert h["step"].tolist() == [0, 2, 4], name
         for key in ("net_train_acc", "net_test_acc", "lin_train_acc", "n_relin"):
             assert np.asarray(h[key]).shape == (2, 3), (name, key)
@@ -60,21 +61,21 @@ def test_fig8_tiny_two_seeds(monkeypatch, cifar_subset_path):
         assert h["net_test_correct"].dtype == bool
         # two routes to the final test accuracy: the training loop's evaluation and the per-image record
         np.testing.assert_allclose(h["net_test_correct"].mean(axis=1), h["net_test_acc"][:, -1])
-    assert r["solved"]["K"].tolist() == [2.0, 2.0] and r["sgd"]["K"].tolist() == [1.0, 1.0]
-    assert r["sgd"]["lr"].tolist() == [config.lr] * 2 and r["adam"]["lr"].tolist() == [config.lr_adam] * 2
-    assert r["solved"]["n_relin"].tolist() == [[0, 1, 2]] * 2
-    assert r["solved"]["relin_step"].tolist() == [[2, 4]] * 2 and r["solved"]["relin_acc"].shape == (2, 2)
-    assert r["sgd"]["n_relin"][:, -1].tolist() == [4, 4]  # K = 1
-    assert int(r["n_test"]) == 8
+    assert r.solved["K"].tolist() == [2.0, 2.0] and r.sgd["K"].tolist() == [1.0, 1.0]
+    assert r.sgd["lr"].tolist() == [config.lr] * 2 and r.adam["lr"].tolist() == [config.lr_adam] * 2
+    assert r.solved["n_relin"].tolist() == [[0, 1, 2]] * 2
+    assert r.solved["relin_step"].tolist() == [[2, 4]] * 2 and r.solved["relin_acc"].shape == (2, 2)
+    assert r.sgd["n_relin"][:, -1].tolist() == [4, 4]  # K = 1
+    assert int(r.n_test) == 8
     # Seed 4's SGD run is the lone run from seed 4's initialisation and batch key.
     init_key, data_key = _common.seed_keys(4)
     m = flat_mlp(init_key)
     _, ref = train(m.apply_fn, m.params, (d.x_train, d.y_train), K=1, optimizer=optax.sgd(config.lr), steps=4,
                    key=data_key, eval_data=(d.x_test, d.y_test), eval_steps=[0, 2, 4], eval_train_size=5)
     for key in ("net_train_loss", "net_test_loss", "net_test_acc"):
-        np.testing.assert_allclose(r["sgd"][key][1], ref[key], rtol=1e-5, err_msg=key)
-    assert not np.allclose(r["sgd"]["net_train_loss"][0], r["sgd"]["net_train_loss"][1])  # seeds differ
-    rows = fig8.claims({**r, "config": config})
+        np.testing.assert_allclose(r.sgd[key][1], ref[key], rtol=1e-5, err_msg=key)
+    assert not np.allclose(r.sgd["net_train_loss"][0], r.sgd["net_train_loss"][1])  # seeds differ
+    rows = fig8.claims(r._replace(config=config))
     assert len(rows) == 8
     assert [rows[i].holds for i in (1, 2)] == [NA, NA]  # the paper's numbers: judged only at scale 'paper'
     assert "2 seeds, 8 paired test images" in rows[0].measured
@@ -128,12 +129,12 @@ def _kind(acc, n, *, K=1.0, lr=0.05, paired=True, diverged=None, relin_acc=None)
 
 def _results(solved=0.613, sgd=0.694, adam=0.72, *, n_test=10_000, scale="paper", relin_acc=(1.0, 1.0),
              sgd_diverged=None, paired=True):
-    return {
-        "solved": _kind(solved, n_test, K=200_000, lr=1e-3, paired=paired, relin_acc=relin_acc),
-        "sgd": _kind(sgd, n_test, diverged=sgd_diverged, paired=paired),
-        "adam": _kind(adam, n_test, lr=1e-3, paired=paired),
-        "n_test": np.asarray(n_test), "config": fig8.get_config(scale).replace(K=200_000),
-    }
+    return fig8.Results(
+        solved=_kind(solved, n_test, K=200_000, lr=1e-3, paired=paired, relin_acc=relin_acc),
+        sgd=_kind(sgd, n_test, diverged=sgd_diverged, paired=paired),
+        adam=_kind(adam, n_test, lr=1e-3, paired=paired),
+        n_test=np.asarray(n_test), config=fig8.get_config(scale).replace(K=200_000),
+    )
 
 
 def test_claims_hold():
@@ -185,8 +186,7 @@ def test_claims_not_applicable():
     assert rows[4].holds == NA and rows[4].measured == "no re-linearisation in this run"
     rows = fig8.claims(_results(relin_acc=[[1.0, np.nan]]))  # padding (a run with fewer) is not counted
     assert rows[4].holds == "yes" and "the 1 re-linearisations" in rows[4].measured
-    no_k = _results()
-    no_k["config"] = fig8.get_config("paper", K="inf")  # a typed config always names K: here ∞
+    no_k = _results()._replace(config=fig8.get_config("paper", K="inf"))  # a typed config always names K: here ∞
     assert fig8.claims(no_k)[0].measured.startswith("Adam-solved (K=∞)")
 
 
@@ -195,7 +195,7 @@ def test_the_network_keeps_or_loses_what_each_solved_linearisation_learned():
     network's right after; one off the evaluation grid and the padding (-1) are left out."""
     results = _results(solved=[0.61, 0.62], sgd=[0.69, 0.70], adam=[0.71, 0.72],
                        relin_acc=[[0.998, 1.0, 1.0], [0.99, 1.0, np.nan]])
-    s = results["solved"]
+    s = results.solved
     s["step"] = np.array([0, 200, 400])
     s["relin_step"] = np.array([[200, 300, 400], [200, 400, -1]])
     s["net_train_acc"] = np.array([[0.1, 0.95, 0.93], [0.1, 0.106, 0.95]])
@@ -209,7 +209,7 @@ def test_the_network_keeps_or_loses_what_each_solved_linearisation_learned():
     row = next(r for r in fig8.claims(results) if r.claim.startswith("the network keeps"))
     assert row.holds == "yes"
     # no log (a K = 1 run, or a history without it): no row
-    assert fig8.kept(results["sgd"])[0].size == 0
+    assert fig8.kept(results.sgd)[0].size == 0
     assert not any(r.claim.startswith("the network keeps") for r in fig8.claims(_results()))
 
 
@@ -219,15 +219,15 @@ def test_the_comparisons_wait_for_every_run_to_converge():
     says which run fell short; with every run fitted, the same numbers decide."""
     results = _results(solved=[0.61, 0.62, 0.60], sgd=[0.69, 0.70, 0.69], adam=[0.71, 0.72, 0.73],
                        relin_acc=[[1.0, 1.0]] * 3)
-    for name, final in (("solved", [0.52, 0.60, 0.70]), ("sgd", [1.0] * 3), ("adam", [1.0] * 3)):
-        results[name]["net_train_acc"] = np.stack([np.full(3, 0.1), final], axis=1)
+    for h, final in ((results.solved, [0.52, 0.60, 0.70]), (results.sgd, [1.0] * 3), (results.adam, [1.0] * 3)):
+        h["net_train_acc"] = np.stack([np.full(3, 0.1), final], axis=1)
     rows = {r.claim: r for r in fig8.claims(results)}
     main = rows["solving every linearisation (large K, Adam) generalises worse than K = 1 SGD"]
     assert main.holds == NA and "Δ +8.3 pts" in main.measured and "converged" in main.rule
     assert rows["the optimiser is not the cause: Adam at K = 1 beats the Adam-solved run"].holds == NA
     conv = rows["every run is trained to convergence (its network fits the training set)"]
     assert conv.holds == "no" and conv.measured.endswith("Adam-solved 52.0 %; K=1 SGD 100.0 %; K=1 Adam 100.0 %")
-    results["solved"]["net_train_acc"][:, -1] = [0.995, 1.0, 1.0]
+    results.solved["net_train_acc"][:, -1] = [0.995, 1.0, 1.0]
     rows = {r.claim: r for r in fig8.claims(results)}
     assert rows["solving every linearisation (large K, Adam) generalises worse than K = 1 SGD"].holds == "yes"
     assert rows["every run is trained to convergence (its network fits the training set)"].holds == "yes"

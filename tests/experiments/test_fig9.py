@@ -32,24 +32,24 @@ def test_slope_variation():
 def test_fig9_tiny(tmp_path):
     r = run("fig9", damping=[0.0, 1.0], steps=3, n_seeds=2, n_functions=1, n_train=8, n_test=30, n_evals=1,
             cache_dir=tmp_path, progress=False, verbose=False)
-    assert r["damping"].tolist() == [0.0, 1.0] and r["seeds"].tolist() == [0, 1]
+    assert isinstance(r, fig9.Results) and r.config.damping == (0.0, 1.0)
+    assert r.damping.tolist() == [0.0, 1.0] and r.seeds.tolist() == [0, 1]
     for key in ("train_rmse", "test_rmse", "kept", "diverged", "slope_variation"):
-        assert np.asarray(r[key]).shape == (2, 2), key
-    assert r["curves"]["train_rmse"].shape == (2, 2, 2) and r["curves"]["step"].tolist() == [0, 3]
-    assert r["functions"].shape == (2, 1, 30)
-    assert r["x_test"].shape == (30,) and r["x_train"].shape == (8,)
-    assert np.all(np.isfinite(r["test_rmse"]))
-    np.testing.assert_array_equal(r["kept"], np.isfinite(r["train_rmse"]) & (r["train_rmse"] <= fig9.MAX_TRAIN_RMSE))
-    np.testing.assert_allclose(r["curves"]["test_rmse"][..., -1], r["test_rmse"])
+        assert np.asarray(getattr(r, key)).shape == (2, 2), key
+    assert r.curves["train_rmse"].shape == (2, 2, 2) and r.curves["step"].tolist() == [0, 3]
+    assert r.functions.shape == (2, 1, 30)
+    assert r.x_test.shape == (30,) and r.x_train.shape == (8,)
+    assert np.all(np.isfinite(r.test_rmse))
+    np.testing.assert_array_equal(r.kept, np.isfinite(r.train_rmse) & (r.train_rmse <= fig9.MAX_TRAIN_RMSE))
+    np.testing.assert_allclose(r.curves["test_rmse"][..., -1], r.test_rmse)
     table = str(claims(r, directory=tmp_path))
     assert table.startswith("Claims of fig9 at scale 'smoke':") and "every run stays finite" in table
     assert (tmp_path / "fig9.json").is_file()
 
 
 def test_kept_means():
-    res = {"test_rmse": np.array([[1.0, 3.0, 100.0], [2.0, 2.0, 2.0]]),
-           "kept": np.array([[True, True, False], [False, False, False]])}
-    m = fig9.kept_means(res)
+    m = fig9.kept_means(np.array([[1.0, 3.0, 100.0], [2.0, 2.0, 2.0]]),
+                        np.array([[True, True, False], [False, False, False]]))
     assert m[0] == 2.0 and np.isnan(m[1])
 
 
@@ -75,12 +75,16 @@ SV = np.array([800.0, 300.0, 90.0, 40.0])[:, None] * np.stack([np.roll(np.linspa
 
 def _results(test=TEST, sv=SV, kept=None, diverged=None, damping=LAMS):
     test = np.asarray(test, np.float64)
-    return {
-        "damping": np.asarray(damping, np.float64), "seeds": np.arange(test.shape[1]),
-        "test_rmse": test, "kept": np.ones_like(test, bool) if kept is None else np.asarray(kept, bool),
-        "slope_variation": np.asarray(sv, np.float64), "target_slope_variation": np.asarray(28.8),
-        "diverged": np.zeros_like(test, bool) if diverged is None else np.asarray(diverged, bool),
-    }
+    unused = np.zeros(0)  # what the claims do not read: the curves, the grids, the learned functions
+    return fig9.Results(
+        damping=np.asarray(damping, np.float64), seeds=np.arange(test.shape[1]),
+        train_rmse=np.zeros_like(test), test_rmse=test,
+        kept=np.ones_like(test, bool) if kept is None else np.asarray(kept, bool),
+        diverged=np.zeros_like(test, bool) if diverged is None else np.asarray(diverged, bool),
+        slope_variation=np.asarray(sv, np.float64), target_slope_variation=np.asarray(28.8),
+        curves={}, x_test=unused, y_test=unused, x_train=unused, y_train=unused,
+        functions=np.zeros((test.shape[0], 0, 0)),
+    )
 
 
 def _holds(results):
@@ -118,7 +122,8 @@ def test_the_whole_grid_counts_not_only_its_ends():
     # the trend over the grid rises
     base = np.stack([np.roll(TEST[3], i) for i in range(4)])  # (4, 8): a spread over seeds
     test = base + np.array([[0.35], [0.15], [1.35], [0.3]])
-    assert kept_means(_results(test=test))[3] < kept_means(_results(test=test))[0]
+    res = _results(test=test)
+    assert kept_means(res.test_rmse, res.kept)[3] < kept_means(res.test_rmse, res.kept)[0]
     rows = _rows(_results(test=test))
     assert rows[LOWER].holds == "no" and "rises at λ 0.01→1" in rows[LOWER].measured
 
@@ -240,30 +245,30 @@ def test_minimum_range_and_its_bootstrap():
     (0, 4, []),
 ])
 def test_function_panels_spread_over_the_grid(L, n, want):
-    assert function_panels({"damping": np.linspace(0, 1, L)}, n) == want
+    assert function_panels(np.linspace(0, 1, L), n) == want
 
 
 def test_function_panels_default_is_four():
-    assert function_panels({"damping": np.arange(6.0)}) == [0, 2, 3, 5]
+    assert function_panels(np.arange(6.0)) == [0, 2, 3, 5]
 
 
 @pytest.mark.parametrize("n", [0, -1, 2.5, True])
 def test_function_panels_bad_n(n):
     with pytest.raises(ValueError, match="^n="):
-        function_panels({"damping": np.arange(6.0)}, n)
+        function_panels(np.arange(6.0), n)
 
 
 def test_kept_means_over_kept_seeds_only():
-    r = {"test_rmse": np.array([[1.0, 3.0, 100.0], [2.0, 2.0, 2.0]]),
-         "kept": np.array([[True, True, False], [False, False, False]])}
-    np.testing.assert_array_equal(kept_means(r), [2.0, np.nan])
+    test = np.array([[1.0, 3.0, 100.0], [2.0, 2.0, 2.0]])
+    kept = np.array([[True, True, False], [False, False, False]])
+    np.testing.assert_array_equal(kept_means(test, kept), [2.0, np.nan])
 
 
 def test_geometric_means_over_kept_seeds_match_the_trend():
     kept = np.ones((4, 8), bool)
     kept[0, 7] = False
     res = _results(kept=kept)
-    g = fig9.geometric_means(res)
+    g = fig9.geometric_means(res.test_rmse, res.kept)
     direct = [10 ** np.log10(TEST[i][kept[i]]).mean() for i in range(4)]
     np.testing.assert_allclose(g["mean"], direct)
     t = fig9.trend(fig9.log_lambda(LAMS), np.log10(TEST), kept)  # the claims' per-λ means, the same numbers

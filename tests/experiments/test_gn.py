@@ -143,21 +143,22 @@ def test_tiny_real_run_two_seeds(monkeypatch):
     config = resolve("gn", K=[2, 4, INF], lr=0.05, steps=4, batch_size=4, cg_maxiter=2, n_train=16, n_test=8,
                      n_evals=2, n_seeds=2, n_eval_train=None)
     r = gn.compute(config, fake_cifar(16, n_test=8))
-    h, g = r["runs"], r["gn"]
+    assert isinstance(r, gn.Results) and r.config is None
+    h, g = r.runs, r.gn
     assert h["K"].tolist() == [1, 2, 4, INF] * 2 and h["seed"].tolist() == [0] * 4 + [1] * 4
     assert g["K"].tolist() == [2.0, 4.0] * 2 and g["seed"].tolist() == [0, 0, 1, 1]
     np.testing.assert_allclose(g["damping"], [4 / (2 * 0.05), 4 / (4 * 0.05)] * 2)
     assert g["net_test_acc"].shape == (4, 3) and g["n_relin"][:, -1].tolist() == [4] * 4  # GN re-linearises every step
-    assert r["gn_final_test_correct"].shape == (4, 8) and r["final_test_correct"].shape == (8, 8)
-    np.testing.assert_allclose(r["gn_final_test_correct"].mean(1), r["gn_final_test_acc"])
+    assert r.gn_final_test_correct.shape == (4, 8) and r.final_test_correct.shape == (8, 8)
+    np.testing.assert_allclose(r.gn_final_test_correct.mean(1), r.gn_final_test_acc)
     np.testing.assert_allclose(g["net_test_acc"][:, 0], g["net_test_acc"][[0, 0, 2, 2], 0])  # same θ_0 per seed
     np.testing.assert_allclose(g["net_test_acc"][[0, 2], 0], h["net_test_acc"][[0, 4], 0])  # ... as the K runs
-    assert int(r["n_runs"]) == 12 and float(r["gn_wall_seconds"]) >= 0
-    rows = gn.claims({**r, "config": config})
+    assert int(r.n_runs) == 12 and float(r.gn_wall_seconds) >= 0
+    rows = gn.claims(r._replace(config=config))
     assert [row.kind for row in rows] == ["claim", "claim", "claim"]
     assert rows[0].claim.startswith("K=2 (2 re-linearisations) ends on par with damped GN")
     assert "2 seeds, 8 paired test images" in rows[0].measured and "B=4, η=0.05" in rows[0].rule
-    s = gn.by_K({**r, "config": config})
+    s = gn.by_K(r._replace(config=config))
     assert s["K"].tolist() == [1, 2, 4, INF] and s["acc"].shape == (4, 2) and s["gn_acc"].shape == (2, 2)
     assert s["gn_K"].tolist() == [2.0, 4.0] and s["gn_damping"].tolist() == pytest.approx([40.0, 20.0])
     assert gn.timing(r).startswith("12 runs (4 K × 2 seeds, 4 GN), ")
@@ -178,9 +179,6 @@ def _results(acc, gn_acc, K=(1, 10, 30, INF), gn_K=(10, 30), steps=60, n_test=BI
                      diverged=None if gn_diverged is None else list(gn_diverged) * seeds)
     g["seed_index"] = np.repeat(np.arange(seeds), len(gn_K))
     g["damping"] = np.asarray([gn.damping_for_K(k, lr, B) for k in gKs])
-    res = {"runs": h, **_common.trained_final(h), "gn": g, "gn_final_test_acc": g["net_test_acc"][:, -1],
-           "n_test": np.asarray(n_test), "n_runs": np.asarray(len(Ks) + len(gKs)), "wall_seconds": np.asarray(1.0),
-           "config": gn.get_config("smoke", lr=lr, batch_size=B)}
 
     def correct(a):
         c = np.zeros((len(a), n_test), bool)
@@ -188,11 +186,13 @@ def _results(acc, gn_acc, K=(1, 10, 30, INF), gn_K=(10, 30), steps=60, n_test=BI
             c[r, :int(round(v * n_test))] = True
         return c
 
-    res["final_test_correct"] = correct(res["final_test_acc"])
-    res["gn_final_test_correct"] = correct(res["gn_final_test_acc"])
+    acc, gn_acc = _common.trained_final(h)["final_test_acc"], g["net_test_acc"][:, -1]
+    res = gn.Results(runs=h, final_test_acc=acc, final_test_correct=correct(acc), gn=g, gn_final_test_acc=gn_acc,
+                     gn_final_test_correct=correct(gn_acc), n_test=np.asarray(n_test),
+                     n_runs=np.asarray(len(Ks) + len(gKs)), wall_seconds=np.asarray(1.0),
+                     config=gn.get_config("smoke", lr=lr, batch_size=B))
     if not gKs:  # compute() records no GN runs when the grid has no finite K > 1
-        for key in ("gn", "gn_final_test_acc", "gn_final_test_correct"):
-            res.pop(key)
+        res = res._replace(gn=None, gn_final_test_acc=None, gn_final_test_correct=None)
     return res
 
 

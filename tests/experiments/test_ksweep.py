@@ -66,9 +66,10 @@ def test_compute_runs_every_K_in_one_sweep(monkeypatch):
     (call,) = fake.calls  # ONE sweep
     assert call["K"] == [1, 3, 10, INF] and call["lr"] == 0.1 and call["steps"] == 10 and call["batch_size"] == 4
     assert call["augment"] is False and call["eval_steps"] == [0, 5, 10]
-    assert set(res) == {"runs", "final_test_acc", "n_test", "n_runs", "wall_seconds"}
-    assert int(res["n_test"]) == 12 and int(res["n_runs"]) == 4 and float(res["wall_seconds"]) >= 0
-    np.testing.assert_allclose(res["final_test_acc"], [0.30, 0.31, 0.32, 0.20])
+    assert isinstance(res, ksweep.Results) and res.config is None
+    assert set(_common.stored(res)) == {"runs", "final_test_acc", "n_test", "n_runs", "wall_seconds"}
+    assert int(res.n_test) == 12 and int(res.n_runs) == 4 and float(res.wall_seconds) >= 0
+    np.testing.assert_allclose(res.final_test_acc, [0.30, 0.31, 0.32, 0.20])
 
 
 def test_tiny_real_run_two_seeds(monkeypatch):
@@ -78,22 +79,22 @@ def test_tiny_real_run_two_seeds(monkeypatch):
     config = resolve("ksweep", K=[2, 4, 8, INF], lr=0.05, steps=4, batch_size=4, n_train=16, n_test=8, n_evals=2,
                      n_seeds=2, n_eval_train=None)
     r = ksweep.compute(config, fake_cifar(16, n_test=8))
-    h = r["runs"]
+    h = r.runs
     assert h["K"].tolist() == [1, 2, 4, 8, INF] * 2 and h["seed"].tolist() == [0] * 5 + [1] * 5
     assert h["n_relin"][:, -1].tolist() == [4, 2, 1, 0, 0] * 2
-    assert int(r["n_runs"]) == 10 and r["final_test_correct"].shape == (10, 8)
+    assert int(r.n_runs) == 10 and r.final_test_correct.shape == (10, 8)
     fixed = np.isinf(h["K"])
-    np.testing.assert_allclose(r["final_test_acc"][fixed], h["lin_test_acc"][fixed, -1])
-    np.testing.assert_allclose(r["final_test_acc"][~fixed], h["net_test_acc"][~fixed, -1])
-    np.testing.assert_allclose(r["final_test_correct"].mean(1), r["final_test_acc"])
+    np.testing.assert_allclose(r.final_test_acc[fixed], h["lin_test_acc"][fixed, -1])
+    np.testing.assert_allclose(r.final_test_acc[~fixed], h["net_test_acc"][~fixed, -1])
+    np.testing.assert_allclose(r.final_test_correct.mean(1), r.final_test_acc)
     # K = 4 (re-linearised at the last step only), K = 8 and K = ∞: the same θ_T
     for k in (4.0, 8.0):
         np.testing.assert_array_equal(h["net_test_correct"][h["K"] == k], h["net_test_correct"][fixed])
-    rows = ksweep.claims({**r, "config": config})
+    rows = ksweep.claims(r._replace(config=config))
     assert [r.kind for r in rows] == ["claim", "claim", "check", "claim", "claim"]
     assert rows[2].holds == "yes" and "K=4" in rows[2].measured and "K=8" in rows[2].measured
     assert "2 seeds, 8 paired test images" in rows[0].rule
-    s = ksweep.by_K({**r, "config": config})
+    s = ksweep.by_K(r._replace(config=config))
     assert s["K"].tolist() == [1, 2, 4, 8, INF] and s["acc"].shape == (5, 2) and s["net_inf"].shape == (1, 2)
     assert s["relin"].tolist() == [4, 2, 1, 0, 0] and s["inf"].tolist() == [False] * 4 + [True] and s["steps"] == 4
     assert ksweep.timing(r).startswith("10 runs (5 K × 2 seeds) in one sweep, ")
@@ -118,14 +119,14 @@ def _results(acc, K=(1, 3, 10, 30, INF), steps=24, n_test=BIG, diverged=None, li
         fixed = np.isinf(h["K"])
         h["net_test_acc"] = h["net_test_acc"].copy()
         h["net_test_acc"][fixed, -1] = lin
-    res = {"runs": h, **_common.trained_final(h), "n_test": np.asarray(n_test), "n_runs": np.asarray(len(Ks)),
-           "wall_seconds": np.asarray(1.0), "config": ksweep.get_config("smoke")}
+    res = ksweep.Results(runs=h, **_common.trained_final(h), n_test=np.asarray(n_test), n_runs=np.asarray(len(Ks)),
+                         wall_seconds=np.asarray(1.0), config=ksweep.get_config("smoke"))
     if correct:
         n = n_test
         c = np.zeros((len(Ks), n), bool)
-        for r, a in enumerate(res["final_test_acc"]):
+        for r, a in enumerate(res.final_test_acc):
             c[r, :int(round(a * n))] = True
-        res["final_test_correct"] = c
+        res = res._replace(final_test_correct=c)
         h["net_test_correct"] = c
     return res
 

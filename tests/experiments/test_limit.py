@@ -180,7 +180,8 @@ def _tiny_run(tmp_path, **kw):
 
 def test_tiny_real_run_and_resume(tmp_path, cifar_subset_path, monkeypatch):
     ref = _tiny_run(tmp_path / "a")
-    runs = ref["runs"]
+    assert isinstance(ref, limit.Results) and ref.config.experiment == "limit"
+    runs = ref.runs
     assert set(runs["method"]) == {"flow", "gn", "damped", "kernel"}
     assert runs["net_test_correct"].shape == (len(runs["method"]), 16)
     np.testing.assert_allclose(runs["net_test_acc"], runs["net_test_correct"].mean(1))
@@ -207,7 +208,7 @@ def test_tiny_real_run_and_resume(tmp_path, cifar_subset_path, monkeypatch):
     assert calls["n"] - (-10**6) < sum(int(r) for r in runs["R"]) + 3  # fewer linearisations than from scratch
     assert done == 3
     for key in ("net_test_acc", "lin_test_acc", "train_rmse"):
-        np.testing.assert_allclose(again["runs"][key], runs[key], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(again.runs[key], runs[key], rtol=1e-5, atol=1e-6)
 
 
 def test_every_network_product_of_a_run_is_at_full_precision(tmp_path, cifar_subset_path, monkeypatch):
@@ -262,12 +263,14 @@ def _constructed(acc: dict, n_test=2000, seeds=3, sizes=(32, 64, 128), scaling=N
     runs["lin_test_acc"] = runs["net_test_acc"]
     checks = {"n_check": 8, "eta": 1e-5, "gd_steps": 10, "tau": 1e-4, "literal_vs_flow": 0.001,
               "network_gd_vs_flow": 0.1, "network_gd_vs_one_flow": 0.2, "gn_vs_flow_inf": 1e-6}
-    return {"runs": runs, "checks": {k: np.asarray(v) for k, v in checks.items()}, "n_test": np.asarray(n_test),
-            "config": limit.get_config("cpu").replace(
-                n_train=tuple(sizes), n_main=n, n_test=n_test, relins=tuple(sorted({R for m, R in acc if m == "flow"})),
-                n_relin=2, n_seeds=seeds, n_check=checks["n_check"], gd_steps=checks["gd_steps"],
-                n_long=None if long is None else long[0], long_R=None if long is None else max(long[2]),
-                n_long_seeds=None if long is None else long[1])}
+    return limit.Results(
+        runs=runs, relin_seconds={"n_train": np.asarray(sorted(sizes)), "seconds": np.ones(len(sizes))},
+        checks={k: np.asarray(v) for k, v in checks.items()}, n_test=np.asarray(n_test),
+        config=limit.get_config("cpu").replace(
+            n_train=tuple(sizes), n_main=n, n_test=n_test, relins=tuple(sorted({R for m, R in acc if m == "flow"})),
+            n_relin=2, n_seeds=seeds, n_check=checks["n_check"], gd_steps=checks["gd_steps"],
+            n_long=None if long is None else long[0], long_R=None if long is None else max(long[2]),
+            n_long_seeds=None if long is None else long[1]))
 
 
 def _holds(rows):
@@ -350,6 +353,7 @@ def test_precompute_then_compute_equals_one_compute(tmp_path, cifar_subset_path,
 
     monkeypatch.setattr(limit, "linearise_at", counting)
     whole = limit.compute(config, data, checkpoint_dir=tmp_path / "a")
+    assert isinstance(whole, limit.Results) and whole.config is None
     n_whole = calls["n"]
     folder = tmp_path / "b"
     limit.precompute(config, data, [1], folder)
@@ -363,13 +367,13 @@ def test_precompute_then_compute_equals_one_compute(tmp_path, cifar_subset_path,
     arrays = ("seed", "R", "net_test_acc", "lin_test_acc", "net_test_correct", "lin_test_correct", "net_train_acc",
               "train_rmse")
     for key in arrays:
-        np.testing.assert_array_equal(split["runs"][key], whole["runs"][key])
+        np.testing.assert_array_equal(split.runs[key], whole.runs[key])
 
     (carried / f"{keys[0]}.scores.npz").write_bytes(b"damaged")
     (carried / f"{keys[1]}.scores.npz").write_bytes((folder / f"{keys[2]}.scores.npz").read_bytes())
     again = limit.compute(config, data, checkpoint_dir=carried)
     for key in arrays:
-        np.testing.assert_array_equal(again["runs"][key], whole["runs"][key])
+        np.testing.assert_array_equal(again.runs[key], whole.runs[key])
     assert not list(carried.glob("*_s1.npz")) and len(list(carried.glob("*.scores.npz"))) == len(limit.run_specs(config))
 
     for bad in ([2], 1, ["0"]):

@@ -85,9 +85,10 @@ def test_compute_runs_every_K_and_rate_in_one_sweep(monkeypatch):
     (call,) = fake.calls  # ONE sweep, K-major within a seed
     assert call["K"] == [1, 1, 5, 5] and call["lr"] == [0.01, 0.1, 0.01, 0.1]
     assert call["steps"] == 10 and call["batch_size"] == 4 and call["augment"] is False
-    assert set(res) == {"runs", "final_test_acc", "stable_lr", "n_test", "n_runs", "wall_seconds"}
-    np.testing.assert_allclose(res["stable_lr"], [8.057, 8.057])  # one per seed, on n_sharpness images
-    assert int(res["n_test"]) == 12
+    assert isinstance(res, lr.Results) and res.config is None
+    assert set(_common.stored(res)) == {"runs", "final_test_acc", "stable_lr", "n_test", "n_runs", "wall_seconds"}
+    np.testing.assert_allclose(res.stable_lr, [8.057, 8.057])  # one per seed, on n_sharpness images
+    assert int(res.n_test) == 12
 
 
 def test_tiny_real_run_two_seeds(monkeypatch):
@@ -99,23 +100,23 @@ def test_tiny_real_run_two_seeds(monkeypatch):
                      n_seeds=2, n_eval_train=None, n_sharpness=8, sharpness_iters=5)
     data = fake_cifar(16, n_test=8)
     r = lr.compute(config, data)
-    h = r["runs"]
+    h = r.runs
     assert h["K"].tolist() == [1, 1, 2, 2] * 2 and h["lr"].tolist() == [0.01, 0.1] * 4
     assert h["seed"].tolist() == [0] * 4 + [1] * 4 and h["n_relin"][:, -1].tolist() == [4, 4, 2, 2] * 2
     assert h["net_test_acc"][0, 0] == h["net_test_acc"][1, 0] == h["net_test_acc"][3, 0]  # one θ_0 per seed
     assert not np.allclose(h["net_train_loss"][0], h["net_train_loss"][1])  # the rates differ
     for s in (0, 1):
         m = flat_mlp(_common.seed_keys(s)[0])
-        assert r["stable_lr"][s] == pytest.approx(max_stable_lr(m.apply_fn, m.params, data.x_train[:8],
+        assert r.stable_lr[s] == pytest.approx(max_stable_lr(m.apply_fn, m.params, data.x_train[:8],
                                                                 data.y_train[:8], iters=5), rel=1e-5)
-    assert r["final_test_correct"].shape == (8, 8) and int(r["n_runs"]) == 8
-    rows = lr.claims({**r, "config": config})
+    assert r.final_test_correct.shape == (8, 8) and int(r.n_runs) == 8
+    rows = lr.claims(r._replace(config=config))
     assert len(rows) == 5 and "2 seeds, 8 paired test images" in rows[0].rule
     assert h["sharpness"].shape == h["lr_over_bound"].shape == (8, 3)  # recorded along every run
-    s = lr.by_lr({**r, "config": config})
+    s = lr.by_lr(r._replace(config=config))
     assert s["lr"].tolist() == [0.01, 0.1] and s["K"].tolist() == [1, 2] and s["values"].shape == (2, 2, 2)
-    np.testing.assert_allclose(s["values"][1, 0], r["final_test_acc"][[2, 6]])  # K = 2, lr 0.01, seeds 0 and 1
-    assert s["diverged"].shape == (2, 2) and s["bound"] == pytest.approx(float(np.mean(r["stable_lr"])))
+    np.testing.assert_allclose(s["values"][1, 0], r.final_test_acc[[2, 6]])  # K = 2, lr 0.01, seeds 0 and 1
+    assert s["diverged"].shape == (2, 2) and s["bound"] == pytest.approx(float(np.mean(r.stable_lr)))
     assert lr.by_lr(r, "net_test_loss")["values"].shape == (2, 2, 2)
     assert lr.timing(r).startswith("8 runs (2 K × 2 rates × 2 seeds) in one sweep; ")
 
@@ -134,9 +135,9 @@ def _results(acc1, accK, rates=(0.01, 0.03, 0.1), K=50, bound=0.054, n_test=BIG,
     div = (list(div1 or [False] * n) + list(divK or [False] * n)) * seeds
     h = fake_history(Ks, lrs, 300, acc, diverged=div)
     h["seed_index"] = np.repeat(np.arange(seeds), 2 * n)
-    return {"runs": h, **_common.trained_final(h), "stable_lr": np.full(seeds, bound), "n_test": np.asarray(n_test),
-            "n_runs": np.asarray(len(Ks)), "wall_seconds": np.asarray(1.0),
-            "config": lr.get_config("cpu", K=K, lr=rates)}
+    return lr.Results(runs=h, **_common.trained_final(h), stable_lr=np.full(seeds, bound), n_test=np.asarray(n_test),
+                      n_runs=np.asarray(len(Ks)), wall_seconds=np.asarray(1.0),
+                      config=lr.get_config("cpu", K=K, lr=rates))
 
 
 def test_claims_hold_when_large_K_breaks_above_the_bound():
@@ -195,35 +196,36 @@ def test_small_test_set_is_undecided_and_a_diverged_K1_is_not_evidence():
 
 def test_only_K1_is_na():
     h = fake_history([1, 1], [0.01, 0.1], 300, [0.4, 0.4])
-    rows = lr.claims({"runs": h, **_common.trained_final(h), "stable_lr": np.array([0.05]), "n_test": np.asarray(BIG)})
+    rows = lr.claims(lr.Results(runs=h, **_common.trained_final(h), stable_lr=np.array([0.05]), n_test=np.asarray(BIG),
+                                n_runs=np.asarray(2), wall_seconds=np.asarray(1.0)))
     assert [r.holds for r in rows] == [NA, "yes"]
 
 
 def _recorded(ratio, lin_loss, diverged=None):
-    """Two large-K runs (lr 0.01 and 0.1, K = 2) beside their K = 1 runs, with a sharpness record and
-    the linear model's loss at 4 evaluations (blocks by n_relin)."""
+    """A history: two large-K runs (lr 0.01 and 0.1, K = 2) beside their K = 1 runs, with a sharpness
+    record and the linear model's loss at 4 evaluations (blocks by n_relin)."""
     h = fake_history([1, 1, 2, 2], [0.01, 0.1, 0.01, 0.1], 6, [0.4] * 4, n_evals=3, diverged=diverged)
     h["n_relin"] = np.array([[0, 2, 4, 6], [0, 2, 4, 6], [0, 1, 1, 3], [0, 1, 1, 3]])
     h["lr_over_bound"] = np.array([[0.1, 0.2, 0.3, 0.4], [1.0, 2.0, 3.0, 4.0]] + ratio)
     h["lin_train_loss"] = np.array([[2.3, 1.9, 1.6, 1.4]] * 2 + lin_loss)
-    return {"runs": h}
+    return h
 
 
 def test_crossing_claim():
     calm = [2.3, 1.9, 1.6, 1.4]
     # the lr 0.1 run crossed at step 2 and its linear model's loss rose at step 4: yes
-    r = _recorded([[0.1, 0.2, 0.3, 0.4], [0.5, 1.2, 1.5, 2.0]], [calm, [2.3, 1.5, 2.2, 1.4]])
-    row = lr.crossing_claim(r)
+    h = _recorded([[0.1, 0.2, 0.3, 0.4], [0.5, 1.2, 1.5, 2.0]], [calm, [2.3, 1.5, 2.2, 1.4]])
+    row = lr.crossing_claim(h)
     assert row.holds == "yes" and row.measured == "1 of 2 runs failed, 1 crossed; lr 0.1 seed 0: crossed at step 2, failed at 4"
-    assert [f["failed"] for f in lr.failures(r)] == [-1, 4] and [f["crossed"] for f in lr.failures(r)] == [-1, 2]
+    assert [f["failed"] for f in lr.failures(h)] == [-1, 4] and [f["crossed"] for f in lr.failures(h)] == [-1, 2]
     # a failure with η under the bound up to it: no
-    r = _recorded([[0.1, 0.2, 0.3, 0.4], [0.5, 0.6, 0.7, 2.0]], [calm, [2.3, 1.5, 2.2, 1.4]])
-    assert lr.crossing_claim(r).holds == "no" and "failed at step 4 with η under the bound (crossed only at 6)" in \
-        lr.crossing_claim(r).measured
+    h = _recorded([[0.1, 0.2, 0.3, 0.4], [0.5, 0.6, 0.7, 2.0]], [calm, [2.3, 1.5, 2.2, 1.4]])
+    assert lr.crossing_claim(h).holds == "no" and "failed at step 4 with η under the bound (crossed only at 6)" in \
+        lr.crossing_claim(h).measured
     # a crossing that never failed: no; a divergence counts as a failure
-    r = _recorded([[0.1, 0.2, 0.3, 0.4], [0.5, 1.2, 1.5, 2.0]], [calm, calm])
-    assert lr.crossing_claim(r).holds == "no" and lr.crossing_claim(r).measured.endswith("crossed at step 2, never failed")
-    r = _recorded([[0.1, 0.2, 0.3, 0.4], [0.5, 1.2, 1.5, 2.0]], [calm, calm], diverged=[False, False, False, True])
-    assert lr.crossing_claim(r).holds == "yes"
+    h = _recorded([[0.1, 0.2, 0.3, 0.4], [0.5, 1.2, 1.5, 2.0]], [calm, calm])
+    assert lr.crossing_claim(h).holds == "no" and lr.crossing_claim(h).measured.endswith("crossed at step 2, never failed")
+    h = _recorded([[0.1, 0.2, 0.3, 0.4], [0.5, 1.2, 1.5, 2.0]], [calm, calm], diverged=[False, False, False, True])
+    assert lr.crossing_claim(h).holds == "yes"
     # nothing failed and nothing crossed: n/a
     assert lr.crossing_claim(_recorded([[0.1, 0.2, 0.3, 0.4], [0.1, 0.2, 0.3, 0.4]], [calm, calm])).holds == NA

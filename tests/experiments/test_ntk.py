@@ -93,8 +93,9 @@ def test_ntk_tiny_kernel_fixed_between_relinearisations(tiny_cifar):
     config = resolve("ntk", K=2, steps=4, batch_size=8, n_train=16, n_test=8, n_probe=2, n_evals=4, n_seeds=2)
     assert ntk.eval_steps(config) == [0, 1, 2, 3, 4]
     r = ntk.compute(config, tiny_cifar)
-    h = r["runs"]
-    assert int(r["n_probe"]) == 2 and h["K"].tolist() == [1.0, 2.0, 1.0, 2.0]
+    assert isinstance(r, ntk.Results) and r.config is None
+    h = r.runs
+    assert int(r.n_probe) == 2 and h["K"].tolist() == [1.0, 2.0, 1.0, 2.0]
     for k in ("kernel_distance_init", "kernel_velocity", "kernel_distance_relin"):
         assert np.asarray(h[k]).shape == (4, 5)
     d = np.asarray(h["kernel_distance_relin"])
@@ -103,7 +104,7 @@ def test_ntk_tiny_kernel_fixed_between_relinearisations(tiny_cifar):
         assert d[j, 2] > 0 and d[j, 4] > 0 and np.all(d[i1, 1:] > 0)  # re-linearisations move the kernel
         assert ntk.relin_kernel_changes(h, j)["relinearised"].tolist() == [False, True, False, True]
     assert np.all(np.isnan(h["kernel_velocity"][:, 0]))
-    rows = ntk.claims({**r, "config": config})
+    rows = ntk.claims(r._replace(config=config))
     assert [(r.kind, r.holds) for r in rows[2:]] == [("check", "yes"), ("check", "yes")]
     assert rows[0].kind == "claim" and "2 seeds" in rows[0].measured
 
@@ -132,11 +133,11 @@ def _history(d_init_k1=(0.2,), relin=((0.0, 0.1, 0.0, 0.2),), K=(1, 2), diverged
                 d_init.append(np.linspace(0, 0.05, 5))
                 d_relin.append(np.array([0.0, *relin[s]]))
     h["n_relin"], h["kernel_distance_init"], h["kernel_distance_relin"] = map(np.stack, (n_relin, d_init, d_relin))
-    return {"runs": h, "n_probe": np.asarray(4)}
+    return ntk.Results(runs=h, n_probe=np.asarray(4))
 
 
 def test_relin_kernel_changes():
-    c = ntk.relin_kernel_changes(_history()["runs"], 1)
+    c = ntk.relin_kernel_changes(_history().runs, 1)
     assert c["step"].tolist() == [1, 2, 3, 4] and c["n_relin"].tolist() == [0, 1, 1, 2]
     assert c["relinearised"].tolist() == [False, True, False, True]
     assert c["distance"].tolist() == [0.0, 0.1, 0.0, 0.2]
@@ -175,12 +176,12 @@ def test_runs_are_found_by_K_not_by_position():
 def test_checks_not_applicable():
     # every interval holds a re-linearisation (K = 1 as the "large" K's schedule): nothing to hold fixed
     res = _history(relin=((0.05, 0.1, 0.05, 0.2),))
-    res["runs"]["n_relin"][1] = np.arange(5)
+    res.runs["n_relin"][1] = np.arange(5)
     rows = ntk.claims(res)
     assert rows[2].holds == NA and rows[3].holds == "yes"
     # the large K never re-linearised within the run
     res = _history()
-    res["runs"]["n_relin"][1] = 0
+    res.runs["n_relin"][1] = 0
     rows = ntk.claims(res)
     assert rows[2].holds == "no" and rows[3].holds == NA  # 0.1, 0.2 measured where θ_s did not change
     assert rows[3].measured == "K=2: no re-linearisation"
@@ -200,10 +201,11 @@ def _results(K=(1.0, 6.0), seeds=1):
     R = len(K)
     n_relin = np.array([[0, 3, 6, 9], [0, 0, 1, 1]])[:R]
     d = np.array([[0.0, 0.2, 0.1, 0.3], [0.0, 0.0, 0.1683, 0.0]])[:R]
-    return {"runs": {"K": np.array(list(K) * seeds), "step": np.array([0, 3, 6, 9]),
-                     "n_relin": np.concatenate([n_relin] * seeds),
-                     "kernel_distance_relin": np.concatenate([d * (s + 1) for s in range(seeds)]),
-                     "seed_index": np.repeat(np.arange(seeds), R), "seed": np.repeat(np.arange(seeds) + 5, R)}}
+    return ntk.Results(runs={"K": np.array(list(K) * seeds), "step": np.array([0, 3, 6, 9]),
+                             "n_relin": np.concatenate([n_relin] * seeds),
+                             "kernel_distance_relin": np.concatenate([d * (s + 1) for s in range(seeds)]),
+                             "seed_index": np.repeat(np.arange(seeds), R), "seed": np.repeat(np.arange(seeds) + 5, R)},
+                       n_probe=np.asarray(4))
 
 
 def test_relin_steps_of_the_largest_k():

@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import json
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 import numpy as np
 import pytest
@@ -27,6 +27,12 @@ class ToyConfig(ExperimentConfig):
     n_seeds: int
 
 
+class ToyResults(NamedTuple):
+    acc: np.ndarray
+    nested: dict
+    config: ToyConfig | None = None
+
+
 def _toy_experiment(calls):
     """A stand-in experiment (fig3's module for the code fingerprint): cheap load and compute."""
 
@@ -35,14 +41,15 @@ def _toy_experiment(calls):
 
     def compute(config, data, *, checkpoint_dir=None, progress=False):
         calls.append(checkpoint_dir)
-        return {"acc": np.asarray([0.4, 0.5]), "nested": {"steps": np.arange(config.steps)}}
+        return ToyResults(acc=np.asarray([0.4, 0.5]), nested={"steps": np.arange(config.steps)})
 
     def claims(results):
-        a = np.asarray(results["acc"])
+        a = np.asarray(results.acc)
         return [Claim("b beats a", "paper", f"{a[1] - a[0]:.2f}", "yes" if a[1] > a[0] else "no", "Δ > 0")]
 
     scales = {s: dict(steps=3, seed=0, n_seeds=2) for s in ("smoke", "cpu", "gpu", "paper")}
-    return _common.Experiment("toy", scales, load, compute, claims, "iterlin.experiments.fig3", ToyConfig)
+    return _common.Experiment("toy", scales, load, compute, claims, "iterlin.experiments.fig3", ToyConfig,
+                              ToyResults)
 
 
 @pytest.fixture
@@ -69,8 +76,9 @@ def test_write_and_load_a_reference_run_with_its_provenance(toy, tmp_path):
     assert prov["device"].startswith("cpu: ") and prov["data_fingerprint"] == "data-fp" and prov["resumed"] is False
     assert prov["code_fingerprint"] == code_fingerprint("iterlin.experiments.fig3", ("load", "compute"))
     ref = reference.load("toy", base=tmp_path / "results")
-    np.testing.assert_array_equal(ref.results["nested"]["steps"], np.arange(4))
-    assert ref.results["config"].to_dict() == prov["config"] and ref.rows == exp.claims(ref.results)
+    assert isinstance(ref.results, ToyResults)
+    np.testing.assert_array_equal(ref.results.nested["steps"], np.arange(4))
+    assert ref.results.config.to_dict() == prov["config"] and ref.rows == exp.claims(ref.results)
     assert not ref.changed_since
     caption = ref.caption()
     assert caption.startswith("Reference run: scale 'cpu', cpu: ") and "seeds 0–1 (2)" in caption
@@ -153,8 +161,8 @@ def _fake_write(name, scale, base):
 
     out = base / name
     config = {"experiment": name, "scale": scale, "steps": 3, "seed": 0, "n_seeds": 1}
-    results = {"acc": np.asarray([0.4, 0.5])}
-    save_results(out / "results.npz", results, key=f"reference:{name}:{scale}:x", config=config)
+    results = ToyResults(acc=np.asarray([0.4, 0.5]), nested={"steps": np.arange(3)})
+    save_results(out / "results.npz", _common.stored(results), key=f"reference:{name}:{scale}:x", config=config)
     rows = registry.get(name).claims(results)
     reference._write_json(out / "claims.json", reference._claims_doc(name, scale, rows))
     reference._write_json(out / "provenance.json", {
@@ -233,7 +241,7 @@ def test_refingerprint_re_derives_at_the_runs_commit(toy, tmp_path, monkeypatch,
     assert reference.main(["toy", "--refingerprint", "--write", "--results", str(results)]) == 0
     ref = reference.load("toy", base=results)  # results.npz re-keyed with it: it still loads, the same arrays
     assert not ref.changed_since  # re-derived: today's code is the commit's
-    np.testing.assert_array_equal(ref.results["nested"]["steps"], np.arange(3))
+    np.testing.assert_array_equal(ref.results.nested["steps"], np.arange(3))
     for commit in (other, same + "+dirty"):  # code that differs, or is not known: reads as changed
         recorded(commit)
         reference.main(["toy", "--refingerprint", "--write", "--results", str(results)])
@@ -346,18 +354,26 @@ def test_the_probe_runs_the_package_it_is_given(tmp_path):
         "    np.savez(path, __key__=np.asarray(key), __config__=np.asarray(json.dumps(config)), **results)\n")
     (root / "iterlin" / "experiments" / "__init__.py").write_text("")
     (root / "iterlin" / "experiments" / "registry.py").write_text(
-        "import numpy as np, types\n"
+        "import numpy as np, types, typing\n"
+        "class Results(typing.NamedTuple):\n"
+        "    steps: np.ndarray\n"
+        "    unset: object = None\n"
+        "    config: object = None\n"
         "def resolve(name, scale, **kw):\n"
         "    if name != 'stand-in': raise ValueError(f'name={name!r} is not allowed')\n"
         "    return {'experiment': name, 'scale': scale, **kw}\n"
+        "def compute(c, d, **kw):  # typed results, or a dict (the code of older commits)\n"
+        "    steps = np.arange(c['steps'])\n"
+        "    return Results(steps) if c['typed'] else {'steps': steps}\n"
         "def get(name):\n"
-        "    return types.SimpleNamespace(load=lambda c: None,\n"
-        "        compute=lambda c, d, **kw: {'steps': np.arange(c['steps'])})\n")
-    out = tmp_path / "out.npz"
-    assert reference._run_probe(root, "stand-in", "smoke", {"steps": 3}, out) is None
-    with np.load(out) as z:
-        np.testing.assert_array_equal(z["steps"], np.arange(3))
-        assert str(z["__package__"]) == str(root / "iterlin" / "__init__.py")
+        "    return types.SimpleNamespace(load=lambda c: None, compute=compute)\n")
+    for typed in (True, False):
+        out = tmp_path / f"out-{typed}.npz"
+        assert reference._run_probe(root, "stand-in", "smoke", {"steps": 3, "typed": typed}, out) is None
+        with np.load(out) as z:  # the typed results' fields but config and the unset ones
+            assert sorted(z.files) == ["__config__", "__key__", "__package__", "steps"]
+            np.testing.assert_array_equal(z["steps"], np.arange(3))
+            assert str(z["__package__"]) == str(root / "iterlin" / "__init__.py")
     failed = reference._run_probe(root, "other", "smoke", {}, tmp_path / "other.npz")
     assert failed.startswith("the probe failed (exit 1)") and "name='other' is not allowed" in failed
 

@@ -18,7 +18,7 @@ import iterlin
 import iterlin.experiments as ex
 from iterlin.claims import HOLDS, UNDECIDED
 from iterlin.config import SCALE_NAMES, VALIDATORS
-from iterlin.experiments import registry
+from iterlin.experiments import fig3, registry
 
 PACKAGE_DIR = Path(iterlin.__file__).resolve().parent
 EXPERIMENTS_DIR = PACKAGE_DIR / "experiments"
@@ -157,25 +157,38 @@ def test_run_wires_load_compute_cache_and_config(monkeypatch, tmp_path, capsys):
 
     def compute(config, data, *, checkpoint_dir=None, progress=False):
         calls.append((config, data.x_train.shape[0], checkpoint_dir, progress))
-        return {"runs": fake_history([1, 3], 0.05, 24, [0.3, 0.3]), "n_test": np.asarray(8)}
+        return fig3.Results(runs=fake_history([1, 3], 0.05, 24, [0.3, 0.3]), n_test=np.asarray(8))
 
     fake = ex.EXPERIMENTS["fig3"]._replace(load=lambda config: fake_cifar(config.n_train), compute=compute)
     monkeypatch.setitem(ex.EXPERIMENTS, "fig3", fake)
     r = ex.run("fig3", n_train=12, batch_size=4, cache_dir=tmp_path, progress=False)
-    assert r["config"] == ex.resolve("fig3", n_train=12, batch_size=4) and r["runs"]["K"].tolist() == [1.0, 3.0]
+    assert isinstance(r, fig3.Results) and int(r.n_test) == 8
+    assert r.config == ex.resolve("fig3", n_train=12, batch_size=4) and r.runs["K"].tolist() == [1.0, 3.0]
     (config, n, ckpt, progress), = calls
-    assert config == r["config"] and n == 12 and ckpt is not None and progress is False
+    assert config == r.config and n == 12 and ckpt is not None and progress is False
     out = capsys.readouterr().out
     assert out.startswith("fig3 (smoke): K=[1, 3], lr=0.05") and "computed" in out
-    again = ex.run(r["config"], cache_dir=tmp_path, verbose=False)
-    assert len(calls) == 1 and again["config"] == r["config"]
-    np.testing.assert_array_equal(again["runs"]["net_test_acc"], r["runs"]["net_test_acc"])
+    again = ex.run(r.config, cache_dir=tmp_path, verbose=False)
+    assert len(calls) == 1 and isinstance(again, fig3.Results) and again.config == r.config
+    np.testing.assert_array_equal(again.runs["net_test_acc"], r.runs["net_test_acc"])
+
+
+def test_typed_results_store_their_arrays_and_read_back():
+    """``stored`` keeps every field but the config and the unset ones; ``Experiment.typed`` reads them
+    back with the config, and refuses names that are not the type's fields or that it lacks."""
+    exp, config = ex.get("fig3"), ex.resolve("fig3")
+    r = fig3.Results(runs={"K": np.asarray([1.0])}, n_test=np.asarray(5), config=config)
+    assert sorted(ex.stored(r)) == ["n_test", "runs"]
+    assert exp.typed(ex.stored(r), config) == r
+    with pytest.raises(ValueError, match=r"unknown \['extra'\]"):
+        exp.typed({**ex.stored(r), "extra": np.zeros(1)}, config)
+    with pytest.raises(ValueError, match=r"missing \['n_test'\]"):
+        exp.typed({"runs": r.runs}, config)
 
 
 def test_claims_cell_publishes(tmp_path):
     h = fake_history([1, 5], 0.1, 50, [0.40, 0.395])
-    text = ex.claims({"runs": h, "n_test": np.asarray(100), "config": ex.resolve("fig3")},
-                     directory=tmp_path)
+    text = ex.claims(fig3.Results(runs=h, n_test=np.asarray(100), config=ex.resolve("fig3")), directory=tmp_path)
     assert str(text).startswith("Claims of fig3 at scale 'smoke':")
     doc = json.loads((tmp_path / "fig3.json").read_text())
     assert doc["name"] == "fig3" and doc["scale"] == "smoke" and len(doc["rows"]) == 5
@@ -216,18 +229,18 @@ def test_tiny_real_run_is_cached(cifar_subset_path, tmp_path, capsys):
     kw = dict(K=2, lr=0.005, steps=2, batch_size=8, n_train=16, n_test=16, n_evals=1, n_sharpness=8,
               sharpness_every=2, progress=False, cache_dir=tmp_path)
     res = ex.run("fig3", **kw)
-    h = res["runs"]
-    assert res["config"].K == (1, 2) and res["config"].n_train == 16
+    h = res.runs
+    assert res.config.K == (1, 2) and res.config.n_train == 16
     assert h["step"].tolist() == [0, 2] and h["net_test_acc"].shape == (2, 2)
     assert h["n_relin"][:, -1].tolist() == [2, 1] and not h["diverged"].any()
     assert np.all((h["net_test_acc"] >= 0) & (h["net_test_acc"] <= 1))
-    assert int(res["n_test"]) == 16
+    assert int(res.n_test) == 16
     assert "computed and cached" in capsys.readouterr().out
     again = ex.run("fig3", **kw)  # replotting reruns nothing
     assert "loaded cached results" in capsys.readouterr().out
     for name in ("net_test_acc", "lin_test_acc", "n_relin"):
-        np.testing.assert_array_equal(again["runs"][name], h[name])
-    assert ex.run(res["config"], progress=False, cache_dir=tmp_path)["config"] == res["config"]
+        np.testing.assert_array_equal(again.runs[name], h[name])
+    assert ex.run(res.config, progress=False, cache_dir=tmp_path).config == res.config
     rows = ex.get("fig3").claims(res)
     assert len(rows) == 5 and all(r.holds in HOLDS for r in rows)
     assert np.isfinite(h["sharpness"]).all() and h["lr_over_bound"].shape == (2, 2)  # recorded at steps 0 and 2
