@@ -383,8 +383,8 @@ def _fake_reference(results: Path, name: str, rows, *, current_code: bool, seeds
     exp = registry.get(name)
     monkeypatch.setitem(registry.EXPERIMENTS, name, exp._replace(claims=lambda results: [Claim(**r) for r in rows]))
     code = code_fingerprint(exp.module, ("load", "compute")) if current_code else "0" * 64
-    save_results(d / "results.npz", {"runs": {"acc": np.arange(4.0)}}, key=f"reference:{name}:cpu:{code}",
-                 config=config)
+    arrays = {f: np.arange(4.0) for f in exp.results._fields if f != "config"}  # the fields of its Results
+    save_results(d / "results.npz", arrays, key=f"reference:{name}:cpu:{code}", config=config)
     (d / "claims.json").write_text(json.dumps({"name": name, "scale": "cpu", "rows": rows}))
     prov = {"name": name, "scale": "cpu", "device": "cpu: 2 cores (x86_64)", "seeds": list(seeds),
             "iterlin_commit": HEAD + "+dirty", "jax_version": "0.4.0", "python": "3.11.0",
