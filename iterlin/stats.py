@@ -21,7 +21,7 @@ from typing import Mapping, NamedTuple
 import numpy as np
 
 __all__ = ["pct", "num", "Difference", "difference", "t_quantile", "seed_interval", "final_difference", "runs_difference",
-           "sweep_difference", "runs_of", "run_seeds", "two_se", "beyond_noise"]
+           "sweep_difference", "runs_of", "run_seeds", "two_se"]
 
 
 def pct(x: float, digits: int = 1) -> str:
@@ -203,11 +203,6 @@ def two_se(p: float, n: int, *, diff: bool = False) -> float:
     p = min(max(float(p), 0.05), 0.95)
     c = 2.0 if diff else 1.0
     return 2.0 * math.sqrt(c * p * (1.0 - p) / max(int(n), 1))
-
-
-def beyond_noise(a: float, b: float, n: int) -> bool:
-    """True when ``|a − b|`` exceeds two standard errors of the difference of two accuracies on n images."""
-    return n > 0 and abs(a - b) > two_se(0.5 * (a + b), n, diff=True)
 
 
 def runs_of(h: Mapping, K: float, lr: float | None = None) -> np.ndarray:

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from iterlin.claims import UNDECIDED, on_par
-from iterlin.stats import Difference, beyond_noise, difference, num, pct, runs_difference, seed_interval, two_se
+from iterlin.stats import Difference, difference, num, pct, runs_difference, seed_interval, two_se
 
 
 def test_pct_and_num():
@@ -29,14 +29,6 @@ def test_two_se_clips_p_and_n():
     assert two_se(0.0, 100) == two_se(0.05, 100) > 0 and two_se(1.0, 100) == two_se(0.95, 100)
     assert two_se(0.5, 0) == two_se(0.5, 1) == 1.0
     assert two_se(0.5, 10_000) == pytest.approx(0.01)
-
-
-def test_beyond_noise():
-    # 2 s.e. of a difference near 0.5 on 10 000 images: 2·sqrt(2·0.25/10⁴) ≈ 1.41 points
-    assert beyond_noise(0.50, 0.52, 10_000) and beyond_noise(0.52, 0.50, 10_000)
-    assert not beyond_noise(0.50, 0.51, 10_000)
-    assert not beyond_noise(0.3, 0.7, 0) and not beyond_noise(0.5, 0.5, 10**9)
-    assert beyond_noise(0.0, 0.2, 100) and not beyond_noise(0.0, 0.05, 100)  # p clipped to 0.05
 
 
 def test_difference_combines_seed_spread_and_test_noise():

@@ -50,7 +50,6 @@ __all__ = [
     "Sharpness",
     "network_correct",
     "load_data",
-    "load_with_probe",
     "load_quintic",
     "check_batch",
     "eval_points",
@@ -237,18 +236,6 @@ def load_data(config: ExperimentConfig) -> Dataset:
     """CIFAR-10 with ``config.n_train`` / ``config.n_test`` images (None: all installed)."""
     data = load_cifar10(config.n_train, config.n_test)
     check_batch(config, data.x_train.shape[0])
-    return data
-
-
-def load_with_probe(config: ExperimentConfig) -> Dataset:
-    """CIFAR-10 as :func:`load_data`, and ``n_probe <= n_train`` checked."""
-    data = load_data(config)
-    n, p = data.x_train.shape[0], config.n_probe
-    if p is not None and p > n:
-        raise ValueError(
-            f"n_probe={p} is not allowed: n_probe must be <= n_train={n} (the training images loaded), "
-            "or None for all of them"
-        )
     return data
 
 

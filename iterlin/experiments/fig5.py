@@ -63,7 +63,7 @@ from ._common import (
 )
 
 __all__ = ["Config", "Results", "get_config", "SCALES", "EXPERIMENT", "SizedData", "load", "compute", "claims", "runs",
-           "stopped_at_best", "stopped", "off_lr", "by_size", "gain_difference", "plot"]
+           "stopped_at_best", "stopped", "by_size", "gain_difference", "plot"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -394,13 +394,6 @@ def by_size(results: Results, values: np.ndarray, metric: str) -> dict:
     return {"step": sizes, metric: np.asarray(values, np.float64).T, "K": np.asarray(results.K),
             "lr": np.asarray(results.lr), "seed_index": np.asarray(results.seed_index),
             "diverged": div.any(1), "diverged_step": first}
-
-
-def off_lr(lr: np.ndarray, config: Config) -> np.ndarray:
-    """(R,) bool: the runs (of rates ``lr`` (R,), e.g. ``results.lr``) trained at a learning rate
-    other than ``config.lr`` (the K = ∞ run and its K = 1 control when ``lr_inf`` ≠ ``lr``; drawn
-    dashed)."""
-    return np.asarray(lr, np.float64) != float(config.lr)
 
 
 # ------------------------------------------------------------------------------------------------

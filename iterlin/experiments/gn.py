@@ -107,7 +107,7 @@ from ._common import (
 )
 
 __all__ = ["Config", "Results", "get_config", "SCALES", "EXPERIMENT", "load", "compute", "claims", "damping_for_K",
-           "K_for_damping", "gn_K", "per_K", "by_K", "timing", "gn_baseline", "sweep_colors", "plot"]
+           "gn_K", "per_K", "by_K", "timing", "gn_baseline", "sweep_colors", "plot"]
 
 INF = math.inf
 
@@ -205,11 +205,6 @@ def damping_for_K(K: float, lr: float, batch_size: int) -> float:
     """λ(K) = B/(Kη): the damping of the SUMMED-loss GN step (Eq. 6) equivalent to K SGD steps of
     size η on the MEAN loss over batches of B (module docstring; λ_mean = 1/(Kη)). K = ∞ → 0."""
     return 0.0 if math.isinf(K) else float(batch_size) / (float(K) * float(lr))
-
-
-def K_for_damping(damping: float, lr: float, batch_size: int) -> float:
-    """The inverse, K(λ) = B/(λη) (∞ for λ = 0): where a GN run is drawn on the K axis."""
-    return INF if damping == 0 else float(batch_size) / (float(damping) * float(lr))
 
 
 def gn_K(config: Config) -> list[float]:

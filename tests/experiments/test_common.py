@@ -144,7 +144,7 @@ def test_index_of_K_and_rmse():
     assert C.rmse(np.full((3, 1), np.inf), np.zeros((3, 1))) == np.inf  # no warning, no error
 
 
-def test_check_batch_and_load_with_probe(monkeypatch):
+def test_check_batch_and_a_load_that_checks_n_probe(monkeypatch):
     cnn = fig3.get_config("smoke")
     C.check_batch(cnn.replace(batch_size=None), 3)
     C.check_batch(cnn.replace(batch_size=3), 3)
@@ -153,10 +153,10 @@ def test_check_batch_and_load_with_probe(monkeypatch):
         C.check_batch(cnn.replace(batch_size=4), 3)
     monkeypatch.setattr(C, "load_cifar10", lambda n, n_test: fake_cifar(n or 20, n_test or 4))
     probe = ntk.get_config("smoke").replace(n_train=10, n_test=4, batch_size=None)
-    assert C.load_with_probe(probe.replace(n_probe=10)).x_train.shape[0] == 10
-    assert C.load_with_probe(probe.replace(n_probe=None)).x_train.shape[0] == 10
+    assert ntk.load(probe.replace(n_probe=10)).x_train.shape[0] == 10
+    assert ntk.load(probe.replace(n_probe=None)).x_train.shape[0] == 10
     with pytest.raises(ValueError, match=r"n_probe=11 is not allowed.*n_train=10"):
-        C.load_with_probe(probe.replace(n_probe=11))
+        ntk.load(probe.replace(n_probe=11))
     # batch_size above the images loaded (a typed config refuses batch_size > n_train itself, so the
     # check at load time is reached with n_train='all' and only 10 images installed)
     monkeypatch.setattr(C, "load_cifar10", lambda n, n_test: fake_cifar(10, n_test or 4))

@@ -11,7 +11,6 @@ from _toy import FakeSweep, fake_cifar, fake_history, null_model
 
 from iterlin.claims import NA, UNDECIDED, pooled_runs
 from iterlin.experiments import _common, fig5, resolve, revalidate
-from iterlin.experiments.fig5 import off_lr, runs
 
 SCALE = "every finite K scales with data like K = 1"
 INF_WORSE = "K = ∞ (no feature learning) scales worse"
@@ -274,18 +273,6 @@ def test_claims_not_applicable():
 
 
 # The notebook's summary functions (pure functions of the results; no training).
-
-
-def test_off_lr_marks_the_runs_at_lr_inf():
-    config = fig5.get_config().replace(K=(1, 100), lr=1e-5, lr_inf=1e-3)
-    lr = np.array([v for _, v in runs(config)])
-    np.testing.assert_array_equal(off_lr(lr, config), [False, False, True, True])
-
-
-def test_off_lr_none_when_lr_inf_is_lr():
-    config = fig5.get_config().replace(K=(1, 4), lr=0.1, lr_inf=0.1)
-    lr = np.array([v for _, v in runs(config)])
-    assert not off_lr(lr, config).any() and len(off_lr(lr, config)) == 3
 
 
 def test_by_size_turns_per_size_values_into_a_history_over_sizes():
