@@ -221,7 +221,7 @@ def _diverged(results: Results) -> np.ndarray:
 
 
 def per_policy(results: Results) -> tuple[list[dict], list[dict]]:
-    """Each setting against K = 1, paired by seed and test image (:func:`~iterlin.stats.runs_difference`
+    """Each setting against K = 1, paired by seed and test image (:func:`~iterlin.stats.final_difference`
     of the final test accuracies).
 
     Returns ``(fixed, adaptive)``: for every fixed K > 1 (∞ included, as 0 re-linearisations) and
