@@ -10,7 +10,7 @@ intervals ("on par", "better") are rules of the claims, in :mod:`iterlin.claims`
 
 Also here: how the rows print numbers (:func:`pct`, :func:`num`), and the selection of a sweep
 history's runs that are compared (:func:`runs_of`, :func:`run_seeds`, :func:`sweep_difference`,
-:func:`runs_difference`).
+:func:`runs_difference`, and :func:`final_difference` of typed results).
 """
 
 from __future__ import annotations
