@@ -14,12 +14,21 @@
   here), and LLVM then failed with "Cannot allocate memory". Clearing frees them; the next module
   recompiles what it uses (or loads it from the persistent cache), so it is done only when needed
   (after every module where the count cannot be read).
+- XLA compiles the suite's programs at its backend optimisation level 0 (``XLA_FLAGS`` that
+  already name ``--xla_backend_optimization_level`` keep theirs): the suite's time is mostly XLA
+  compiling programs that run a few tiny steps, which that level compiles faster (the README gives
+  the measurement). It changes the machine code XLA emits (the last bits of some float32 results),
+  not what a program computes; the book, nbval and the doctests run at XLA's default.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+
+# before any JAX backend starts: XLA reads its flags when the first backend is created
+if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0").strip()
 
 import jax
 import pytest
