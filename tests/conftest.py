@@ -17,8 +17,9 @@
 - XLA compiles the suite's programs at its backend optimisation level 0 (``XLA_FLAGS`` that
   already name ``--xla_backend_optimization_level`` keep theirs): the suite's time is mostly XLA
   compiling programs that run a few tiny steps, which that level compiles faster (the README gives
-  the measurement). It changes the machine code XLA emits (the last bits of some float32 results),
-  not what a program computes; the book, nbval and the doctests run at XLA's default.
+  the measurement). It changes the machine code XLA emits, and so the rounding of float32 results,
+  not what a program computes: a test compares two routes computed at the same level. The book,
+  ``make test``'s nbval and the doctests run at XLA's default.
 """
 
 from __future__ import annotations
