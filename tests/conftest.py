@@ -14,8 +14,9 @@
   here), and LLVM then failed with "Cannot allocate memory". Clearing frees them; the next module
   recompiles what it uses (or loads it from the persistent cache), so it is done only when needed
   (after every module where the count cannot be read).
-- XLA compiles the suite's programs at its backend optimisation level 0 (``XLA_FLAGS`` that
-  already name ``--xla_backend_optimization_level`` keep theirs): the suite's time is mostly XLA
+- XLA compiles the suite's programs at its backend optimisation level 0 in the test processes,
+  not in the subprocesses they start (``XLA_FLAGS`` that already name
+  ``--xla_backend_optimization_level`` keep theirs): the suite's time is mostly XLA
   compiling programs that run a few tiny steps, which that level compiles faster (the README gives
   the measurement). It changes the machine code XLA emits, and so the rounding of float32 results,
   not what a program computes: a test compares two routes computed at the same level. The book,
@@ -27,15 +28,34 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-# before any JAX backend starts: XLA reads its flags when the first backend is created
-if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0").strip()
-
 import jax
 import pytest
 
-from iterlin import precision
-from iterlin.compilation import enable_compilation_cache
+
+def _compile_at_level_0() -> None:
+    """This process's XLA compiles at backend optimisation level 0, its subprocesses at theirs.
+
+    XLA reads ``XLA_FLAGS`` once per process, by its first compilation; so the flag is set, one
+    program compiled, and ``XLA_FLAGS`` put back as it was. The notebooks, CLI runs and benchmarks that tests start
+    as subprocesses then compile as a user's do (and reuse the programs the book phase of CI stored
+    in the compilation cache at the default level)."""
+    before = os.environ.get("XLA_FLAGS")
+    if "xla_backend_optimization_level" in (before or ""):
+        return
+    os.environ["XLA_FLAGS"] = ((before or "") + " --xla_backend_optimization_level=0").strip()
+    try:
+        jax.jit(lambda x: x + 1)(0.0).block_until_ready()
+    finally:
+        if before is None:
+            del os.environ["XLA_FLAGS"]
+        else:
+            os.environ["XLA_FLAGS"] = before
+
+
+_compile_at_level_0()  # before iterlin is imported: nothing may compile before it
+
+from iterlin import precision  # noqa: E402
+from iterlin.compilation import enable_compilation_cache  # noqa: E402
 
 enable_compilation_cache()
 
