@@ -16,9 +16,9 @@
   (after every module where the count cannot be read).
 - XLA compiles the suite's programs at its backend optimisation level 0 in the test processes,
   not in the subprocesses they start (``XLA_FLAGS`` that already name
-  ``--xla_backend_optimization_level`` keep theirs): the suite's time is mostly XLA
-  compiling programs that run a few tiny steps, which that level compiles faster (the README gives
-  the measurement). It changes the machine code XLA emits, and so the rounding of float32 results,
+  ``--xla_backend_optimization_level`` keep theirs): the suite's time is mostly XLA compiling
+  programs that run a few tiny steps, which that level compiles faster (the README gives the
+  measurement). It changes the machine code XLA emits, and so the rounding of float32 results,
   not what a program computes: a test compares two routes computed at the same level. The book,
   ``make test``'s nbval and the doctests run at XLA's default.
 """
@@ -36,9 +36,9 @@ def _compile_at_level_0() -> None:
     """This process's XLA compiles at backend optimisation level 0, its subprocesses at theirs.
 
     XLA reads ``XLA_FLAGS`` once per process, by its first compilation; so the flag is set, one
-    program compiled, and ``XLA_FLAGS`` put back as it was. The notebooks, CLI runs and benchmarks that tests start
-    as subprocesses then compile as a user's do (and reuse the programs the book phase of CI stored
-    in the compilation cache at the default level)."""
+    program compiled, and ``XLA_FLAGS`` put back as it was. The notebooks, CLI runs and benchmarks
+    that tests start as subprocesses then compile as a user's do (and reuse the programs that CI's
+    book phase stored in the compilation cache at the default level)."""
     before = os.environ.get("XLA_FLAGS")
     if "xla_backend_optimization_level" in (before or ""):
         return
