@@ -34,14 +34,16 @@ the whole-batch step.
    the host), evaluating the network on the same images at steps 0 and T; same steps, second
    calls. The first calls (compilation included) and the steady state (T(2·steps) − T(steps), no
    per-call costs) are printed too. Target ≤ 1.5 on CPU, < 1 on a GPU.
-3. An R = ``--runs`` (8) run sweep, ``iterlin.train_sweep`` with its defaults (the runs vmapped in
-   one program: 8 initialisations, the same K), over the same R runs trained one after another by
+3. An R = ``--runs`` (8) run sweep, ``iterlin.train_sweep`` with its defaults (8 initialisations,
+   the same K; the runs vmapped in one program, or on a CPU, the CNN having at least
+   ``iterlin.training.STEP_RUNS_MIN_PARAMS`` parameters, stepped one after another), over the same R runs trained one after another by
    R calls of ``iterlin.train``, both ``--sweep-steps`` steps, timed alternately (``--e2e-reps``).
    Target ≤ 1.0: a sweep costs no more than its runs one after another (timed as R calls, not as R
    times one call: a machine whose clock falls under sustained load charges both alike).
    3b and 3c: the steady state (T(2·steps) − T(steps): a step's cost, without the per-call costs of
    compiling-cache lookups, initialisation and the two evaluations), per run and step: the vmapped
-   sweep (3b) and the sweep stepping its runs one after another (``vectorise=False``, 3c), each over
+   sweep (``vectorise=True``, 3b) and the sweep stepping its runs one after another
+   (``vectorise=False``, 3c), each over
    one ``iterlin.train`` run's steady state of 2.
 4. The linearised step's share of the ceiling: its useful FLOP/s (the FLOPs of the same step with
    ``lax.conv``, counted by XLA's ``cost_analysis``: the network's arithmetic, not the lowering's
@@ -85,7 +87,7 @@ import optax
 
 import iterlin
 from iterlin.models import make_model, resolve_conv
-from iterlin.training import default_evaluation, init_state, make_step
+from iterlin.training import STEP_RUNS_MIN_PARAMS, default_evaluation, init_state, make_step
 from iterlin.tree import tree_index, tree_stack
 
 #: Peak dense FLOP/s (TFLOP/s) by device kind (a substring of ``device.device_kind``; the first
@@ -455,18 +457,21 @@ def run_benchmark(args, K, B, T):
     def one_by_one():
         return [iterlin.train(model.apply_fn, p, (x_np, y_np), steps=T3, **common, **ends_sub)[0] for p in singles]
 
+    n_params = sum(a.size for a in jax.tree.leaves(singles[0]))
+    default_route = "stepped" if on_cpu and n_params >= STEP_RUNS_MIN_PARAMS else "vmapped"  # fit's rule, one device
     s1 = _timed(sweep)
     _timed(train, T3, **ends_sub)  # compiles T3's program if T3 != T
     pairs = [(_timed(sweep), _timed(one_by_one) / R) for _ in range(E2E_REPS)]
     s2, one = min(p[0] for p in pairs), min(p[1] for p in pairs)
-    print(f"[3] {R}-run sweep (train_sweep's defaults: vmapped), {T3} steps: 1st call {_s(s1)}, 2nd {_s(s2)} "
-          f"({_s(s2 / R)} per run); its {R} runs one after another (train), per run {_s(one)}; "
+    print(f"[3] {R}-run sweep (train_sweep's defaults: {default_route}, P = {n_params:,}), {T3} steps: "
+          f"1st call {_s(s1)}, 2nd {_s(s2)} ({_s(s2 / R)} per run); its {R} runs one after another (train), per run {_s(one)}; "
           f"per run / one run {s2 / R / one:.2f}")
     # steady state per run and step: T(2·T3) − T(T3) of each sweep route (the least of alternated
     # calls; R runs a step), over one run's steady state of [2] (T(2·T) − T(T): T3 steps of one run
     # are too few to time)
-    _timed(sweep, vectorise=False)  # compiles the one-run program the stepped sweep uses
-    routes = {"vmapped": sweep, "stepped": functools.partial(sweep, vectorise=False)}
+    routes = {"vmapped": functools.partial(sweep, vectorise=True), "stepped": functools.partial(sweep, vectorise=False)}
+    for fn in routes.values():
+        _timed(fn)  # compiles the route's programs if the default did not
     spans = {name: [] for name in routes}
     for _ in range(1 if args.quick else max(2, E2E_REPS)):
         for name, fn in routes.items():
@@ -474,7 +479,8 @@ def run_benchmark(args, K, B, T):
     per_run_step = {name: (min(b for _, b in v) - min(a for a, _ in v)) / (T3 * R) for name, v in spans.items()}
     per_run_step["one run"] = steady_a / T
     noisy3 = " (not positive: noise)" if min(per_run_step.values()) <= 0 else ""
-    print(f"    steady state per run and step, T({2 * T3}) − T({T3}): vmapped sweep {_s(per_run_step['vmapped'])}, "
+    print(f"    steady state per run and step, T({2 * T3}) − T({T3}): vmapped sweep (vectorise=True) "
+          f"{_s(per_run_step['vmapped'])}, "
           f"the sweep stepping its runs one after another (vectorise=False) {_s(per_run_step['stepped'])}; one run "
           f"(T({2 * T}) − T({T}) of [2]) {_s(per_run_step['one run'])}; over one run "
           f"{per_run_step['vmapped'] / per_run_step['one run']:.2f} and "
@@ -529,9 +535,10 @@ def run_benchmark(args, K, B, T):
     rows += [
         ("2", "iterlin.train 2nd call / host-fed loop", a2 / h2, _s(a2), _s(h2),
          f"<= 1.5 on CPU, < 1 on a GPU (1st calls {_s(a1)} / {_s(h1)})"),
-        ("3", f"{R}-run sweep / its runs one by one, {T3} steps", s2 / R / one, _s(s2 / R), _s(one), "<= 1.0"),
+        ("3", f"{R}-run sweep ({default_route}) / its runs one by one, {T3} steps", s2 / R / one, _s(s2 / R), _s(one),
+         "<= 1.0"),
         ("3b", "vmapped sweep / one run, per step", per_run_step["vmapped"] / per_run_step["one run"],
-         _s(per_run_step["vmapped"]), _s(per_run_step["one run"]), "none (steady state, per run and step)"),
+         _s(per_run_step["vmapped"]), _s(per_run_step["one run"]), "none (vectorise=True; steady state, per run and step)"),
         ("3c", "stepped sweep / one run, per step", per_run_step["stepped"] / per_run_step["one run"],
          _s(per_run_step["stepped"]), _s(per_run_step["one run"]), "none (vectorise=False)"),
         ("4", "linearised img/s / ceiling img/s", ips * flops_img / ceiling, f"{ips:.0f} img/s",

@@ -308,8 +308,8 @@ def test_make_step_is_the_linearised_update_then_one_commit(x64):
 @pytest.mark.parametrize("per_run_keys", [False, True])
 @pytest.mark.parametrize("compiled_loop", [False, True])
 def test_sweep_runs_stepped_one_by_one_equal_the_vmapped_sweep(x64, per_run_keys, compiled_loop):
-    """``vectorise=False`` (CPU's default: runs one after the other between evaluation points)
-    and ``vectorise=True`` (vmap) are two routes to the same results, with shared or per-run keys."""
+    """``vectorise=False`` (runs one after the other between evaluation points: the CPU's default
+    for models of at least ``STEP_RUNS_MIN_PARAMS`` parameters) and ``vectorise=True`` (vmap) are two routes to the same results, with shared or per-run keys."""
     from iterlin.training import fit, init_state, make_step
     from iterlin.tree import tree_stack
 

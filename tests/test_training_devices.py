@@ -34,6 +34,9 @@ import pytest
 from _toy import init_params, tiny_problem
 
 import iterlin
+from iterlin.training import STEP_RUNS_MIN_PARAMS
+from iterlin.training import _loop as training_loop
+from iterlin.training._placement import resolve_placement
 from iterlin.tree import tree_allclose, tree_stack
 
 HERE = Path(__file__).resolve().parent
@@ -291,3 +294,52 @@ def test_one_device_sharding_options_change_nothing(x64):
     assert set(got_h) == set(ref_h)
     for k in ref_h:
         np.testing.assert_allclose(np.asarray(got_h[k], float), np.asarray(ref_h[k], float), rtol=0, atol=1e-14)
+
+
+# --- vectorise=None: how a sweep's runs are stepped (the rule of resolve_placement) -------------------------
+
+
+@pytest.mark.parametrize(
+    "kwargs, expected",
+    [
+        (dict(params_per_run=STEP_RUNS_MIN_PARAMS), False),  # one CPU device, a large model: stepped
+        (dict(params_per_run=STEP_RUNS_MIN_PARAMS - 1), True),  # a small model: vmapped
+        (dict(params_per_run=None), True),  # size unknown: vmapped
+        (dict(params_per_run=10**7, vectorise=True), True),  # asked for: kept
+        (dict(params_per_run=1, vectorise=False), False),
+        (dict(params_per_run=10**7, shard_runs=True), True),  # sharded runs are vmapped
+        (dict(params_per_run=10**7, shard_runs=False), False),
+        (dict(params_per_run=10**7, sweep=False), True),  # one run: nothing to step
+    ],
+)
+def test_vectorise_none_steps_large_models_on_one_cpu(kwargs, expected):
+    assert jax.default_backend() == "cpu"
+    args = dict(devices=jax.devices()[:1], shard_runs=None, data_parallel=False, sweep=True, vectorise=None,
+                batch_size=None, n_train=8)
+    _, vectorise = resolve_placement(**{**args, **kwargs})
+    assert vectorise is expected
+
+
+@pytest.mark.parametrize("width, stepped", [(16, False), (320, True)])  # P = 403 and 105,603
+def test_train_sweep_default_route_follows_the_model_size(x64, monkeypatch, width, stepped):
+    """``train_sweep``'s default passes each run's parameter count to the rule: the TinyMLP of width
+    320 (P ≥ STEP_RUNS_MIN_PARAMS) is stepped on this CPU, and its results are the stepped route's bit
+    for bit; width 16 is vmapped, the vmapped route's bit for bit."""
+    apply_fn, _, x, y = tiny_problem(n=8, width=width)
+    params = tree_stack([init_params(0, width=width), init_params(1, width=width)])
+    seen = []
+
+    def spy(*a, **k):
+        out = resolve_placement(*a, **k)
+        seen.append((k["params_per_run"], out[1]))
+        return out
+
+    monkeypatch.setattr(training_loop, "resolve_placement", spy)
+    kw = dict(K=[1, 3], steps=4, optimizer=optax.sgd(0.1), batch_size=4, eval_every=2)
+    got_p, got_h = iterlin.train_sweep(apply_fn, params, (x, y), **kw)
+    ref_p, ref_h = iterlin.train_sweep(apply_fn, params, (x, y), vectorise=not stepped, **kw)
+    P = sum(a.size for a in jax.tree.leaves(init_params(0, width=width)))
+    assert seen[0] == (P, not stepped) and (P >= STEP_RUNS_MIN_PARAMS) is stepped
+    assert tree_allclose(got_p, ref_p, rtol=0, atol=0)
+    for k in ref_h:
+        np.testing.assert_array_equal(np.asarray(got_h[k]), np.asarray(ref_h[k]), err_msg=k)

@@ -338,6 +338,7 @@ def sweep(
         eval_train_size=eval_train_size, augment=augment,
         callback=None if callback is None else callback(apply_fn, params0), checkpoint=checkpoint,
         progress=progress, config=dict(config or {}),
+        vectorise=True,  # vmapped on every backend, as the reference runs were computed (fit: vectorise)
     )
     history = dict(history)  # the flat columns, to which the experiments' own are added
     policies = [k for k in K if isinstance(k, RelinPolicy) and k.kind != "every"]  # train_sweep: one kind

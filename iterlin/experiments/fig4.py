@@ -257,6 +257,7 @@ def compute(config: Config, data: Dataset, *, checkpoint_dir=None, progress: boo
                 lambda apply_fn, params0: net_test_callback(apply_fn, data.x_test, data.y_test),
             )(model.apply_fn, params),
             checkpoint=checkpoint_path(checkpoint_dir, name), progress=progress, config=config.to_dict(),
+            vectorise=True,  # vmapped on every backend, as the reference runs were computed (fit: vectorise)
         )
         hist = dict(hist)  # the flat columns, to which this figure's own are added
         hist["net_test_correct"] = np.asarray(hist.pop("net_test_correct"), bool)[:, -1, :]

@@ -231,6 +231,7 @@ def _gauss_newton_runs(config: Config, data: Dataset, *, checkpoint=None, progre
         eval_data=(data.x_test, data.y_test), eval_steps=eval_points(T, config.n_evals),
         eval_train_size=None if n_eval_train is None else min(n_eval_train, data.x_train.shape[0]),
         checkpoint=checkpoint, progress=progress, config=config.to_dict(),
+        vectorise=True,  # vmapped on every backend, as the reference runs were computed (fit: vectorise)
     )
     history = dict(history)  # the flat columns, to which this figure's own are added
     history["damping"] = np.tile(np.asarray(lams, np.float64), S)

@@ -52,6 +52,9 @@ Design:
 * With ``checkpoint=path`` the whole state (every field: for a :class:`TrainState` θ, θ_s, the
   optimizer state, the policy, the step), the history and the key are saved atomically at
   evaluation points, and a rerun with the same arguments resumes from it.
+* A sweep's runs are vmapped into one program, or, on a CPU for a model of at least
+  :data:`STEP_RUNS_MIN_PARAMS` parameters, stepped one after the other (``vectorise``, see
+  :func:`fit`).
 * Several devices (``fit``'s ``devices``, ``shard_runs``, ``data_parallel``): a vmapped sweep's run
   axis is sharded over the local devices (``NamedSharding(mesh, P("runs"))``, padded to a multiple of
   the device count), or a single run's batches are (data parallel, ``P("batch")``, parameters
@@ -74,6 +77,7 @@ from ._checks import check_train_args
 from ._evaluation import DEFAULT_EVAL_BUDGET, DEFAULT_EVAL_POINTS, MAX_EVAL_POINTS, MIN_EVAL_TRAIN, default_evaluation
 from ._history import History, Metrics
 from ._loop import fit
+from ._placement import STEP_RUNS_MIN_PARAMS
 from ._state import RunState, TrainState, commit_proposal, commit_step, divergence_bound, init_state
 from ._steps import make_linearised_update, make_step, mean_value_and_grad
 
@@ -97,6 +101,7 @@ __all__ = [
     "DEFAULT_EVAL_POINTS",
     "MIN_EVAL_TRAIN",
     "MAX_EVAL_POINTS",
+    "STEP_RUNS_MIN_PARAMS",
     "train",
     "train_sweep",
 ]

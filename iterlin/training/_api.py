@@ -227,8 +227,11 @@ def train_sweep(
     ``return_state``: return the final :class:`TrainState` (stacked (R, ...): θ_T, θ_s, the
     optimizer's and the policy's states) in place of θ_T.
 
-    With more than one local device and the runs vmapped (``vectorise``, the default on every backend),
-    the run axis is sharded over the devices (``NamedSharding(mesh, P("runs"))``; R padded to a
+    On a CPU with one device a model of at least :data:`iterlin.training.STEP_RUNS_MIN_PARAMS`
+    parameters (the CNN, ResNet-18) steps its runs one after the other (``vectorise=None``, see
+    :func:`fit`: XLA:CPU's products batched over the runs cost more than the runs one by one);
+    pass ``vectorise=True`` to vmap them anyway. With more than one local device the runs are
+    vmapped and the run axis is sharded over the devices (``NamedSharding(mesh, P("runs"))``; R padded to a
     multiple of the device count by repeating the last run, the padding dropped from the results);
     ``devices=[...]`` picks the devices, ``shard_runs=True/False`` forces it on/off (see :func:`fit`).
 

@@ -15,7 +15,7 @@ import numpy as np
 from ..checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from ..losses import Loss, get_loss
 from ..memo import memoise
-from ..tree import tree_index, tree_stack
+from ..tree import tree_index, tree_size, tree_stack
 from ..validate import check_int
 from ._batching import batch_of, split_chunks
 from ._checkpointing import RunIdentity, check_progress, data_fingerprint
@@ -290,11 +290,16 @@ def fit(
     else with its subset): evaluation budgeted at a tenth of the images trained on, up to 21 points.
     ``compiled_loop``: run the steps between evaluation points in one compiled ``fori_loop``
     (True, or None: the default) or one jitted step per dispatch (False, the same results).
-    ``vectorise``: a sweep's runs ``vmap``-ed together (True, or None: the default) or stepped one
-    after the other between evaluation points (False, the same results). (XLA:CPU runs a
-    convolution slower inside a loop, jax-ml/jax#12868, and a vmapped one slower than its runs one
-    by one; the models of :func:`iterlin.models.make_model` lower their convolutions to matrix
-    products on the CPU, which have neither penalty: ``benchmarks/bench_train.py`` measures both.)
+    ``vectorise``: a sweep's runs ``vmap``-ed together (True) or stepped one after the other
+    between evaluation points (False); the same results up to the rounding of batched against
+    single products (tests compare them in float64). None (the default): stepped where the sweep
+    runs unsharded on a CPU and each run has at least
+    :data:`iterlin.training.STEP_RUNS_MIN_PARAMS` parameters (a model bound by its products, which
+    XLA:CPU computes more slowly batched over the runs), vmapped everywhere else (a small model, bound
+    by dispatch; an accelerator; runs sharded over devices). XLA:CPU also runs a convolution slower
+    inside a loop (jax-ml/jax#12868); the models of :func:`iterlin.models.make_model` lower theirs
+    to matrix products on the CPU, which have no such penalty. ``benchmarks/bench_train.py``
+    measures the routes (ratios 3, 3b, 3c).
 
     Several devices (one process; placement only, the results equal one device's up to the order
     of floating-point sums):
@@ -306,9 +311,9 @@ def fit(
       P("runs"))``; the data and a shared key are replicated. R is padded up to the next multiple
       R' of the device count by repeating the last run (its θ_0, K and key); the padding is computed
       and dropped: the history, ``callback``, the checkpoint and the returned state hold the R runs.
-      None (default): shard when the runs are vmapped (``vectorise``, the default) and there is
-      more than one device; True: shard (``vectorise=False`` is refused); False: never. Runs
-      stepped one after the other (``vectorise=False``) stay on the default device.
+      None (default): shard when there is more than one device and ``vectorise`` is not False
+      (the runs are then vmapped); True: shard (``vectorise=False`` is refused); False: never.
+      Runs stepped one after the other stay on the default device.
     * ``data_parallel`` (a single run, ``sweep=False``): the state (θ, θ_s, optimizer state) and the
       data are replicated (``P()``) and each step's batch (B, ...) is split over ``devices`` on its
       example axis (``P("batch")``); the compiled step computes the same mean gradient, each device
@@ -329,8 +334,10 @@ def fit(
     if eval_data is not None:
         eval_data = tuple(jnp.asarray(a) for a in check_pair(eval_data, "eval_data"))
     steps, batch_size = validate_common(x, y, steps, batch_size, eval_data)
+    runs = np.shape(jax.tree.leaves(state.params)[0])[0] if sweep else 1
     placement, vectorise = resolve_placement(devices, shard_runs, data_parallel, sweep=sweep, vectorise=vectorise,
-                                      batch_size=batch_size, n_train=x.shape[0])
+                                             batch_size=batch_size, n_train=x.shape[0],
+                                             params_per_run=tree_size(state.params) // runs)
     loss = get_loss(loss)
     if eval_train_size is not None:
         eval_train_size = check_int(eval_train_size, "eval_train_size")

@@ -12,7 +12,15 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-__all__ = ["Placement", "resolve_placement", "pad_runs", "unpad_runs"]
+__all__ = ["Placement", "resolve_placement", "pad_runs", "unpad_runs", "STEP_RUNS_MIN_PARAMS"]
+
+#: ``vectorise=None`` steps a sweep's runs one after the other on one CPU device when each run has at
+#: least this many parameters (the CNN of the CIFAR figures has 227,484, ResNet-18 11 million; the
+#: MLPs of Figs. 1 and 9 about 10,000). Such a run's step is bound by its products, which XLA:CPU
+#: computes more slowly batched over the runs (``vmap``) than one run at a time; a smaller model's
+#: step is bound by dispatch, which one vmapped program pays once for all the runs.
+#: ``benchmarks/bench_train.py`` (ratios 3, 3b, 3c) measures both routes.
+STEP_RUNS_MIN_PARAMS = 100_000
 
 
 class Placement(NamedTuple):
@@ -50,13 +58,17 @@ def _check_devices(devices) -> list:
     return list(devices)
 
 
-def resolve_placement(devices, shard_runs, data_parallel, *, sweep: bool, vectorise, batch_size, n_train: int):
+def resolve_placement(devices, shard_runs, data_parallel, *, sweep: bool, vectorise, batch_size, n_train: int,
+                      params_per_run: int | None = None):
     """Validate ``fit``'s device arguments; return ``(placement or None, vectorise)``.
 
     ``shard_runs``: None shards a sweep's runs when they are vmapped and there is more than one
     device; True asks for it (and makes ``vectorise=None`` vmap); False never shards.
-    ``data_parallel``: one run's batches split over the devices. ``vectorise`` comes back resolved
-    (None: vmap).
+    ``data_parallel``: one run's batches split over the devices. ``vectorise`` comes back resolved:
+    None steps a sweep's runs one after the other where they would run unsharded (one device, or
+    ``shard_runs=False``) on a CPU default device and each run has at least
+    :data:`STEP_RUNS_MIN_PARAMS` parameters (``params_per_run``; None: unknown), and vmaps them
+    everywhere else.
     The mesh is built with ``jax.sharding.Mesh`` (automatic axes: jit propagates the inputs'
     shardings), not ``jax.make_mesh``, whose default axis types differ between JAX versions.
     """
@@ -77,7 +89,9 @@ def resolve_placement(devices, shard_runs, data_parallel, *, sweep: bool, vector
                          "devices (shard_runs); data_parallel splits the batch of a single run (train, or fit "
                          "with sweep=False)")
     if vectorise is None:
-        vectorise = True
+        unsharded = shard_runs is False or (shard_runs is None and len(devices) == 1)  # on the default device
+        vectorise = not (sweep and unsharded and jax.default_backend() == "cpu" and params_per_run is not None
+                         and params_per_run >= STEP_RUNS_MIN_PARAMS)
     if data_parallel:
         n = len(devices)
         examples = n_train if batch_size is None else int(batch_size)
