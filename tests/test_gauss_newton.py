@@ -479,7 +479,7 @@ def test_a_vmapped_primal_cg_sweep_of_the_cnn_equals_its_runs_one_by_one():
     y = jax.random.randint(jax.random.PRNGKey(2), (32,), 0, 10)
     runs = dict(damping=[1280.0, 365.7], steps=1, loss="ce", solver="primal_cg", cg_maxiter=10, eval_steps=[0, 1])
     stacked = tree_stack([model.params] * 2)
-    vmapped, _ = gauss_newton_train(model.apply_fn, stacked, (x, y), **runs)
+    vmapped, _ = gauss_newton_train(model.apply_fn, stacked, (x, y), vectorise=True, **runs)
     one_by_one, _ = gauss_newton_train(model.apply_fn, stacked, (x, y), vectorise=False, **runs)
     moved = sum(float(jnp.sum(jnp.abs(a - b))) for a, b in zip(jax.tree.leaves(one_by_one), jax.tree.leaves(stacked)))
     assert moved > 0
