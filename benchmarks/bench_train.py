@@ -36,8 +36,9 @@ the whole-batch step.
    per-call costs) are printed too. Target ≤ 1.5 on CPU, < 1 on a GPU.
 3. An R = ``--runs`` (8) run sweep, ``iterlin.train_sweep`` with its defaults (8 initialisations,
    the same K; the runs vmapped in one program, or on a CPU, the CNN having at least
-   ``iterlin.training.STEP_RUNS_MIN_PARAMS`` parameters, stepped one after another), over the same R runs trained one after another by
-   R calls of ``iterlin.train``, both ``--sweep-steps`` steps, timed alternately (``--e2e-reps``).
+   ``iterlin.training.STEP_RUNS_MIN_PARAMS`` parameters, stepped one after another), over the same
+   R runs trained one after another by R calls of ``iterlin.train``, both ``--sweep-steps`` steps,
+   timed alternately (``--e2e-reps``).
    Target ≤ 1.0: a sweep costs no more than its runs one after another (timed as R calls, not as R
    times one call: a machine whose clock falls under sustained load charges both alike).
    3b and 3c: the steady state (T(2·steps) − T(steps): a step's cost, without the per-call costs of
@@ -464,12 +465,13 @@ def run_benchmark(args, K, B, T):
     pairs = [(_timed(sweep), _timed(one_by_one) / R) for _ in range(E2E_REPS)]
     s2, one = min(p[0] for p in pairs), min(p[1] for p in pairs)
     print(f"[3] {R}-run sweep (train_sweep's defaults: {default_route}, P = {n_params:,}), {T3} steps: "
-          f"1st call {_s(s1)}, 2nd {_s(s2)} ({_s(s2 / R)} per run); its {R} runs one after another (train), per run {_s(one)}; "
-          f"per run / one run {s2 / R / one:.2f}")
+          f"1st call {_s(s1)}, 2nd {_s(s2)} ({_s(s2 / R)} per run); its {R} runs one after another (train), "
+          f"per run {_s(one)}; per run / one run {s2 / R / one:.2f}")
     # steady state per run and step: T(2·T3) − T(T3) of each sweep route (the least of alternated
     # calls; R runs a step), over one run's steady state of [2] (T(2·T) − T(T): T3 steps of one run
     # are too few to time)
-    routes = {"vmapped": functools.partial(sweep, vectorise=True), "stepped": functools.partial(sweep, vectorise=False)}
+    routes = {"vmapped": functools.partial(sweep, vectorise=True),
+              "stepped": functools.partial(sweep, vectorise=False)}
     for fn in routes.values():
         _timed(fn)  # compiles the route's programs if the default did not
     spans = {name: [] for name in routes}
@@ -538,7 +540,8 @@ def run_benchmark(args, K, B, T):
         ("3", f"{R}-run sweep ({default_route}) / its runs one by one, {T3} steps", s2 / R / one, _s(s2 / R), _s(one),
          "<= 1.0"),
         ("3b", "vmapped sweep / one run, per step", per_run_step["vmapped"] / per_run_step["one run"],
-         _s(per_run_step["vmapped"]), _s(per_run_step["one run"]), "none (vectorise=True; steady state, per run and step)"),
+         _s(per_run_step["vmapped"]), _s(per_run_step["one run"]),
+         "none (vectorise=True; steady state, per run and step)"),
         ("3c", "stepped sweep / one run, per step", per_run_step["stepped"] / per_run_step["one run"],
          _s(per_run_step["stepped"]), _s(per_run_step["one run"]), "none (vectorise=False)"),
         ("4", "linearised img/s / ceiling img/s", ips * flops_img / ceiling, f"{ips:.0f} img/s",

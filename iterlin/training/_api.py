@@ -231,8 +231,9 @@ def train_sweep(
     parameters (the CNN, ResNet-18) steps its runs one after the other (``vectorise=None``, see
     :func:`fit`: XLA:CPU's products batched over the runs cost more than the runs one by one);
     pass ``vectorise=True`` to vmap them anyway. With more than one local device the runs are
-    vmapped and the run axis is sharded over the devices (``NamedSharding(mesh, P("runs"))``; R padded to a
-    multiple of the device count by repeating the last run, the padding dropped from the results);
+    vmapped and the run axis is sharded over the devices (``NamedSharding(mesh, P("runs"))``; R
+    padded to a multiple of the device count by repeating the last run, the padding dropped from
+    the results);
     ``devices=[...]`` picks the devices, ``shard_runs=True/False`` forces it on/off (see :func:`fit`).
 
     Returns ``(params, history)`` (``(state, history)`` with ``return_state``) with params stacked
