@@ -89,7 +89,7 @@ import optax
 import iterlin
 from iterlin.models import make_model, resolve_conv
 from iterlin.training import STEP_RUNS_MIN_PARAMS, default_evaluation, init_state, make_step
-from iterlin.tree import tree_index, tree_stack
+from iterlin.tree import tree_index, tree_size, tree_stack
 
 #: Peak dense FLOP/s (TFLOP/s) by device kind (a substring of ``device.device_kind``; the first
 #: match wins): (FP32 on the non-tensor units, the tensor units' dense peak for float32 inputs at
@@ -458,7 +458,7 @@ def run_benchmark(args, K, B, T):
     def one_by_one():
         return [iterlin.train(model.apply_fn, p, (x_np, y_np), steps=T3, **common, **ends_sub)[0] for p in singles]
 
-    n_params = sum(a.size for a in jax.tree.leaves(singles[0]))
+    n_params = tree_size(singles[0])
     default_route = "stepped" if on_cpu and n_params >= STEP_RUNS_MIN_PARAMS else "vmapped"  # fit's rule, one device
     s1 = _timed(sweep)
     _timed(train, T3, **ends_sub)  # compiles T3's program if T3 != T

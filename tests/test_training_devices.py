@@ -37,7 +37,7 @@ import iterlin
 from iterlin.training import STEP_RUNS_MIN_PARAMS
 from iterlin.training import _loop as training_loop
 from iterlin.training._placement import resolve_placement
-from iterlin.tree import tree_allclose, tree_stack
+from iterlin.tree import tree_allclose, tree_size, tree_stack
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -338,7 +338,7 @@ def test_train_sweep_default_route_follows_the_model_size(x64, monkeypatch, widt
     kw = dict(K=[1, 3], steps=4, optimizer=optax.sgd(0.1), batch_size=4, eval_every=2)
     got_p, got_h = iterlin.train_sweep(apply_fn, params, (x, y), **kw)
     ref_p, ref_h = iterlin.train_sweep(apply_fn, params, (x, y), vectorise=not stepped, **kw)
-    P = sum(a.size for a in jax.tree.leaves(init_params(0, width=width)))
+    P = tree_size(init_params(0, width=width))
     assert seen[0] == (P, not stepped) and (P >= STEP_RUNS_MIN_PARAMS) is stepped
     assert tree_allclose(got_p, ref_p, rtol=0, atol=0)
     for k in ref_h:
