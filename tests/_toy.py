@@ -10,6 +10,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import linen as nn
 
+from iterlin.experiments._common import Sweep
+
 
 class TinyMLP(nn.Module):
     width: int = 16
@@ -73,8 +75,20 @@ def fake_history(K, lr, steps, acc_final, *, diverged=None, diverged_step=3, n_e
     }
 
 
+def with_losses(columns: dict) -> dict:
+    """``columns`` with a loss 1 − accuracy beside every ``<model>_<split>_acc`` that has none."""
+    return {**{k.replace("_acc", "_loss"): 1.0 - v for k, v in columns.items() if k.endswith("_acc")}, **columns}
+
+
+def fake_sweep(*args, **kwargs) -> Sweep:
+    """:func:`fake_history` (the same arguments) as a :class:`~iterlin.experiments._common.Sweep`,
+    with losses 1 − accuracy (:func:`with_losses`)."""
+    return Sweep.from_columns(with_losses(fake_history(*args, **kwargs)))
+
+
 class FakeSweep:
-    """Stands in for ``iterlin.experiments._common.sweep``: records each call, returns a fake history.
+    """Stands in for ``iterlin.experiments._common.sweep``: records each call, returns a fake sweep
+    (:func:`fake_sweep`).
 
     ``acc``: the final test accuracies returned (one per run), or a callable ``acc(call) -> list``
     of the recorded call (a dict of the arguments, ``n`` the number of training images).
@@ -89,7 +103,7 @@ class FakeSweep:
         self.calls.append(call)
         acc = self.acc(call) if callable(self.acc) else (self.acc if self.acc is not None else [0.30] * len(K))
         train = self.train_acc(call) if callable(self.train_acc) else self.train_acc
-        return fake_history(K, lr, steps, acc, train_acc=train, n_evals=len(eval_steps) - 1)
+        return fake_sweep(K, lr, steps, acc, train_acc=train, n_evals=len(eval_steps) - 1)
 
 
 def fake_cifar(n, n_test=8, seed=None):

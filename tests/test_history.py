@@ -115,3 +115,24 @@ def test_the_history_is_a_pytree_of_its_fields():
     np.testing.assert_array_equal(doubled.net_test.loss, 2 * h.net_test.loss)
     np.testing.assert_array_equal(doubled["relin_step"], 2 * h.relin.step)
     assert len(jax.tree.leaves(h)) == len(h)  # one leaf per column: nothing hidden, nothing twice
+
+
+def test_from_columns_reads_a_results_files_columns_back_into_the_same_history():
+    """``History.from_columns(dict(h))``: every field again (the log as a RelinLog, the callback's
+    values as extras), for a run with a test split and a sweep with a policy's log."""
+    f, p, x, y = tiny_problem(n=12)
+    _, run = train(f, p, (x, y), K=2, steps=4, optimizer=optax.sgd(0.1), eval_every=2, eval_data=(x[:4], y[:4]))
+    _, sweep = train_sweep(f, tree_stack([p, p]), (x, y), K=[relin.adaptive(0.0), relin.adaptive(math.inf)], steps=4,
+                           optimizer=optax.sgd(0.1), eval_every=2,
+                           callback=lambda t, state: {"theta_s_step": np.full(np.shape(state.n_relin), t)})
+    for h in (run, sweep):
+        back = History.from_columns(dict(h))
+        assert isinstance(back, History) and set(back) == set(h)
+        for k in h:
+            assert back[k] is h[k], k
+        assert back.relin._fields == h.relin._fields and back.relin.step is h.relin.step
+        assert back.extra == h.extra and back.net_train.acc is h.net_train.acc
+        _columns_are_fields(back)
+    assert History.from_columns(dict(sweep)).relin.gap is sweep.relin.gap
+    no_log = {k: v for k, v in run.items() if not k.startswith("relin_")}
+    assert History.from_columns(no_log).relin is None

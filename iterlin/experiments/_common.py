@@ -12,8 +12,9 @@ Conventions shared by the CIFAR-10 experiments
   and the current linear model f_lin_s(θ_t) (``lin_*``).
 * A history (see :func:`iterlin.training.train`) has ``step`` (E,), and ``(R, E)`` arrays
   ``n_relin``, ``{net,lin}_{train,test}_{loss,acc}`` over R runs, ``diverged`` (R,) bool and
-  ``diverged_step`` (R,) (−1: finite throughout); :func:`sweep` adds ``K`` (R,) float (∞ for
-  K = ∞) and ``lr`` (R,). A diverged run is frozen at its last finite parameters and recorded.
+  ``diverged_step`` (R,) (−1: finite throughout); :func:`sweep` returns it in a :class:`Sweep`
+  with ``K`` (R,) float (∞ for K = ∞), ``lr`` (R,) and ``seed_index`` (R,). A diverged run is
+  frozen at its last finite parameters and recorded.
 
 Nothing here is about claims or plots: only what computes results (the result cache's code
 fingerprint follows exactly the definitions a figure's computation uses, see
@@ -22,9 +23,11 @@ fingerprint follows exactly the definitions a figure's computation uses, see
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
 import math
 import os
+import typing
 from pathlib import Path
 from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
@@ -32,13 +35,14 @@ import jax
 import numpy as np
 import optax
 
+from ..columns import FlatColumns
 from ..config import ExperimentConfig, Period
 from ..data import Dataset, load_cifar10, quintic
 from ..linearise import linearised_apply
 from ..models import make_model
 from ..relin import RelinPolicy
 from ..stability import sharpness_recorder
-from ..training import train_sweep
+from ..training import METRIC_NAMES, History, train_sweep
 from ..tree import tree_stack
 from ..validate import check_seed
 
@@ -56,6 +60,7 @@ __all__ = [
     "seed_keys",
     "checkpoint_path",
     "sweep",
+    "Sweep",
     "final_correct",
     "seeds",
     "cnn_sweep",
@@ -137,9 +142,10 @@ class Experiment(NamedTuple):
     ``compute`` reach from it.
     config: the experiment's typed config, an :class:`iterlin.config.ExperimentConfig` subclass
     (``load`` and ``compute`` receive one, validated).
-    results: the experiment's typed results, a NamedTuple of NumPy arrays (or mappings of them: a
-    sweep's history) whose last field is ``config`` (default None). A results file stores
-    :func:`stored` of it; :meth:`typed` reads one back.
+    results: the experiment's typed results, a NamedTuple of NumPy arrays, :class:`Sweep` s (or
+    mappings of them) and mappings of arrays, whose last field is ``config`` (default None). A
+    results file stores :func:`stored` of it (a sweep as its flat columns); :meth:`typed` reads one
+    back, a field annotated as a :class:`Sweep` as one.
     """
 
     name: str
@@ -163,7 +169,69 @@ class Experiment(NamedTuple):
                              + "; ".join(([f"unknown {unknown}"] if unknown else [])
                                          + ([f"missing {missing}"] if missing else []))
                              + f" (the fields of {self.module}.{self.results.__name__} are {list(fields)})")
-        return self.results(**{**arrays, "config": config})
+        hints = typing.get_type_hints(self.results)
+        return self.results(**{k: _typed_field(hints.get(k), v) for k, v in arrays.items()}, config=config)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Sweep(FlatColumns):
+    """R runs trained side by side (:func:`sweep`, and the figures' own sweeps): every seed ×
+    setting, seed-major, each evaluated at the same E steps.
+
+    Also a read-only mapping from flat names to arrays: the history's columns (``net_test_acc``
+    (R, E), ``step`` (E,), ``diverged`` (R,), …: :class:`iterlin.training.History`), the fields
+    below by name, and the settings by theirs: the columns a results file stores, which
+    :meth:`from_columns` reads back.
+    """
+
+    history: History  #: what each run recorded at the evaluation points ((R, E) arrays)
+    K: np.ndarray  #: (R,) float64, each run's period (∞: never re-linearised; a policy's cap)
+    seed_index: np.ndarray  #: (R,) int, the position of the run's seed (its θ_0 and batches)
+    lr: np.ndarray | None = None  #: (R,) float64, the learning rate (None: Gauss–Newton, no rate)
+    seed: np.ndarray | None = None  #: (R,) int, the seed itself
+    net_test_correct: np.ndarray | None = None  #: (R, n_test) bool: the final network classifies test image n
+    lin_test_correct: np.ndarray | None = None  #: (R, n_test) bool: the same for the final linear model
+    #: the other per-run values, (R,) each: a policy's kind (``policy``) and hyperparameters
+    #: (:func:`iterlin.relin.adaptive`'s ``tol``, …), Gauss–Newton's ``damping``
+    settings: Mapping[str, np.ndarray] = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def from_columns(cls, columns: Mapping[str, np.ndarray]) -> "Sweep":
+        """The sweep whose flat columns are ``columns`` (a results file's): the fields by name; a
+        column with one axis (R,) that is neither a field nor the history's is a setting; the rest
+        is the history (:meth:`iterlin.training.History.from_columns`; a callback's values have an
+        evaluation axis)."""
+        names = [f.name for f in dataclasses.fields(cls) if f.name not in ("history", "settings")]
+        missing = [k for k in ("K", "seed_index") if k not in columns]
+        if missing:
+            raise ValueError(f"columns={sorted(columns)} are not allowed: a sweep's columns include {missing}")
+        known = set(METRIC_NAMES) | {"step", "n_relin", "diverged", "diverged_step"}
+        settings = {k: v for k, v in columns.items()
+                    if k not in names and k not in known and not k.startswith("relin_") and np.ndim(v) == 1}
+        rest = {k: v for k, v in columns.items() if k not in names and k not in settings}
+        return cls(history=History.from_columns(rest), settings=settings,
+                   **{k: columns[k] for k in names if k in columns})
+
+    def as_dict(self) -> dict[str, np.ndarray]:
+        """The flat columns (class docstring), a new dict."""
+        out = self.history.as_dict()
+        out.update({f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                    if f.name not in ("history", "settings") and getattr(self, f.name) is not None})
+        out.update(self.settings)
+        return out
+
+
+def _typed_field(hint: Any, value: Any) -> Any:
+    """A results file's mapping ``value`` of a field annotated ``hint`` as that type: a
+    :class:`Sweep` (``Sweep`` or ``Sweep | None``), or a mapping of them (``Mapping[str, Sweep]``)."""
+    if not isinstance(value, Mapping) or isinstance(value, Sweep):
+        return value
+    args = typing.get_args(hint)
+    if typing.get_origin(hint) in (collections.abc.Mapping, dict) and args[-1] is Sweep:
+        return {k: Sweep.from_columns(v) for k, v in value.items()}
+    if hint is Sweep or Sweep in args:
+        return Sweep.from_columns(value)
+    return value
 
 
 def stored(results: Any) -> dict[str, Any]:
@@ -289,7 +357,7 @@ def sweep(
     checkpoint: str | os.PathLike | None = None,
     progress: bool = False,
     config: Mapping | None = None,
-) -> dict:
+) -> Sweep:
     """R runs of iterative linearisation with SGD, one ``(seed, K[i], lr[i])`` each, in ONE program.
 
     :func:`iterlin.training.train_sweep` with ``optax.inject_hyperparams(optax.sgd)``, whose
@@ -313,14 +381,14 @@ def sweep(
         that trackers measured against θ_0 stay correct after a resume.
 
     Returns:
-      The history (module docstring) with ``K`` (R,) float64, ``lr`` (R,) float64 and
-      ``seed_index`` (R,) int added; with ``eval_data``, also ``net_test_correct`` and
+      A :class:`Sweep`: the history (module docstring), each run's ``K`` (R,) float64 (with
+      policies other than :func:`iterlin.relin.every`, each policy's ``K``: its cap, ∞ for none),
+      ``lr`` (R,) float64 and ``seed_index`` (R,) int; with ``eval_data``, ``net_test_correct`` and
       ``lin_test_correct`` (R, n_test) bool: whether each run's final network and linear model
       classify each test image correctly, for paired comparisons (:func:`iterlin.stats.difference`).
-      With policies other than :func:`iterlin.relin.every`: ``K`` is each policy's ``K`` (its cap,
-      ∞ for none), and the history also holds ``policy`` (R,) str (the kind), one (R,) float64
-      array per hyperparameter (``tol``, ``min_period``, …) and the policy's log,
-      :func:`iterlin.relin.history` (``relin_step`` (R, J), padded with −1, …).
+      With such policies, the settings ``policy`` (R,) str (the kind) and one (R,) float64 array per
+      hyperparameter (``tol``, ``min_period``, …), and the history the policy's log
+      (:func:`iterlin.relin.history`: ``relin_step`` (R, J), padded with −1, …).
     """
     inits = list(params) if isinstance(params, list) else [params]
     keys = list(key) if isinstance(key, list) else [key]
@@ -340,22 +408,19 @@ def sweep(
         progress=progress, config=dict(config or {}),
         vectorise=True,  # vmapped on every backend, as the reference runs were computed (fit: vectorise)
     )
-    history = dict(history)  # the flat columns, to which the experiments' own are added
+    settings: dict[str, np.ndarray] = {}
     policies = [k for k in K if isinstance(k, RelinPolicy) and k.kind != "every"]  # train_sweep: one kind
     if policies:
-        history["policy"] = np.asarray([p.kind for p in policies] * S, dtype=str)
+        settings["policy"] = np.asarray([p.kind for p in policies] * S, dtype=str)
         for name, _ in policies[0].hyperparams:
             vals = [dict(p.hyperparams)[name] for p in policies]  # None (a disabled option): NaN
-            history[name] = np.tile(np.asarray([math.nan if v is None else float(v) for v in vals]), S)
+            settings[name] = np.tile(np.asarray([math.nan if v is None else float(v) for v in vals]), S)
     else:
-        del history["relin_step"]  # periods: every K-th step, the history as before policies
+        history = dataclasses.replace(history, relin=None)  # periods: every K-th step, no log kept
     codes = np.asarray(final.K, np.float64)  # the validated periods (policies' caps), 0 encoding ∞
-    history["K"] = np.where(codes == 0, math.inf, codes)
-    history["lr"] = np.tile(np.asarray(lrs, np.float64), S)
-    history["seed_index"] = np.repeat(np.arange(S), len(K))
-    if eval_data is not None:
-        history.update(final_correct(apply_fn, final, *eval_data))
-    return history
+    correct = final_correct(apply_fn, final, *eval_data) if eval_data is not None else {}
+    return Sweep(history=history, K=np.where(codes == 0, math.inf, codes), seed_index=np.repeat(np.arange(S), len(K)),
+                 lr=np.tile(np.asarray(lrs, np.float64), S), settings=settings, **correct)
 
 
 def _in_chunks(fn: Callable, x, y, batch_size: int) -> list:
@@ -411,8 +476,8 @@ def cnn_sweep(
     eval_steps: Sequence[int] | None = None,
     checkpoint=None,
     progress: bool = False,
-) -> dict:
-    """The paper's CNN trained for every seed × K in ONE program (:func:`sweep`); return the history.
+) -> Sweep:
+    """The paper's CNN trained for every seed × K in ONE program (:func:`sweep`); return its :class:`Sweep`.
 
     ``config`` gives ``seed`` and ``n_seeds`` (:func:`seeds`: each seed its own initialisation and
     batches, :func:`seed_keys`), ``n_evals``, ``n_eval_train`` (training images the training
@@ -420,7 +485,7 @@ def cnn_sweep(
     defaults of ``K`` (list), ``lr``, ``steps`` and ``batch_size``, which the keyword arguments
     override (Fig. 2's mini-batch panel, Fig. 5's extra runs; ``batch_size=None`` is full batch,
     the default :data:`FROM_CONFIG` the config's). ``eval_steps`` defaults to :func:`eval_points`
-    of (steps, n_evals). ``callback(apply_fn, params0)`` as :func:`sweep`. The history's ``seed``
+    of (steps, n_evals). ``callback(apply_fn, params0)`` as :func:`sweep`. The sweep's ``seed``
     (R,) holds each run's seed.
     """
     inits, keys = [], []
@@ -441,8 +506,7 @@ def cnn_sweep(
         augment=bool(getattr(config, "augment", False)), callback=callback, checkpoint=checkpoint,
         progress=progress, config=config.to_dict(),
     )
-    history["seed"] = np.asarray(seeds(config))[history["seed_index"]]
-    return history
+    return dataclasses.replace(history, seed=np.asarray(seeds(config))[history.seed_index])
 
 
 def index_of_K(K, value: float) -> int:

@@ -66,9 +66,10 @@ from ..plotting import CROSS_SIZE, as_1d, bad_argument, bound_panel, check_axes,
 from ..relin import adaptive
 from ..stats import final_difference, pct, runs_of, seed_interval
 from ._common import (
-    STABLE,
     Experiment,
+    STABLE,
     Seeds,
+    Sweep,
     check_sharpness,
     checkpoint_path,
     cnn_sweep,
@@ -151,10 +152,10 @@ class Results(NamedTuple):
 
     #: the fixed periods' :func:`~iterlin.experiments._common.sweep` history (every seed × K,
     #: seed-major; with the sharpness record when the config records it)
-    fixed: Mapping[str, np.ndarray]
+    fixed: Sweep
     #: the adaptive tolerances' sweep history (every seed × tolerance, seed-major), with ``tol``
     #: (R_a,) and ``relin_step`` (R_a, J), the steps of each run's re-linearisations padded with −1
-    adaptive: Mapping[str, np.ndarray]
+    adaptive: Sweep
     #: (R,) float64, the final test accuracy of each run, fixed then adaptive
     #: (:func:`~iterlin.experiments._common.trained_final` for the fixed runs)
     final_test_acc: np.ndarray
@@ -192,9 +193,9 @@ def compute(config: Config, data: Dataset, *, checkpoint_dir=None, progress: boo
                       checkpoint=checkpoint_path(checkpoint_dir, "adaptive"), progress=progress)
     wall = time.perf_counter() - started
     scored = trained_final(fixed)
-    acc = np.concatenate([scored["final_test_acc"], np.asarray(adapt["net_test_acc"], np.float64)[:, -1]])
-    correct = np.concatenate([scored["final_test_correct"], np.asarray(adapt["net_test_correct"], bool)])
-    n_relin = np.concatenate([np.asarray(fixed["n_relin"])[:, -1], np.asarray(adapt["n_relin"])[:, -1]])
+    acc = np.concatenate([scored["final_test_acc"], np.asarray(adapt.history.net_test.acc, np.float64)[:, -1]])
+    correct = np.concatenate([scored["final_test_correct"], np.asarray(adapt.net_test_correct, bool)])
+    n_relin = np.concatenate([np.asarray(fixed.history.n_relin)[:, -1], np.asarray(adapt.history.n_relin)[:, -1]])
     return Results(fixed=fixed, adaptive=adapt, final_test_acc=acc, final_test_correct=correct,
                    n_relin=n_relin.astype(np.int64), n_test=np.asarray(data.x_test.shape[0]),
                    n_runs=np.asarray(acc.shape[0]), wall_seconds=np.asarray(wall))

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import ClassVar, Mapping, NamedTuple
+from typing import ClassVar, NamedTuple
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -33,7 +33,8 @@ from ..claims import Claim, divergence_claim, on_par_claim, sharpness_claim
 from ..config import Period, resolve
 from ..data import Dataset
 from ..plotting import bound_panel, legend, panels, plot_sweep
-from ._common import Experiment, Seeds, Sharpness, check_sharpness, checkpoint_path, cnn_sweep, load_data, sharpness_callback
+from ._common import Experiment, Seeds, Sharpness, Sweep, check_sharpness, checkpoint_path, cnn_sweep, load_data
+from ._common import sharpness_callback
 
 __all__ = ["Config", "Results", "get_config", "SCALES", "EXPERIMENT", "load", "compute", "claims", "minibatch_periods",
            "full_batch_data", "plot"]
@@ -102,10 +103,10 @@ class Results(NamedTuple):
     #: the full-batch panel: a :func:`~iterlin.experiments._common.sweep` history (``K`` its
     #: periods) with the sharpness record ``sharpness`` and ``lr_over_bound`` (λ_max on the first
     #: ``n_sharpness`` training images, the same images for both panels)
-    full: Mapping[str, np.ndarray]
+    full: Sweep
     #: the mini-batch panel: the same (``K`` its periods, :func:`minibatch_periods`); plot it
     #: against ``step / factor``
-    mini: Mapping[str, np.ndarray]
+    mini: Sweep
     n_test: np.ndarray  #: () int, the test images
     n_train: np.ndarray  #: (2,) int, the training images of each panel: full batch, mini-batch
     config: Config | None = None  #: the resolved config (set by :func:`~iterlin.experiments.run`)

@@ -16,7 +16,7 @@ Results: :class:`Results`. The paper's curves are ``runs["net_test_acc"]`` for e
 from __future__ import annotations
 
 import dataclasses
-from typing import ClassVar, Mapping, NamedTuple
+from typing import ClassVar, NamedTuple
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -29,6 +29,7 @@ from ..stats import pct, runs_of
 from ._common import (
     STABLE,
     Experiment,
+    Sweep,
     SweepConfig,
     check_sharpness,
     checkpoint_path,
@@ -83,7 +84,7 @@ class Results(NamedTuple):
 
     #: a :func:`~iterlin.experiments._common.sweep` history (every seed × K, seed-major) with the
     #: sharpness record ``sharpness`` and ``lr_over_bound``
-    runs: Mapping[str, np.ndarray]
+    runs: Sweep
     n_test: np.ndarray  #: () int, the test images
     config: Config | None = None  #: the resolved config (set by :func:`~iterlin.experiments.run`)
 

@@ -67,6 +67,7 @@ from ._common import (
     Experiment,
     Seeds,
     Sharpness,
+    Sweep,
     check_sharpness,
     checkpoint_path,
     eval_points,
@@ -160,8 +161,8 @@ class Results(NamedTuple):
     off ``sharpness_every``); ``net_test_correct`` (R, n_test) bool, whether each run's final
     network classifies each test image correctly (for paired comparisons)."""
 
-    no_bn: Mapping[str, np.ndarray]  #: the no-BatchNorm panel's sweep history (every seed × ``K``, seed-major)
-    bn: Mapping[str, np.ndarray]  #: the BatchNorm panel's sweep history (every seed × ``K_bn``, seed-major)
+    no_bn: Sweep  #: the no-BatchNorm panel's sweep history (every seed × ``K``, seed-major)
+    bn: Sweep  #: the BatchNorm panel's sweep history (every seed × ``K_bn``, seed-major)
     n_test: np.ndarray  #: () int, the test images
     config: Config | None = None  #: the resolved config (set by :func:`~iterlin.experiments.run`)
 
@@ -259,13 +260,13 @@ def compute(config: Config, data: Dataset, *, checkpoint_dir=None, progress: boo
             checkpoint=checkpoint_path(checkpoint_dir, name), progress=progress, config=config.to_dict(),
             vectorise=True,  # vmapped on every backend, as the reference runs were computed (fit: vectorise)
         )
-        hist = dict(hist)  # the flat columns, to which this figure's own are added
-        hist["net_test_correct"] = np.asarray(hist.pop("net_test_correct"), bool)[:, -1, :]
-        hist["K"] = np.tile(np.asarray([float(k) for k in Ks], np.float64), len(seed_list))
-        hist["lr"] = np.full(len(Ks) * len(seed_list), float(panel.lr))
-        hist["seed_index"] = np.repeat(np.arange(len(seed_list)), len(Ks))
-        hist["seed"] = np.asarray(seed_list)[hist["seed_index"]]
-        out[name] = hist
+        extra = dict(hist.extra)
+        final_correct = np.asarray(extra.pop("net_test_correct"), bool)[:, -1, :]  # the callback's last point
+        seed_index = np.repeat(np.arange(len(seed_list)), len(Ks))
+        out[name] = Sweep(history=dataclasses.replace(hist, extra=extra),
+                          K=np.tile(np.asarray([float(k) for k in Ks], np.float64), len(seed_list)),
+                          seed_index=seed_index, lr=np.full(len(Ks) * len(seed_list), float(panel.lr)),
+                          seed=np.asarray(seed_list)[seed_index], net_test_correct=final_correct)
     return Results(**out, n_test=np.asarray(data.x_test.shape[0]))
 
 

@@ -53,6 +53,7 @@ from ._common import (
     Experiment,
     Seeds,
     Sharpness,
+    Sweep,
     check_batch,
     check_sharpness,
     checkpoint_path,
@@ -144,7 +145,7 @@ class Results(NamedTuple):
     n_test: np.ndarray  #: () int, the test images
     #: the sweep history of each size, keyed by the size as a string; it records ``sharpness`` and
     #: ``lr_over_bound`` (R, E) and, with ``n_val``, ``net_val_acc``/``lin_val_acc``
-    histories: Mapping[str, Mapping[str, np.ndarray]]
+    histories: Mapping[str, Sweep]
     #: (N, R) float64, with ``n_val`` only: the test accuracy of the model the run trains at the
     #: evaluation point where its accuracy on the held-out images was highest (:func:`stopped_at_best`)
     stopped_test_acc: np.ndarray | None = None
@@ -235,7 +236,7 @@ def compute(config: Config, data: SizedData, *, checkpoint_dir=None, progress: b
         for n in sizes
     }
     first = histories[sizes[0]]
-    fixed = np.isinf(np.asarray(first["K"], np.float64))  # K = ∞: the linear model is the model trained
+    fixed = np.isinf(first.K)  # K = ∞: the linear model is the model trained
 
     def trained(h, metric):  # (R, E): the metric of the model each run trains
         return np.where(fixed[:, None], np.asarray(h[f"lin_{metric}"], np.float64),
@@ -243,13 +244,13 @@ def compute(config: Config, data: SizedData, *, checkpoint_dir=None, progress: b
 
     out = Results(
         n_train=np.asarray([int(n) for n in sizes]),
-        K=np.asarray(first["K"], np.float64),
-        lr=np.asarray(first["lr"], np.float64),
-        seed_index=np.asarray(first["seed_index"]),
+        K=first.K,
+        lr=first.lr,
+        seed_index=first.seed_index,
         best_test_acc=np.stack([np.where(fixed, early_stopped(histories[n], "lin_test_acc"),
                                          early_stopped(histories[n])) for n in sizes]),
         final_train_acc=np.stack([trained(histories[n], "train_acc")[:, -1] for n in sizes]),
-        diverged=np.stack([np.asarray(histories[n]["diverged"]) for n in sizes]),
+        diverged=np.stack([histories[n].history.diverged for n in sizes]),
         n_test=np.asarray(data.by_size[sizes[0]].x_test.shape[0]),
         histories=histories,
     )

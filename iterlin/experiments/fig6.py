@@ -38,10 +38,11 @@ from ..plotting import legend, panels, plot_sweep
 from ..probes import probe_tracker
 from ..stats import difference, pct, runs_of
 from ._common import (
-    STABLE,
     Experiment,
+    STABLE,
     Seeds,
     Sharpness,
+    Sweep,
     check_sharpness,
     checkpoint_path,
     cnn_sweep,
@@ -109,7 +110,7 @@ class Results(NamedTuple):
     #: penalty), each (R, E), ``probe_{layer}_test_correct`` (R, E, n_test) bool (absent from runs
     #: made before it was recorded: :func:`probe_correct`), and the sharpness record ``sharpness``
     #: and ``lr_over_bound`` (R, E)
-    runs: Mapping[str, np.ndarray]
+    runs: Sweep
     n_probe: np.ndarray  #: () int, the training images the probes were fitted on
     n_test: np.ndarray  #: () int, the test images they were scored on
     config: Config | None = None  #: the resolved config (set by :func:`~iterlin.experiments.run`)

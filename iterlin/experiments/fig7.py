@@ -49,8 +49,9 @@ from ..plotting import (
 from ..probes import filter_tracker, filters_to_image
 from ..stats import num, pct, runs_of, seed_interval
 from ._common import (
-    STABLE,
     Experiment,
+    STABLE,
+    Sweep,
     SweepConfig,
     check_sharpness,
     checkpoint_path,
@@ -100,7 +101,7 @@ class Results(NamedTuple):
 
     #: the sweep history (every seed × K, seed-major: R = S·len(K) runs) with ``filters_delta``
     #: (R, E, 5, 5, 3, 50) and the sharpness record ``sharpness`` and ``lr_over_bound`` (R, E)
-    runs: Mapping[str, np.ndarray]
+    runs: Sweep
     match: Mapping[str, np.ndarray]  #: :func:`filter_match` of ``runs``
     config: Config | None = None  #: the resolved config (set by :func:`~iterlin.experiments.run`)
 

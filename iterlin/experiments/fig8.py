@@ -46,8 +46,8 @@ from ..data import Dataset
 from ..models import make_model
 from ..plotting import band, legend, mark_steps, panels, plot_sweep
 from ..stats import difference, pct
-from ..training import train
-from ._common import Experiment, Seeds, checkpoint_path, eval_points, load_data, network_correct, seed_keys, seeds
+from ..training import History, train
+from ._common import Experiment, Seeds, Sweep, checkpoint_path, eval_points, load_data, network_correct, seed_keys, seeds
 
 __all__ = ["Config", "Results", "get_config", "SCALES", "EXPERIMENT", "RUNS", "KEPT_TOL", "load", "compute", "claims",
            "stack_runs", "relin_points", "kept", "plot"]
@@ -124,9 +124,9 @@ class Results(NamedTuple):
     #: accuracies and losses, ``""`` for reasons, :data:`LOG_PAD`): ``relin_step``,
     #: ``relin_inner_steps``, ``relin_acc`` (the linear model's train accuracy at each
     #: re-linearisation, just before it), ``relin_loss``, ``relin_reason``
-    solved: Mapping[str, np.ndarray]
-    sgd: Mapping[str, np.ndarray]  #: K = 1 with SGD at ``lr``
-    adam: Mapping[str, np.ndarray]  #: K = 1 with Adam at ``lr_adam``
+    solved: Sweep
+    sgd: Sweep  #: K = 1 with SGD at ``lr``
+    adam: Sweep  #: K = 1 with Adam at ``lr_adam``
     n_test: np.ndarray  #: () int, the test images
     config: Config | None = None  #: the resolved config (set by :func:`~iterlin.experiments.run`)
 
@@ -212,15 +212,11 @@ def compute(config: Config, data: Dataset, *, checkpoint_dir=None, progress: boo
             runs[name].append(h)
             correct[name].append(network_correct(model.apply_fn, params, *test_d))
     S = len(seeds(config))
-    out: dict = {}
-    for name in RUNS:
-        h = stack_runs(runs[name], ev)
-        h["net_test_correct"] = np.stack(correct[name])
-        h["seed"] = np.asarray(seeds(config))
-        h["seed_index"] = np.arange(S)
-        h["K"] = np.full(S, float(K) if name == "solved" else 1.0)
-        h["lr"] = np.full(S, float(config.lr if name == "sgd" else config.lr_adam))
-        out[name] = h
+    out = {name: Sweep(history=History.from_columns(stack_runs(runs[name], ev)),
+                       K=np.full(S, float(K) if name == "solved" else 1.0), seed_index=np.arange(S),
+                       lr=np.full(S, float(config.lr if name == "sgd" else config.lr_adam)),
+                       seed=np.asarray(seeds(config)), net_test_correct=np.stack(correct[name]))
+           for name in RUNS}
     return Results(**out, n_test=np.asarray(data.x_test.shape[0]))
 
 

@@ -96,6 +96,7 @@ from ..tree import tree_index, tree_stack
 from ._common import (
     Experiment,
     Seeds,
+    Sweep,
     checkpoint_path,
     cnn_sweep,
     eval_points,
@@ -170,7 +171,7 @@ SCALES = {
 class Results(NamedTuple):
     """gn's results (:func:`compute`)."""
 
-    runs: Mapping[str, np.ndarray]  #: the K sweep's history (every seed × K, seed-major), as ksweep's
+    runs: Sweep  #: the K sweep's history (every seed × K, seed-major), as ksweep's
     #: (R,) float64, each K run's final test accuracy (:func:`~iterlin.experiments._common.trained_final`)
     final_test_acc: np.ndarray
     n_test: np.ndarray  #: () int, the test images
@@ -180,7 +181,7 @@ class Results(NamedTuple):
     #: the GN history (:func:`~iterlin.training.fit`'s layout, (G, E) arrays) with ``damping`` (G,) λ
     #: (summed loss), ``K`` (G,) the equivalent K(λ), ``seed_index`` and ``seed`` (G,), seed-major
     #: (G = S · L), and ``net_test_correct`` (G, n_test); None without a finite K > 1
-    gn: Mapping[str, np.ndarray] | None = None
+    gn: Sweep | None = None
     gn_final_test_acc: np.ndarray | None = None  #: (G,) float64, each GN run's final test accuracy (its network)
     gn_final_test_correct: np.ndarray | None = None  #: (G, n_test) bool, each GN run's network on each test image
     gn_wall_seconds: np.ndarray | None = None  #: () float, the GN runs' computation
@@ -212,9 +213,9 @@ def gn_K(config: Config) -> list[float]:
     return [float(k) for k in config.K if math.isfinite(k) and k > 1]
 
 
-def _gauss_newton_runs(config: Config, data: Dataset, *, checkpoint=None, progress: bool = False) -> dict:
-    """Every seed × λ(K) of :func:`gn_K` in ONE program: the GN history with ``damping``, ``K``,
-    ``seed_index``, ``seed`` (G,) and ``net_test_correct`` (G, n_test) added."""
+def _gauss_newton_runs(config: Config, data: Dataset, *, checkpoint=None, progress: bool = False) -> Sweep:
+    """Every seed × λ(K) of :func:`gn_K` in ONE program: the GN history with ``K``, ``seed_index``,
+    ``seed`` (G,), ``net_test_correct`` (G, n_test) and the setting ``damping`` (G,)."""
     Ks = gn_K(config)
     lams = [damping_for_K(k, config.lr, config.batch_size) for k in Ks]
     inits, keys = [], []
@@ -233,15 +234,13 @@ def _gauss_newton_runs(config: Config, data: Dataset, *, checkpoint=None, progre
         checkpoint=checkpoint, progress=progress, config=config.to_dict(),
         vectorise=True,  # vmapped on every backend, as the reference runs were computed (fit: vectorise)
     )
-    history = dict(history)  # the flat columns, to which this figure's own are added
-    history["damping"] = np.tile(np.asarray(lams, np.float64), S)
-    history["K"] = np.tile(np.asarray(Ks, np.float64), S)
-    history["seed_index"] = np.repeat(np.arange(S), len(Ks))
-    history["seed"] = np.asarray(seeds(config))[history["seed_index"]]
-    history["net_test_correct"] = np.stack([
-        network_correct(model.apply_fn, jax.device_get(tree_index(params, i)), data.x_test, data.y_test)
-        for i in range(len(lams) * S)])
-    return history
+    seed_index = np.repeat(np.arange(S), len(Ks))
+    return Sweep(history=history, K=np.tile(np.asarray(Ks, np.float64), S), seed_index=seed_index,
+                 seed=np.asarray(seeds(config))[seed_index],
+                 net_test_correct=np.stack([
+                     network_correct(model.apply_fn, jax.device_get(tree_index(params, i)), data.x_test, data.y_test)
+                     for i in range(len(lams) * S)]),
+                 settings={"damping": np.tile(np.asarray(lams, np.float64), S)})
 
 
 def compute(config: Config, data: Dataset, *, checkpoint_dir=None, progress: bool = False) -> Results:
@@ -255,11 +254,11 @@ def compute(config: Config, data: Dataset, *, checkpoint_dir=None, progress: boo
     if gn_K(config):
         started = time.perf_counter()
         gn = _gauss_newton_runs(config, data, checkpoint=checkpoint_path(checkpoint_dir, "gn"), progress=progress)
-        out.update(gn=gn, gn_final_test_acc=np.asarray(gn["net_test_acc"], np.float64)[:, -1],
-                   gn_final_test_correct=gn["net_test_correct"], gn_wall_seconds=np.asarray(time.perf_counter() - started))
-        G = len(gn["K"])
+        out.update(gn=gn, gn_final_test_acc=np.asarray(gn.history.net_test.acc, np.float64)[:, -1],
+                   gn_final_test_correct=gn.net_test_correct, gn_wall_seconds=np.asarray(time.perf_counter() - started))
+        G = len(gn.K)
     return Results(runs=runs, final_test_acc=scored["final_test_acc"], n_test=np.asarray(data.x_test.shape[0]),
-                   n_runs=np.asarray(len(runs["K"]) + G), wall_seconds=np.asarray(wall),
+                   n_runs=np.asarray(len(runs.K) + G), wall_seconds=np.asarray(wall),
                    final_test_correct=scored.get("final_test_correct"), **out)
 
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from typing import ClassVar, Mapping, NamedTuple
+from typing import ClassVar, NamedTuple
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -54,6 +54,7 @@ from ..stats import final_difference, pct, runs_of
 from ._common import (
     STABLE,
     Experiment,
+    Sweep,
     SweepConfig,
     check_sharpness,
     checkpoint_path,
@@ -111,7 +112,7 @@ class Results(NamedTuple):
 
     #: the :func:`~iterlin.experiments._common.sweep` history (every seed × K, seed-major), with the
     #: sharpness record ``sharpness`` and ``lr_over_bound`` (R, E)
-    runs: Mapping[str, np.ndarray]
+    runs: Sweep
     #: (R,) float64, the final test accuracy of the model each run trains
     #: (:func:`~iterlin.experiments._common.trained_final`)
     final_test_acc: np.ndarray
@@ -144,7 +145,7 @@ def compute(config: Config, data: Dataset, *, checkpoint_dir=None, progress: boo
                      checkpoint=checkpoint_path(checkpoint_dir, "runs"), progress=progress)
     wall = time.perf_counter() - started
     return Results(runs=runs, **trained_final(runs), n_test=np.asarray(data.x_test.shape[0]),
-                   n_runs=np.asarray(len(runs["K"])), wall_seconds=np.asarray(wall))
+                   n_runs=np.asarray(len(runs.K)), wall_seconds=np.asarray(wall))
 
 
 # ------------------------------------------------------------------------------------------------

@@ -43,6 +43,7 @@ from ._common import (
     Experiment,
     Seeds,
     Sharpness,
+    Sweep,
     check_sharpness,
     checkpoint_path,
     cnn_sweep,
@@ -119,7 +120,7 @@ class Results(NamedTuple):
     #: the :func:`~iterlin.experiments._common.sweep` history (every seed × K × lr, seed-major,
     #: K-major within a seed), with the sharpness along training, ``sharpness`` and
     #: ``lr_over_bound`` (R, E)
-    runs: Mapping[str, np.ndarray]
+    runs: Sweep
     #: (R,) float64, the final test accuracy of the model each run trains
     #: (:func:`~iterlin.experiments._common.trained_final`)
     final_test_acc: np.ndarray
@@ -163,7 +164,7 @@ def compute(config: Config, data: Dataset, *, checkpoint_dir=None, progress: boo
         bound.append(max_stable_lr(model.apply_fn, model.params, x, y, iters=config.sharpness_iters))
     wall = time.perf_counter() - started
     return Results(runs=runs, **trained_final(runs), stable_lr=np.asarray(bound, np.float64),
-                   n_test=np.asarray(data.x_test.shape[0]), n_runs=np.asarray(len(runs["K"])),
+                   n_test=np.asarray(data.x_test.shape[0]), n_runs=np.asarray(len(runs.K)),
                    wall_seconds=np.asarray(wall))
 
 

@@ -38,7 +38,7 @@ from ..data import Dataset
 from ..ntk import kernel_tracker, relinearisation_steps
 from ..plotting import legend, mark_steps, panels, plot_sweep
 from ..stats import num, runs_of, seed_interval
-from ._common import Experiment, Seeds, checkpoint_path, cnn_sweep, eval_points, load_data, seeds
+from ._common import Experiment, Seeds, Sweep, checkpoint_path, cnn_sweep, eval_points, load_data, seeds
 
 __all__ = [
     "Results", "SCALES", "EXPERIMENT", "PROBE_CAP", "KERNEL_BYTES", "MOVES", "load", "compute", "claims", "eval_steps",
@@ -108,7 +108,7 @@ class Results(NamedTuple):
     #: kernel), ``kernel_velocity`` (d(Θ_t, Θ_prev)/Δt; NaN at step 0) and ``kernel_distance_relin``
     #: (the change of the linear model's kernel Θ_s since the previous evaluation point; exactly 0
     #: when θ_s did not change)
-    runs: Mapping[str, np.ndarray]
+    runs: Sweep
     n_probe: np.ndarray  #: () int, the probe images (the first training images) the kernels are on
     config: Config | None = None  #: the resolved config (set by :func:`~iterlin.experiments.run`)
 

@@ -217,8 +217,8 @@ def run(experiment: str | ExperimentConfig | Mapping, scale: str = "smoke", *, p
     JAX's persistent compilation cache is turned on first (:func:`iterlin.compilation.enable_compilation_cache`).
 
     Returns:
-      The experiment's typed results (its module's ``Results``: NumPy arrays, a sweep's history as a
-      mapping of them) with ``config``, the resolved config.
+      The experiment's typed results (its module's ``Results``: NumPy arrays, and each sweep a
+      :class:`~iterlin.experiments._common.Sweep`) with ``config``, the resolved config.
 
     Raises:
       ValueError naming the offending parameter before any compute (see :func:`resolve`).

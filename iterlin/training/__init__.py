@@ -75,7 +75,7 @@ from ._api import train, train_sweep
 from ._batching import make_batch_fn
 from ._checks import check_train_args
 from ._evaluation import DEFAULT_EVAL_BUDGET, DEFAULT_EVAL_POINTS, MAX_EVAL_POINTS, MIN_EVAL_TRAIN, default_evaluation
-from ._history import History, Metrics
+from ._history import METRIC_NAMES, History, Metrics
 from ._loop import fit
 from ._placement import STEP_RUNS_MIN_PARAMS
 from ._state import RunState, TrainState, commit_proposal, commit_step, divergence_bound, init_state
@@ -86,6 +86,7 @@ __all__ = [
     "TrainState",
     "History",
     "Metrics",
+    "METRIC_NAMES",
     "init_state",
     "commit_proposal",
     "commit_step",

@@ -6,12 +6,13 @@ A private module of :mod:`iterlin.training` (see its docstring), which exports w
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import NamedTuple
 
 import jax
 import numpy as np
 
+from ..columns import FlatColumns
 from ..relin import RelinLog
 from ._evaluation import MetricKey
 
@@ -43,7 +44,7 @@ class Metrics(NamedTuple):
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class History(Mapping):
+class History(FlatColumns):
     """What a run recorded at its E evaluation points (a sweep's R runs: leading axis R).
 
     Each model's metrics are a :class:`Metrics`: the network f(θ_t) (``net_*``) and its current
@@ -87,6 +88,17 @@ class History(Mapping):
                    net_test=metrics("net", "test"), lin_test=metrics("lin", "test"),
                    diverged=diverged, diverged_step=diverged_step, extra=extra)
 
+    @classmethod
+    def from_columns(cls, columns: Mapping[str, np.ndarray]) -> "History":
+        """The history whose flat columns (:meth:`as_dict`) are ``columns``, e.g. as a results file
+        stores them: ``diverged`` and ``diverged_step``, the re-linearisation log ``relin_<field>``
+        (:class:`iterlin.relin.RelinLog`) and the rest as :meth:`of` reads them."""
+        log = {k[len("relin_"):]: v for k, v in columns.items() if k.startswith("relin_")}
+        rest = {k: v for k, v in columns.items()
+                if not k.startswith("relin_") and k not in ("diverged", "diverged_step")}
+        history = cls.of(rest, diverged=columns["diverged"], diverged_step=columns["diverged_step"])
+        return dataclasses.replace(history, relin=RelinLog(**log)) if log else history
+
     def metrics(self, model: str, split: str) -> Metrics | None:
         """The :class:`Metrics` of ``model`` ("net" or "lin") on ``split`` ("train" or "test")."""
         return getattr(self, f"{model}_{split}")
@@ -106,23 +118,6 @@ class History(Mapping):
         if self.relin is not None:
             out.update(self.relin.as_dict())
         return out
-
-    def __getitem__(self, name: str) -> np.ndarray:
-        return self._flat[name]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._flat)
-
-    def __len__(self) -> int:
-        return len(self._flat)
-
-    @property
-    def _flat(self) -> dict[str, np.ndarray]:
-        flat = self.__dict__.get("_flat_cache")
-        if flat is None:
-            flat = self.as_dict()
-            object.__setattr__(self, "_flat_cache", flat)
-        return flat
 
 
 jax.tree_util.register_dataclass(History, data_fields=[f.name for f in dataclasses.fields(History)], meta_fields=[])

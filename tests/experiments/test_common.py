@@ -3,6 +3,7 @@ evaluation points, early stopping and the small helpers every experiment module 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import jax
@@ -10,11 +11,12 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from _toy import FakeSweep, fake_cifar, null_model, tiny_problem
+from _toy import FakeSweep, fake_cifar, fake_sweep, null_model, tiny_problem
 
+from iterlin import relin
 from iterlin.experiments import _common as C
 from iterlin.experiments import fig3, fig9, ntk, resolve
-from iterlin.training import train
+from iterlin.training import History, train
 
 # ----------------------------------------------------------------------------------------------
 # sweep(): several (K, lr) in one program = separate runs
@@ -207,13 +209,13 @@ def test_sweep_refuses_a_mismatch_of_initialisations_and_keys():
 def test_cnn_sweep_trains_every_seed_and_records_it(monkeypatch):
     captured = {}
 
-    def fake_sweep(apply_fn, params, data, **kw):
+    def recording_sweep(apply_fn, params, data, **kw):
         captured.update(params=params, **kw)
         n = len(params) * len(kw["K"])
-        return {"seed_index": np.repeat(np.arange(len(params)), len(kw["K"])), "K": np.tile(kw["K"], len(params)),
-                "n": n}
+        h = fake_sweep(list(kw["K"]) * len(params), 0.1, 6, [0.3] * n)
+        return dataclasses.replace(h, seed_index=np.repeat(np.arange(len(params)), len(kw["K"])))
 
-    monkeypatch.setattr(C, "sweep", fake_sweep)
+    monkeypatch.setattr(C, "sweep", recording_sweep)
     monkeypatch.setattr(C, "make_model", null_model)
     data = fake_cifar(40)
     config = fig3.get_config("smoke").replace(seed=7, n_seeds=3, K=(1, 5), lr=0.1, steps=6, batch_size=8, n_evals=3,
@@ -251,3 +253,66 @@ def test_merge_callbacks_runs_each_and_refuses_a_shared_key():
     clash = C.merge_callbacks(first, first)("f", "p0")
     with pytest.raises(ValueError, match=r"callbacks=.* is not allowed: two of them record \['a'\]"):
         clash(0, None)
+
+
+# ----------------------------------------------------------------------------------------------
+# Sweep: the typed runs of a sweep, and the columns a results file stores
+# ----------------------------------------------------------------------------------------------
+
+
+def test_a_sweep_is_typed_and_its_columns_are_its_fields(x64):
+    """``sweep`` returns a :class:`Sweep`: K, lr, seed_index, the per-image correctness and the
+    history as fields; as a mapping, the history's columns and the fields by name."""
+    apply_fn, params, x, y = tiny_problem(n=16)
+    s = C.sweep(apply_fn, params, (x, y), K=[1, 2, math.inf], lr=[0.1, 0.05, 0.2], steps=4, batch_size=4,
+                key=jax.random.PRNGKey(0), eval_data=(x[:6], y[:6]), eval_steps=[0, 2, 4])
+    assert isinstance(s, C.Sweep) and isinstance(s.history, History)
+    assert s.K.tolist() == [1.0, 2.0, math.inf] and s.lr.tolist() == [0.1, 0.05, 0.2]
+    assert s.seed_index.tolist() == [0, 0, 0] and s.seed is None and s.settings == {}
+    assert s.net_test_correct.shape == s.lin_test_correct.shape == (3, 6) and s.net_test_correct.dtype == bool
+    assert s.history.relin is None  # periods: no log kept (every K-th step)
+    assert s["K"] is s.K and s["net_test_acc"] is s.history.net_test.acc and s["step"] is s.history.step
+    assert set(s) == set(s.history) | {"K", "lr", "seed_index", "net_test_correct", "lin_test_correct"}
+    with pytest.raises(TypeError):
+        s["K"] = s.K  # read-only
+
+
+def test_a_policy_sweeps_settings_and_log_survive_the_columns():
+    apply_fn, params, x, y = tiny_problem(n=16)
+    s = C.sweep(apply_fn, params, (x, y), K=[relin.adaptive(0.0), relin.adaptive(0.5, min_period=2)], lr=0.1, steps=4,
+                batch_size=4, key=jax.random.PRNGKey(0), eval_steps=[0, 2, 4],
+                callback=lambda f, p0: lambda t, state: {"probe": np.zeros(np.shape(state.n_relin) + (3,))})
+    assert s.settings["policy"].tolist() == ["adaptive", "adaptive"] and s.settings["tol"].tolist() == [0.0, 0.5]
+    assert s.history.relin is not None and s.history.extra["probe"].shape == (2, 3, 3)
+    back = C.Sweep.from_columns(dict(s))  # as a results file stores it and reads it back
+    assert set(back.settings) == set(s.settings) and sorted(back) == sorted(s)
+    assert set(back.history.extra) == {"probe"}  # a callback's values keep their evaluation axis
+    for k in s:
+        np.testing.assert_array_equal(back[k], s[k], err_msg=k)
+    assert back.lr.tolist() == [0.1, 0.1] and back.net_test_correct is None
+
+
+def test_a_sweeps_columns_must_name_its_runs():
+    with pytest.raises(ValueError, match=r"columns=\['step'\] are not allowed: .*\['K', 'seed_index'\]"):
+        C.Sweep.from_columns({"step": np.arange(3)})
+
+
+def test_typed_results_read_sweeps_and_mappings_of_sweeps_back():
+    """``Experiment.typed`` makes a Sweep of a field annotated ``Sweep`` (fig3's ``runs``) or
+    ``Sweep | None`` (gn's ``gn``) and a dict of Sweeps of one annotated ``Mapping[str, Sweep]``
+    (fig5's ``histories``); a plain mapping field stays a mapping (fig7's ``match``)."""
+    from iterlin.experiments import fig5, fig7, gn, registry
+
+    cols = dict(fake_sweep([1, 4], 0.1, 8, [0.3, 0.3]))
+    r3 = registry.get("fig3").typed({"runs": cols, "n_test": np.asarray(8)}, fig3.get_config("smoke"))
+    assert isinstance(r3.runs, C.Sweep) and r3.runs.K.tolist() == [1.0, 4.0]
+    fields5 = {f: np.zeros(2) for f in fig5.Results._fields if f not in ("histories", "config")}
+    r5 = registry.get("fig5").typed({**fields5, "histories": {"8": cols, "16": cols}}, fig5.get_config("smoke"))
+    assert set(r5.histories) == {"8", "16"} and all(isinstance(v, C.Sweep) for v in r5.histories.values())
+    fields_gn = {f: np.zeros(2) for f in gn.Results._fields if f not in ("runs", "gn", "config")}
+    rg = registry.get("gn").typed({**fields_gn, "runs": cols, "gn": cols}, gn.get_config("smoke"))
+    assert isinstance(rg.gn, C.Sweep) and isinstance(rg.runs, C.Sweep)
+    fields7 = {"runs": cols, "match": {"norm": np.zeros(2)}}
+    r7 = registry.get("fig7").typed({**fields7, **{f: np.zeros(1) for f in fig7.Results._fields
+                                                    if f not in (*fields7, "config")}}, fig7.get_config("smoke"))
+    assert type(r7.match) is dict and isinstance(r7.runs, C.Sweep)

@@ -7,10 +7,11 @@ import math
 
 import numpy as np
 import pytest
-from _toy import FakeSweep, fake_cifar, fake_history, null_model
+from _toy import FakeSweep, fake_cifar, fake_sweep, null_model, with_losses
 
 from iterlin.claims import NA, UNDECIDED, pooled_runs
 from iterlin.experiments import _common, fig5, resolve, revalidate
+from iterlin.experiments._common import Sweep
 
 SCALE = "every finite K scales with data like K = 1"
 INF_WORSE = "K = ∞ (no feature learning) scales worse"
@@ -65,9 +66,8 @@ def test_compute_one_sweep_per_size_and_results(monkeypatch):
 
     def sweep(*args, **kw):  # the linear model scores half the network's accuracy
         h = fake(*args, **kw)
-        h["lin_test_acc"] = h["lin_test_acc"] * 0.5
-        h["lin_train_acc"] = h["net_train_acc"] * 0.5
-        return h
+        return Sweep.from_columns(with_losses({**h, "lin_test_acc": h["lin_test_acc"] * 0.5,
+                                               "lin_train_acc": h["net_train_acc"] * 0.5}))
 
     monkeypatch.setattr(_common, "sweep", sweep)
     monkeypatch.setattr(_common, "make_model", null_model)
@@ -137,11 +137,13 @@ def test_compute_with_heldout_images_stops_on_them(monkeypatch):
         h = FakeSweep()(*args, **kw)
         assert callable(callback)  # a held-out tracker factory
         R, E = h["net_test_acc"].shape
-        h["net_val_acc"] = np.tile([0.1, 0.9, 0.2], (R, 1))[:, :E]  # the network peaks at point 1
-        h["lin_val_acc"] = np.tile([0.1, 0.2, 0.9], (R, 1))[:, :E]  # the linear model at point 2
-        h["lin_test_acc"] = h["lin_test_acc"] * 0.5
-        h["lin_train_acc"] = h["net_train_acc"]
-        return h
+        return Sweep.from_columns(with_losses({
+            **h,
+            "net_val_acc": np.tile([0.1, 0.9, 0.2], (R, 1))[:, :E],  # the network peaks at point 1
+            "lin_val_acc": np.tile([0.1, 0.2, 0.9], (R, 1))[:, :E],  # the linear model at point 2
+            "lin_test_acc": h["lin_test_acc"] * 0.5,
+            "lin_train_acc": h["net_train_acc"],
+        }))
 
     monkeypatch.setattr(_common, "sweep", sweep)
     monkeypatch.setattr(_common, "make_model", null_model)
@@ -200,7 +202,7 @@ def _results(best, *, train=1.0, sizes=(100, 400), lr_inf=0.5, diverged=None, K=
     K, lr = list(K) * seeds, list(lr) * seeds
     S, R = best.shape
     div = np.zeros((S, R), bool) if diverged is None else np.tile(np.asarray(diverged, bool), (1, seeds))
-    histories = {str(n): fake_history(K, lr, 10, best[s], diverged=div[s]) for s, n in enumerate(sizes)}
+    histories = {str(n): fake_sweep(K, lr, 10, best[s], diverged=div[s]) for s, n in enumerate(sizes)}
     return fig5.Results(
         n_train=np.asarray(sizes), K=np.asarray(K), lr=np.asarray(lr, np.float64),
         seed_index=np.repeat(np.arange(seeds), R // seeds), n_test=np.asarray(n_test),

@@ -12,13 +12,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _toy import fake_cifar, fake_history
+from _toy import fake_cifar, fake_sweep
 
 import iterlin
 import iterlin.experiments as ex
 from iterlin.claims import HOLDS, UNDECIDED
 from iterlin.config import SCALE_NAMES, VALIDATORS
 from iterlin.experiments import fig3, registry
+from iterlin.experiments._common import Sweep
 
 PACKAGE_DIR = Path(iterlin.__file__).resolve().parent
 EXPERIMENTS_DIR = PACKAGE_DIR / "experiments"
@@ -157,7 +158,7 @@ def test_run_wires_load_compute_cache_and_config(monkeypatch, tmp_path, capsys):
 
     def compute(config, data, *, checkpoint_dir=None, progress=False):
         calls.append((config, data.x_train.shape[0], checkpoint_dir, progress))
-        return fig3.Results(runs=fake_history([1, 3], 0.05, 24, [0.3, 0.3]), n_test=np.asarray(8))
+        return fig3.Results(runs=fake_sweep([1, 3], 0.05, 24, [0.3, 0.3]), n_test=np.asarray(8))
 
     fake = ex.EXPERIMENTS["fig3"]._replace(load=lambda config: fake_cifar(config.n_train), compute=compute)
     monkeypatch.setitem(ex.EXPERIMENTS, "fig3", fake)
@@ -177,9 +178,12 @@ def test_typed_results_store_their_arrays_and_read_back():
     """``stored`` keeps every field but the config and the unset ones; ``Experiment.typed`` reads them
     back with the config, and refuses names that are not the type's fields or that it lacks."""
     exp, config = ex.get("fig3"), ex.resolve("fig3")
-    r = fig3.Results(runs={"K": np.asarray([1.0])}, n_test=np.asarray(5), config=config)
+    r = fig3.Results(runs=fake_sweep([1, 3], 0.05, 24, [0.3, 0.3]), n_test=np.asarray(5), config=config)
     assert sorted(ex.stored(r)) == ["n_test", "runs"]
-    assert exp.typed(ex.stored(r), config) == r
+    back = exp.typed({"runs": dict(r.runs), "n_test": r.n_test}, config)  # the sweep as a file's columns
+    assert isinstance(back.runs, Sweep) and back.config == config and int(back.n_test) == 5
+    assert back.runs.K.tolist() == [1.0, 3.0] and sorted(back.runs) == sorted(r.runs)
+    assert all(np.array_equal(back.runs[k], r.runs[k]) for k in r.runs)
     with pytest.raises(ValueError, match=r"unknown \['extra'\]"):
         exp.typed({**ex.stored(r), "extra": np.zeros(1)}, config)
     with pytest.raises(ValueError, match=r"missing \['n_test'\]"):
@@ -187,7 +191,7 @@ def test_typed_results_store_their_arrays_and_read_back():
 
 
 def test_claims_cell_publishes(tmp_path):
-    h = fake_history([1, 5], 0.1, 50, [0.40, 0.395])
+    h = fake_sweep([1, 5], 0.1, 50, [0.40, 0.395])
     text = ex.claims(fig3.Results(runs=h, n_test=np.asarray(100), config=ex.resolve("fig3")), directory=tmp_path)
     assert str(text).startswith("Claims of fig3 at scale 'smoke':")
     doc = json.loads((tmp_path / "fig3.json").read_text())
