@@ -10,7 +10,7 @@ shared computing helpers are in :mod:`iterlin.experiments._common`, shared plott
 :mod:`iterlin.plotting`.
 """
 
-from ._common import Experiment, stored
+from ._common import Experiment, Sweep, stored
 from .registry import (
     EXPERIMENTS,
     claims,
@@ -26,4 +26,4 @@ from .registry import (
 )
 
 __all__ = ["Experiment", "EXPERIMENTS", "claims", "data_fingerprint", "get", "names", "notebook_parameters",
-           "resolve", "resolve_notebook", "revalidate", "run", "scales_table", "stored"]
+           "resolve", "resolve_notebook", "revalidate", "run", "scales_table", "stored", "Sweep"]

@@ -175,8 +175,8 @@ class Experiment(NamedTuple):
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Sweep(FlatColumns):
-    """R runs trained side by side (:func:`sweep`, and the figures' own sweeps): every seed ×
-    setting, seed-major, each evaluated at the same E steps.
+    """R runs trained side by side (the experiments' sweeps: ``iterlin.experiments._common.sweep``
+    and the figures' own): every seed × setting, seed-major, each evaluated at the same E steps.
 
     Also a read-only mapping from flat names to arrays: the history's columns (``net_test_acc``
     (R, E), ``step`` (E,), ``diverged`` (R,), …: :class:`iterlin.training.History`), the fields

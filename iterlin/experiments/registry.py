@@ -218,7 +218,7 @@ def run(experiment: str | ExperimentConfig | Mapping, scale: str = "smoke", *, p
 
     Returns:
       The experiment's typed results (its module's ``Results``: NumPy arrays, and each sweep a
-      :class:`~iterlin.experiments._common.Sweep`) with ``config``, the resolved config.
+      :class:`~iterlin.experiments.Sweep`) with ``config``, the resolved config.
 
     Raises:
       ValueError naming the offending parameter before any compute (see :func:`resolve`).
