@@ -184,15 +184,15 @@ class Sweep(FlatColumns):
     :meth:`from_columns` reads back.
     """
 
-    history: History  #: what each run recorded at the evaluation points ((R, E) arrays)
-    K: np.ndarray  #: (R,) float64, each run's period (∞: never re-linearised; a policy's cap)
-    seed_index: np.ndarray  #: (R,) int, the position of the run's seed (its θ_0 and batches)
-    lr: np.ndarray | None = None  #: (R,) float64, the learning rate (None: Gauss–Newton, no rate)
-    seed: np.ndarray | None = None  #: (R,) int, the seed itself
-    net_test_correct: np.ndarray | None = None  #: (R, n_test) bool: the final network classifies test image n
-    lin_test_correct: np.ndarray | None = None  #: (R, n_test) bool: the same for the final linear model
-    #: the other per-run values, (R,) each: a policy's kind (``policy``) and hyperparameters
-    #: (:func:`iterlin.relin.adaptive`'s ``tol``, …), Gauss–Newton's ``damping``
+    history: History  #: what each run recorded at the evaluation points, (R, E) arrays
+    K: np.ndarray  #: each run's period, (R,) float64 (∞ for never; a policy's cap)
+    seed_index: np.ndarray  #: the position of each run's seed (its θ_0 and batches), (R,) int
+    lr: np.ndarray | None = None  #: each run's learning rate, (R,) float64 (None for Gauss–Newton, which has none)
+    seed: np.ndarray | None = None  #: each run's seed, (R,) int
+    net_test_correct: np.ndarray | None = None  #: whether the final network classifies each test image, (R, n_test) bool
+    lin_test_correct: np.ndarray | None = None  #: the same for the final linear model
+    #: the other per-run values, (R,) each, such as a policy's kind (``policy``) and hyperparameters
+    #: (``tol`` of :func:`iterlin.relin.adaptive`, …) or Gauss–Newton's ``damping``
     settings: Mapping[str, np.ndarray] = dataclasses.field(default_factory=dict)
 
     @classmethod
