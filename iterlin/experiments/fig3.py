@@ -68,6 +68,13 @@ SCALES = {
     # gpu: the cpu setting (the one this project measured to stay under the bound) with 24 seeds, so
     # that the interval of Δ can decide the ±1 point question (with 8 seeds, 60 s of one H100, it was
     # [-1.4, +0.2]: too wide; η·λ_max/2 reached 0.48 in one seed, 0.25-0.35 in the others).
+    # A pilot for the next device run (seeds 0 and 1 on the 2-core CPU, 86 min, 2026-11-28): lr 0.00125,
+    # T = 2,560, K = [1, 256], the same progress lr·T = 3.2 and 10 re-linearisations. λ_max followed
+    # the progress lr·t, not the step: at equal lr·t it was 0.86-1.11 times lr 0.002's (both K, 11
+    # points a run), so η·λ_max/2 fell by the rates' ratio, 0.62 (at the end 0.20-0.22 along K = 1,
+    # 0.15-0.20 along K = 256), at the same accuracy (final test accuracy within a point). So the
+    # 24-seed maximum 0.48 would be about 0.30, under the third the stability rows ask, at 1.6 times
+    # this scale's device time.
     "gpu": dict(STABLE, n_seeds=24, n_evals=40),
     # paper: K = 5e6 (the paper); lr and T ours: lr 1e-4 as Fig. 2's mini-batch runs, T = 12 K
     # so that the large-K run makes 12 feature updates (Sec. 4.1: 8-12 suffice).
