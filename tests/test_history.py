@@ -134,5 +134,8 @@ def test_from_columns_reads_a_results_files_columns_back_into_the_same_history()
         assert back.extra == h.extra and back.net_train.acc is h.net_train.acc
         _columns_are_fields(back)
     assert History.from_columns(dict(sweep)).relin.gap is sweep.relin.gap
+    # every column but the callback's is one every history names alike
+    assert [k for k in run if not History.is_named_column(k)] == []
+    assert [k for k in sweep if not History.is_named_column(k)] == ["theta_s_step"]
     no_log = {k: v for k, v in run.items() if not k.startswith("relin_")}
     assert History.from_columns(no_log).relin is None

@@ -42,7 +42,7 @@ from ..linearise import linearised_apply
 from ..models import make_model
 from ..relin import RelinPolicy
 from ..stability import sharpness_recorder
-from ..training import METRIC_NAMES, History, train_sweep
+from ..training import History, train_sweep
 from ..tree import tree_stack
 from ..validate import check_seed
 
@@ -205,9 +205,8 @@ class Sweep(FlatColumns):
         missing = [k for k in ("K", "seed_index") if k not in columns]
         if missing:
             raise ValueError(f"columns={sorted(columns)} are not allowed: a sweep's columns include {missing}")
-        known = set(METRIC_NAMES) | {"step", "n_relin", "diverged", "diverged_step"}
         settings = {k: v for k, v in columns.items()
-                    if k not in names and k not in known and not k.startswith("relin_") and np.ndim(v) == 1}
+                    if k not in names and not History.is_named_column(k) and np.ndim(v) == 1}
         rest = {k: v for k, v in columns.items() if k not in names and k not in settings}
         return cls(history=History.from_columns(rest), settings=settings,
                    **{k: columns[k] for k in names if k in columns})

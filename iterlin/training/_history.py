@@ -29,6 +29,13 @@ SPLITS = ("train", "test")
 #: the vocabulary of a history's (and its checkpoint's) evaluation columns.
 METRIC_NAMES = {k.name: k for k in (MetricKey(m, s, q) for s in SPLITS for m in MODELS for q in ("loss", "acc", "rmse"))}
 
+#: A history's columns besides its evaluations and its log, each named as its field: the counters at
+#: the evaluation points, then the per-run divergence record.
+_COUNTERS = ("step", "n_relin")
+_DIVERGENCE = ("diverged", "diverged_step")
+#: The prefix of the re-linearisation log's columns (:meth:`iterlin.relin.RelinLog.as_dict`).
+_LOG_PREFIX = "relin_"
+
 
 class Metrics(NamedTuple):
     """One model's metrics on one split at the evaluation points: (E,) for a run, (R, E) for a sweep.
@@ -77,7 +84,7 @@ class History(FlatColumns):
         """The history of the columns recorded at the evaluation points: ``step``, ``n_relin``, the
         evaluations (``<model>_<split>_<metric>``) and the callback's values (every other name)."""
         evaluations = {METRIC_NAMES[k]: v for k, v in columns.items() if k in METRIC_NAMES}
-        extra = {k: v for k, v in columns.items() if k not in METRIC_NAMES and k not in ("step", "n_relin")}
+        extra = {k: v for k, v in columns.items() if k not in METRIC_NAMES and k not in _COUNTERS}
 
         def metrics(model: str, split: str) -> Metrics | None:
             got = {k.metric: v for k, v in evaluations.items() if (k.model, k.split) == (model, split)}
@@ -93,11 +100,17 @@ class History(FlatColumns):
         """The history whose flat columns (:meth:`as_dict`) are ``columns``, e.g. as a results file
         stores them: ``diverged`` and ``diverged_step``, the re-linearisation log ``relin_<field>``
         (:class:`iterlin.relin.RelinLog`) and the rest as :meth:`of` reads them."""
-        log = {k[len("relin_"):]: v for k, v in columns.items() if k.startswith("relin_")}
-        rest = {k: v for k, v in columns.items()
-                if not k.startswith("relin_") and k not in ("diverged", "diverged_step")}
+        log = {k[len(_LOG_PREFIX):]: v for k, v in columns.items() if k.startswith(_LOG_PREFIX)}
+        rest = {k: v for k, v in columns.items() if not k.startswith(_LOG_PREFIX) and k not in _DIVERGENCE}
         history = cls.of(rest, diverged=columns["diverged"], diverged_step=columns["diverged_step"])
         return dataclasses.replace(history, relin=RelinLog(**log)) if log else history
+
+    @staticmethod
+    def is_named_column(name: str) -> bool:
+        """Whether ``name`` is one of the columns every history names the same way (an evaluation,
+        ``step``, ``n_relin``, ``diverged``, ``diverged_step`` or ``relin_<field>``); a callback's
+        names are the caller's."""
+        return name in METRIC_NAMES or name in _COUNTERS or name in _DIVERGENCE or name.startswith(_LOG_PREFIX)
 
     def metrics(self, model: str, split: str) -> Metrics | None:
         """The :class:`Metrics` of ``model`` ("net" or "lin") on ``split`` ("train" or "test")."""
@@ -112,9 +125,9 @@ class History(FlatColumns):
                 if m is not None:
                     out.update({MetricKey(model, split, name).name: v
                                 for name, v in m._asdict().items() if v is not None})
-        out["step"], out["n_relin"] = self.step, self.n_relin
+        out.update({k: getattr(self, k) for k in _COUNTERS})
         out.update(self.extra)
-        out["diverged"], out["diverged_step"] = self.diverged, self.diverged_step
+        out.update({k: getattr(self, k) for k in _DIVERGENCE})
         if self.relin is not None:
             out.update(self.relin.as_dict())
         return out
