@@ -82,6 +82,12 @@ SCALES = {
     ),
     # gpu: the cpu setting with 8 seeds and K = 10 and ∞ beside. MEASURED: 196 s of one H100 (JAX
     # 0.11.2, beside two other runs; results/fig2, commit 9adf822).
+    # Its η·λ_max/2 reached 0.57 (full batch, K = 10, seed 7) and 0.50 (mini-batch, K = 10, seed 4),
+    # over the third the stability rows ask. Two CPU pilots in Fig. 3's setting (this mini-batch
+    # panel's with augmentation; see Fig. 3's and the K sweep's scales) found λ_max following the
+    # progress lr·t, so that η·λ_max/2 falls with the rate at the same accuracy: halving it (lr 0.001,
+    # T and every K doubled) would put these maxima near 0.29 and 0.25, at twice the device time.
+    # Neither panel of this figure was piloted.
     "gpu": dict(
         K=[1, 10, 100, INF], lr=0.002, steps=1000, factor=1, batch_size=100, n_train=1000, n_train_full=250,
         n_test=None, seed=0, n_seeds=8, n_evals=20, n_eval_train=None, n_sharpness=250, sharpness_iters=30,

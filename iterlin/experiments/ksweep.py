@@ -95,6 +95,14 @@ SCALES = {
     # gpu: the cpu scale's stable setting with the full grid up to T (and so the K ≥ T check) and
     # 8 seeds (t(7) = 2.36 against t(2) = 4.30): 8 K × 8 seeds = 64 runs. Measured: 113 s of one
     # H100 (JAX 0.11.2).
+    # Its η·λ_max/2 reached 0.56 (seed 4, K = 16, at the last step; 0.48 along seed 4's K = 1), over
+    # the third the stability rows ask. A pilot for the next device run (seed 4 on the 2-core CPU,
+    # 29 min, 2026-11-28): lr 0.001, T = 3,200 (the same progress lr·T = 3.2), K = [1, 32]. λ_max
+    # followed the progress lr·t, as in fig3's pilot: at equal lr·t 0.98-1.12 times lr 0.002's
+    # (median 1.04, 20 points), so η·λ_max/2 halved, to 0.27 along K = 1 and 0.28 along K = 32
+    # (against 0.56 along K = 16 and 0.55 along K = 40), at the same accuracy (final test accuracy
+    # 38.6 and 38.3 % against 38.7 and 38.9 %). So this grid with every K and T doubled at lr 0.001
+    # would stay under the third, at twice this scale's device time.
     "gpu": dict(STABLE, K=[1, 16, 40, 80, 160, 400, 1600, INF], n_seeds=8, n_evals=20),
     # paper: all of CIFAR-10, lr 1e-4 (the paper's mini-batch rate of Fig. 2), T = 1e6 steps of 256
     # (our choice: the paper states no T for such a sweep) and the grid up to 1e6 ≥ T. An ESTIMATE
