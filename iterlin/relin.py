@@ -559,9 +559,18 @@ class RelinLog(NamedTuple):
     loss: np.ndarray | None = None
     reason: np.ndarray | None = None
 
+    #: The prefix of the log's columns in a history or a result file (:meth:`as_dict`).
+    PREFIX = "relin_"
+
     def as_dict(self) -> dict:
         """``{"relin_<field>": array}`` for the fields logged: a result file's columns."""
-        return {f"relin_{k}": v for k, v in self._asdict().items() if v is not None}
+        return {f"{self.PREFIX}{k}": v for k, v in self._asdict().items() if v is not None}
+
+    @classmethod
+    def from_columns(cls, columns) -> "RelinLog | None":
+        """The log whose columns (:meth:`as_dict`) are among ``columns`` (None: there are none)."""
+        log = {k[len(cls.PREFIX):]: v for k, v in columns.items() if k.startswith(cls.PREFIX)}
+        return cls(**log) if log else None
 
 
 #: Padding of a sweep's per-run logs (the runs re-linearise different numbers of times).

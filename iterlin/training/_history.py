@@ -33,8 +33,6 @@ METRIC_NAMES = {k.name: k for k in (MetricKey(m, s, q) for s in SPLITS for m in 
 #: the evaluation points, then the per-run divergence record.
 _COUNTERS = ("step", "n_relin")
 _DIVERGENCE = ("diverged", "diverged_step")
-#: The prefix of the re-linearisation log's columns (:meth:`iterlin.relin.RelinLog.as_dict`).
-_LOG_PREFIX = "relin_"
 
 
 class Metrics(NamedTuple):
@@ -100,17 +98,17 @@ class History(FlatColumns):
         """The history whose flat columns (:meth:`as_dict`) are ``columns``, e.g. as a results file
         stores them: ``diverged`` and ``diverged_step``, the re-linearisation log ``relin_<field>``
         (:class:`iterlin.relin.RelinLog`) and the rest as :meth:`of` reads them."""
-        log = {k[len(_LOG_PREFIX):]: v for k, v in columns.items() if k.startswith(_LOG_PREFIX)}
-        rest = {k: v for k, v in columns.items() if not k.startswith(_LOG_PREFIX) and k not in _DIVERGENCE}
+        log = RelinLog.from_columns(columns)
+        rest = {k: v for k, v in columns.items() if not k.startswith(RelinLog.PREFIX) and k not in _DIVERGENCE}
         history = cls.of(rest, diverged=columns["diverged"], diverged_step=columns["diverged_step"])
-        return dataclasses.replace(history, relin=RelinLog(**log)) if log else history
+        return history if log is None else dataclasses.replace(history, relin=log)
 
     @staticmethod
     def is_named_column(name: str) -> bool:
         """Whether ``name`` is one of the columns every history names the same way (an evaluation,
         ``step``, ``n_relin``, ``diverged``, ``diverged_step`` or ``relin_<field>``); a callback's
         names are the caller's."""
-        return name in METRIC_NAMES or name in _COUNTERS or name in _DIVERGENCE or name.startswith(_LOG_PREFIX)
+        return name in METRIC_NAMES or name in _COUNTERS or name in _DIVERGENCE or name.startswith(RelinLog.PREFIX)
 
     def metrics(self, model: str, split: str) -> Metrics | None:
         """The :class:`Metrics` of ``model`` ("net" or "lin") on ``split`` ("train" or "test")."""
