@@ -144,8 +144,8 @@ ref = reference.show("limit", limit.plot, table=False)
 # $K = \infty$, $-0.054$ for $R = 8$) differ by $[-0.005, +0.012]$: *undecided*. GN (22.0 %) is 0.6
 # points above $\tau = T/8$ ($[-1.4, +0.2]$) and damped GN 0.6 points below GN ($[-1.5, +0.3]$): both
 # *undecided*, each pointing against the paper's direction; the four seeds beyond sixteen moved both
-# differences towards zero (from $-0.8$). With its first eight seeds alone the
-# $K = \infty$ row was *undecided* ($R = 2$: $[-3.5, +0.3]$). The earlier `cpu` run (three seeds, commit 43cb5cc) decided nothing.
+# differences towards zero (from $-0.8$). With its first eight seeds alone (the run of commit
+# 1ddf3e1) the $K = \infty$ row was *undecided* ($R = 2$: $[-3.5, +0.3]$). The earlier `cpu` run (three seeds, commit 43cb5cc) decided nothing.
 # The *long grid* continues $R$ to 128 at $N = 64$ for seeds 0–5 (`n_long`, `long_R`, `n_long_seeds`;
 # 255 re-linearisations a seed, 2.5–4 s each here). Against $R = 128$ (18.8 %) the flow has converged
 # in $\tau$ well before: $R = 16$, 32 and 64 are on par ($\Delta$ +0.1, +0.1 and −0.3, each inside
