@@ -111,7 +111,7 @@ __all__ = [
     "seed_rmse", "diverged_K", "bridge_curves", "gn_damping", "seed_difference", "decide", "interval",
     "damping_pairs", "SMALL_K", "SMALL_TOL", "SOLVED", "GN_TOL", "PAIR_TOL", "SHIFT",
     "literal_plan", "literal_runs", "LITERAL_RATES", "LITERAL_STEPS", "SHARPNESS_ITERS", "LITERAL_TOL",
-    "literal_difference", "LITERAL", "LITERAL_BOUND", "plot_literal", "plot_stability_bound", "plot",
+    "literal_difference", "literal_stable", "LITERAL", "LITERAL_BOUND", "plot_literal", "plot_stability_bound", "plot",
 ]
 
 INF = math.inf
@@ -568,11 +568,22 @@ LITERAL = "literal GD at large K ≈ its closed form (the small-lr limit) where 
 LITERAL_BOUND = "literal GD diverges only above the stability bound lr > 2/λ_max(G(θ_s))"
 
 
+def literal_stable(lit: Mapping) -> np.ndarray:
+    """(NR, NL, S) bool: the literal runs of :attr:`Results.literal` that stand for the small-lr limit: not
+    diverged, with a finite final test RMSE, and ending at a rate at or under the stability bound
+    2/λ_max(G(θ_s)) of their last linearisation (a run above it was blowing up, by |1 − lr·λ_max| per
+    step, when it ended)."""
+    rates = np.asarray(lit["lr"], np.float64)[:, None, None]
+    last = np.asarray(lit["bound"], np.float64)[..., -1]
+    net = np.asarray(lit["net_test_rmse"], np.float64)
+    return ~np.asarray(lit["diverged"], bool) & (rates <= last) & np.isfinite(net)
+
+
 def literal_difference(lit: Mapping, r: int, j: int) -> Difference:
     """Δ = literal − closed-form final test RMSE of rate r and period j (:attr:`Results.literal`), paired by
-    seed over the seeds where the literal run stayed finite (:func:`seed_difference`)."""
+    seed over the seeds whose literal run was stable (:func:`literal_stable`, :func:`seed_difference`)."""
     a = np.asarray(lit["flow_net_test_rmse"], np.float64)[r, j]
-    b = np.where(np.asarray(lit["diverged"], bool)[r, j], np.nan, np.asarray(lit["net_test_rmse"], np.float64)[r, j])
+    b = np.where(literal_stable(lit)[r, j], np.asarray(lit["net_test_rmse"], np.float64)[r, j], np.nan)
     return seed_difference(a, b)
 
 
@@ -592,29 +603,32 @@ def _literal_rows(lit: Mapping | None) -> list[Claim]:
     div = np.asarray(lit["diverged"], bool)
     flow = np.asarray(lit["flow_net_test_rmse"], np.float64)
     net = np.asarray(lit["net_test_rmse"], np.float64)
+    stable = literal_stable(lit)
     S = div.shape[-1]
     parts, verdicts = [], []
     for r, rate in enumerate(rates):
         for j, K in enumerate(Ks):
             name = f"lr={rate:g} K={fmt_K(K)}"
-            n_div = int(div[r, j].sum())
-            if n_div == S:
-                parts.append(f"{name}: all {S} diverged")
+            n_div, n_unstable = int(div[r, j].sum()), int((~div[r, j] & ~stable[r, j]).sum())
+            left_out = ", ".join([f"{n_div}/{S} diverged"] * bool(n_div)
+                                 + [f"{n_unstable}/{S} ended above their bound"] * bool(n_unstable))
+            kept = stable[r, j] & np.isfinite(flow[r, j])
+            if not kept.any():
+                parts.append(f"{name}: no stable run ({left_out})")
                 continue
             d = literal_difference(lit, r, j)
-            tol = LITERAL_TOL * float(np.nanmean(flow[r, j]))
+            tol = LITERAL_TOL * float(flow[r, j][kept].mean())
             verdicts.append(decide(d, on_par, tol))
-            with np.errstate(invalid="ignore"):
-                parts.append(f"{name}: {num(np.nanmean(np.where(div[r, j], np.nan, net[r, j])), 3)} vs "
-                             f"{num(np.nanmean(flow[r, j]), 3)}, {interval(d)}"
-                             + (f" ({n_div}/{S} diverged, left out)" if n_div else ""))
+            parts.append(f"{name}: {num(net[r, j][kept].mean(), 3)} vs {num(flow[r, j][kept].mean(), 3)}, "
+                         f"{interval(d)}" + (f" ({left_out}, left out)" if left_out else ""))
     rows = [Claim(
-        LITERAL, paper, "literal vs closed form, final test RMSE: " + "; ".join(parts),
+        LITERAL, paper, "literal vs closed form, final test RMSE over the stable seeds: " + "; ".join(parts),
         _all(verdicts) if verdicts else verdict(None),
-        f"for every rate and K with a finite seed: the 95 % t interval over the finite seeds of Δ = literal − closed "
-        f"form (the same τ = K·lr/N and number of linearisations, paired by seed) inside ±{LITERAL_TOL:.0%} of the "
-        "closed form's mean (the flow's O(lr) discretisation error); 'no' when one lies wholly outside; else "
-        "undecided (always with one seed); n/a when every run diverged",
+        f"for every rate and K with a stable seed (not diverged, ending at a rate at or under 2/λ_max of its last "
+        f"linearisation): the 95 % t interval over those seeds of Δ = literal − closed form (the same τ = K·lr/N and "
+        f"number of linearisations, paired by seed) inside ±{LITERAL_TOL:.0%} of the closed form's mean over them "
+        "(the flow's O(lr) discretisation error); 'no' when one lies wholly outside; else undecided (always with one "
+        "seed); n/a when no run is stable",
     )]
     bound = np.asarray(lit["bound"], np.float64)  # (NR, NL, S, E)
     last = bound[..., -1]

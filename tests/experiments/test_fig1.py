@@ -13,6 +13,7 @@ from iterlin.experiments import claims, fig1, resolve, run
 from iterlin.experiments.fig1 import (
     bridge_curves,
     diverged_K,
+    literal_stable,
     plot_literal,
     plot_stability_bound,
     seed_rmse,
@@ -453,8 +454,20 @@ def test_literal_claim_rows():
     # default: the literal runs on their closed form where stable, the diverged ones below their bound
     rows = _rows(_results())
     assert rows[LITERAL].holds == "yes" and rows[LITERAL_BOUND].holds == "yes"
-    assert "lr=0.02 K=10: all 4 diverged" in rows[LITERAL].measured
+    assert "lr=0.02 K=10: no stable run (4/4 diverged)" in rows[LITERAL].measured
     assert "lr=0.02 K=10: 4/4 diverged (steps 1500–1500)" in rows[LITERAL_BOUND].measured
+    # a finite run that ended above its bound (blowing up: a huge test RMSE) is not evidence: left out, and
+    # the means shown are over the seeds kept
+    blowing = _literal()
+    blowing["bound"][0, 1, 0, -1] = 0.01  # rate 0.02 at K = 100, seed 0: above its last bound
+    blowing["net_test_rmse"][0, 1, 0] = 1e85
+    row = _rows(_results(literal=blowing))[LITERAL]
+    assert row.holds == "yes" and "lr=0.02 K=100: 0.499 vs 0.500" in row.measured, row.measured
+    assert "(1/4 ended above their bound, left out)" in row.measured
+    assert literal_stable(blowing)[0, 1].tolist() == [False, True, True, True]
+    # the same seed counted, as before: its 1e85 makes the interval unbounded, so the row could not decide
+    blowing["bound"][0, 1, 0, -1] = 0.5
+    assert _rows(_results(literal=blowing))[LITERAL].holds == UNDECIDED
     # a systematic 20 % offset against the closed form: no
     assert _holds(_results(literal=_literal(offset=0.1)))[LITERAL] == "no"
     # a seed-to-seed spread wider than the tolerance (±0.025): undecided
