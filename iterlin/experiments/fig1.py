@@ -149,7 +149,8 @@ SCALES = {
     # seed-to-seed spread: 45 s of CPU time per seed and 45 s fixed (measured at 3 seeds), so about
     # 15 minutes of a 2-core CPU. Ten seeds (251 s) left the damping row undecided: λ = 0.1 against
     # K = 10⁴ differed by +0.139 [+0.035, +0.244], just inside the ±25 % (0.036) of a decision, and
-    # λ = 0.01 against K = 10⁵ by −0.077 [−0.280, +0.126].
+    # λ = 0.01 against K = 10⁵ by −0.077 [−0.280, +0.126]. Forty (3,169 s beside two other jobs) still
+    # leave it undecided, with λ = 0.1 now on K = 10⁴ (notebooks/fig1.py).
     "cpu": dict(
         K=[1, 3, 10, 30, 100, 300, 1000, 3000, 10**4, 10**5, 10**6, 10**7, 10**8, 10**9, INF], lr=0.02,
         steps=10_000, n_relin=500, max_relin=1000, damping=[0.01, 0.1, 1.0, 10.0], gn_steps=500, seed=0,
