@@ -87,7 +87,11 @@ SCALES = {
     # panel's with augmentation; see Fig. 3's and the K sweep's scales) found λ_max following the
     # progress lr·t, so that η·λ_max/2 falls with the rate at the same accuracy: halving it (lr 0.001,
     # T and every K doubled) would put these maxima near 0.29 and 0.25, at twice the device time.
-    # Neither panel of this figure was piloted.
+    # Piloted for both panels (this CPU, 2026-11-28, 4,906 s beside two other jobs): seed 7 at lr 0.001,
+    # T = 2,000, K = [1, 20]. λ_max at equal lr·t was 0.93-1.07 times lr 0.002's (40 points, median
+    # 1.00, 36 within 5 %), so η·λ_max/2 halved: full batch 0.56 → 0.28 (K = 1) and 0.57 → 0.29
+    # (K = 10 → 20), mini-batch 0.31 → 0.15 and 0.33 → 0.16; final test accuracy 27.8 → 27.6 and
+    # 28.1 → 27.8 % (full), 36.3 → 35.9 and 36.3 → 35.5 % (mini-batch), one seed.
     "gpu": dict(
         K=[1, 10, 100, INF], lr=0.002, steps=1000, factor=1, batch_size=100, n_train=1000, n_train_full=250,
         n_test=None, seed=0, n_seeds=8, n_evals=20, n_eval_train=None, n_sharpness=250, sharpness_iters=30,
