@@ -34,14 +34,14 @@ def _float(text: str) -> float:
     return float(text.replace("−", "-"))
 
 
+def _intervals(text: str) -> list[tuple[str, tuple[float, float], str]]:
+    """Every bracketed pair of decimals in ``text``: (text, (lower, upper), the upper bound as written)."""
+    return [(m.group(0), (_float(m.group(1)), _float(m.group(2))), m.group(2)) for m in INTERVAL.finditer(text)]
+
+
 def quoted_intervals(block: str) -> list[tuple[str, tuple[float, float]]]:
     """The intervals ``block`` quotes, as (text, (lower, upper)), in the claims' format (module docstring)."""
-    out = []
-    for m in INTERVAL.finditer(block):
-        upper = m.group(2)
-        if upper[0] in "+-−" or _float(upper) <= 0:
-            out.append((m.group(0), (_float(m.group(1)), _float(upper))))
-    return out
+    return [(text, value) for text, value, upper in _intervals(block) if upper[0] in "+-−" or value[1] <= 0]
 
 
 def blocks(markdown: str) -> list[str]:
@@ -82,20 +82,16 @@ def unmatched(markdown: str, measured: set[tuple[float, float]], reference_commi
     return out
 
 
-def _reference_runs() -> dict[str, tuple[set, str]]:
-    """Per reference run: the intervals its claims print, and its commit."""
+@pytest.fixture(scope="module")
+def reference_runs() -> dict[str, tuple[set, str]]:
+    """Per reference run: the intervals its claims print (``claims.json``'s rows), and its commit."""
     runs = {}
     for claims in sorted((ROOT / "results").glob("*/claims.json")):
-        doc = json.loads(claims.read_text())
-        rows = doc if isinstance(doc, list) else doc["rows"]
-        measured = {value for row in rows for _, value in _all_intervals(str(row.get("measured", "")))}
+        rows = json.loads(claims.read_text())["rows"]
+        measured = {value for row in rows for _, value, _ in _intervals(row["measured"])}
         commit = json.loads((claims.parent / "provenance.json").read_text())["iterlin_commit"]
         runs[claims.parent.name] = (measured, commit)
     return runs
-
-
-def _all_intervals(text: str) -> list[tuple[str, tuple[float, float]]]:
-    return [(m.group(0), (_float(m.group(1)), _float(m.group(2)))) for m in INTERVAL.finditer(text)]
 
 
 def _pages() -> list[Path]:
@@ -121,8 +117,8 @@ def test_notebook_markdown_reads_the_markdown_cells_only():
 
 
 @pytest.mark.parametrize("page", _pages(), ids=lambda p: f"{p.parent.name}/{p.name}")
-def test_every_interval_the_prose_quotes_was_measured_by_a_reference_run(page):
-    runs = _reference_runs()
+def test_every_interval_the_prose_quotes_was_measured_by_a_reference_run(page, reference_runs):
+    runs = reference_runs
     measured = set().union(*(m for m, _ in runs.values()))
     name = page.stem
     # a notebook's page: its own reference run's commit; a page of the book: any reference run's
