@@ -221,16 +221,23 @@ class Sweep(FlatColumns):
 
 
 def _typed_field(hint: Any, value: Any) -> Any:
-    """A results file's mapping ``value`` of a field annotated ``hint`` as that type: a
-    :class:`Sweep` (``Sweep`` or ``Sweep | None``), or a mapping of them (``Mapping[str, Sweep]``)."""
-    if not isinstance(value, Mapping) or isinstance(value, Sweep):
+    """A results file's mapping ``value`` of a field annotated ``hint`` as that type: a record of
+    columns (a :class:`~iterlin.columns.FlatColumns` type such as :class:`Sweep` or a
+    :class:`~iterlin.columns.Record`, alone or ``| None``), or a mapping of them
+    (``Mapping[str, Sweep]``), read by its ``from_columns``."""
+    if not isinstance(value, Mapping) or isinstance(value, FlatColumns):
         return value
     args = typing.get_args(hint)
-    if typing.get_origin(hint) in (collections.abc.Mapping, dict) and args[-1] is Sweep:
-        return {k: Sweep.from_columns(v) for k, v in value.items()}
-    if hint is Sweep or Sweep in args:
-        return Sweep.from_columns(value)
+    if typing.get_origin(hint) in (collections.abc.Mapping, dict) and _is_record(args[-1]):
+        return {k: args[-1].from_columns(v) for k, v in value.items()}
+    for t in (hint, *args):
+        if _is_record(t):
+            return t.from_columns(value)
     return value
+
+
+def _is_record(hint: Any) -> bool:
+    return isinstance(hint, type) and issubclass(hint, FlatColumns)
 
 
 def stored(results: Any) -> dict[str, Any]:

@@ -32,6 +32,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from ..claims import NA, UNDECIDED, UNSTABLE, Claim, beyond, divergence_claim, fmt_K, only_k1_rows, sharpness_claim
+from ..columns import Record
 from ..config import resolve
 from ..data import Dataset
 from ..failures import unstable_among
@@ -62,7 +63,8 @@ from ._common import (
 )
 
 __all__ = [
-    "Results", "SCALES", "EXPERIMENT", "SLOWER", "load", "compute", "claims", "filter_match", "match_marks",
+    "Results", "FilterMatch", "MatchMarks", "SCALES", "EXPERIMENT", "SLOWER", "load", "compute", "claims",
+    "filter_match", "match_marks",
     "match_report", "filter_grid", "plot",
 ]
 
@@ -96,13 +98,26 @@ SCALES = {
 }
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
+class FilterMatch(Record):
+    """How far the large-K filters moved against K = 1's trajectory (:func:`filter_match`): R runs,
+    E evaluation points, S seeds."""
+
+    norm: np.ndarray  #: (R, E) ‖ΔW_t‖ of each run
+    ratio: np.ndarray  #: (S,) ‖ΔW_T^{large}‖ / ‖ΔW_T^{K=1}‖
+    fraction: np.ndarray  #: (S,) the fraction of training at which K = 1 reaches the large K's final size
+    cosine: np.ndarray  #: (S,) cos(ΔW_T^{large}, ΔW_t^{K=1}) there
+    match_step: np.ndarray  #: (S,) that evaluation point's step
+    K_large: np.ndarray  #: () the period compared with K = 1
+
+
 class Results(NamedTuple):
     """fig7's results (:func:`compute`)."""
 
     #: the sweep history (every seed × K, seed-major: R = S·len(K) runs) with ``filters_delta``
     #: (R, E, 5, 5, 3, 50) and the sharpness record ``sharpness`` and ``lr_over_bound`` (R, E)
     runs: Sweep
-    match: Mapping[str, np.ndarray]  #: :func:`filter_match` of ``runs``
+    match: FilterMatch  #: :func:`filter_match` of ``runs``
     config: Config | None = None  #: the resolved config (set by :func:`~iterlin.experiments.run`)
 
 
@@ -141,7 +156,7 @@ def _reach(curve: np.ndarray, target: float, steps: np.ndarray) -> tuple[float, 
     return math.nan, len(steps) - 1
 
 
-def filter_match(history: Mapping) -> dict:
+def filter_match(history: Mapping) -> FilterMatch:
     """How far the large-K filters moved, measured against K = 1's trajectory, seed by seed (Fig. 7).
 
     With ΔW_t = W_t − W_0 (all first-layer filters) and ‖·‖ the Frobenius norm, for each seed s
@@ -156,7 +171,7 @@ def filter_match(history: Mapping) -> dict:
       fraction (the last if never): do the filters there also point the same way ("look like"
       them), not only have the same size? ``match_step`` (S,): that evaluation point's step.
 
-    Returns a dict of NumPy values, ``K_large`` the period compared with K = 1.
+    Returns these as a :class:`FilterMatch`, ``K_large`` the period compared with K = 1.
     """
     d = np.asarray(history["filters_delta"], np.float64)  # (R, E, h, w, c, n)
     steps = np.asarray(history["step"], np.float64)
@@ -174,8 +189,8 @@ def filter_match(history: Mapping) -> dict:
         den = np.linalg.norm(u) * np.linalg.norm(v)
         cosine.append(float(u @ v / den) if den > 0 else math.nan)
         match_step.append(steps[e])
-    return {"norm": norm, "ratio": np.asarray(ratio), "fraction": np.asarray(frac), "cosine": np.asarray(cosine),
-            "match_step": np.asarray(match_step), "K_large": np.asarray(float(K.max()))}
+    return FilterMatch(norm=norm, ratio=np.asarray(ratio), fraction=np.asarray(frac), cosine=np.asarray(cosine),
+                       match_step=np.asarray(match_step), K_large=np.asarray(float(K.max())))
 
 
 def _interval_text(values, fmt) -> tuple[str, str]:
@@ -194,9 +209,9 @@ def claims(results: Results) -> list[Claim]:
         return rows
     Kj = float(np.asarray(h["K"], np.float64).max())
     config = results.config
-    ratio = np.atleast_1d(np.asarray(m["ratio"], np.float64))
-    frac = np.atleast_1d(np.asarray(m["fraction"], np.float64))
-    cos = np.atleast_1d(np.asarray(m["cosine"], np.float64))
+    ratio = np.atleast_1d(np.asarray(m.ratio, np.float64))
+    frac = np.atleast_1d(np.asarray(m.fraction, np.float64))
+    cos = np.atleast_1d(np.asarray(m.cosine, np.float64))
     unstable = unstable_among(h, runs_of(h, Kj))
     if unstable:
         holds = UNSTABLE  # a diverged or unstable linear model's filters say nothing about feature learning
@@ -242,22 +257,30 @@ EXPERIMENT = Experiment("fig7", SCALES, load, compute, claims, __name__, Config,
 # What the figure draws and prints: pure functions of the results (nothing here is part of ``compute``).
 
 
-def match_marks(results: Results) -> dict:
+class MatchMarks(NamedTuple):
+    """The marks of the filter-norm panel (:func:`match_marks`)."""
+
+    target: float  #: the large-K runs' mean final ‖ΔW_T‖
+    step: float  #: the step at which K = 1's mean ‖ΔW_t‖ first reaches it (NaN if never)
+    fraction: float  #: that step as a fraction of training
+
+
+def match_marks(results: Results) -> MatchMarks:
     """The marks of the filter-norm panel, on the curves it draws (the means over seeds of
-    ``results.match["norm"]``, :func:`filter_match`).
+    ``results.match.norm``, :func:`filter_match`).
 
     ``target``: the large-K runs' mean final ‖ΔW_T‖ (the dotted line); ``step``: the step at which
     K = 1's mean ‖ΔW_t‖ first reaches it, ``fraction`` · T (the dot; NaN if it never does);
     ``fraction``: that fraction of training.
     """
     h = results.runs
-    norm = np.asarray(results.match["norm"], np.float64)
+    norm = np.asarray(results.match.norm, np.float64)
     steps = np.asarray(h["step"], np.float64)
     ones, large = runs_of(h, 1), runs_of(h, np.asarray(h["K"], np.float64).max())
     target = float(norm[large, -1].mean())
     frac, _ = _reach(norm[ones].mean(axis=0), target, steps)
-    return {"target": target, "step": frac * float(steps[-1]) if math.isfinite(frac) else math.nan,
-            "fraction": frac}
+    return MatchMarks(target=target, step=frac * float(steps[-1]) if math.isfinite(frac) else math.nan,
+                      fraction=frac)
 
 
 def match_report(results: Results) -> str:
@@ -269,13 +292,13 @@ def match_report(results: Results) -> str:
         mean, se, _, _ = seed_interval(values)
         return f"{factor * mean:.{digits}f}" + (f" ± {factor * se:.{digits}f}" if math.isfinite(se) else "")
 
-    ratio = np.atleast_1d(np.asarray(m["ratio"], np.float64))
-    frac = np.atleast_1d(np.asarray(m["fraction"], np.float64))
+    ratio = np.atleast_1d(np.asarray(m.ratio, np.float64))
+    frac = np.atleast_1d(np.asarray(m.fraction, np.float64))
     n = ratio.size
     seeds = f"{n} seed{'s' if n != 1 else ''}" + (" (mean ± s.e.)" if n > 1 else "")
     if np.all(np.isfinite(frac)):
         reached = (f"at {pm(frac, 100, 0)} % of training (cosine there: "
-                   f"{pm(np.asarray(m['cosine'], np.float64))})")
+                   f"{pm(np.asarray(m.cosine, np.float64))})")
     elif np.any(np.isfinite(frac)):
         reached = f"in {int(np.isfinite(frac).sum())} of {n} seeds"
     else:
@@ -384,11 +407,11 @@ def plot(results: Results):
     recorded = "lr_over_bound" in h
     fig, axes = panels(2 if recorded else 1, panel_size=(6.4, 4), squeeze=False)
     ax = axes[0, 0]
-    plot_sweep(ax, {**h, "filter_change": results.match["norm"]}, "filter_change", scale=1)
-    ax.axhline(m["target"], ls=":", color="gray")
-    if np.isfinite(m["step"]):
-        ax.plot(m["step"], m["target"], "o", color="k", ms=8,
-                label=f"K = 1 reaches it at {pct(m['fraction'], 0)} of training")
+    plot_sweep(ax, {**h, "filter_change": results.match.norm}, "filter_change", scale=1)
+    ax.axhline(m.target, ls=":", color="gray")
+    if np.isfinite(m.step):
+        ax.plot(m.step, m.target, "o", color="k", ms=8,
+                label=f"K = 1 reaches it at {pct(m.fraction, 0)} of training")
     ax.set(xlabel="step", ylabel="‖W_t − W_0‖ (all first-layer filters)", title=f"size of the filter change ({scale} scale)")
     legend(ax)
     if recorded:

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, ClassVar, Mapping, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -45,6 +45,7 @@ from matplotlib.axes import Axes
 from matplotlib.lines import Line2D
 
 from ..claims import UNDECIDED, Claim, divergence_row, exceeds, verdict
+from ..columns import Record
 from ..config import ExperimentConfig, resolve
 from ..data import Dataset
 from ..gauss_newton import gauss_newton_train
@@ -67,7 +68,7 @@ from ..stats import Difference, num, t_quantile
 from ._common import Experiment, checkpoint_path, eval_points, load_quintic
 
 __all__ = [
-    "Results", "SCALES", "EXPERIMENT", "MAX_TRAIN_RMSE", "load", "compute", "claims", "slope_variation",
+    "Results", "Curves", "SCALES", "EXPERIMENT", "MAX_TRAIN_RMSE", "load", "compute", "claims", "slope_variation",
     "kept_means", "geometric_means", "function_panels", "log_lambda", "Trend", "trend", "minimum_range", "MIN_TOL", "N_BOOTSTRAP",
     "plot_functions", "plot",
 ]
@@ -115,6 +116,15 @@ SCALES = {
 }
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
+class Curves(Record):
+    """The RMSE along training of L damping values × S seeds at E evaluation points."""
+
+    step: np.ndarray  #: (E,)
+    train_rmse: np.ndarray  #: (L, S, E) float64
+    test_rmse: np.ndarray  #: (L, S, E) float64
+
+
 class Results(NamedTuple):
     """fig9's results (:func:`compute`): L values of λ, S seeds."""
 
@@ -128,8 +138,7 @@ class Results(NamedTuple):
     #: (L, S) float64, :func:`slope_variation` of the learned function on the test grid
     slope_variation: np.ndarray
     target_slope_variation: np.ndarray  #: () float64, :func:`slope_variation` of the quintic itself
-    #: the RMSE along training: ``step`` (E,), ``train_rmse``/``test_rmse`` (L, S, E)
-    curves: Mapping[str, np.ndarray]
+    curves: Curves  #: the RMSE along training
     x_test: np.ndarray  #: (n_test,) float64, the test grid
     y_test: np.ndarray  #: (n_test,) float64, the quintic on it
     x_train: np.ndarray  #: (n_train,) float64, the training points
@@ -196,7 +205,7 @@ def compute(config: Config, data: Dataset, *, checkpoint_dir=None, progress: boo
         diverged=np.asarray(h.diverged).reshape(L, S),
         slope_variation=slope_variation(preds, x_test),
         target_slope_variation=slope_variation(np.asarray(data.y_test, np.float64).ravel(), x_test),
-        curves={"step": np.asarray(h.step), "train_rmse": train_c, "test_rmse": test_c},
+        curves=Curves(step=np.asarray(h.step), train_rmse=train_c, test_rmse=test_c),
         x_test=x_test,
         y_test=np.asarray(data.y_test, np.float64).ravel(),
         x_train=np.asarray(data.x_train, np.float64).ravel(),

@@ -78,7 +78,7 @@ import dataclasses
 import math
 import time
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Mapping, NamedTuple
+from typing import Any, Callable, ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -89,6 +89,7 @@ from jax.flatten_util import ravel_pytree
 from ..checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from ..claims import NA, ON_PAR, Claim, all_verdicts, exceeds, on_par, verdict
 from ..closed_form import flow_filter, gn_filter
+from ..columns import Record
 from ..config import ExperimentConfig, resolve
 from ..data import Dataset, load_cifar10
 from ..gauss_newton import gauss_newton_step
@@ -101,7 +102,7 @@ from ..precision import full_precision, matmul, x64
 from ..stats import Difference, difference, num, pct
 from ._common import Experiment, network_correct, seed_keys
 
-__all__ = ["Config", "Results", "get_config", "SCALES", "EXPERIMENT", "load", "compute", "precompute", "Scores",
+__all__ = ["Config", "Results", "Runs", "RelinSeconds", "Checks", "get_config", "SCALES", "EXPERIMENT", "load", "compute", "precompute", "Scores",
            "claims", "Linearisation", "linearise_at", "update", "flow_phi", "damped_phi", "lanczos_apply", "main_size",
            "ran_main_size", "LongGrid", "long_grid", "flow_relins", "flow_runs",
            "run_specs", "slopes", "plot"]
@@ -170,18 +171,52 @@ SCALES = {
 }
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
+class Runs(Record):
+    """One row per run (Q runs, :func:`run_specs`): (Q,) arrays unless said."""
+
+    method: np.ndarray  #: "flow", "gn", "damped" or "kernel" (str)
+    R: np.ndarray  #: the re-linearisations
+    tau: np.ndarray  #: float64, the time τ of each linearisation's flow (∞ for Gauss–Newton, damped or not, and K = ∞)
+    damping: np.ndarray  #: float64, λ of damped Gauss–Newton (0 for the others)
+    n_train: np.ndarray  #: N, the training images
+    seed: np.ndarray
+    net_test_correct: np.ndarray  #: (Q, n_test) bool, whether the final network classifies each test image
+    lin_test_correct: np.ndarray  #: (Q, n_test) bool, the same for the final linear model
+    net_test_acc: np.ndarray
+    lin_test_acc: np.ndarray
+    net_train_acc: np.ndarray
+    train_rmse: np.ndarray
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class RelinSeconds(Record):
+    """The median wall time of one re-linearisation per N, of the runs this process computed."""
+
+    n_train: np.ndarray  #: (M,) the N
+    seconds: np.ndarray  #: (M,) float64 (NaN for an N whose runs were all read from checkpoints)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Checks(Record):
+    """The consistency checks' numbers, () arrays (:func:`consistency_checks`)."""
+
+    n_check: np.ndarray
+    eta: np.ndarray
+    gd_steps: np.ndarray
+    tau: np.ndarray
+    literal_vs_flow: np.ndarray
+    network_gd_vs_flow: np.ndarray
+    network_gd_vs_one_flow: np.ndarray
+    gn_vs_flow_inf: np.ndarray
+
+
 class Results(NamedTuple):
     """limit's results (:func:`compute`)."""
 
-    #: one row per run (Q runs, :func:`run_specs`): (Q,) arrays ``method`` (str: "flow", "gn",
-    #: "damped", "kernel"), ``R``, ``tau``, ``damping``, ``n_train``, ``seed``; ``net_test_acc``,
-    #: ``lin_test_acc``, ``net_train_acc``, ``train_rmse`` (Q,); ``net_test_correct``,
-    #: ``lin_test_correct`` (Q, n_test) bool
-    runs: Mapping[str, np.ndarray]
-    #: ``{"n_train", "seconds"}``: the median wall time of one re-linearisation per N (of the runs
-    #: this process computed)
-    relin_seconds: Mapping[str, np.ndarray]
-    checks: Mapping[str, np.ndarray]  #: the consistency checks' numbers (:func:`consistency_checks`)
+    runs: Runs
+    relin_seconds: RelinSeconds
+    checks: Checks
     n_test: np.ndarray  #: () int, the test images
     config: Config | None = None  #: the resolved config (set by :func:`~iterlin.experiments.run`)
 
@@ -551,22 +586,23 @@ def _compute(config: Config, data: Dataset, checkpoint_dir, progress: bool) -> R
     rows = list(_runs(config, data, checkpoint_dir, timings, None, progress))
     sizes = sorted(timings)
     return Results(
-        runs={
-            "method": np.asarray([r[0].method for r in rows]),
-            "R": np.asarray([r[0].R for r in rows]),
-            "tau": np.asarray([r[0].tau for r in rows], np.float64),
-            "damping": np.asarray([r[0].damping for r in rows], np.float64),
-            "n_train": np.asarray([r[0].n_train for r in rows]),
-            "seed": np.asarray([r[0].seed for r in rows]),
-            "net_test_correct": np.stack([r[1].net_correct for r in rows]),
-            "lin_test_correct": np.stack([r[1].lin_correct for r in rows]),
-            "net_test_acc": np.asarray([r[1].net_correct.mean() for r in rows]),
-            "lin_test_acc": np.asarray([r[1].lin_correct.mean() for r in rows]),
-            "net_train_acc": np.asarray([float(r[1].train_acc) for r in rows]),
-            "train_rmse": np.asarray([float(r[1].train_rmse) for r in rows]),
-        },
-        relin_seconds={"n_train": np.asarray(sizes),
-                       "seconds": np.asarray([np.median(timings[n]) if timings[n] else np.nan for n in sizes])},
+        runs=Runs(
+            method=np.asarray([r[0].method for r in rows]),
+            R=np.asarray([r[0].R for r in rows]),
+            tau=np.asarray([r[0].tau for r in rows], np.float64),
+            damping=np.asarray([r[0].damping for r in rows], np.float64),
+            n_train=np.asarray([r[0].n_train for r in rows]),
+            seed=np.asarray([r[0].seed for r in rows]),
+            net_test_correct=np.stack([r[1].net_correct for r in rows]),
+            lin_test_correct=np.stack([r[1].lin_correct for r in rows]),
+            net_test_acc=np.asarray([r[1].net_correct.mean() for r in rows]),
+            lin_test_acc=np.asarray([r[1].lin_correct.mean() for r in rows]),
+            net_train_acc=np.asarray([float(r[1].train_acc) for r in rows]),
+            train_rmse=np.asarray([float(r[1].train_rmse) for r in rows]),
+        ),
+        relin_seconds=RelinSeconds(
+            n_train=np.asarray(sizes),
+            seconds=np.asarray([np.median(timings[n]) if timings[n] else np.nan for n in sizes])),
         checks=consistency_checks(config, np.asarray(data.x_train), np.asarray(data.y_train)),
         n_test=np.asarray(len(np.asarray(data.y_test))),
     )
@@ -598,7 +634,7 @@ def _gd(apply_fn, params_s, x, y, eta: float, steps: int, linear: bool):
     return p
 
 
-def consistency_checks(config: Config, x_all, y_all) -> dict:
+def consistency_checks(config: Config, x_all, y_all) -> Checks:
     """At N = ``n_check`` from seed ``seed``'s θ₀, with η = 0.1/max σ (well under 2/λ_max, measured
     from Θ at θ₀) and K = ``gd_steps`` steps per linearisation (τ = Kη):
 
@@ -613,7 +649,7 @@ def consistency_checks(config: Config, x_all, y_all) -> dict:
         return _consistency_checks(config, x_all, y_all)
 
 
-def _consistency_checks(config: Config, x_all, y_all) -> dict:
+def _consistency_checks(config: Config, x_all, y_all) -> Checks:
     n = config.n_check
     x, y = jnp.asarray(x_all[:n]), y_all[:n]
     model = make_model("cnn", seed_keys(config.seed)[0])
@@ -631,13 +667,13 @@ def _consistency_checks(config: Config, x_all, y_all) -> dict:
     net = _gd(f, p0, x, y, eta, 2 * K, linear=False)
     gn = gauss_newton_step(f, p0, x, y, damping=0.0, solver="kernel")
     inf = update(f, p0, x, lin0, flow_phi(INF))
-    return {
-        "n_check": np.asarray(n), "eta": np.asarray(eta), "gd_steps": np.asarray(K), "tau": np.asarray(tau),
-        "literal_vs_flow": np.asarray(_rel(q2, p2, p0)),
-        "network_gd_vs_flow": np.asarray(_rel(net, p2, p0)),
-        "network_gd_vs_one_flow": np.asarray(_rel(net, one, p0)),
-        "gn_vs_flow_inf": np.asarray(_rel(gn, inf, p0)),
-    }
+    return Checks(
+        n_check=np.asarray(n), eta=np.asarray(eta), gd_steps=np.asarray(K), tau=np.asarray(tau),
+        literal_vs_flow=np.asarray(_rel(q2, p2, p0)),
+        network_gd_vs_flow=np.asarray(_rel(net, p2, p0)),
+        network_gd_vs_one_flow=np.asarray(_rel(net, one, p0)),
+        gn_vs_flow_inf=np.asarray(_rel(gn, inf, p0)),
+    )
 
 
 # ------------------------------------------------------------------------------------------------
@@ -650,12 +686,12 @@ CHECK_TOL = 0.05
 
 def _select(results: Results, **where) -> np.ndarray:
     runs = results.runs
-    mask = np.ones(len(runs["method"]), bool)
+    mask = np.ones(len(runs.method), bool)
     for k, v in where.items():
         col = np.asarray(runs[k])
         mask &= np.isclose(col, v) if col.dtype.kind == "f" else (col == v)
     idx = np.nonzero(mask)[0]
-    return idx[np.argsort(np.asarray(runs["seed"])[idx], kind="stable")]
+    return idx[np.argsort(np.asarray(runs.seed)[idx], kind="stable")]
 
 
 def _diff(results: Results, ia, ib, net_a: bool = True, net_b: bool = True) -> Difference:
@@ -672,14 +708,14 @@ def slopes(results: Results, method: str, R: int | None = None, net: bool = True
     runs = results.runs
     where = {"method": method} if R is None else {"method": method, "R": R}
     idx = _select(results, **where)
-    sizes = np.unique(np.asarray(runs["n_train"])[idx])
+    sizes = np.unique(np.asarray(runs.n_train)[idx])
     n_test = int(results.n_test)
     acc_key = "net_test_acc" if net else "lin_test_acc"
     out, var = [], []
-    for seed in np.unique(np.asarray(runs["seed"])[idx]):
+    for seed in np.unique(np.asarray(runs.seed)[idx]):
         err = []
         for m in sizes:
-            j = [i for i in idx if runs["seed"][i] == seed and runs["n_train"][i] == m]
+            j = [i for i in idx if runs.seed[i] == seed and runs.n_train[i] == m]
             err.append(1.0 - float(runs[acc_key][j[0]]))
         err = np.clip(np.asarray(err), 1.0 / n_test, None)
         xs = np.log10(sizes.astype(np.float64))
@@ -692,13 +728,13 @@ def slopes(results: Results, method: str, R: int | None = None, net: bool = True
 def ran_main_size(results: Results) -> int:
     """The N at which the results' R grid, GN and damped GN ran (:func:`main_size` of their config)."""
     runs = results.runs
-    return int(np.max(np.asarray(runs["n_train"])[np.asarray(runs["method"]) == "gn"]))
+    return int(np.max(np.asarray(runs.n_train)[np.asarray(runs.method) == "gn"]))
 
 
 def flow_relins(results: Results, n: int) -> list[int]:
     """The R of the iterated-flow runs at N = ``n``, ascending."""
     runs = results.runs
-    return sorted({int(r) for r, m, k in zip(runs["R"], runs["method"], runs["n_train"]) if m == "flow" and k == n})
+    return sorted({int(r) for r, m, k in zip(runs.R, runs.method, runs.n_train) if m == "flow" and k == n})
 
 
 def flow_runs(results: Results, n: int) -> dict[int, np.ndarray]:
@@ -707,8 +743,8 @@ def flow_runs(results: Results, n: int) -> dict[int, np.ndarray]:
     scaling runs' R along the long grid, is paired on those)."""
     runs = results.runs
     Rs = flow_relins(results, n)
-    ran = np.asarray(runs["seed"])[_select(results, method="flow", R=Rs[-1], n_train=n)]
-    return {R: np.asarray([i for i in _select(results, method="flow", R=R, n_train=n) if runs["seed"][i] in ran], int)
+    ran = np.asarray(runs.seed)[_select(results, method="flow", R=Rs[-1], n_train=n)]
+    return {R: np.asarray([i for i in _select(results, method="flow", R=R, n_train=n) if runs.seed[i] in ran], int)
             for R in Rs}
 
 
@@ -736,7 +772,7 @@ def _few_updates(results: Results, n: int, claim: str) -> Claim:
     counts = _diff(results, gf, gf).counts()
     return Claim(claim, "8–12 feature updates (Sec. 4.1)",
                  f"smallest R on par: {smallest if smallest is not None else 'none'}; " + "; ".join(parts)
-                 + f" (vs R={Rs[-1]}: {pct(runs['net_test_acc'][gf].mean())}; {counts})", holds, rule)
+                 + f" (vs R={Rs[-1]}: {pct(runs.net_test_acc[gf].mean())}; {counts})", holds, rule)
 
 
 def claims(results: Results) -> list[Claim]:
@@ -763,11 +799,11 @@ def claims(results: Results) -> list[Claim]:
     rows.append(Claim(
         "K = ∞ (eNTK at θ₀) ends below every finite τ that re-linearises",
         "Fig. 5: K = ∞ below every finite K",
-        f"K=∞ {pct(runs['lin_test_acc'][kern].mean())}; finite τ − K=∞: " + "; ".join(parts),
+        f"K=∞ {pct(runs.lin_test_acc[kern].mean())}; finite τ − K=∞: " + "; ".join(parts),
         all_verdicts(below), "'yes' when every R ≥ 2 is better than K = ∞ beyond noise (interval above 0)"))
     s_k, v_k = slopes(results, "kernel", net=False)
     s_f, v_f = slopes(results, "flow", Rn)
-    if len(s_k) and len(s_k) == len(s_f) and len(np.unique(runs["n_train"])) >= 2:
+    if len(s_k) and len(s_k) == len(s_f) and len(np.unique(runs.n_train)) >= 2:
         d = difference(s_f, s_k, n_test=int(results.n_test), test_var=float(np.mean(v_k + v_f)) / len(s_k))
         scale_v = exceeds(d)
         measured = (f"slope of log₁₀ test error vs log₁₀ N: K=∞ {num(s_k.mean(), 3)}, R={Rn} {num(s_f.mean(), 3)}; "
@@ -784,28 +820,28 @@ def claims(results: Results) -> list[Claim]:
     rows.append(Claim(
         f"solving each linearisation completely hurts: GN (τ = ∞) below τ = T/{Rn} at equal R = {Rn}",
         "61.3 % vs 69.4 % (Fig. 8, Sec. 4.3)",
-        f"GN {pct(runs['net_test_acc'][gn].mean())}, τ=T/{Rn} {pct(runs['net_test_acc'][flow[Rn]].mean())}; "
+        f"GN {pct(runs.net_test_acc[gn].mean())}, τ=T/{Rn} {pct(runs.net_test_acc[flow[Rn]].mean())}; "
         + d.describe(), exceeds(d), "'yes' when finite τ beats GN beyond noise (interval above 0)"))
     d = _diff(results, gn, damped)
     rows.append(Claim(
-        f"damping helps: damped GN (λ = 1/τ = {num(float(runs['damping'][damped][0]), 2)}) above GN, R = {Rn}",
+        f"damping helps: damped GN (λ = 1/τ = {num(float(runs.damping[damped][0]), 2)}) above GN, R = {Rn}",
         "Fig. 9 (quintic): more damping generalises better",
-        f"damped {pct(runs['net_test_acc'][damped].mean())}, GN {pct(runs['net_test_acc'][gn].mean())}; "
+        f"damped {pct(runs.net_test_acc[damped].mean())}, GN {pct(runs.net_test_acc[gn].mean())}; "
         + d.describe(), exceeds(d), "'yes' when damped GN beats GN beyond noise (interval above 0)"))
     c = results.checks
-    tau = float(c["tau"])
+    tau = float(c.tau)
     rows += [
         Claim("the iterated closed-form flow equals literal small-rate iterative linearisation",
-              "Sec. 3 / Appendix B", f"relative distance {num(float(c['literal_vs_flow']), 4)} (N={int(c['n_check'])},"
-              f" R=2, K={int(c['gd_steps'])} steps of η={float(c['eta']):.2g}, τ={tau:.2g})",
-              "yes" if float(c["literal_vs_flow"]) < CHECK_TOL else "no", f"< {CHECK_TOL:g}", kind="check"),
+              "Sec. 3 / Appendix B", f"relative distance {num(float(c.literal_vs_flow), 4)} (N={int(c.n_check)},"
+              f" R=2, K={int(c.gd_steps)} steps of η={float(c.eta):.2g}, τ={tau:.2g})",
+              "yes" if float(c.literal_vs_flow) < CHECK_TOL else "no", f"< {CHECK_TOL:g}", kind="check"),
         Claim("τ → ∞ equals the Gauss–Newton step", "Eq. 5, 19",
-              f"relative distance {num(float(c['gn_vs_flow_inf']), 4)}",
-              "yes" if float(c["gn_vs_flow_inf"]) < CHECK_TOL else "no", f"< {CHECK_TOL:g}", kind="check"),
+              f"relative distance {num(float(c.gn_vs_flow_inf), 4)}",
+              "yes" if float(c.gn_vs_flow_inf) < CHECK_TOL else "no", f"< {CHECK_TOL:g}", kind="check"),
         Claim("re-linearising moves the flow towards GD on the network (τ → 0)", "Sec. 3",
-              f"relative distance to 2K GD steps on the network: R = 2 {num(float(c['network_gd_vs_flow']), 4)}, "
-              f"R = 1 {num(float(c['network_gd_vs_one_flow']), 4)} (time 2τ)",
-              verdict(float(c["network_gd_vs_flow"]) < float(c["network_gd_vs_one_flow"])),
+              f"relative distance to 2K GD steps on the network: R = 2 {num(float(c.network_gd_vs_flow), 4)}, "
+              f"R = 1 {num(float(c.network_gd_vs_one_flow), 4)} (time 2τ)",
+              verdict(float(c.network_gd_vs_flow) < float(c.network_gd_vs_one_flow)),
               "R = 2 closer than R = 1", kind="check"),
     ]
     return rows
@@ -822,7 +858,7 @@ def accuracy_by_R(results: Results, n: int | None = None) -> dict:
     """At N = ``n`` (None: ``n_main``, where GN ran): R (L,), and per R the (S,) network test
     accuracies of the iterated flow, over the seeds that ran its largest R."""
     flow = flow_runs(results, ran_main_size(results) if n is None else n)
-    return {"R": np.asarray(list(flow)), "acc": np.stack([results.runs["net_test_acc"][i] for i in flow.values()])}
+    return {"R": np.asarray(list(flow)), "acc": np.stack([results.runs.net_test_acc[i] for i in flow.values()])}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -848,7 +884,7 @@ def plot(results: Results):
     for method, key, color, label in (("gn", "net_test_acc", "C3", "Gauss–Newton (τ = ∞)"),
                                       ("damped", "net_test_acc", "C2", "damped GN (λ = 1/τ)"),
                                       ("kernel", "lin_test_acc", "k", "K = ∞ (eNTK at θ₀)")):
-        sel = (runs["method"] == method) & (runs["n_train"] == n_main)
+        sel = (runs.method == method) & (runs.n_train == n_main)
         ax.axhline(runs[key][sel].mean(), color=color, linestyle="--", label=f"{label}, N = {n_main}")
     ax.set(xscale="log", xlabel="re-linearisations R (total time fixed)", ylabel="test accuracy",
            title=f"{results.config.scale} scale")
@@ -856,9 +892,9 @@ def plot(results: Results):
     Rn = results.config.n_relin
     for method, R, net, color, label in (("kernel", None, False, "k", "K = ∞"),
                                          ("flow", Rn, True, "C0", f"iterated flow, R = {Rn}")):
-        sel = (runs["method"] == method) & ((runs["R"] == R) if R else True)
-        sizes = np.unique(runs["n_train"][sel])
-        err = np.stack([1 - runs["net_test_acc" if net else "lin_test_acc"][sel & (runs["n_train"] == m)]
+        sel = (runs.method == method) & ((runs.R == R) if R else True)
+        sizes = np.unique(runs.n_train[sel])
+        err = np.stack([1 - runs["net_test_acc" if net else "lin_test_acc"][sel & (runs.n_train == m)]
                         for m in sizes])
         band(ax2, sizes, err, axis=1, color=color, marker="o",
              label=f"{label} (slope {slopes(results, method, R, net)[0].mean():.3f})")
@@ -867,4 +903,4 @@ def plot(results: Results):
     plt.show()
     t = results.relin_seconds
     print("seconds per re-linearisation (median, this run): "
-          + ", ".join(f"N={n}: {s:.1f} s" for n, s in zip(t["n_train"], t["seconds"])))
+          + ", ".join(f"N={n}: {s:.1f} s" for n, s in zip(t.n_train, t.seconds)))

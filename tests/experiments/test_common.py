@@ -299,9 +299,10 @@ def test_a_sweeps_columns_must_name_its_runs():
 
 def test_typed_results_read_sweeps_and_mappings_of_sweeps_back():
     """``Experiment.typed`` makes a Sweep of a field annotated ``Sweep`` (fig3's ``runs``) or
-    ``Sweep | None`` (gn's ``gn``) and a dict of Sweeps of one annotated ``Mapping[str, Sweep]``
-    (fig5's ``histories``); a plain mapping field stays a mapping (fig7's ``match``)."""
-    from iterlin.experiments import fig5, fig7, gn, registry
+    ``Sweep | None`` (gn's ``gn``), a dict of Sweeps of one annotated ``Mapping[str, Sweep]``
+    (fig5's ``histories``) and a record of one annotated with a ``Record`` type (fig7's ``match``);
+    a plain mapping field stays a mapping (fig1's ``gn``)."""
+    from iterlin.experiments import fig1, fig5, fig7, gn, registry
 
     cols = dict(fake_sweep([1, 4], 0.1, 8, [0.3, 0.3]))
     r3 = registry.get("fig3").typed({"runs": cols, "n_test": np.asarray(8)}, fig3.get_config("smoke"))
@@ -312,7 +313,12 @@ def test_typed_results_read_sweeps_and_mappings_of_sweeps_back():
     fields_gn = {f: np.zeros(2) for f in gn.Results._fields if f not in ("runs", "gn", "config")}
     rg = registry.get("gn").typed({**fields_gn, "runs": cols, "gn": cols}, gn.get_config("smoke"))
     assert isinstance(rg.gn, C.Sweep) and isinstance(rg.runs, C.Sweep)
-    fields7 = {"runs": cols, "match": {"norm": np.zeros(2)}}
-    r7 = registry.get("fig7").typed({**fields7, **{f: np.zeros(1) for f in fig7.Results._fields
-                                                    if f not in (*fields7, "config")}}, fig7.get_config("smoke"))
-    assert type(r7.match) is dict and isinstance(r7.runs, C.Sweep)
+    match = {k: np.zeros(2) for k in ("norm", "ratio", "fraction", "cosine", "match_step", "K_large")}
+    r7 = registry.get("fig7").typed({"runs": cols, "match": match}, fig7.get_config("smoke"))
+    assert isinstance(r7.match, fig7.FilterMatch) and isinstance(r7.runs, C.Sweep)
+    assert r7.match.ratio is match["ratio"] and dict(r7.match) == match
+    fields1 = {f: np.zeros(2) for f in fig1.Results._fields if f not in ("literal", "config")}
+    r1 = registry.get("fig1").typed({**fields1, "gn": {"damping": np.zeros(2)}}, fig1.get_config("smoke"))
+    assert type(r1.gn) is dict
+    with pytest.raises(ValueError, match=r"^columns=\['norm'\] are not allowed: missing \['ratio'"):
+        registry.get("fig7").typed({"runs": cols, "match": {"norm": np.zeros(2)}}, fig7.get_config("smoke"))

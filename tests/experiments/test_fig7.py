@@ -39,11 +39,11 @@ def test_fig7_filters_tiny_two_seeds(tiny_cifar):
     assert np.all(d[:, 0] == 0)  # change from initialisation is 0 at step 0
     assert np.all(np.abs(d[:, -1]).sum(axis=(1, 2, 3, 4)) > 0)
     m = r.match
-    assert np.asarray(m["norm"]).shape == (4, 3) and float(m["K_large"]) == 2.0
+    assert np.asarray(m.norm).shape == (4, 3) and float(m.K_large) == 2.0
     for k in ("ratio", "fraction", "cosine", "match_step"):
         assert np.asarray(m[k]).shape == (2,)  # one per seed
     # seed by seed: the ratio is that seed's large-K run over its own K = 1 run
-    np.testing.assert_allclose(m["ratio"], [m["norm"][1, -1] / m["norm"][0, -1], m["norm"][3, -1] / m["norm"][2, -1]])
+    np.testing.assert_allclose(m.ratio, [m.norm[1, -1] / m.norm[0, -1], m.norm[3, -1] / m.norm[2, -1]])
     # the sharpness record beside the filters, at every evaluation point (sharpness_every=1)
     assert np.asarray(h["lr_over_bound"]).shape == (4, 3) and np.all(np.isfinite(h["lr_over_bound"]))
     rows = fig7.claims(r._replace(config=config))
@@ -68,18 +68,18 @@ def _trajectories(large_scales, steps=(0, 10, 20, 30, 40), K=(1.0, 8.0)):
 def test_filter_match_exact():
     # The large K's change ends at 1.5 = K = 1's at step 15 = 37.5 % of training.
     m = filter_match(_trajectories(0.375))
-    np.testing.assert_allclose(m["norm"], [[0, 1, 2, 3, 4], [0, 0.375, 0.75, 1.125, 1.5]])
-    np.testing.assert_allclose(m["ratio"], [0.375])
-    np.testing.assert_allclose(m["fraction"], [0.375])
-    np.testing.assert_allclose(m["cosine"], [1.0])
-    assert m["match_step"].tolist() == [20]  # nearest evaluation point to step 15 (interpolation weight 0.5)
-    assert float(m["K_large"]) == 8.0
+    np.testing.assert_allclose(m.norm, [[0, 1, 2, 3, 4], [0, 0.375, 0.75, 1.125, 1.5]])
+    np.testing.assert_allclose(m.ratio, [0.375])
+    np.testing.assert_allclose(m.fraction, [0.375])
+    np.testing.assert_allclose(m.cosine, [1.0])
+    assert m.match_step.tolist() == [20]  # nearest evaluation point to step 15 (interpolation weight 0.5)
+    assert float(m.K_large) == 8.0
 
 
 def test_filter_match_seed_by_seed_and_by_K_not_position():
     m = filter_match(_trajectories([0.375, 0.5]))
-    np.testing.assert_allclose(m["ratio"], [0.375, 0.5])
-    np.testing.assert_allclose(m["fraction"], [0.375, 0.5])
+    np.testing.assert_allclose(m.ratio, [0.375, 0.5])
+    np.testing.assert_allclose(m.fraction, [0.375, 0.5])
     listed_backwards = filter_match(_trajectories([0.375, 0.5], K=(8.0, 1.0)))
     for k in ("ratio", "fraction", "cosine", "match_step"):
         np.testing.assert_allclose(listed_backwards[k], m[k])
@@ -87,12 +87,12 @@ def test_filter_match_seed_by_seed_and_by_K_not_position():
 
 def test_filter_match_never_reached_and_no_change():
     m = filter_match(_trajectories(2.0))  # the large K moved further than K = 1 ever did
-    np.testing.assert_allclose(m["ratio"], [2.0])
-    assert math.isnan(m["fraction"][0]) and m["match_step"].tolist() == [40]
+    np.testing.assert_allclose(m.ratio, [2.0])
+    assert math.isnan(m.fraction[0]) and m.match_step.tolist() == [40]
     still = _trajectories(1.0)
     still["filters_delta"] = np.zeros_like(still["filters_delta"])
     m = filter_match(still)
-    assert math.isnan(m["ratio"][0]) and math.isnan(m["cosine"][0])
+    assert math.isnan(m.ratio[0]) and math.isnan(m.cosine[0])
 
 
 def test_seed_interval():
@@ -108,7 +108,8 @@ def _results(ratio, fraction, *, scale="smoke", K=(1, 8), diverged=None, cosine=
     S = ratio.size
     h = fake_history(list(K) * S, 0.05, 24, [0.3] * (len(K) * S), diverged=diverged)
     h["seed_index"] = np.repeat(np.arange(S), len(K))
-    match = {"ratio": ratio, "fraction": fraction, "cosine": np.full(S, cosine)}
+    match = fig7.FilterMatch(norm=np.zeros((len(K) * S, 1)), ratio=ratio, fraction=fraction,
+                             cosine=np.full(S, cosine), match_step=np.zeros(S), K_large=np.asarray(float(max(K))))
     return fig7.Results(runs=h, match=match, config=fig7.get_config(scale))
 
 
@@ -173,20 +174,20 @@ def _summary_results(norms, K=(1.0, 8.0)):
 
 def test_match_marks_where_k1_reaches_the_large_k_final_size():
     m = match_marks(_summary_results([[0.0, 1.0, 2.0], [0.0, 0.5, 1.5]]))
-    assert m["target"] == 1.5
-    np.testing.assert_allclose([m["fraction"], m["step"]], [0.75, 15.0])  # half-way between steps 10 and 20
+    assert m.target == 1.5
+    np.testing.assert_allclose([m.fraction, m.step], [0.75, 15.0])  # half-way between steps 10 and 20
 
 
 def test_match_marks_on_the_mean_curves():
     # two seeds: K = 1's mean curve 0, 1, 2; the large K's mean final 1.5 (1 and 2)
     m = match_marks(_summary_results([[0.0, 0.5, 1.5], [0.0, 0.5, 1.0], [0.0, 1.5, 2.5], [0.0, 0.5, 2.0]]))
-    assert m["target"] == 1.5
-    np.testing.assert_allclose([m["fraction"], m["step"]], [0.75, 15.0])
+    assert m.target == 1.5
+    np.testing.assert_allclose([m.fraction, m.step], [0.75, 15.0])
 
 
 def test_match_marks_never_reached():
     m = match_marks(_summary_results([[0.0, 0.1, 0.2], [0.0, 0.5, 1.5]]))
-    assert m["target"] == 1.5 and math.isnan(m["fraction"]) and math.isnan(m["step"])
+    assert m.target == 1.5 and math.isnan(m.fraction) and math.isnan(m.step)
     assert match_report(_summary_results([[0.0, 0.1, 0.2], [0.0, 0.5, 1.5]])).endswith("never in this run")
 
 

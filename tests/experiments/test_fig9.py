@@ -36,12 +36,12 @@ def test_fig9_tiny(tmp_path):
     assert r.damping.tolist() == [0.0, 1.0] and r.seeds.tolist() == [0, 1]
     for key in ("train_rmse", "test_rmse", "kept", "diverged", "slope_variation"):
         assert np.asarray(getattr(r, key)).shape == (2, 2), key
-    assert r.curves["train_rmse"].shape == (2, 2, 2) and r.curves["step"].tolist() == [0, 3]
+    assert r.curves.train_rmse.shape == (2, 2, 2) and r.curves.step.tolist() == [0, 3]
     assert r.functions.shape == (2, 1, 30)
     assert r.x_test.shape == (30,) and r.x_train.shape == (8,)
     assert np.all(np.isfinite(r.test_rmse))
     np.testing.assert_array_equal(r.kept, np.isfinite(r.train_rmse) & (r.train_rmse <= fig9.MAX_TRAIN_RMSE))
-    np.testing.assert_allclose(r.curves["test_rmse"][..., -1], r.test_rmse)
+    np.testing.assert_allclose(r.curves.test_rmse[..., -1], r.test_rmse)
     table = str(claims(r, directory=tmp_path))
     assert table.startswith("Claims of fig9 at scale 'smoke':") and "every run stays finite" in table
     assert (tmp_path / "fig9.json").is_file()

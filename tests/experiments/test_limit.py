@@ -264,8 +264,9 @@ def _constructed(acc: dict, n_test=2000, seeds=3, sizes=(32, 64, 128), scaling=N
     checks = {"n_check": 8, "eta": 1e-5, "gd_steps": 10, "tau": 1e-4, "literal_vs_flow": 0.001,
               "network_gd_vs_flow": 0.1, "network_gd_vs_one_flow": 0.2, "gn_vs_flow_inf": 1e-6}
     return limit.Results(
-        runs=runs, relin_seconds={"n_train": np.asarray(sorted(sizes)), "seconds": np.ones(len(sizes))},
-        checks={k: np.asarray(v) for k, v in checks.items()}, n_test=np.asarray(n_test),
+        runs=limit.Runs(**runs),
+        relin_seconds=limit.RelinSeconds(n_train=np.asarray(sorted(sizes)), seconds=np.ones(len(sizes))),
+        checks=limit.Checks(**{k: np.asarray(v) for k, v in checks.items()}), n_test=np.asarray(n_test),
         config=limit.get_config("cpu").replace(
             n_train=tuple(sizes), n_main=n, n_test=n_test, relins=tuple(sorted({R for m, R in acc if m == "flow"})),
             n_relin=2, n_seeds=seeds, n_check=checks["n_check"], gd_steps=checks["gd_steps"],
