@@ -79,6 +79,7 @@ from matplotlib.axes import Axes
 
 from ..claims import UNDECIDED, Claim, divergence_row, exceeds, fmt_K, on_par, verdict
 from ..closed_form import equivalent_damping, gd_filter, gn_filter, gradient_flow_limit, residual_spectrum
+from ..columns import Record
 from ..config import ExperimentConfig, Period, resolve
 from ..data import Dataset
 from ..gauss_newton import gauss_newton_train
@@ -106,7 +107,7 @@ from ..tree import tree_index
 from ._common import Experiment, checkpoint_path, eval_points, index_of_K, load_quintic, rmse
 
 __all__ = [
-    "Results", "SCALES", "EXPERIMENT", "BRIDGE_K", "load", "compute", "claims", "RunPlan", "LiteralPlan", "plan",
+    "Results", "GaussNewtonRuns", "Bridge", "Literal", "SCALES", "EXPERIMENT", "BRIDGE_K", "load", "compute", "claims", "RunPlan", "LiteralPlan", "plan",
     "converged", "summary",
     "seed_rmse", "diverged_K", "bridge_curves", "gn_damping", "seed_difference", "decide", "interval",
     "damping_pairs", "SMALL_K", "SMALL_TOL", "SOLVED", "GN_TOL", "PAIR_TOL", "SHIFT",
@@ -170,6 +171,60 @@ SCALES = {
 }
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
+class GaussNewtonRuns(Record):
+    """The Gauss–Newton runs: L = 1 + the number of damped λ, S seeds."""
+
+    damping: np.ndarray  #: (L,) [0, λ₁, …] (:func:`gn_damping`)
+    #: (L,) [∞, 1/(λ₁η), …], the K whose GD filter switches where 1/(σ + λ) does (the scale rule of
+    #: :func:`iterlin.closed_form.equivalent_damping`)
+    equiv_K: np.ndarray
+    net_train_rmse: np.ndarray  #: (L, S) the final train RMSE
+    net_test_rmse: np.ndarray  #: (L, S) the final test RMSE
+    net_train_rmse_mid: np.ndarray  #: (L, S) the train RMSE half-way (to judge convergence)
+    diverged: np.ndarray  #: (L, S) bool
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Bridge(Record):
+    """The K ↔ λ bridge of Sec. 3.3 on the NTK spectrum at θ₀ of the first seed: N eigenvalues, M
+    periods (:data:`BRIDGE_K`), G grid points."""
+
+    eta: np.ndarray  #: () the step η of the summed loss
+    sigma: np.ndarray  #: (N,) the NTK's eigenvalues
+    coeffs: np.ndarray  #: (N,) the residual's coordinates along them
+    K: np.ndarray  #: (M,) the periods
+    damping: np.ndarray  #: (M,) λ = 1/(Kη)
+    #: (M,) the λ whose residual filter best matches K GD steps on this spectrum (weights c²)
+    damping_fit: np.ndarray
+    sigma_grid: np.ndarray  #: (G,)
+    gd_filter: np.ndarray  #: (M, G) K steps of GD (:func:`iterlin.closed_form.gd_filter`)
+    gn_filter: np.ndarray  #: (M, G) damped Gauss–Newton at λ = 1/(Kη)
+    gn_filter_fit: np.ndarray  #: (M, G) damped Gauss–Newton at the fitted λ
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Literal(Record):
+    """The literal GD runs at large K beside their closed form (:func:`literal_runs`): NR rates, NL
+    periods, S seeds, E evaluation points. The runs' fields are None where the plan has no K."""
+
+    K: np.ndarray  #: (NL,) the periods
+    lr: np.ndarray  #: (NR,) the rates lr'
+    steps: np.ndarray  #: () T', the steps of every run
+    n_relin: np.ndarray  #: (NL,) R = ⌊T'/K⌋
+    tau: np.ndarray  #: (NR, NL) τ = K·lr'/N
+    net_test_rmse: np.ndarray | None = None  #: (NR, NL, S) at step T' (NaN where diverged)
+    net_train_rmse: np.ndarray | None = None  #: (NR, NL, S)
+    lin_test_rmse: np.ndarray | None = None  #: (NR, NL, S)
+    diverged: np.ndarray | None = None  #: (NR, NL, S) bool
+    diverged_step: np.ndarray | None = None  #: (NR, NL, S) (−1 if finite)
+    bound_step: np.ndarray | None = None  #: (E,)
+    bound: np.ndarray | None = None  #: (NR, NL, S, E) 2/λ_max(G(θ_s)) (0 where λ_max is not finite)
+    flow_net_test_rmse: np.ndarray | None = None  #: (NR, NL, S) the closed form at the same (τ, R)
+    flow_net_train_rmse: np.ndarray | None = None  #: (NR, NL, S)
+    flow_diverged: np.ndarray | None = None  #: (NR, NL, S) bool
+
+
 class Results(NamedTuple):
     """fig1's results (:func:`compute`): NK periods K (:func:`plan`), S seeds."""
 
@@ -184,24 +239,12 @@ class Results(NamedTuple):
     lin_test_rmse: np.ndarray  #: (NK, S) the linear model's final test RMSE
     net_train_rmse_mid: np.ndarray  #: (NK, S) the network's train RMSE half-way (to judge convergence)
     diverged: np.ndarray  #: (NK, S) bool
-    #: the Gauss–Newton runs (L = 1 + the number of damped λ): ``damping`` (L,) = [0, λ₁, …]
-    #: (:func:`gn_damping`), ``equiv_K`` (L,) = [∞, 1/(λ₁η), …] (the K whose GD filter switches
-    #: where 1/(σ + λ) does, ``equivalent_damping``'s scale rule), ``net_{train,test}_rmse`` (L, S),
-    #: ``net_train_rmse_mid`` (L, S), ``diverged`` (L, S)
-    gn: Mapping[str, np.ndarray]
-    #: the K ↔ λ bridge: ``eta``, ``sigma`` (N,) NTK eigenvalues at θ₀ (first seed), ``coeffs`` (N,)
-    #: residual coordinates, ``K`` (M,) = :data:`BRIDGE_K`, ``damping`` (M,) = 1/(Kη),
-    #: ``damping_fit`` (M,) the λ whose residual filter best matches K GD steps on this spectrum
-    #: (weights c²), ``sigma_grid`` (G,), ``gd_filter``/``gn_filter``/``gn_filter_fit`` (M, G)
-    bridge: Mapping[str, np.ndarray]
+    gn: GaussNewtonRuns
+    bridge: Bridge
     x_test: np.ndarray  #: (n_test,) the test inputs
     y_test: np.ndarray  #: (n_test,) the test targets
     seeds: np.ndarray  #: (S,) the seeds
-    #: the literal GD runs at large K and their closed form (:func:`literal_runs`: ``K`` (NL,),
-    #: ``lr`` (NR,), ``steps``, ``n_relin`` (NL,), ``tau`` (NR, NL), ``{net_test,net_train,lin_test}_rmse``,
-    #: ``diverged``, ``diverged_step``, ``flow_net_{test,train}_rmse``, ``flow_diverged`` (NR, NL, S),
-    #: ``bound_step`` (E,), ``bound`` (NR, NL, S, E)); None in results computed before it existed
-    literal: Mapping[str, np.ndarray] | None = None
+    literal: Literal | None = None  #: None in results computed before the literal runs existed
     config: Config | None = None  #: the resolved config (set by :func:`~iterlin.experiments.run`)
 
 
@@ -294,7 +337,7 @@ def literal_plan(config: Config) -> LiteralPlan:
     return LiteralPlan(Ks, [f * config.lr for f in LITERAL_RATES], T)
 
 
-def literal_runs(apply_fn, params, data, config: Config, *, checkpoint_dir=None, progress: bool = False) -> dict:
+def literal_runs(apply_fn, params, data, config: Config, *, checkpoint_dir=None, progress: bool = False) -> Literal:
     """Literal iterative linearisation (Algorithm 1) at large K beside its closed form (the small-lr limit).
 
     For every rate lr' and K of :func:`literal_plan` and every seed (``params`` stacked (S, ...)):
@@ -312,13 +355,8 @@ def literal_runs(apply_fn, params, data, config: Config, *, checkpoint_dir=None,
     iterations); a diverged run is frozen (:func:`iterlin.training.commit_step`) with the θ_s on which
     it diverged, so its last value is the bound there.
 
-    ``data``: a :class:`iterlin.data.Dataset` (N training points). Returns, with NR rates, NL periods,
-    S seeds and E evaluation points: ``K`` (NL,), ``lr`` (NR,), ``steps`` T', ``n_relin`` (NL,) = R,
-    ``tau`` (NR, NL); literal: ``net_test_rmse``, ``net_train_rmse``, ``lin_test_rmse`` (NR, NL, S) at
-    step T' (NaN where diverged), ``diverged`` (NR, NL, S) bool, ``diverged_step`` (NR, NL, S) (−1 if
-    finite); ``bound_step`` (E,), ``bound`` (NR, NL, S, E) = 2/λ_max(G(θ_s)) (0 where λ_max is not
-    finite); closed form at the same (τ, R): ``flow_net_test_rmse``, ``flow_net_train_rmse``
-    (NR, NL, S), ``flow_diverged`` (NR, NL, S).
+    ``data``: a :class:`iterlin.data.Dataset` (N training points). Returns the :class:`Literal` record
+    of these runs.
     """
     Ks, rates, T = literal_plan(config)
     S = jax.tree.leaves(params)[0].shape[0]
@@ -330,7 +368,7 @@ def literal_runs(apply_fn, params, data, config: Config, *, checkpoint_dir=None,
            "n_relin": np.asarray([int(T // k) for k in Ks]),
            "tau": np.asarray([[k * r / N for k in Ks] for r in rates], np.float64)}
     if not Ks:
-        return out
+        return Literal(**out)
     stacked = jax.tree.map(lambda a: jnp.concatenate([a] * NL), params)  # K-major, then seeds
 
     def bound(t, state):  # 2/λ_max(G(θ_s)) of every run (R,), at the evaluation points
@@ -376,10 +414,10 @@ def literal_runs(apply_fn, params, data, config: Config, *, checkpoint_dir=None,
             flow[key][:, idx] = vals
         fdiv[:, idx] = np.asarray(h["diverged"]).reshape(NR, len(idx), S)
     out.update(flow, flow_diverged=fdiv)
-    return out
+    return Literal(**out)
 
 
-def _bridge(apply_fn, params0, data, config) -> dict:
+def _bridge(apply_fn, params0, data, config) -> Bridge:
     """The K ↔ λ bridge of Sec. 3.3 on the NTK spectrum of the first seed at θ₀."""
     eta = config.lr / data.x_train.shape[0]
     sigma, coeffs = (np.asarray(a, np.float64) for a in residual_spectrum(
@@ -389,18 +427,18 @@ def _bridge(apply_fn, params0, data, config) -> dict:
     Ks = list(BRIDGE_K)
     lam = np.asarray([equivalent_damping(k, eta) for k in Ks])
     lam_fit = np.asarray([equivalent_damping(k, eta, sigma, weights=coeffs**2) for k in Ks])
-    return {
-        "eta": np.asarray(eta),
-        "sigma": sigma,
-        "coeffs": coeffs,
-        "K": np.asarray(Ks, np.float64),
-        "damping": lam,
-        "damping_fit": lam_fit,
-        "sigma_grid": grid,
-        "gd_filter": np.stack([np.asarray(gd_filter(grid, k, eta)) for k in Ks]),
-        "gn_filter": np.stack([np.asarray(gn_filter(grid, v)) for v in lam]),
-        "gn_filter_fit": np.stack([np.asarray(gn_filter(grid, v)) for v in lam_fit]),
-    }
+    return Bridge(
+        eta=np.asarray(eta),
+        sigma=sigma,
+        coeffs=coeffs,
+        K=np.asarray(Ks, np.float64),
+        damping=lam,
+        damping_fit=lam_fit,
+        sigma_grid=grid,
+        gd_filter=np.stack([np.asarray(gd_filter(grid, k, eta)) for k in Ks]),
+        gn_filter=np.stack([np.asarray(gn_filter(grid, v)) for v in lam]),
+        gn_filter_fit=np.stack([np.asarray(gn_filter(grid, v)) for v in lam_fit]),
+    )
 
 
 def compute(config: Config, data: Dataset, *, checkpoint_dir=None, progress: bool = False) -> Results:
@@ -478,14 +516,14 @@ def compute(config: Config, data: Dataset, *, checkpoint_dir=None, progress: boo
         E = len(h.step)
         mid = int(np.searchsorted(h.step, h.step[-1] / 2))
         train_c = np.asarray(h.net_train.rmse).reshape(L, S, E)
-        gn = {
-            "damping": np.asarray(gn_lams),
-            "equiv_K": np.asarray([math.inf if lam == 0 else 1.0 / (lam * eta) for lam in gn_lams]),
-            "net_train_rmse": train_c[..., -1],
-            "net_test_rmse": np.asarray(h.net_test.rmse).reshape(L, S, E)[..., -1],
-            "net_train_rmse_mid": train_c[..., mid],
-            "diverged": np.asarray(h.diverged).reshape(L, S),
-        }
+        gn = GaussNewtonRuns(
+            damping=np.asarray(gn_lams),
+            equiv_K=np.asarray([math.inf if lam == 0 else 1.0 / (lam * eta) for lam in gn_lams]),
+            net_train_rmse=train_c[..., -1],
+            net_test_rmse=np.asarray(h.net_test.rmse).reshape(L, S, E)[..., -1],
+            net_train_rmse_mid=train_c[..., mid],
+            diverged=np.asarray(h.diverged).reshape(L, S),
+        )
 
         bridge = _bridge(apply_fn, tree_index(params, 0), data, config)
         literal = literal_runs(apply_fn, params, data, config, checkpoint_dir=checkpoint_dir, progress=progress)
@@ -524,7 +562,7 @@ def summary(results: Results) -> dict:
     the network (the linear model for K = ∞); ``gn_mean`` (L,): of the Gauss–Newton runs [λ = 0, λ₁, …].
     """
     b = results.bridge
-    sigma = np.asarray(b["sigma"], np.float64)
+    sigma = np.asarray(b.sigma, np.float64)
     sigma_min = float(sigma[sigma > sigma.max() * len(sigma) * np.finfo(np.float64).eps].min())
     kernel = np.asarray(results.method).astype(str) == "kernel"
     net = np.where(kernel[:, None], np.asarray(results.lin_test_rmse, np.float64),
@@ -532,9 +570,9 @@ def summary(results: Results) -> dict:
     with np.errstate(invalid="ignore"):
         return {
             "sigma_min": np.asarray(sigma_min),
-            "solved_from": np.asarray(10.0 / (float(b["eta"]) * sigma_min)),
+            "solved_from": np.asarray(10.0 / (float(b.eta) * sigma_min)),
             "net_mean": np.nanmean(net, axis=1),
-            "gn_mean": np.nanmean(np.asarray(results.gn["net_test_rmse"], np.float64), axis=1),
+            "gn_mean": np.nanmean(np.asarray(results.gn.net_test_rmse, np.float64), axis=1),
         }
 
 
@@ -574,17 +612,17 @@ def literal_stable(lit: Mapping) -> np.ndarray:
     diverged, with a finite final test RMSE, and ending at a rate at or under the stability bound
     2/λ_max(G(θ_s)) of their last linearisation (a run above it was blowing up, by |1 − lr·λ_max| per
     step, when it ended)."""
-    rates = np.asarray(lit["lr"], np.float64)[:, None, None]
-    last = np.asarray(lit["bound"], np.float64)[..., -1]
-    net = np.asarray(lit["net_test_rmse"], np.float64)
-    return ~np.asarray(lit["diverged"], bool) & (rates <= last) & np.isfinite(net)
+    rates = np.asarray(lit.lr, np.float64)[:, None, None]
+    last = np.asarray(lit.bound, np.float64)[..., -1]
+    net = np.asarray(lit.net_test_rmse, np.float64)
+    return ~np.asarray(lit.diverged, bool) & (rates <= last) & np.isfinite(net)
 
 
 def literal_difference(lit: Mapping, r: int, j: int) -> Difference:
     """Δ = literal − closed-form final test RMSE of rate r and period j (:attr:`Results.literal`), paired by
     seed over the seeds whose literal run was stable (:func:`literal_stable`, :func:`seed_difference`)."""
-    a = np.asarray(lit["flow_net_test_rmse"], np.float64)[r, j]
-    b = np.where(literal_stable(lit)[r, j], np.asarray(lit["net_test_rmse"], np.float64)[r, j], np.nan)
+    a = np.asarray(lit.flow_net_test_rmse, np.float64)[r, j]
+    b = np.where(literal_stable(lit)[r, j], np.asarray(lit.net_test_rmse, np.float64)[r, j], np.nan)
     return seed_difference(a, b)
 
 
@@ -595,15 +633,15 @@ def _literal_rows(lit: Mapping | None) -> list[Claim]:
     bound_rule = ("by construction: each linearisation is a quadratic with Hessian G(θ_s) = J_sᵀJ_s/N, on which GD "
                   "diverges iff lr > 2/λ_max(G); every diverged run must have lr above the bound at the θ_s it "
                   "diverged on (the last one measured: a diverged run is frozen there); n/a when none diverged")
-    if lit is None or "bound" not in lit or np.asarray(lit["K"]).size == 0:
+    if lit is None or lit.bound is None or np.asarray(lit.K).size == 0:
         why = ("no literal runs in these results (computed before they were added, or no K of the grid "
                "qualifies: literal_plan)")
         return [Claim(LITERAL, paper, why, verdict(None), "needs results.literal"),
                 Claim(LITERAL_BOUND, "(not stated)", why, verdict(None), bound_rule, kind="check")]
-    Ks, rates = np.asarray(lit["K"], np.float64), np.asarray(lit["lr"], np.float64)
-    div = np.asarray(lit["diverged"], bool)
-    flow = np.asarray(lit["flow_net_test_rmse"], np.float64)
-    net = np.asarray(lit["net_test_rmse"], np.float64)
+    Ks, rates = np.asarray(lit.K, np.float64), np.asarray(lit.lr, np.float64)
+    div = np.asarray(lit.diverged, bool)
+    flow = np.asarray(lit.flow_net_test_rmse, np.float64)
+    net = np.asarray(lit.net_test_rmse, np.float64)
     stable = literal_stable(lit)
     S = div.shape[-1]
     parts, verdicts = [], []
@@ -631,15 +669,15 @@ def _literal_rows(lit: Mapping | None) -> list[Claim]:
         "(the flow's O(lr) discretisation error); 'no' when one lies wholly outside; else undecided (always with one "
         "seed); n/a when no run is stable",
     )]
-    bound = np.asarray(lit["bound"], np.float64)  # (NR, NL, S, E)
+    bound = np.asarray(lit.bound, np.float64)  # (NR, NL, S, E)
     last = bound[..., -1]
     above = rates[:, None, None] > last
-    first = np.asarray(lit["bound"], np.float64)[..., 0]
+    first = np.asarray(lit.bound, np.float64)[..., 0]
     parts = []
     for r, rate in enumerate(rates):
         for j, K in enumerate(Ks):
             if div[r, j].any():
-                steps = np.asarray(lit["diverged_step"])[r, j][div[r, j]]
+                steps = np.asarray(lit.diverged_step)[r, j][div[r, j]]
                 parts.append(f"lr={rate:g} K={fmt_K(K)}: {int(div[r, j].sum())}/{S} diverged (steps "
                              f"{int(steps.min())}–{int(steps.max())}), bound there ≤ {float(last[r, j][div[r, j]].max()):.2g}")
     finite_above = int((above & ~div).sum())
@@ -709,10 +747,10 @@ def claims(results: Results) -> list[Claim]:
     with np.errstate(invalid="ignore"):
         mean = np.nanmean(net, axis=1)
     gn = results.gn
-    gn_rmse = np.asarray(gn["net_test_rmse"], np.float64)
+    gn_rmse = np.asarray(gn.net_test_rmse, np.float64)
     gn_test = np.nanmean(gn_rmse, axis=1)
     b = results.bridge
-    eta = float(b["eta"])
+    eta = float(b.eta)
     sigma_min = float(summary(results)["sigma_min"])
     fmt = lambda i: f"K={fmt_K(K[i])}: {num(mean[i], 3)}"  # noqa: E731
     rows = []
@@ -751,14 +789,14 @@ def claims(results: Results) -> list[Claim]:
             "worse: the 95 % t interval over seeds of Δ = RMSE_∞ − RMSE_1 (the converged linearisation at θ₀ "
             "against K = 1, paired by seed) above 0; 'no' when below; else undecided (always with one seed)",
         ))
-    if np.any(np.asarray(gn["damping"], np.float64) > 0):
+    if np.any(np.asarray(gn.damping, np.float64) > 0):
         rows.append(_damping_row(results))
     conv = converged(results.net_train_rmse, results.net_train_rmse_mid)
     trained = method != "kernel"
     n_ok = int(conv[trained].sum())
-    gn_conv = converged(gn["net_train_rmse"], gn["net_train_rmse_mid"])
+    gn_conv = converged(gn.net_train_rmse, gn.net_train_rmse_mid)
     bad = [f"K={fmt_K(K[i])}" for i in np.flatnonzero(trained) if not conv[i].all()]
-    bad += [f"GN λ={v:g}" for v, c in zip(gn["damping"], gn_conv) if not c.all()]
+    bad += [f"GN λ={v:g}" for v, c in zip(gn.damping, gn_conv) if not c.all()]
     rows.append(Claim(
         "every run is trained to convergence", "schematic: always trained to convergence",
         f"{n_ok + int(gn_conv.sum())}/{int(trained.sum()) * conv.shape[1] + gn_conv.size} runs converged"
@@ -767,10 +805,10 @@ def claims(results: Results) -> list[Claim]:
         f"final train RMSE ≤ {CONVERGED_RMSE:g}, or changed by ≤ {PLATEAU_REL:.0%} over the second half",
     ))
     div = np.asarray(results.diverged, bool)
-    gdiv = np.asarray(gn["diverged"], bool)
+    gdiv = np.asarray(gn.diverged, bool)
     seeds = np.asarray(results.seeds)
     bad_div = [f"K={fmt_K(K[i])} seed {int(seeds[j])}" for i, j in zip(*np.nonzero(div))]
-    bad_div += [f"GN λ={gn['damping'][i]:g} seed {int(seeds[j])}" for i, j in zip(*np.nonzero(gdiv))]
+    bad_div += [f"GN λ={gn.damping[i]:g} seed {int(seeds[j])}" for i, j in zip(*np.nonzero(gdiv))]
     rows.append(divergence_row(bad_div))
     literal_claim, literal_check = _literal_rows(results.literal)
     rows.append(literal_claim)
@@ -795,12 +833,12 @@ def claims(results: Results) -> list[Claim]:
         rows.append(Claim(large, "schematic: the GN level at large K, flat beyond",
                           f"no K in the grid solves a linearisation (Kη·σ_min ≥ {SOLVED:g})", verdict(None),
                           f"needs K ≥ {SOLVED:g} / (η σ_min)", kind="check"))
-    fit, scale = np.asarray(b["damping_fit"], np.float64), np.asarray(b["damping"], np.float64)
+    fit, scale = np.asarray(b.damping_fit, np.float64), np.asarray(b.damping, np.float64)
     ratio = fit / scale
     rows.append(Claim(
         "K GD steps act on the residual like damping λ = 1/(Kη)", "informal (Sec. 3.3)",
         "best-fit λ / (1/(Kη)) on the NTK spectrum at θ₀: "
-        + ", ".join(f"K={fmt_K(k)}: {num(r)}" for k, r in zip(b["K"], ratio)),
+        + ", ".join(f"K={fmt_K(k)}: {num(r)}" for k, r in zip(b.K, ratio)),
         verdict(bool(np.all((ratio > 1 / 3) & (ratio < 3)))),
         "by construction: both filters switch at σ ≈ 1/(Kη) for any spectrum; the best-fit λ within a factor 3 of "
         "1/(Kη) for every K drawn",
@@ -817,9 +855,9 @@ def damping_pairs(results: Results, factor: float = 1.0) -> list[tuple[int, int]
     K ↔ λ row must refute."""
     K = np.asarray(results.K, np.float64)
     finite = np.flatnonzero(np.isfinite(K))
-    eta = float(results.bridge["eta"])
+    eta = float(results.bridge.eta)
     out = []
-    for m, lam in enumerate(np.asarray(results.gn["damping"], np.float64)):
+    for m, lam in enumerate(np.asarray(results.gn.damping, np.float64)):
         if lam <= 0 or finite.size == 0:
             continue
         target = math.log10(factor / (lam * eta))
@@ -834,9 +872,9 @@ def _damping_row(results: Results) -> Claim:
     or 1/(10λη) do (see :func:`claims`)."""
     claim, paper = "damping λ plays the role of K ≈ 1/(λη) (Sec. 3.3)", "informal (Sec. 3.3)"
     K = np.asarray(results.K, np.float64)
-    lams = np.asarray(results.gn["damping"], np.float64)
+    lams = np.asarray(results.gn.damping, np.float64)
     net = np.asarray(results.net_test_rmse, np.float64)
-    gn = np.asarray(results.gn["net_test_rmse"], np.float64)
+    gn = np.asarray(results.gn.net_test_rmse, np.float64)
 
     def judge(pairs):
         out = []
@@ -902,7 +940,7 @@ def bridge_curves(results: Results) -> dict:
     ``gn_fraction``, ``gn_fraction_fit`` (M, G).
     """
     b = results.bridge
-    grid = np.asarray(b["sigma_grid"], np.float64)
+    grid = np.asarray(b.sigma_grid, np.float64)
     out = {"sigma_grid": grid, "gn0_filter": 1.0 / grid}
     for key in ("gd_filter", "gn_filter", "gn_filter_fit"):
         phi = np.asarray(b[key], np.float64)
@@ -919,9 +957,9 @@ def plot_literal(ax: Axes, literal: Mapping[str, Any] | None, *, colors: Sequenc
                  marker: str = "^") -> list:
     """Literal GD at large K (:attr:`Results.literal`, of :func:`literal_runs`) on a K axis.
 
-    For each rate lr' (``literal["lr"]`` (NR,), colour ``colors[r]``): the literal runs' final test RMSE
+    For each rate lr' (``literal.lr`` (NR,), colour ``colors[r]``): the literal runs' final test RMSE
     (``net_test_rmse`` (NR, NL, S)), mean over the seeds that stayed finite ± one standard error, filled
-    ``marker`` at K (``literal["K"]`` (NL,)), joined by a solid line; the closed form at the same
+    ``marker`` at K (``literal.K`` (NL,)), joined by a solid line; the closed form at the same
     (τ = K·lr'/N, R linearisations), ``flow_net_test_rmse``, open markers joined by a dashed line; and
     where seeds diverged (``diverged`` (NR, NL, S)) a red cross at the closed form's mean with
     "d/S diverged". Draws nothing for ``literal`` None or without K (results from before these runs).
@@ -930,11 +968,11 @@ def plot_literal(ax: Axes, literal: Mapping[str, Any] | None, *, colors: Sequenc
     check_axes(ax)
     if literal is None or np.asarray(literal.get("K", [])).size == 0:
         return []
-    Ks = as_1d(literal["K"], "literal['K']")
-    rates = as_1d(literal["lr"], "literal['lr']")
-    div = np.asarray(literal["diverged"], bool)
-    net = np.where(div, np.nan, real_array(literal["net_test_rmse"], "literal['net_test_rmse']"))
-    flow = real_array(literal["flow_net_test_rmse"], "literal['flow_net_test_rmse']")
+    Ks = as_1d(literal.K, "literal.K")
+    rates = as_1d(literal.lr, "literal.lr")
+    div = np.asarray(literal.diverged, bool)
+    net = np.where(div, np.nan, real_array(literal.net_test_rmse, "literal.net_test_rmse"))
+    flow = real_array(literal.flow_net_test_rmse, "literal.flow_net_test_rmse")
     S = div.shape[-1]
     handles = []
     for r, rate in enumerate(rates):
@@ -956,7 +994,7 @@ def plot_stability_bound(ax: Axes, literal: Mapping[str, Any] | None, *, colors:
                          linestyles: Sequence[str] = ("-", "--", ":", "-.")) -> list:
     """The stability bound 2/λ_max(G(θ_s)) of the literal runs' current linearisation against the step.
 
-    ``literal["bound"]`` (NR, NL, S, E) at ``bound_step`` (E,): the median over seeds per rate (colour) and
+    ``literal.bound`` (NR, NL, S, E) at ``bound_step`` (E,): the median over seeds per rate (colour) and
     K (line style), with each rate lr' as a horizontal line of its colour: GD on a linearisation diverges
     where the bound falls below its rate. Red crosses: each diverged run, at (``diverged_step``, lr').
     Log y axis. Draws nothing for ``literal`` None or without a bound. Returns the line handles drawn.
@@ -964,12 +1002,12 @@ def plot_stability_bound(ax: Axes, literal: Mapping[str, Any] | None, *, colors:
     check_axes(ax)
     if literal is None or "bound" not in literal or np.asarray(literal.get("K", [])).size == 0:
         return []
-    Ks = as_1d(literal["K"], "literal['K']")
-    rates = as_1d(literal["lr"], "literal['lr']")
-    steps = as_1d(literal["bound_step"], "literal['bound_step']")
-    bound = real_array(literal["bound"], "literal['bound']")
-    div = np.asarray(literal["diverged"], bool)
-    div_step = np.asarray(literal["diverged_step"])
+    Ks = as_1d(literal.K, "literal.K")
+    rates = as_1d(literal.lr, "literal.lr")
+    steps = as_1d(literal.bound_step, "literal.bound_step")
+    bound = real_array(literal.bound, "literal.bound")
+    div = np.asarray(literal.diverged, bool)
+    div_step = np.asarray(literal.diverged_step)
     handles = []
     with np.errstate(invalid="ignore"):
         med = np.nanmedian(np.where(bound > 0, bound, np.nan), axis=2)  # (NR, NL, E)
@@ -1016,10 +1054,10 @@ def plot(results: Results):
     bad = diverged_K(results)
     ax.plot(xs[bad], s["net_mean"][bad], "x", ms=14, color="red", linestyle="none")
     ax.axhline(s["gn_mean"][0], ls="--", color="C3", label="Gauss–Newton (λ = 0)")
-    damped = np.asarray(gn["damping"]) > 0
-    gn_mean, gn_se = mean_se(gn["net_test_rmse"], axis=1)
-    ax.errorbar(gn["equiv_K"][damped], gn_mean[damped], yerr=np.nan_to_num(gn_se[damped]), fmt="*", ms=14,
-                color="C2", label="damped GN, λ = " + ", ".join(f"{v:g}" for v in gn["damping"][damped])
+    damped = np.asarray(gn.damping) > 0
+    gn_mean, gn_se = mean_se(gn.net_test_rmse, axis=1)
+    ax.errorbar(gn.equiv_K[damped], gn_mean[damped], yerr=np.nan_to_num(gn_se[damped]), fmt="*", ms=14,
+                color="C2", label="damped GN, λ = " + ", ".join(f"{v:g}" for v in gn.damping[damped])
                 + " (at K = 1/(λη))")
     ax.axhline(s["net_mean"][k1_and_largest(Ks)[0]], ls=":", color="C1", label="gradient descent (K = 1)")
     ax.axvspan(s["solved_from"], xs.max(), color="C3", alpha=0.08, label="each linearisation solved")
@@ -1041,19 +1079,19 @@ def plot(results: Results):
     b, c = results.bridge, bridge_curves(results)
     grid = c["sigma_grid"]
     fig, (left, right) = panels(2)
-    lines = plot_runs(left, grid, c["gd_filter"], b["K"], scale=1, marker=None, lw=2, alpha=0.5,
+    lines = plot_runs(left, grid, c["gd_filter"], b.K, scale=1, marker=None, lw=2, alpha=0.5,
                       label="K = {K} GD steps")
-    plot_runs(left, grid, c["gn_filter"], b["K"], scale=1, marker=None, lw=1, color=lines,
-              label="λ = 1/(Kη) = {lam:.3g}", label_args={"lam": b["damping"]})
-    plot_runs(left, grid, c["gn_filter_fit"], b["K"], scale=1, marker=None, linestyle=":", lw=1.5, color=lines,
+    plot_runs(left, grid, c["gn_filter"], b.K, scale=1, marker=None, lw=1, color=lines,
+              label="λ = 1/(Kη) = {lam:.3g}", label_args={"lam": b.damping})
+    plot_runs(left, grid, c["gn_filter_fit"], b.K, scale=1, marker=None, linestyle=":", lw=1.5, color=lines,
               label=None)
     left.plot(grid, c["gn0_filter"], "k--", lw=1, label="1/σ (Gauss–Newton)")
-    plot_runs(right, grid, c["gd_fraction"], b["K"], scale=1, marker=None, lw=2, alpha=0.5, color=lines)
-    plot_runs(right, grid, c["gn_fraction"], b["K"], scale=1, marker=None, lw=1, color=lines, label=None)
-    plot_runs(right, grid, c["gn_fraction_fit"], b["K"], scale=1, marker=None, linestyle=":", lw=1.5, color=lines,
-              label="best λ = {lam:.3g}", label_args={"lam": b["damping_fit"]})
-    rug(left, b["sigma"], y=1e-3)  # ticks: the NTK's eigenvalues
-    rug(right, b["sigma"])
+    plot_runs(right, grid, c["gd_fraction"], b.K, scale=1, marker=None, lw=2, alpha=0.5, color=lines)
+    plot_runs(right, grid, c["gn_fraction"], b.K, scale=1, marker=None, lw=1, color=lines, label=None)
+    plot_runs(right, grid, c["gn_fraction_fit"], b.K, scale=1, marker=None, linestyle=":", lw=1.5, color=lines,
+              label="best λ = {lam:.3g}", label_args={"lam": b.damping_fit})
+    rug(left, b.sigma, y=1e-3)  # ticks: the NTK's eigenvalues
+    rug(right, b.sigma)
     left.set(xscale="log", yscale="log", xlabel="NTK eigenvalue σ", ylabel="filter φ(σ)", ylim=(1e-3, None),
              title="spectral filters: K GD steps vs damped GN")
     right.set(xscale="log", xlabel="NTK eigenvalue σ", ylabel="σ φ(σ): fraction of the residual removed",

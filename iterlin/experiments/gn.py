@@ -377,7 +377,7 @@ def timing(results: Results) -> str:
     """``8 runs (4 K × 2 seeds, 4 GN) in two programs, 265 s (K sweep) + 1010 s (GN) of computation``."""
     h = results.runs
     n_K, n_seeds = len(set(np.asarray(h["K"]).tolist())), len(set(np.asarray(h["seed_index"]).tolist()))
-    G = len(np.asarray(results.gn["K"])) if results.gn is not None else 0
+    G = len(np.asarray(results.gn.K)) if results.gn is not None else 0
     gn = f" + {float(results.gn_wall_seconds):.0f} s (GN)" if results.gn_wall_seconds is not None else ""
     return (f"{int(results.n_runs)} runs ({n_K} K × {n_seeds} seed{'s' if n_seeds != 1 else ''}, {G} GN), "
             f"{float(results.wall_seconds):.0f} s (K sweep){gn} of computation")
@@ -447,7 +447,7 @@ def plot(results: Results):
     legend(left)
     lines = plot_sweep(right, results.runs, "net_test_acc", label="K = {K}", diverged_label=None, marker=None)
     if results.gn is not None:
-        gn_groups = sorted(set(results.gn["K"].tolist()))
+        gn_groups = sorted(set(results.gn.K.tolist()))
         plot_sweep(right, results.gn, "net_test_acc", linestyle=":", marker=None,
                    color=sweep_colors(results.runs, lines, gn_groups),
                    label="GN at λ(K = {K})", diverged_label=None)

@@ -300,8 +300,8 @@ def test_a_sweeps_columns_must_name_its_runs():
 def test_typed_results_read_sweeps_and_mappings_of_sweeps_back():
     """``Experiment.typed`` makes a Sweep of a field annotated ``Sweep`` (fig3's ``runs``) or
     ``Sweep | None`` (gn's ``gn``), a dict of Sweeps of one annotated ``Mapping[str, Sweep]``
-    (fig5's ``histories``) and a record of one annotated with a ``Record`` type (fig7's ``match``);
-    a plain mapping field stays a mapping (fig1's ``gn``)."""
+    (fig5's ``histories``) and a record of one annotated with a ``Record`` type (fig7's ``match``,
+    fig1's ``literal``, ``Literal | None``)."""
     from iterlin.experiments import fig1, fig5, fig7, gn, registry
 
     cols = dict(fake_sweep([1, 4], 0.1, 8, [0.3, 0.3]))
@@ -317,8 +317,13 @@ def test_typed_results_read_sweeps_and_mappings_of_sweeps_back():
     r7 = registry.get("fig7").typed({"runs": cols, "match": match}, fig7.get_config("smoke"))
     assert isinstance(r7.match, fig7.FilterMatch) and isinstance(r7.runs, C.Sweep)
     assert r7.match.ratio is match["ratio"] and dict(r7.match) == match
-    fields1 = {f: np.zeros(2) for f in fig1.Results._fields if f not in ("literal", "config")}
-    r1 = registry.get("fig1").typed({**fields1, "gn": {"damping": np.zeros(2)}}, fig1.get_config("smoke"))
-    assert type(r1.gn) is dict
+    fields1 = {f: np.zeros(2) for f in fig1.Results._fields if f not in ("gn", "bridge", "literal", "config")}
+    gn1 = {f.name: np.zeros(2) for f in dataclasses.fields(fig1.GaussNewtonRuns)}
+    bridge = {f.name: np.zeros(2) for f in dataclasses.fields(fig1.Bridge)}
+    literal = {k: np.zeros(2) for k in ("K", "lr", "steps", "n_relin", "tau")}  # a plan without K: no runs
+    r1 = registry.get("fig1").typed({**fields1, "gn": gn1, "bridge": bridge, "literal": literal},
+                                    fig1.get_config("smoke"))
+    assert isinstance(r1.gn, fig1.GaussNewtonRuns) and isinstance(r1.bridge, fig1.Bridge)
+    assert isinstance(r1.literal, fig1.Literal) and r1.literal.bound is None and set(r1.literal) == set(literal)
     with pytest.raises(ValueError, match=r"^columns=\['norm'\] are not allowed: missing \['ratio'"):
         registry.get("fig7").typed({"runs": cols, "match": {"norm": np.zeros(2)}}, fig7.get_config("smoke"))

@@ -54,22 +54,22 @@ def test_fig1_tiny(tmp_path):
         assert np.asarray(getattr(r, key)).shape == (4, 2), key
     assert np.all(np.isfinite(r.lin_test_rmse))
     gn = r.gn
-    assert gn["damping"].tolist() == [0.0, 0.5, 1.0]
+    assert gn.damping.tolist() == [0.0, 0.5, 1.0]
     for key in ("net_test_rmse", "net_train_rmse", "net_train_rmse_mid", "diverged"):
         assert gn[key].shape == (3, 2), key
     assert r.seeds.tolist() == [0, 1]
     # seed 1's K = 1 run differs from seed 0's (K-major, then seeds: no mix-up of the layout)
     assert r.net_test_rmse[0, 0] != r.net_test_rmse[0, 1]
     # the Gauss–Newton runs are λ-major, then seeds: each λ's seeds differ, and so do the λ
-    assert gn["net_test_rmse"][1, 0] != gn["net_test_rmse"][1, 1] and gn["net_test_rmse"][1, 0] != gn["net_test_rmse"][2, 0]
-    np.testing.assert_allclose(gn["equiv_K"], [math.inf, 1 / (0.5 * 0.02 / 8), 1 / (1.0 * 0.02 / 8)])
+    assert gn.net_test_rmse[1, 0] != gn.net_test_rmse[1, 1] and gn.net_test_rmse[1, 0] != gn.net_test_rmse[2, 0]
+    np.testing.assert_allclose(gn.equiv_K, [math.inf, 1 / (0.5 * 0.02 / 8), 1 / (1.0 * 0.02 / 8)])
     b = r.bridge
-    assert b["sigma"].shape == (8,) and b["coeffs"].shape == (8,)
-    assert b["K"].tolist() == list(fig1.BRIDGE_K)
-    M, G = b["K"].shape[0], b["sigma_grid"].shape[0]
+    assert b.sigma.shape == (8,) and b.coeffs.shape == (8,)
+    assert b.K.tolist() == list(fig1.BRIDGE_K)
+    M, G = b.K.shape[0], b.sigma_grid.shape[0]
     for key in ("gd_filter", "gn_filter", "gn_filter_fit"):
         assert b[key].shape == (M, G), key
-    np.testing.assert_allclose(b["damping"], 1 / (b["K"] * b["eta"]))
+    np.testing.assert_allclose(b.damping, 1 / (b.K * b.eta))
     s = fig1.summary(r)
     assert s["net_mean"].shape == (4,) and s["gn_mean"].shape == (3,)
     table = str(claims(r, directory=tmp_path))
@@ -112,12 +112,21 @@ def _literal(S=4, offset=0.0, noise=None, diverged=None, bound_last=None):
     bound[..., 0] = 1.3
     bound[..., -1] = np.where(div, 0.01, 0.5) if bound_last is None else bound_last
     net = np.where(div, np.nan, flow + offset + noise)
-    return {"K": np.array([10.0, 100.0]), "lr": np.array([0.02, 0.005]), "steps": np.asarray(5000),
-            "n_relin": np.array([500, 50]), "tau": np.array([[0.01, 0.1], [0.0025, 0.025]]),
-            "net_test_rmse": net, "net_train_rmse": net, "lin_test_rmse": net,
-            "diverged": div, "diverged_step": np.where(div, 1500, -1),
-            "bound_step": np.array([0, 2500, 5000]), "bound": bound,
-            "flow_net_test_rmse": flow, "flow_net_train_rmse": flow, "flow_diverged": np.zeros((NR, NL, S), bool)}
+    return fig1.Literal(
+        K=np.array([10.0, 100.0]), lr=np.array([0.02, 0.005]), steps=np.asarray(5000), n_relin=np.array([500, 50]),
+        tau=np.array([[0.01, 0.1], [0.0025, 0.025]]), net_test_rmse=net, net_train_rmse=net, lin_test_rmse=net,
+        diverged=div, diverged_step=np.where(div, 1500, -1), bound_step=np.array([0, 2500, 5000]), bound=bound,
+        flow_net_test_rmse=flow, flow_net_train_rmse=flow, flow_diverged=np.zeros((NR, NL, S), bool))
+
+
+def _bridge(**columns):
+    """A constructed ``Results.bridge``: M = 2 periods, a grid of 3 points; ``columns`` replace these."""
+    grid = np.array([0.5, 1.0, 4.0])
+    return fig1.Bridge(**{
+        "eta": np.asarray(1e-3), "sigma": np.array([0.01, 1.0, 100.0]), "coeffs": np.ones(3),
+        "K": np.asarray([10.0, 100.0]), "damping": np.asarray([1.0, 2.0]), "damping_fit": np.asarray([1.5, 2.5]),
+        "sigma_grid": grid, "gd_filter": np.ones((2, 3)), "gn_filter": np.ones((2, 3)),
+        "gn_filter_fit": np.ones((2, 3)), **columns})
 
 
 def _results(net=NET, kernel_lin=2.0, gn_test=GN_TRUE, lams=LAMS, damping_fit=(1.5, 2.5), sigma=(0.01, 1.0, 100.0),
@@ -147,12 +156,12 @@ def _results(net=NET, kernel_lin=2.0, gn_test=GN_TRUE, lams=LAMS, damping_fit=(1
         net_test_rmse=net, lin_test_rmse=lin, net_train_rmse=train, lin_train_rmse=train.copy(),
         net_train_rmse_mid=train.copy() if mid is None else np.asarray(mid, np.float64),
         diverged=np.zeros((NK, S), bool) if diverged is None else np.asarray(diverged, bool),
-        gn={"damping": gl, "equiv_K": np.asarray([math.inf] + [1 / (v * eta) for v in lams]),
-            "net_test_rmse": gn_test[:L],
-            "net_train_rmse": np.full((L, S), 0.01), "net_train_rmse_mid": np.full((L, S), 0.01),
-            "diverged": np.zeros((L, S), bool)},
-        bridge={"eta": np.asarray(eta), "sigma": np.asarray(sigma, np.float64), "K": np.asarray([10.0, 100.0]),
-                "damping": np.asarray([1.0, 2.0]), "damping_fit": np.asarray(damping_fit, np.float64)},
+        gn=fig1.GaussNewtonRuns(
+            damping=gl, equiv_K=np.asarray([math.inf] + [1 / (v * eta) for v in lams]), net_test_rmse=gn_test[:L],
+            net_train_rmse=np.full((L, S), 0.01), net_train_rmse_mid=np.full((L, S), 0.01),
+            diverged=np.zeros((L, S), bool)),
+        bridge=_bridge(eta=np.asarray(eta), sigma=np.asarray(sigma, np.float64),
+                       damping_fit=np.asarray(damping_fit, np.float64)),
         x_test=np.linspace(-1, 1, 5), y_test=np.zeros(5), seeds=np.arange(S),
         literal=None if literal is None else _literal(S) if isinstance(literal, str) else literal,
     )
@@ -318,11 +327,12 @@ def _summary_results():
         net_test_rmse=np.array([[0.1, 0.3], [0.2, np.nan], [9.0, 9.0]]),
         lin_test_rmse=np.array([[5.0, 5.0], [5.0, 5.0], [0.4, 0.6]]),
         diverged=np.array([[False, False], [False, True], [False, False]]),
-        gn={"net_test_rmse": np.array([[0.5, 0.7], [0.2, 0.2]])},
-        bridge={"eta": np.asarray(0.01), "sigma": np.array([0.0, 2.0, 10.0]),
-                "sigma_grid": np.array([0.5, 1.0, 4.0]),
-                "gd_filter": np.array([[1.0, 0.5, 0.25]]), "gn_filter": np.array([[2.0, 1.0, 0.5]]),
-                "gn_filter_fit": np.array([[0.2, 0.1, 0.05]])},
+        gn=fig1.GaussNewtonRuns(damping=np.array([0.0, 1.0]), equiv_K=np.array([math.inf, 100.0]),
+                                net_test_rmse=np.array([[0.5, 0.7], [0.2, 0.2]]), net_train_rmse=np.zeros((2, 2)),
+                                net_train_rmse_mid=np.zeros((2, 2)), diverged=np.zeros((2, 2), bool)),
+        bridge=_bridge(eta=np.asarray(0.01), sigma=np.array([0.0, 2.0, 10.0]), K=np.array([10.0]),
+                       damping=np.array([1.0]), damping_fit=np.array([1.5]), gd_filter=np.array([[1.0, 0.5, 0.25]]),
+                       gn_filter=np.array([[2.0, 1.0, 0.5]]), gn_filter_fit=np.array([[0.2, 0.1, 0.05]])),
         x_test=np.linspace(-1, 1, 5), y_test=np.zeros(5), seeds=np.arange(2),
     )
 
@@ -385,17 +395,17 @@ def literal_tiny():
 
 def test_literal_runs_shapes(literal_tiny):
     lit = literal_tiny
-    assert lit["K"].tolist() == [10.0, 100.0] and lit["lr"].tolist() == [0.02, 0.005] and int(lit["steps"]) == 100
-    assert lit["n_relin"].tolist() == [10, 1]
-    np.testing.assert_allclose(lit["tau"], [[10 * 0.02 / 8, 100 * 0.02 / 8], [10 * 0.005 / 8, 100 * 0.005 / 8]])
+    assert lit.K.tolist() == [10.0, 100.0] and lit.lr.tolist() == [0.02, 0.005] and int(lit.steps) == 100
+    assert lit.n_relin.tolist() == [10, 1]
+    np.testing.assert_allclose(lit.tau, [[10 * 0.02 / 8, 100 * 0.02 / 8], [10 * 0.005 / 8, 100 * 0.005 / 8]])
     for key in ("net_test_rmse", "net_train_rmse", "lin_test_rmse", "diverged", "diverged_step",
                 "flow_net_test_rmse", "flow_net_train_rmse", "flow_diverged"):
         assert np.shape(lit[key]) == (2, 2, 2), key
-    assert lit["bound_step"].tolist() == [0, 50, 100] and lit["bound"].shape == (2, 2, 2, 3)
-    assert not lit["diverged"].any() and np.all(np.isfinite(lit["net_test_rmse"]))
+    assert lit.bound_step.tolist() == [0, 50, 100] and lit.bound.shape == (2, 2, 2, 3)
+    assert not lit.diverged.any() and np.all(np.isfinite(lit.net_test_rmse))
     # at step 0 every run is linearised at its θ₀: the bound there is the same for every rate and K
-    np.testing.assert_allclose(lit["bound"][..., 0], np.broadcast_to(lit["bound"][0, 0, :, 0], (2, 2, 2)), rtol=1e-6)
-    assert np.all(lit["bound"][..., 0] > 0.5)  # 2/λ_max(J₀ᵀJ₀/N) ≈ 1.2–1.3 at θ₀: far above the rates
+    np.testing.assert_allclose(lit.bound[..., 0], np.broadcast_to(lit.bound[0, 0, :, 0], (2, 2, 2)), rtol=1e-6)
+    assert np.all(lit.bound[..., 0] > 0.5)  # 2/λ_max(J₀ᵀJ₀/N) ≈ 1.2–1.3 at θ₀: far above the rates
 
 
 def test_literal_gd_approaches_its_closed_form_as_the_rate_shrinks(monkeypatch):
@@ -417,8 +427,8 @@ def test_literal_gd_approaches_its_closed_form_as_the_rate_shrinks(monkeypatch):
         with x64(True):
             apply_fn, params = quintic_model([0], jnp.float64)
             lit = fig1.literal_runs(apply_fn, params, fig1.load(cfg), cfg)
-        assert lit["K"].tolist() == [K] and lit["n_relin"].tolist() == [3] and not lit["diverged"].any()
-        np.testing.assert_allclose(lit["tau"], [[0.025]])
+        assert lit.K.tolist() == [K] and lit.n_relin.tolist() == [3] and not lit.diverged.any()
+        np.testing.assert_allclose(lit.tau, [[0.025]])
         out.append(lit)
     coarse, fine = out
     np.testing.assert_allclose(fine["flow_net_train_rmse"], coarse["flow_net_train_rmse"], rtol=1e-9)
@@ -440,12 +450,12 @@ def test_literal_gd_diverges_above_the_stability_bound_and_not_below(monkeypatch
     with x64(True):
         apply_fn, params = quintic_model([0, 1], jnp.float64)
         lit = fig1.literal_runs(apply_fn, params, fig1.load(cfg), cfg)
-    assert lit["K"].tolist() == [10.0] and lit["n_relin"].tolist() == [1]
-    bound0 = lit["bound"][..., 0]
-    assert np.all(lit["lr"][0] > bound0[0]) and np.all(lit["lr"][1] < bound0[1])  # 1e9 and 0.1 vs ≈ 1.2
-    assert lit["diverged"][0].all() and not lit["diverged"][1].any()
-    assert np.all((lit["diverged_step"][0] >= 0) & (lit["diverged_step"][0] < 10))
-    assert np.all(np.isnan(lit["net_test_rmse"][0])) and np.all(np.isfinite(lit["net_test_rmse"][1]))
+    assert lit.K.tolist() == [10.0] and lit.n_relin.tolist() == [1]
+    bound0 = lit.bound[..., 0]
+    assert np.all(lit.lr[0] > bound0[0]) and np.all(lit.lr[1] < bound0[1])  # 1e9 and 0.1 vs ≈ 1.2
+    assert lit.diverged[0].all() and not lit.diverged[1].any()
+    assert np.all((lit.diverged_step[0] >= 0) & (lit.diverged_step[0] < 10))
+    assert np.all(np.isnan(lit.net_test_rmse[0])) and np.all(np.isfinite(lit.net_test_rmse[1]))
     rows = {r.claim: r for r in fig1._literal_rows(lit)}
     assert rows[LITERAL_BOUND].holds == "yes" and rows[LITERAL_BOUND].kind == "check"
 
@@ -459,14 +469,14 @@ def test_literal_claim_rows():
     # a finite run that ended above its bound (blowing up: a huge test RMSE) is not evidence: left out, and
     # the means shown are over the seeds kept
     blowing = _literal()
-    blowing["bound"][0, 1, 0, -1] = 0.01  # rate 0.02 at K = 100, seed 0: above its last bound
-    blowing["net_test_rmse"][0, 1, 0] = 1e85
+    blowing.bound[0, 1, 0, -1] = 0.01  # rate 0.02 at K = 100, seed 0: above its last bound
+    blowing.net_test_rmse[0, 1, 0] = 1e85
     row = _rows(_results(literal=blowing))[LITERAL]
     assert row.holds == "yes" and "lr=0.02 K=100: 0.499 vs 0.500" in row.measured, row.measured
     assert "(1/4 ended above their bound, left out)" in row.measured
     assert literal_stable(blowing)[0, 1].tolist() == [False, True, True, True]
     # the same seed counted, as before: its 1e85 makes the interval unbounded, so the row could not decide
-    blowing["bound"][0, 1, 0, -1] = 0.5
+    blowing.bound[0, 1, 0, -1] = 0.5
     assert _rows(_results(literal=blowing))[LITERAL].holds == UNDECIDED
     # a systematic 20 % offset against the closed form: no
     assert _holds(_results(literal=_literal(offset=0.1)))[LITERAL] == "no"
