@@ -109,7 +109,7 @@ from ._common import Experiment, checkpoint_path, eval_points, index_of_K, load_
 
 __all__ = [
     "Results", "GaussNewtonRuns", "Bridge", "Literal", "SCALES", "EXPERIMENT", "BRIDGE_K", "load", "compute", "claims", "RunPlan", "LiteralPlan", "plan",
-    "converged", "summary",
+    "converged", "Summary", "summary",
     "seed_rmse", "diverged_K", "bridge_curves", "gn_damping", "seed_difference", "decide", "interval",
     "damping_pairs", "SMALL_K", "SMALL_TOL", "SOLVED", "ROUNDING", "first_steps", "PAIR_TOL", "SHIFT",
     "literal_plan", "literal_runs", "LITERAL_RATES", "LITERAL_STEPS", "SHARPNESS_ITERS", "LITERAL_TOL",
@@ -595,14 +595,18 @@ CONVERGED_RMSE = 0.02
 PLATEAU_REL = 0.1
 
 
-def summary(results: Results) -> dict:
-    """The numbers the figure draws beside the runs.
+class Summary(NamedTuple):
+    """The numbers the figure draws beside the runs (:func:`summary`)."""
 
-    ``sigma_min``: the smallest non-zero NTK eigenvalue at θ₀ (first seed; eigenvalues below
-    N·ε·σ_max count as zero); ``solved_from``: 10/(η σ_min), the K from which every linearisation is
-    solved to convergence (Kη·σ_min ≥ 10); ``net_mean`` (NK,): mean final test RMSE over seeds of
-    the network (the linear model for K = ∞); ``gn_mean`` (L,): of the Gauss–Newton runs [λ = 0, λ₁, …].
-    """
+    #: the smallest non-zero NTK eigenvalue at θ₀ (first seed; eigenvalues below N·ε·σ_max count as zero)
+    sigma_min: float
+    solved_from: float  #: 10/(η σ_min), the K from which every linearisation is solved (Kη·σ_min ≥ 10)
+    net_mean: np.ndarray  #: (NK,) mean final test RMSE over seeds of the network (the linear model for K = ∞)
+    gn_mean: np.ndarray  #: (L,) the same of the Gauss–Newton runs [λ = 0, λ₁, …]
+
+
+def summary(results: Results) -> Summary:
+    """The numbers the figure draws beside the runs (:class:`Summary`)."""
     b = results.bridge
     sigma = np.asarray(b.sigma, np.float64)
     sigma_min = float(sigma[sigma > sigma.max() * len(sigma) * np.finfo(np.float64).eps].min())
@@ -610,12 +614,9 @@ def summary(results: Results) -> dict:
     net = np.where(kernel[:, None], np.asarray(results.lin_test_rmse, np.float64),
                    np.asarray(results.net_test_rmse, np.float64))
     with np.errstate(invalid="ignore"):
-        return {
-            "sigma_min": np.asarray(sigma_min),
-            "solved_from": np.asarray(10.0 / (float(b.eta) * sigma_min)),
-            "net_mean": np.nanmean(net, axis=1),
-            "gn_mean": np.nanmean(np.asarray(results.gn.net_test_rmse, np.float64), axis=1),
-        }
+        return Summary(sigma_min=sigma_min, solved_from=10.0 / (float(b.eta) * sigma_min),
+                       net_mean=np.nanmean(net, axis=1),
+                       gn_mean=np.nanmean(np.asarray(results.gn.net_test_rmse, np.float64), axis=1))
 
 
 def converged(final, mid) -> np.ndarray:
@@ -792,7 +793,7 @@ def claims(results: Results) -> list[Claim]:
     gn_rmse = np.asarray(gn.net_test_rmse, np.float64)
     b = results.bridge
     eta = float(b.eta)
-    sigma_min = float(summary(results)["sigma_min"])
+    sigma_min = summary(results).sigma_min
     fmt = lambda i: f"K={fmt_K(K[i])}: {num(mean[i], 3)}"  # noqa: E731
     rows = []
 
@@ -1007,7 +1008,7 @@ def bridge_curves(results: Results) -> dict:
 # The plot: drawing only (not part of ``compute``: a change here recomputes nothing)
 
 
-def plot_literal(ax: Axes, literal: Mapping[str, Any] | None, *, colors: Sequence[Any] = ("C4", "C5"),
+def plot_literal(ax: Axes, literal: Literal | None, *, colors: Sequence[Any] = ("C4", "C5"),
                  marker: str = "^") -> list:
     """Literal GD at large K (:attr:`Results.literal`, of :func:`literal_runs`) on a K axis.
 
@@ -1044,7 +1045,7 @@ def plot_literal(ax: Axes, literal: Mapping[str, Any] | None, *, colors: Sequenc
     return handles
 
 
-def plot_stability_bound(ax: Axes, literal: Mapping[str, Any] | None, *, colors: Sequence[Any] = ("C4", "C5"),
+def plot_stability_bound(ax: Axes, literal: Literal | None, *, colors: Sequence[Any] = ("C4", "C5"),
                          linestyles: Sequence[str] = ("-", "--", ":", "-.")) -> list:
     """The stability bound 2/λ_max(G(θ_s)) of the literal runs' current linearisation against the step.
 
@@ -1095,7 +1096,7 @@ def plot(results: Results):
     K GD steps and of damped GN on the NTK spectrum at θ₀ (left), and the fraction of the residual
     they remove (right)."""
     Ks, method, gn = results.K, results.method, results.gn
-    s = summary(results)  # sigma_min, solved_from = 10/(η σ_min), net_mean per K, gn_mean per λ
+    s = summary(results)
     rmse = seed_rmse(results)  # (K, seeds): the network; for K = ∞ the converged linear model
     finite = np.isfinite(Ks)
 
@@ -1104,17 +1105,17 @@ def plot(results: Results):
     seed_points(ax, xs, rmse, size=10, alpha=0.6)
     band(ax, xs[finite], rmse[finite], axis=1, color="C0", lw=1)
     for how, marker, face in (("gd", "o", "C0"), ("flow", "o", "white"), ("kernel", "s", "white")):
-        ax.plot(xs[method == how], s["net_mean"][method == how], marker, ms=8, color="C0", mfc=face)
+        ax.plot(xs[method == how], s.net_mean[method == how], marker, ms=8, color="C0", mfc=face)
     bad = diverged_K(results)
-    ax.plot(xs[bad], s["net_mean"][bad], "x", ms=14, color="red", linestyle="none")
-    ax.axhline(s["gn_mean"][0], ls="--", color="C3", label="Gauss–Newton (λ = 0)")
+    ax.plot(xs[bad], s.net_mean[bad], "x", ms=14, color="red", linestyle="none")
+    ax.axhline(s.gn_mean[0], ls="--", color="C3", label="Gauss–Newton (λ = 0)")
     damped = np.asarray(gn.damping) > 0
     gn_mean, gn_se = mean_se(gn.net_test_rmse, axis=1)
     ax.errorbar(gn.equiv_K[damped], gn_mean[damped], yerr=np.nan_to_num(gn_se[damped]), fmt="*", ms=14,
                 color="C2", label="damped GN, λ = " + ", ".join(f"{v:g}" for v in gn.damping[damped])
                 + " (at K = 1/(λη))")
-    ax.axhline(s["net_mean"][k1_and_largest(Ks)[0]], ls=":", color="C1", label="gradient descent (K = 1)")
-    ax.axvspan(s["solved_from"], xs.max(), color="C3", alpha=0.08, label="each linearisation solved")
+    ax.axhline(s.net_mean[k1_and_largest(Ks)[0]], ls=":", color="C1", label="gradient descent (K = 1)")
+    ax.axvspan(s.solved_from, xs.max(), color="C3", alpha=0.08, label="each linearisation solved")
     literal = results.literal  # None in results computed before the literal runs
     plot_literal(ax, literal)
     ax.set(yscale="log", ylabel="final test RMSE",

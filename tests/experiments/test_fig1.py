@@ -71,7 +71,7 @@ def test_fig1_tiny(tmp_path):
         assert b[key].shape == (M, G), key
     np.testing.assert_allclose(b.damping, 1 / (b.K * b.eta))
     s = fig1.summary(r)
-    assert s["net_mean"].shape == (4,) and s["gn_mean"].shape == (3,)
+    assert s.net_mean.shape == (4,) and s.gn_mean.shape == (3,)
     table = str(claims(r, directory=tmp_path))
     assert table.startswith("Claims of fig1 at scale 'smoke':") and "every run stays finite" in table
     assert CHECKS_HEADING in table
@@ -200,10 +200,10 @@ def _rows(results):
 def test_summary_and_converged():
     res = _results(noise_k=np.zeros(2), noise_gn=np.zeros(2))
     s = fig1.summary(res)
-    assert float(s["sigma_min"]) == 0.01 and float(s["solved_from"]) == pytest.approx(1e6)
-    np.testing.assert_allclose(s["net_mean"], NET[:-1] + (2.0,))  # K = ∞: the linear model
-    np.testing.assert_allclose(s["gn_mean"], GN_TRUE)
-    assert float(fig1.summary(_results(sigma=(0.0, 1e-20, 0.5, 100.0)))["sigma_min"]) == 0.5  # ~0 ignored
+    assert float(s.sigma_min) == 0.01 and float(s.solved_from) == pytest.approx(1e6)
+    np.testing.assert_allclose(s.net_mean, NET[:-1] + (2.0,))  # K = ∞: the linear model
+    np.testing.assert_allclose(s.gn_mean, GN_TRUE)
+    assert float(fig1.summary(_results(sigma=(0.0, 1e-20, 0.5, 100.0))).sigma_min) == 0.5  # ~0 ignored
     conv = fig1.converged(np.array([0.01, 0.5, 0.5, np.nan]), np.array([0.5, 0.52, 1.0, np.nan]))
     assert conv.tolist() == [True, True, False, False]  # ≤ 0.02, or a plateau (≤ 10 % change)
 
@@ -362,14 +362,14 @@ def test_seed_rmse_is_the_network_except_the_linear_model_at_k_inf():
     r = _summary_results()
     np.testing.assert_array_equal(seed_rmse(r), [[0.1, 0.3], [0.2, np.nan], [0.4, 0.6]])
     with np.errstate(invalid="ignore"):
-        np.testing.assert_allclose(np.nanmean(seed_rmse(r), axis=1), summary(r)["net_mean"])
+        np.testing.assert_allclose(np.nanmean(seed_rmse(r), axis=1), summary(r).net_mean)
 
 
 def test_summary_numbers_the_figure_draws():
     s = summary(_summary_results())
-    assert float(s["sigma_min"]) == 2.0  # the zero eigenvalue is left out
-    np.testing.assert_allclose(float(s["solved_from"]), 10 / (0.01 * 2.0))
-    np.testing.assert_allclose(s["gn_mean"], [0.6, 0.2])
+    assert float(s.sigma_min) == 2.0  # the zero eigenvalue is left out
+    np.testing.assert_allclose(float(s.solved_from), 10 / (0.01 * 2.0))
+    np.testing.assert_allclose(s.gn_mean, [0.6, 0.2])
 
 
 def test_diverged_K_any_seed():
