@@ -108,7 +108,7 @@ from ..tree import tree_index
 from ._common import Experiment, checkpoint_path, eval_points, index_of_K, load_quintic, rmse
 
 __all__ = [
-    "Results", "GaussNewtonRuns", "Bridge", "Literal", "SCALES", "EXPERIMENT", "BRIDGE_K", "load", "compute", "claims", "RunPlan", "LiteralPlan", "plan",
+    "Results", "GaussNewtonRuns", "Bridge", "LiteralRuns", "SCALES", "EXPERIMENT", "BRIDGE_K", "load", "compute", "claims", "RunPlan", "LiteralPlan", "plan",
     "converged", "Summary", "summary",
     "seed_rmse", "diverged_K", "bridge_curves", "gn_damping", "seed_difference", "decide", "interval",
     "damping_pairs", "SMALL_K", "SMALL_TOL", "SOLVED", "ROUNDING", "first_steps", "PAIR_TOL", "SHIFT",
@@ -205,7 +205,7 @@ class Bridge(Record):
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class Literal(Record):
+class LiteralRuns(Record):
     """The literal GD runs at large K beside their closed form (:func:`literal_runs`): NR rates, NL
     periods, S seeds, E evaluation points. The runs' fields are None where the plan has no K."""
 
@@ -245,7 +245,7 @@ class Results(NamedTuple):
     x_test: np.ndarray  #: (n_test,) the test inputs
     y_test: np.ndarray  #: (n_test,) the test targets
     seeds: np.ndarray  #: (S,) the seeds
-    literal: Literal | None = None  #: None in results computed before the literal runs existed
+    literal: LiteralRuns | None = None  #: None in results computed before the literal runs existed
     #: (NK, S) the construction behind the Gauss–Newton check (:func:`first_steps`): from each seed's θ₀,
     #: ‖θ_τ − θ_GN‖ / ‖θ_GN − θ₀‖ after one linearisation, the closed form at τ = Kη against the
     #: Gauss–Newton step (λ = 0); NaN for the K not trained in closed form; None in results computed
@@ -344,7 +344,7 @@ def literal_plan(config: Config) -> LiteralPlan:
     return LiteralPlan(Ks, [f * config.lr for f in LITERAL_RATES], T)
 
 
-def literal_runs(apply_fn, params, data, config: Config, *, checkpoint_dir=None, progress: bool = False) -> Literal:
+def literal_runs(apply_fn, params, data, config: Config, *, checkpoint_dir=None, progress: bool = False) -> LiteralRuns:
     """Literal iterative linearisation (Algorithm 1) at large K beside its closed form (the small-lr limit).
 
     For every rate lr' and K of :func:`literal_plan` and every seed (``params`` stacked (S, ...)):
@@ -362,7 +362,7 @@ def literal_runs(apply_fn, params, data, config: Config, *, checkpoint_dir=None,
     iterations); a diverged run is frozen (:func:`iterlin.training.commit_step`) with the θ_s on which
     it diverged, so its last value is the bound there.
 
-    ``data``: a :class:`iterlin.data.Dataset` (N training points). Returns the :class:`Literal` record
+    ``data``: a :class:`iterlin.data.Dataset` (N training points). Returns the :class:`LiteralRuns` record
     of these runs.
     """
     Ks, rates, T = literal_plan(config)
@@ -375,7 +375,7 @@ def literal_runs(apply_fn, params, data, config: Config, *, checkpoint_dir=None,
            "n_relin": np.asarray([int(T // k) for k in Ks]),
            "tau": np.asarray([[k * r / N for k in Ks] for r in rates], np.float64)}
     if not Ks:
-        return Literal(**out)
+        return LiteralRuns(**out)
     stacked = jax.tree.map(lambda a: jnp.concatenate([a] * NL), params)  # K-major, then seeds
 
     def bound(t, state):  # 2/λ_max(G(θ_s)) of every run (R,), at the evaluation points
@@ -421,7 +421,7 @@ def literal_runs(apply_fn, params, data, config: Config, *, checkpoint_dir=None,
             flow[key][:, idx] = vals
         fdiv[:, idx] = np.asarray(h["diverged"]).reshape(NR, len(idx), S)
     out.update(flow, flow_diverged=fdiv)
-    return Literal(**out)
+    return LiteralRuns(**out)
 
 
 def _bridge(apply_fn, params0, data, config) -> Bridge:
@@ -1008,7 +1008,7 @@ def bridge_curves(results: Results) -> dict:
 # The plot: drawing only (not part of ``compute``: a change here recomputes nothing)
 
 
-def plot_literal(ax: Axes, literal: Literal | None, *, colors: Sequence[Any] = ("C4", "C5"),
+def plot_literal(ax: Axes, literal: LiteralRuns | None, *, colors: Sequence[Any] = ("C4", "C5"),
                  marker: str = "^") -> list:
     """Literal GD at large K (:attr:`Results.literal`, of :func:`literal_runs`) on a K axis.
 
@@ -1045,7 +1045,7 @@ def plot_literal(ax: Axes, literal: Literal | None, *, colors: Sequence[Any] = (
     return handles
 
 
-def plot_stability_bound(ax: Axes, literal: Literal | None, *, colors: Sequence[Any] = ("C4", "C5"),
+def plot_stability_bound(ax: Axes, literal: LiteralRuns | None, *, colors: Sequence[Any] = ("C4", "C5"),
                          linestyles: Sequence[str] = ("-", "--", ":", "-.")) -> list:
     """The stability bound 2/λ_max(G(θ_s)) of the literal runs' current linearisation against the step.
 

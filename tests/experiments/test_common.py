@@ -301,7 +301,7 @@ def test_typed_results_read_sweeps_and_mappings_of_sweeps_back():
     """``Experiment.typed`` makes a Sweep of a field annotated ``Sweep`` (fig3's ``runs``) or
     ``Sweep | None`` (gn's ``gn``), a dict of Sweeps of one annotated ``Mapping[str, Sweep]``
     (fig5's ``histories``) and a record of one annotated with a ``Record`` type (fig7's ``match``,
-    fig1's ``literal``, ``Literal | None``)."""
+    fig1's ``literal``, ``LiteralRuns | None``)."""
     from iterlin.experiments import fig1, fig5, fig7, gn, registry
 
     cols = dict(fake_sweep([1, 4], 0.1, 8, [0.3, 0.3]))
@@ -324,6 +324,6 @@ def test_typed_results_read_sweeps_and_mappings_of_sweeps_back():
     r1 = registry.get("fig1").typed({**fields1, "gn": gn1, "bridge": bridge, "literal": literal},
                                     fig1.get_config("smoke"))
     assert isinstance(r1.gn, fig1.GaussNewtonRuns) and isinstance(r1.bridge, fig1.Bridge)
-    assert isinstance(r1.literal, fig1.Literal) and r1.literal.bound is None and set(r1.literal) == set(literal)
+    assert isinstance(r1.literal, fig1.LiteralRuns) and r1.literal.bound is None and set(r1.literal) == set(literal)
     with pytest.raises(ValueError, match=r"^columns=\['norm'\] are not allowed: missing \['ratio'"):
         registry.get("fig7").typed({"runs": cols, "match": {"norm": np.zeros(2)}}, fig7.get_config("smoke"))

@@ -112,7 +112,7 @@ def _literal(S=4, offset=0.0, noise=None, diverged=None, bound_last=None):
     bound[..., 0] = 1.3
     bound[..., -1] = np.where(div, 0.01, 0.5) if bound_last is None else bound_last
     net = np.where(div, np.nan, flow + offset + noise)
-    return fig1.Literal(
+    return fig1.LiteralRuns(
         K=np.array([10.0, 100.0]), lr=np.array([0.02, 0.005]), steps=np.asarray(5000), n_relin=np.array([500, 50]),
         tau=np.array([[0.01, 0.1], [0.0025, 0.025]]), net_test_rmse=net, net_train_rmse=net, lin_test_rmse=net,
         diverged=div, diverged_step=np.where(div, 1500, -1), bound_step=np.array([0, 2500, 5000]), bound=bound,
