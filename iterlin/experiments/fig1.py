@@ -448,6 +448,12 @@ def _bridge(apply_fn, params0, data, config) -> Bridge:
     )
 
 
+def _sigma_min(sigma) -> float:
+    """The smallest non-zero of the NTK eigenvalues ``sigma`` (those below N·ε·σ_max count as zero)."""
+    sigma = np.asarray(sigma, np.float64)
+    return float(sigma[sigma > sigma.max() * len(sigma) * np.finfo(np.float64).eps].min())
+
+
 def first_steps(apply_fn, params, data, taus: Sequence[float | None]) -> tuple[np.ndarray, np.ndarray]:
     """``(distance (NK, S), σ_min (S,))``: from each seed's θ₀ (``params`` stacked (S, ...)), the relative
     distance ‖θ_τ − θ_GN‖ / ‖θ_GN − θ₀‖ between one linearisation trained by gradient flow for τ in
@@ -466,8 +472,7 @@ def first_steps(apply_fn, params, data, taus: Sequence[float | None]) -> tuple[n
     sigma_min = np.zeros(S)
     for j in range(S):
         p0 = tree_index(params, j)
-        sigma = np.asarray(residual_spectrum(apply_fn, p0, x, y)[0], np.float64)
-        sigma_min[j] = sigma[sigma > sigma.max() * len(sigma) * np.finfo(np.float64).eps].min()
+        sigma_min[j] = _sigma_min(residual_spectrum(apply_fn, p0, x, y)[0])
         base = np.asarray(ravel_pytree(p0)[0], np.float64)
         gn = np.asarray(ravel_pytree(gauss_newton_step(apply_fn, p0, x, y, damping=0.0, loss="mse",
                                                         solver="kernel"))[0], np.float64)
@@ -608,8 +613,7 @@ class Summary(NamedTuple):
 def summary(results: Results) -> Summary:
     """The numbers the figure draws beside the runs (:class:`Summary`)."""
     b = results.bridge
-    sigma = np.asarray(b.sigma, np.float64)
-    sigma_min = float(sigma[sigma > sigma.max() * len(sigma) * np.finfo(np.float64).eps].min())
+    sigma_min = _sigma_min(b.sigma)
     kernel = np.asarray(results.method).astype(str) == "kernel"
     net = np.where(kernel[:, None], np.asarray(results.lin_test_rmse, np.float64),
                    np.asarray(results.net_test_rmse, np.float64))
