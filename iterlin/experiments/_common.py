@@ -44,6 +44,7 @@ from ..relin import RelinPolicy
 from ..stability import sharpness_recorder
 from ..training import History, train_sweep
 from ..tree import tree_stack
+from ..stats import runs_of
 from ..validate import check_seed
 
 __all__ = [
@@ -67,6 +68,8 @@ __all__ = [
     "FROM_CONFIG",
     "early_stopped",
     "trained_final",
+    "KGrid",
+    "k_grid",
     "index_of_K",
     "rmse",
     "check_sharpness",
@@ -548,3 +551,33 @@ def rmse(pred, y) -> np.ndarray:
     pred, y = np.asarray(pred, np.float64), np.asarray(y, np.float64)
     with np.errstate(over="ignore", invalid="ignore"):
         return np.sqrt(np.mean((pred - y) ** 2, axis=(-2, -1)))
+
+
+class KGrid(NamedTuple):
+    """A sweep's runs arranged by K for the plots of accuracy against K (:func:`k_grid`): N periods, S
+    seeds."""
+
+    K: np.ndarray  #: (N,) the grid, ∞ last
+    acc: np.ndarray  #: (N, S) the final test accuracy of the model each run trains
+    inf: np.ndarray  #: (N,) bool, which entry is K = ∞
+    net_inf: np.ndarray  #: (1, S) the network f(θ_T) of the K = ∞ runs ((0, S) without them)
+    relin: np.ndarray  #: (N,) the re-linearisations made (⌊T/K⌋, 0 for ∞)
+    diverged: np.ndarray  #: (N,) bool, whether a seed diverged
+    steps: int  #: T
+
+
+def k_grid(runs: Mapping, final_test_acc) -> KGrid:
+    """``runs`` (a sweep's columns ``K``, ``net_test_acc``, ``n_relin``, ``diverged``, ``step``) arranged by
+    K, with ``final_test_acc`` (R,) the final test accuracy of the model each run trains."""
+    grid = np.asarray(sorted(set(np.asarray(runs["K"], np.float64).tolist()), key=lambda k: (math.isinf(k), k)))
+    acc = np.asarray(final_test_acc, np.float64)
+    acc_K = np.stack([acc[runs_of(runs, k)] for k in grid])
+    net = np.asarray(runs["net_test_acc"], np.float64)[:, -1]
+    iinf = runs_of(runs, math.inf)
+    return KGrid(
+        K=grid, acc=acc_K, inf=np.isinf(grid),
+        net_inf=net[iinf][None, :] if iinf.size else np.zeros((0, acc_K.shape[1])),
+        relin=np.asarray([int(np.asarray(runs["n_relin"])[runs_of(runs, k)[0], -1]) for k in grid]),
+        diverged=np.asarray([bool(np.asarray(runs["diverged"])[runs_of(runs, k)].any()) for k in grid]),
+        steps=int(np.asarray(runs["step"])[-1]),
+    )

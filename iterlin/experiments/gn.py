@@ -95,11 +95,13 @@ from ..stats import num, pct, runs_difference, runs_of
 from ..tree import tree_index, tree_stack
 from ._common import (
     Experiment,
+    KGrid,
     Seeds,
     Sweep,
     checkpoint_path,
     cnn_sweep,
     eval_points,
+    k_grid,
     load_data,
     network_correct,
     seed_keys,
@@ -108,7 +110,7 @@ from ._common import (
 )
 
 __all__ = ["Config", "Results", "get_config", "SCALES", "EXPERIMENT", "load", "compute", "claims", "damping_for_K",
-           "gn_K", "per_K", "by_K", "timing", "gn_baseline", "sweep_colors", "plot"]
+           "gn_K", "per_K", "GNGrid", "by_K", "timing", "gn_baseline", "sweep_colors", "plot"]
 
 INF = math.inf
 
@@ -346,31 +348,29 @@ EXPERIMENT = Experiment("gn", SCALES, load, compute, claims, __name__, Config, R
 # What the figure draws: pure functions of the results (nothing here is part of ``compute``).
 
 
-def by_K(results: Results) -> dict:
-    """The runs arranged for the plot. K sweep: ``K`` (N,) the grid (∞ last), ``acc`` (N, S),
-    ``inf`` (N,), ``relin`` (N,), ``diverged`` (N,) as :func:`iterlin.experiments.ksweep.by_K`;
-    GN: ``gn_K`` (L,) the equivalent K(λ) = B/(λη), ``gn_damping`` (L,) λ, ``gn_acc`` (L, S) final test
-    accuracy per seed, ``gn_diverged`` (L,); ``steps`` T."""
-    h = results.runs
-    K = np.asarray(h["K"], np.float64)
-    grid = np.asarray(sorted(set(K.tolist()), key=lambda k: (math.isinf(k), k)))
-    acc = np.asarray(results.final_test_acc, np.float64)
-    out = {
-        "K": grid, "acc": np.stack([acc[runs_of(h, k)] for k in grid]), "inf": np.isinf(grid),
-        "relin": np.asarray([int(np.asarray(h["n_relin"])[runs_of(h, k)[0], -1]) for k in grid]),
-        "diverged": np.asarray([bool(np.asarray(h["diverged"])[runs_of(h, k)].any()) for k in grid]),
-        "steps": int(np.asarray(h["step"])[-1]),
-    }
+class GNGrid(NamedTuple):
+    """The runs arranged for the plot (:func:`by_K`): L damped Gauss–Newton settings, S seeds."""
+
+    sweep: KGrid  #: the K sweep by K
+    gn_K: np.ndarray  #: (L,) the equivalent K(λ) = B/(λη)
+    gn_damping: np.ndarray  #: (L,) λ
+    gn_acc: np.ndarray  #: (L, S) the final test accuracy per seed
+    gn_diverged: np.ndarray  #: (L,) bool, whether a seed diverged
+
+
+def by_K(results: Results) -> GNGrid:
+    """The runs arranged for the plot (:class:`GNGrid`)."""
+    sweep = k_grid(results.runs, results.final_test_acc)
     g = results.gn
     gK = np.asarray(sorted(set(np.asarray(g["K"], np.float64).tolist()))) if g is not None else np.zeros(0)
     gacc = np.asarray(np.zeros(0) if results.gn_final_test_acc is None else results.gn_final_test_acc, np.float64)
-    out.update(
+    return GNGrid(
+        sweep=sweep,
         gn_K=gK,
         gn_damping=np.asarray([float(np.asarray(g["damping"])[runs_of(g, k)[0]]) for k in gK]),
-        gn_acc=np.stack([gacc[runs_of(g, k)] for k in gK]) if gK.size else np.zeros((0, out["acc"].shape[1])),
+        gn_acc=np.stack([gacc[runs_of(g, k)] for k in gK]) if gK.size else np.zeros((0, sweep.acc.shape[1])),
         gn_diverged=np.asarray([bool(np.asarray(g["diverged"])[runs_of(g, k)].any()) for k in gK], bool),
     )
-    return out
 
 
 def timing(results: Results) -> str:
@@ -437,13 +437,14 @@ def plot(results: Results):
     slightly to the right); the top axis gives the re-linearisations T/K of the K runs. A cross marks a
     point where a seed diverged. Right: test accuracy over training (solid: the K runs' networks;
     dotted: Gauss–Newton)."""
-    s = by_K(results)  # the grid, per-seed final accuracies, T/K, GN at K(λ), divergence
+    s = by_K(results)
     fig, (left, right) = panels(2, panel_size=(6.2, 4.2),
                                 suptitle=f"CNN on CIFAR-10: large K against damped Gauss–Newton "
-                                         f"({results.config.scale} scale, T = {s['steps']} steps)")
-    accuracy_against_K(left, s["K"], s["acc"], s["diverged"], s["relin"], finite_label="iterative linearisation, K",
+                                         f"({results.config.scale} scale, T = {s.sweep.steps} steps)")
+    accuracy_against_K(left, s.sweep.K, s.sweep.acc, s.sweep.diverged, s.sweep.relin,
+                       finite_label="iterative linearisation, K",
                        inf_label="K = ∞: the linear model")
-    gn_baseline(left, s["gn_K"], s["gn_acc"], damping=s["gn_damping"], diverged=s["gn_diverged"])
+    gn_baseline(left, s.gn_K, s.gn_acc, damping=s.gn_damping, diverged=s.gn_diverged)
     legend(left)
     lines = plot_sweep(right, results.runs, "net_test_acc", label="K = {K}", diverged_label=None, marker=None)
     if results.gn is not None:

@@ -54,11 +54,13 @@ from ..stats import final_difference, pct, runs_of
 from ._common import (
     STABLE,
     Experiment,
+    KGrid,
     Sweep,
     SweepConfig,
     check_sharpness,
     checkpoint_path,
     cnn_sweep,
+    k_grid,
     load_data,
     sharpness_callback,
     trained_final,
@@ -276,28 +278,9 @@ EXPERIMENT = Experiment("ksweep", SCALES, load, compute, claims, __name__, Confi
 # What the figure draws: pure functions of the results (nothing here is part of ``compute``).
 
 
-def by_K(results: Results) -> dict:
-    """The sweep arranged by K for the plot: ``K`` (N,) the grid (∞ last), ``acc`` (N, S) the final
-    test accuracy of the model each run trains, per seed; ``inf`` (N,) bool: which entry is K = ∞;
-    ``net_inf`` (1, S) the network f(θ_T) of the K = ∞ run ((0, S) without one); ``relin`` (N,)
-    re-linearisations made (⌊T/K⌋, 0 for ∞); ``diverged`` (N,) whether any seed diverged;
-    ``steps`` T."""
-    h = results.runs
-    K = np.asarray(h["K"], np.float64)
-    grid = np.asarray(sorted(set(K.tolist()), key=lambda k: (math.isinf(k), k)))
-    acc = np.asarray(results.final_test_acc, np.float64)
-    net = np.asarray(h["net_test_acc"], np.float64)[:, -1]
-    iinf = runs_of(h, INF)
-    acc_K = np.stack([acc[runs_of(h, k)] for k in grid])
-    return {
-        "K": grid,
-        "acc": acc_K,
-        "inf": np.isinf(grid),
-        "net_inf": net[iinf][None, :] if iinf.size else np.zeros((0, acc_K.shape[1])),
-        "relin": np.asarray([int(np.asarray(h["n_relin"])[runs_of(h, k)[0], -1]) for k in grid]),
-        "diverged": np.asarray([bool(np.asarray(h["diverged"])[runs_of(h, k)].any()) for k in grid]),
-        "steps": int(np.asarray(h["step"])[-1]),
-    }
+def by_K(results: Results) -> KGrid:
+    """The sweep arranged by K for the plot (:class:`~iterlin.experiments._common.KGrid`)."""
+    return k_grid(results.runs, results.final_test_acc)
 
 
 def timing(results: Results) -> str:
@@ -318,17 +301,17 @@ def plot(results: Results):
     model for K = ∞ (the red square), and K = ∞'s network (the open square); the top axis gives
     the number of re-linearisations T/K. A cross marks a K at which a seed diverged. Right: test accuracy over
     training for every K (solid: the network; dashed: K = ∞'s linear model)."""
-    s = by_K(results)  # the grid, per-seed final accuracies, T/K, divergence
+    s = by_K(results)
     h = results.runs
     fig, (left, right) = panels(2, panel_size=(6.2, 4.2),
                                 suptitle=f"CNN on CIFAR-10: final test accuracy against K ({results.config.scale} "
-                                         f"scale, T = {s['steps']} steps, {int(results.n_runs)} runs)")
-    xs = accuracy_against_K(left, s["K"], s["acc"], s["diverged"], s["relin"],
+                                         f"scale, T = {s.steps} steps, {int(results.n_runs)} runs)")
+    xs = accuracy_against_K(left, s.K, s.acc, s.diverged, s.relin,
                             finite_label="finite K: the network f(θ_T)",
                             inf_label="K = ∞: the linear model (the model trained)")
-    inf = s["inf"]
+    inf = s.inf
     if inf.any():
-        band(left, xs[inf], s["net_inf"], axis=1, scale=100, color="C0", marker="s", mfc="white",
+        band(left, xs[inf], s.net_inf, axis=1, scale=100, color="C0", marker="s", mfc="white",
              linestyle="none", ms=8, label="K = ∞: its network f(θ_T) (≡ any K ≥ T)")
     legend(left)
     lines = plot_sweep(right, h, "net_test_acc", label="K = {K}", diverged_label=None, marker=None)

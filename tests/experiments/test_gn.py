@@ -158,8 +158,8 @@ def test_tiny_real_run_two_seeds(monkeypatch):
     assert rows[0].claim.startswith("K=2 (2 re-linearisations) ends on par with damped GN")
     assert "2 seeds, 8 paired test images" in rows[0].measured and "B=4, η=0.05" in rows[0].rule
     s = gn.by_K(r._replace(config=config))
-    assert s["K"].tolist() == [1, 2, 4, INF] and s["acc"].shape == (4, 2) and s["gn_acc"].shape == (2, 2)
-    assert s["gn_K"].tolist() == [2.0, 4.0] and s["gn_damping"].tolist() == pytest.approx([40.0, 20.0])
+    assert s.sweep.K.tolist() == [1, 2, 4, INF] and s.sweep.acc.shape == (4, 2) and s.gn_acc.shape == (2, 2)
+    assert s.gn_K.tolist() == [2.0, 4.0] and s.gn_damping.tolist() == pytest.approx([40.0, 20.0])
     assert gn.timing(r).startswith("12 runs (4 K × 2 seeds, 4 GN), ")
 
 
@@ -230,7 +230,7 @@ def test_seeds_are_paired():
     rows = gn.claims(_results([0.40, 0.39, 0.38, 0.30], [0.39, 0.38], seeds=3))
     assert "3 seeds, 100000 paired test images" in rows[0].measured
     s = gn.by_K(_results([0.40, 0.39, 0.38, 0.30], [0.39, 0.38], seeds=3))
-    assert s["acc"].shape == (4, 3) and s["gn_acc"].shape == (2, 3) and s["gn_diverged"].tolist() == [False, False]
+    assert s.sweep.acc.shape == (4, 3) and s.gn_acc.shape == (2, 3) and s.gn_diverged.tolist() == [False, False]
 
 
 # ----------------------------------------------------------------------------------------------

@@ -95,8 +95,8 @@ def test_tiny_real_run_two_seeds(monkeypatch):
     assert rows[2].holds == "yes" and "K=4" in rows[2].measured and "K=8" in rows[2].measured
     assert "2 seeds, 8 paired test images" in rows[0].rule
     s = ksweep.by_K(r._replace(config=config))
-    assert s["K"].tolist() == [1, 2, 4, 8, INF] and s["acc"].shape == (5, 2) and s["net_inf"].shape == (1, 2)
-    assert s["relin"].tolist() == [4, 2, 1, 0, 0] and s["inf"].tolist() == [False] * 4 + [True] and s["steps"] == 4
+    assert s.K.tolist() == [1, 2, 4, 8, INF] and s.acc.shape == (5, 2) and s.net_inf.shape == (1, 2)
+    assert s.relin.tolist() == [4, 2, 1, 0, 0] and s.inf.tolist() == [False] * 4 + [True] and s.steps == 4
     assert ksweep.timing(r).startswith("10 runs (5 K × 2 seeds) in one sweep, ")
 
 
