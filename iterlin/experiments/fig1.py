@@ -68,7 +68,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, ClassVar, Mapping, NamedTuple, Sequence
+from typing import Any, ClassVar, NamedTuple, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -654,7 +654,7 @@ LITERAL = "literal GD at large K ≈ its closed form (the small-lr limit) where 
 LITERAL_BOUND = "literal GD diverges only above the stability bound lr > 2/λ_max(G(θ_s))"
 
 
-def literal_stable(lit: Mapping) -> np.ndarray:
+def literal_stable(lit: LiteralRuns) -> np.ndarray:
     """(NR, NL, S) bool: the literal runs of :attr:`Results.literal` that stand for the small-lr limit: not
     diverged, with a finite final test RMSE, and ending at a rate at or under the stability bound
     2/λ_max(G(θ_s)) of their last linearisation (a run above it was blowing up, by |1 − lr·λ_max| per
@@ -665,7 +665,7 @@ def literal_stable(lit: Mapping) -> np.ndarray:
     return ~np.asarray(lit.diverged, bool) & (rates <= last) & np.isfinite(net)
 
 
-def literal_difference(lit: Mapping, r: int, j: int) -> Difference:
+def literal_difference(lit: LiteralRuns, r: int, j: int) -> Difference:
     """Δ = literal − closed-form final test RMSE of rate r and period j (:attr:`Results.literal`), paired by
     seed over the seeds whose literal run was stable (:func:`literal_stable`, :func:`seed_difference`)."""
     a = np.asarray(lit.flow_net_test_rmse, np.float64)[r, j]
@@ -673,7 +673,7 @@ def literal_difference(lit: Mapping, r: int, j: int) -> Difference:
     return seed_difference(a, b)
 
 
-def _literal_rows(lit: Mapping | None) -> list[Claim]:
+def _literal_rows(lit: LiteralRuns | None) -> list[Claim]:
     """The literal-GD rows of :func:`claims` from :attr:`Results.literal` (None in results from before the
     literal runs): literal ≈ closed form where stable; divergence vs the bound (check)."""
     paper = "(not stated: this edition's closed form stands in for literal GD at large K)"
