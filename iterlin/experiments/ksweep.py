@@ -86,26 +86,22 @@ SCALES = {
         K=[1, 3, 10, 30, INF], lr=0.05, steps=24, batch_size=16, augment=False, n_train=256, n_test=200,
         seed=0, n_seeds=1, n_evals=3, n_eval_train=128, n_sharpness=32, sharpness_iters=10, sharpness_every=24,
     ),
-    # cpu: fig3's stable setting (issue 25's measurement: η·λ_max/2 ≤ 0.32 along K = 1 and ≤ 0.25
-    # along K = 160 at seed 0): 1,000 training images, every test image, batches of 100 at lr 0.002
-    # with augmentation, T = 1,600 steps; K = 40, 160, 400 (40, 10 and 4 re-linearisations) and ∞;
-    # 3 seeds (15 runs); evaluations every 80 steps, λ_max of the linear model every 160 steps on
-    # 256 training images. No K ≥ T (the consistency check is n/a: fig3 and the tests cover it).
-    # The earlier cpu run (every image, lr 0.01, T = 200, 2 seeds) sat at a rate the network
-    # sharpens up to within 300 steps (fig3's measurement), so its "on par" said little.
-    "cpu": dict(STABLE, K=[1, 40, 160, 400, INF], n_seeds=3, n_evals=20),
-    # gpu: the cpu scale's stable setting with the full grid up to T (and so the K ≥ T check) and
-    # 8 seeds (t(7) = 2.36 against t(2) = 4.30): 8 K × 8 seeds = 64 runs. Measured: 113 s of one
-    # H100 (JAX 0.11.2).
-    # Its η·λ_max/2 reached 0.56 (seed 4, K = 16, at the last step; 0.48 along seed 4's K = 1), over
-    # the third the stability rows ask. A pilot for the next device run (seed 4 on the 2-core CPU,
-    # 29 min, 2026-11-28): lr 0.001, T = 3,200 (the same progress lr·T = 3.2), K = [1, 32]. λ_max
-    # followed the progress lr·t, as in fig3's pilot: at equal lr·t 0.98-1.12 times lr 0.002's
-    # (median 1.04, 20 points), so η·λ_max/2 halved, to 0.27 along K = 1 and 0.28 along K = 32
-    # (against 0.56 along K = 16 and 0.55 along K = 40), at the same accuracy (final test accuracy
-    # 38.6 and 38.3 % against 38.7 and 38.9 %). So this grid with every K and T doubled at lr 0.001
-    # would stay under the third, at twice this scale's device time.
-    "gpu": dict(STABLE, K=[1, 16, 40, 80, 160, 400, 1600, INF], n_seeds=8, n_evals=20),
+    # cpu: the stable setting (_common.STABLE: 1,000 training images, every test image, batches of
+    # 100 at lr 0.001 with augmentation, T = 3,200 steps); K = 80, 320, 800 (40, 10 and 4
+    # re-linearisations) and ∞; 5 seeds (25 runs; t(4) = 2.78: the K = 160 column of the run at
+    # lr 0.002 had a per-seed s.d. of 0.7 points, which 3 seeds, t(2) = 4.30, leave undecided at
+    # ±2); evaluations every 160 steps, λ_max of the linear model every 320 steps on 256 training
+    # images. No K ≥ T (the consistency check is n/a: fig3 and the tests cover it).
+    "cpu": dict(STABLE, K=[1, 80, 320, 800, INF], n_seeds=5, n_evals=20),
+    # gpu: the cpu setting with the full grid up to T (and so the K ≥ T check) and 8 seeds:
+    # 8 K × 8 seeds = 64 runs. The same grid at lr 0.002 and T = 1,600 (every K halved) took 113 s
+    # of one H100 (JAX 0.11.2), and its η·λ_max/2 reached 0.56 (seed 4, K = 16, at the last step;
+    # 0.48 along seed 4's K = 1), over the third the stability rows ask. Its pilot at this setting
+    # (seed 4, K = [1, 32], the 2-core CPU, 29 min, 2026-11-28) found λ_max following the progress
+    # lr·t (0.98-1.12 times lr 0.002's at equal lr·t, median 1.04, 20 points), so η·λ_max/2 halved,
+    # to 0.27 along K = 1 and 0.28 along K = 32, at the same accuracy (final test accuracy 38.6 and
+    # 38.3 % against 38.7 and 38.9 %). ESTIMATED: twice that run's time.
+    "gpu": dict(STABLE, K=[1, 32, 80, 160, 320, 800, 3200, INF], n_seeds=8, n_evals=20),
     # paper: all of CIFAR-10, lr 1e-4 (the paper's mini-batch rate of Fig. 2), T = 1e6 steps of 256
     # (our choice: the paper states no T for such a sweep) and the grid up to 1e6 ≥ T. An ESTIMATE
     # of hundreds of GPU-hours, as the paper's own runs.

@@ -35,7 +35,7 @@ def test_config_and_scales():
     ks = resolve("ksweep", "cpu")
     assert all(getattr(cpu, k) == getattr(ks, k)
                for k in ("lr", "steps", "batch_size", "augment", "n_train", "n_sharpness"))
-    assert cpu.n_seeds >= 3 and cpu.sharpness_every == 160
+    assert cpu.n_seeds >= 3 and cpu.sharpness_every == ks.sharpness_every
     assert resolve("adaptive").n_seeds == 1
 
 
