@@ -64,7 +64,7 @@ from ..config import ExperimentConfig, Period, resolve
 from ..data import Dataset
 from ..plotting import CROSS_SIZE, as_1d, bad_argument, bound_panel, check_axes, legend, mean_se, panels, real_array
 from ..relin import adaptive
-from ..stats import final_difference, pct, runs_of, seed_interval
+from ..stats import Difference, final_difference, pct, runs_of, seed_interval
 from ._common import (
     Experiment,
     STABLE,
@@ -79,7 +79,7 @@ from ._common import (
 )
 
 __all__ = ["Config", "Results", "get_config", "SCALES", "EXPERIMENT", "load", "compute", "claims", "per_policy", "fewer_updates",
-           "by_policy", "placement", "even_fraction", "raster", "timing", "EARLY", "accuracy_against_updates",
+           "Setting", "PolicyGrid", "by_policy", "Placement", "placement", "even_fraction", "raster", "timing", "EARLY", "accuracy_against_updates",
            "relin_raster", "placement_dots", "plot"]
 
 INF = math.inf
@@ -223,16 +223,24 @@ def _diverged(results: Results) -> np.ndarray:
                            np.asarray(results.adaptive["diverged"], bool)])
 
 
-def per_policy(results: Results) -> tuple[list[dict], list[dict]]:
-    """Each setting against K = 1, paired by seed and test image (:func:`~iterlin.stats.final_difference`
-    of the final test accuracies).
+class Setting(NamedTuple):
+    """One fixed period or tolerance against K = 1 (:func:`per_policy`)."""
 
-    Returns ``(fixed, adaptive)``: for every fixed K > 1 (∞ included, as 0 re-linearisations) and
-    every tolerance, a dict with ``K`` or ``tol``, ``relin``: the most re-linearisations any of its
-    seeds made (int; a setting "uses fewer" only if it does in every seed), ``relin_seeds`` (S,),
-    ``diff``: its final test accuracy minus K = 1's (:class:`~iterlin.stats.Difference`) and
-    ``par``: :func:`~iterlin.claims.on_par` within :data:`~iterlin.claims.ON_PAR` ("no" when a run
-    of it or of K = 1 diverged). ``([], [])`` without a K = 1 run.
+    K: float | None  #: the fixed period (∞ as 0 re-linearisations), None for a tolerance
+    tol: float | None  #: the adaptive tolerance, None for a fixed period
+    #: the most re-linearisations any of its seeds made (a setting "uses fewer" only if it does in every seed)
+    relin: int
+    relin_seeds: np.ndarray  #: (S,) int, the re-linearisations of each seed's run
+    diff: Difference  #: its final test accuracy minus K = 1's, paired by seed and test image
+    #: :func:`~iterlin.claims.on_par` within :data:`~iterlin.claims.ON_PAR` ("no" when a run of it or
+    #: of K = 1 diverged)
+    par: str
+
+
+def per_policy(results: Results) -> tuple[list[Setting], list[Setting]]:
+    """Each setting against K = 1, paired by seed and test image (:func:`~iterlin.stats.final_difference`
+    of the final test accuracies): ``(fixed, adaptive)``, every fixed K > 1 (∞ included) in
+    increasing K and every tolerance in increasing order; ``([], [])`` without a K = 1 run.
     """
     hf = results.fixed
     i1 = _fixed_runs(results, 1)
@@ -242,19 +250,19 @@ def per_policy(results: Results) -> tuple[list[dict], list[dict]]:
     n = np.asarray(results.n_relin)
     K = np.asarray(hf["K"], np.float64)
 
-    def row(j, **what):
+    def row(j, K=None, tol=None):
         d = final_difference(results, i1, j)
-        return {**what, "relin": int(n[j].max()), "relin_seeds": n[j], "diff": d,
-                "par": "no" if div[np.concatenate([i1, j])].any() else on_par(d, ON_PAR)}
+        return Setting(K, tol, int(n[j].max()), n[j], d,
+                       "no" if div[np.concatenate([i1, j])].any() else on_par(d, ON_PAR))
 
     fixed = [row(_fixed_runs(results, k), K=float(k)) for k in sorted(set(K[K > 1].tolist()))]
     tols = sorted(set(np.asarray(results.adaptive["tol"], np.float64).tolist()))
     return fixed, [row(_adaptive_runs(results, t), tol=float(t)) for t in tols]
 
 
-def fewer_updates(fixed: Sequence[Mapping], adapt: Sequence[Mapping]) -> str:
+def fewer_updates(fixed: Sequence[Setting], adapt: Sequence[Setting]) -> str:
     """The verdict of "adaptive placement reaches K = 1's accuracy with fewer feature updates than
-    the fixed period that does", from :func:`per_policy`'s rows (each with ``relin`` and ``par``).
+    the fixed period that does", from :func:`per_policy`'s rows (their ``relin`` and ``par``).
 
     With par(·) the on-par verdict against K = 1 and n(·) the re-linearisations (the most over seeds):
 
@@ -268,16 +276,29 @@ def fewer_updates(fixed: Sequence[Mapping], adapt: Sequence[Mapping]) -> str:
     """
     if not fixed or not adapt:
         return NA
-    maybe = [f["relin"] for f in fixed if f["par"] in ("yes", UNDECIDED)]
-    on = [f["relin"] for f in fixed if f["par"] == "yes"]
-    if any(a["par"] == "yes" and all(a["relin"] < m for m in maybe) for a in adapt):
+    maybe = [f.relin for f in fixed if f.par in ("yes", UNDECIDED)]
+    on = [f.relin for f in fixed if f.par == "yes"]
+    if any(a.par == "yes" and all(a.relin < m for m in maybe) for a in adapt):
         return "yes"
-    if all(a["par"] == "no" or any(m <= a["relin"] for m in on) for a in adapt):
+    if all(a.par == "no" or any(m <= a.relin for m in on) for a in adapt):
         return "no"
     return UNDECIDED
 
 
-def placement(results: Results, fractions: Sequence[float] = EARLY) -> dict:
+class Placement(NamedTuple):
+    """Where the adaptive runs re-linearised, against an even placement (:func:`placement`); N
+    tolerances, S seeds, F fractions of training."""
+
+    tol: np.ndarray  #: (N,) float64, the tolerances in increasing order
+    n: np.ndarray  #: (N, S) int, each run's re-linearisations
+    early: np.ndarray  #: (N, S, F) float64, the share of them made by step f·T (NaN where n = 0)
+    even: np.ndarray  #: (N, S, F) float64, the same share for n updates spread evenly
+    excess: np.ndarray  #: (N, S, F) float64, early − even (> 0: earlier than even)
+    fractions: np.ndarray  #: (F,) float64, the fractions f
+    steps: int  #: T
+
+
+def placement(results: Results, fractions: Sequence[float] = EARLY) -> Placement:
     """Where the adaptive runs put their re-linearisations over training, against an even placement.
 
     For each adaptive run (tolerance × seed) with n re-linearisations at steps t_1 < … < t_n and each
@@ -286,8 +307,6 @@ def placement(results: Results, fractions: Sequence[float] = EARLY) -> dict:
     (at T/n, 2T/n, …, as a fixed period K = T/n places them); ``excess`` = early − even (> 0: earlier
     than even). NaN where n = 0.
 
-    Returns ``tol`` (N,), ``n`` (N, S) int, ``early``, ``even``, ``excess`` (N, S, F) float64,
-    ``fractions`` (F,) and ``steps`` T.
     """
     h = results.adaptive
     T = int(np.asarray(h["step"])[-1])
@@ -302,7 +321,7 @@ def placement(results: Results, fractions: Sequence[float] = EARLY) -> dict:
     with np.errstate(invalid="ignore", divide="ignore"):
         early = np.where(n[..., None] > 0, made / n[..., None], np.nan)
     even = even_fraction(n[..., None], f)
-    return {"tol": grid, "n": n, "early": early, "even": even, "excess": early - even, "fractions": f, "steps": T}
+    return Placement(grid, n, early, even, early - even, f, T)
 
 
 def even_fraction(n, f) -> np.ndarray:
@@ -329,20 +348,20 @@ def claims(results: Results) -> list[Claim]:
     Every accuracy comparison through the shared noise rule."""
     fixed, adapt = per_policy(results)
     T = int(np.asarray(results.fixed["step"])[-1])
-    noise = (fixed or adapt)[0]["diff"].counts() if (fixed or adapt) else ""
+    noise = (fixed or adapt)[0].diff.counts() if (fixed or adapt) else ""
 
     # 1. fewer feature updates at K = 1's accuracy
     holds = fewer_updates(fixed, adapt)
-    on_f = [f for f in fixed if f["par"] == "yes"]
-    on_a = [a for a in adapt if a["par"] == "yes"]
+    on_f = [f for f in fixed if f.par == "yes"]
+    on_a = [a for a in adapt if a.par == "yes"]
     if not fixed or not adapt:
         measured = "needs K = 1, a fixed K > 1 and an adaptive tolerance"
     else:
-        F = f"F = {min(f['relin'] for f in on_f)}" if on_f else "F: no fixed K > 1 on par"
-        A = f"A = {min(a['relin'] for a in on_a)}" if on_a else "A: no tolerance on par"
+        F = f"F = {min(f.relin for f in on_f)}" if on_f else "F: no fixed K > 1 on par"
+        A = f"A = {min(a.relin for a in on_a)}" if on_a else "A: no tolerance on par"
         measured = f"{F}, {A}; " + "; ".join(
-            [f"K={fmt_K(f['K'])} ({f['relin']}): {f['diff'].short()} {f['par']}" for f in fixed]
-            + [f"tol={a['tol']:g} ({a['relin']}): {a['diff'].short()} {a['par']}" for a in adapt])
+            [f"K={fmt_K(f.K)} ({f.relin}): {f.diff.short()} {f.par}" for f in fixed]
+            + [f"tol={a.tol:g} ({a.relin}): {a.diff.short()} {a.par}" for a in adapt])
     fewer = Claim(
         "adaptive placement reaches K = 1's accuracy with fewer feature updates than the fixed period that does",
         "(not in the paper: its K is a fixed period, T/K updates)", measured, holds,
@@ -354,8 +373,8 @@ def claims(results: Results) -> list[Claim]:
 
     # 2. where the adaptive runs put their updates (a measurement, decided over seeds)
     p = placement(results)
-    half = int(np.flatnonzero(p["fractions"] == 0.5)[0]) if (p["fractions"] == 0.5).any() else -1
-    usable = [i for i in range(len(p["tol"])) if (p["n"][i] > 0).all()]
+    half = int(np.flatnonzero(p.fractions == 0.5)[0]) if (p.fractions == 0.5).any() else -1
+    usable = [i for i in range(len(p.tol)) if (p.n[i] > 0).all()]
     if half < 0 or not usable:
         early = Claim("adaptive runs make more of their updates in the first half of training than an even period",
                       "(not in the paper)", "no adaptive run re-linearised in every seed", NA,
@@ -363,13 +382,13 @@ def claims(results: Results) -> list[Claim]:
     else:
         verdicts, parts = [], []
         for i in usable:
-            ex = p["excess"][i, :, half]
+            ex = p.excess[i, :, half]
             v = beyond(ex, 0.0, above=True)
             verdicts.append(v)
             m, _, lo, hi = seed_interval(ex)
             interval = "" if not math.isfinite(lo) else f" [{pct(lo)}, {pct(hi)}]"
-            parts.append(f"tol={p['tol'][i]:g}: first half {pct(np.nanmean(p['early'][i, :, half]))} of "
-                         f"{np.mean(p['n'][i]):.0f} (even {pct(np.nanmean(p['even'][i, :, half]))}), "
+            parts.append(f"tol={p.tol[i]:g}: first half {pct(np.nanmean(p.early[i, :, half]))} of "
+                         f"{np.mean(p.n[i]):.0f} (even {pct(np.nanmean(p.even[i, :, half]))}), "
                          f"excess {pct(m)}{interval} {v}")
         early = Claim(
             "adaptive runs make more of their updates in the first half of training than an even period",
@@ -398,13 +417,23 @@ EXPERIMENT = Experiment("adaptive", SCALES, load, compute, claims, __name__, Con
 # What the figure draws: pure functions of the results (nothing here is part of ``compute``).
 
 
-def by_policy(results: Results) -> dict:
-    """The two sweeps arranged for the plot of accuracy against feature updates.
+class PolicyGrid(NamedTuple):
+    """The two sweeps arranged for the plot of accuracy against feature updates (:func:`by_policy`):
+    N_K fixed periods and N_t tolerances, S seeds."""
 
-    ``K`` (N_K,) the fixed periods, ``K_relin`` and ``K_acc`` (N_K, S): per seed, re-linearisations
-    made and final test accuracy; ``K_diverged`` (N_K,): any seed diverged; likewise ``tol`` (N_t,),
-    ``tol_relin``, ``tol_acc`` (N_t, S), ``tol_diverged`` (N_t,) for the adaptive runs; ``steps`` T.
-    """
+    K: np.ndarray  #: (N_K,) the fixed periods, increasing, ∞ last
+    K_relin: np.ndarray  #: (N_K, S) the re-linearisations each seed's run made
+    K_acc: np.ndarray  #: (N_K, S) its final test accuracy
+    K_diverged: np.ndarray  #: (N_K,) bool, whether any seed diverged
+    tol: np.ndarray  #: (N_t,) the tolerances, increasing
+    tol_relin: np.ndarray  #: (N_t, S), as ``K_relin``
+    tol_acc: np.ndarray  #: (N_t, S), as ``K_acc``
+    tol_diverged: np.ndarray  #: (N_t,) bool, as ``K_diverged``
+    steps: int  #: T
+
+
+def by_policy(results: Results) -> PolicyGrid:
+    """The two sweeps arranged by setting and seed for the plot (:class:`PolicyGrid`)."""
     acc = np.asarray(results.final_test_acc, np.float64)
     n = np.asarray(results.n_relin)
     div = _diverged(results)
@@ -412,13 +441,12 @@ def by_policy(results: Results) -> dict:
     tol = sorted(set(np.asarray(results.adaptive["tol"], np.float64).tolist()))
     fk = [_fixed_runs(results, k) for k in K]
     ft = [_adaptive_runs(results, t) for t in tol]
-    return {
-        "K": np.asarray(K), "K_relin": np.stack([n[j] for j in fk]), "K_acc": np.stack([acc[j] for j in fk]),
-        "K_diverged": np.asarray([bool(div[j].any()) for j in fk]),
-        "tol": np.asarray(tol), "tol_relin": np.stack([n[j] for j in ft]), "tol_acc": np.stack([acc[j] for j in ft]),
-        "tol_diverged": np.asarray([bool(div[j].any()) for j in ft]),
-        "steps": int(np.asarray(results.fixed["step"])[-1]),
-    }
+    return PolicyGrid(
+        np.asarray(K), np.stack([n[j] for j in fk]), np.stack([acc[j] for j in fk]),
+        np.asarray([bool(div[j].any()) for j in fk]),
+        np.asarray(tol), np.stack([n[j] for j in ft]), np.stack([acc[j] for j in ft]),
+        np.asarray([bool(div[j].any()) for j in ft]), int(np.asarray(results.fixed["step"])[-1]),
+    )
 
 
 def raster(results: Results, K: Sequence[float] | None = None) -> tuple[list[str], list[np.ndarray]]:
@@ -589,20 +617,20 @@ def plot(results: Results):
     bound = "lr_over_bound" in results.fixed
     fig, axes = panels(4 if bound else 3, panel_size=(5.2, 4.2),
                        suptitle=f"CNN on CIFAR-10: when to update features ({results.config.scale} "
-                                f"scale, T = {s['steps']} steps, {int(results.n_runs)} runs)")
+                                f"scale, T = {s.steps} steps, {int(results.n_runs)} runs)")
     left, mid, right = axes[:3]
     if bound:
         bound_panel(axes[3], results.fixed, title="fixed K: ")
-    accuracy_against_updates(left, s["K_relin"], s["K_acc"], names=[f"K={k:g}" for k in s["K"]],
-                             diverged=s["K_diverged"], label="fixed period K", color="C0")
-    accuracy_against_updates(left, s["tol_relin"], s["tol_acc"], names=[f"tol={t:g}" for t in s["tol"]],
-                             diverged=s["tol_diverged"], label="adaptive (tol)", color="C1", marker="^")
+    accuracy_against_updates(left, s.K_relin, s.K_acc, names=[f"K={k:g}" for k in s.K],
+                             diverged=s.K_diverged, label="fixed period K", color="C0")
+    accuracy_against_updates(left, s.tol_relin, s.tol_acc, names=[f"tol={t:g}" for t in s.tol],
+                             diverged=s.tol_diverged, label="adaptive (tol)", color="C1", marker="^")
     left.set(xlabel="feature updates (re-linearisations)", ylabel="final test accuracy (%)")
     legend(left)
     colors = ["C0" if label.startswith("K=") else "C1" for label in labels]
-    relin_raster(mid, rows, labels, T=p["steps"], colors=colors)
+    relin_raster(mid, rows, labels, T=p.steps, colors=colors)
     mid.set(title="when each run re-linearised")
-    placement_dots(right, p["early"], p["even"], p["fractions"], [f"tol={t:g}" for t in p["tol"]])
+    placement_dots(right, p.early, p.even, p.fractions, [f"tol={t:g}" for t in p.tol])
     right.set(ylabel="share of the run's updates (%)", title="made early (dots) vs evenly (circles)")
     legend(right)
     plt.show()

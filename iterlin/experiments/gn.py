@@ -91,7 +91,7 @@ from ..plotting import (
     seed_curve,
     seed_groups,
 )
-from ..stats import num, pct, runs_difference, runs_of
+from ..stats import Difference, num, pct, runs_difference, runs_of
 from ..tree import tree_index, tree_stack
 from ._common import (
     Experiment,
@@ -110,7 +110,7 @@ from ._common import (
 )
 
 __all__ = ["Config", "Results", "get_config", "SCALES", "EXPERIMENT", "load", "compute", "claims", "damping_for_K",
-           "gn_K", "per_K", "GNGrid", "by_K", "timing", "gn_baseline", "sweep_colors", "plot"]
+           "gn_K", "PerK", "per_K", "GNGrid", "by_K", "timing", "gn_baseline", "sweep_colors", "plot"]
 
 INF = math.inf
 
@@ -282,11 +282,20 @@ def _combined(results: Results) -> tuple[np.ndarray, np.ndarray | None, int]:
     return acc, correct, R
 
 
-def per_K(results: Results) -> list[dict]:
-    """Per finite K > 1 of the sweep: ``K``, ``relin`` (⌊T/K⌋), ``damping`` (λ(K), summed loss, or
-    None without a GN partner), ``diff`` (GN at λ(K) minus K: :class:`~iterlin.stats.Difference`,
-    or None) and ``par``: :func:`~iterlin.claims.on_par` within :data:`~iterlin.claims.ON_PAR`,
-    "no" when a run of either diverged, :data:`~iterlin.claims.NA` without a partner."""
+class PerK(NamedTuple):
+    """One finite K > 1 of the sweep against its damped Gauss–Newton partner (:func:`per_K`)."""
+
+    K: float  #: the period
+    relin: int  #: its re-linearisations at the end, ⌊T/K⌋
+    damping: float | None  #: λ(K) on the summed loss (None without a GN partner)
+    diff: Difference | None  #: GN at λ(K) minus K, paired by seed and test image (None without a partner)
+    #: :func:`~iterlin.claims.on_par` within :data:`~iterlin.claims.ON_PAR`; "no" when a run of either
+    #: diverged, :data:`~iterlin.claims.NA` without a partner
+    par: str
+
+
+def per_K(results: Results) -> list[PerK]:
+    """Every finite K > 1 of the sweep against GN at λ(K), in increasing K."""
     h, g = results.runs, results.gn
     K = np.asarray(h["K"], np.float64)
     div = np.asarray(h["diverged"], bool)
@@ -295,12 +304,12 @@ def per_K(results: Results) -> list[dict]:
     for k in np.unique(K[np.isfinite(K) & (K > 1)]):
         i = runs_of(h, k)
         j = np.zeros(0, int) if g is None else runs_of(g, k)
-        row = {"K": float(k), "relin": int(np.asarray(h["n_relin"])[i[0], -1]), "damping": None, "diff": None,
-               "par": NA}
+        row = PerK(float(k), int(np.asarray(h["n_relin"])[i[0], -1]), None, None, NA)
         if j.size == i.size and j.size:
             d = runs_difference(acc, correct, i, R + j, n_test=int(results.n_test))
             bad = div[i].any() or np.asarray(g["diverged"], bool)[j].any()
-            row.update(damping=float(np.asarray(g["damping"])[j[0]]), diff=d, par="no" if bad else on_par(d, ON_PAR))
+            row = row._replace(damping=float(np.asarray(g["damping"])[j[0]]), diff=d,
+                               par="no" if bad else on_par(d, ON_PAR))
         out.append(row)
     return out
 
@@ -313,18 +322,18 @@ def claims(results: Results) -> list[Claim]:
     lr, B = results.config.lr, results.config.batch_size
     rows = []
     for r in per_K(results):
-        head = f"K={fmt_K(r['K'])} ({r['relin']} re-linearisations) ends on par with damped GN at λ = B/(Kη)"
-        if r["diff"] is None:
+        head = f"K={fmt_K(r.K)} ({r.relin} re-linearisations) ends on par with damped GN at λ = B/(Kη)"
+        if r.diff is None:
             rows.append(Claim(head, "large K ≈ damped GN, λ ↔ 1/(Kη) (Sec. 3.3)", "no GN run at this K", NA,
                               "needs a GN run at λ(K) for every seed"))
             continue
-        acc = np.asarray(results.final_test_acc, np.float64)[runs_of(h, r["K"])]
-        gacc = np.asarray(results.gn_final_test_acc, np.float64)[runs_of(results.gn, r["K"])]
-        measured = (f"K={fmt_K(r['K'])}: {pct(acc.mean())}; GN λ={num(r['damping'], 1)}: {pct(gacc.mean())}; "
-                    f"GN minus K: {r['diff'].describe()}")
+        acc = np.asarray(results.final_test_acc, np.float64)[runs_of(h, r.K)]
+        gacc = np.asarray(results.gn_final_test_acc, np.float64)[runs_of(results.gn, r.K)]
+        measured = (f"K={fmt_K(r.K)}: {pct(acc.mean())}; GN λ={num(r.damping, 1)}: {pct(gacc.mean())}; "
+                    f"GN minus K: {r.diff.describe()}")
         where = f"λ = B/(Kη) on the summed loss (B={B}, η={lr:g}), " if lr is not None and B is not None else ""
         rows.append(Claim(
-            head, "large K ≈ damped GN, λ ↔ 1/(Kη) (Sec. 3.3)", measured, r["par"],
+            head, "large K ≈ damped GN, λ ↔ 1/(Kη) (Sec. 3.3)", measured, r.par,
             f"{where}same θ_0, batches and T = {T} steps; final test acc. of GN minus K, {on_par_rule(ON_PAR)}; "
             "a diverged run is 'no'"))
     if not rows:

@@ -50,7 +50,7 @@ from ..config import resolve
 from ..data import Dataset
 from ..failures import unstable_runs
 from ..plotting import accuracy_against_K, band, legend, panels, plot_sweep
-from ..stats import final_difference, pct, runs_of
+from ..stats import Difference, final_difference, pct, runs_of
 from ._common import (
     STABLE,
     Experiment,
@@ -66,7 +66,7 @@ from ._common import (
     trained_final,
 )
 
-__all__ = ["Config", "Results", "get_config", "SCALES", "EXPERIMENT", "load", "compute", "claims", "FEW", "per_K", "by_K",
+__all__ = ["Config", "Results", "get_config", "SCALES", "EXPERIMENT", "load", "compute", "claims", "FEW", "PerK", "per_K", "by_K",
            "timing", "plot"]
 
 INF = math.inf
@@ -158,11 +158,20 @@ def compute(config: Config, data: Dataset, *, checkpoint_dir=None, progress: boo
 # Claims
 
 
-def per_K(results: Results) -> list[dict]:
-    """Per finite K > 1: ``K``, ``relin`` (re-linearisations at the end), ``diff`` (K against
-    K = 1, :class:`~iterlin.stats.Difference`) and ``par``: :func:`~iterlin.claims.on_par` within
-    :data:`~iterlin.claims.ON_PAR` ("no" when a run of K = 1 diverged, :data:`~iterlin.claims.UNSTABLE`
-    when a run of K was unstable, :func:`~iterlin.failures.unstable_runs`)."""
+class PerK(NamedTuple):
+    """One finite K > 1 against K = 1 (:func:`per_K`)."""
+
+    K: float  #: the period
+    relin: int  #: its re-linearisations at the end (seed 0's run)
+    diff: Difference  #: its final test accuracy minus K = 1's, paired by seed and test image
+    #: :func:`~iterlin.claims.on_par` within :data:`~iterlin.claims.ON_PAR`; "no" when a run of K = 1
+    #: diverged, :data:`~iterlin.claims.UNSTABLE` when a run of K was unstable
+    #: (:func:`~iterlin.failures.unstable_runs`)
+    par: str
+
+
+def per_K(results: Results) -> list[PerK]:
+    """Every finite K > 1 of the sweep against K = 1, in increasing K."""
     h = results.runs
     K = np.asarray(h["K"], np.float64)
     div1 = bool(np.asarray(h["diverged"], bool)[runs_of(h, 1)].any())
@@ -173,7 +182,7 @@ def per_K(results: Results) -> list[dict]:
         j = runs_of(h, k)
         d = final_difference(results, i1, j)
         par = "no" if div1 else UNSTABLE if any(int(i) in unstable for i in j) else on_par(d, ON_PAR)
-        out.append({"K": float(k), "relin": int(np.asarray(h["n_relin"])[j[0], -1]), "diff": d, "par": par})
+        out.append(PerK(float(k), int(np.asarray(h["n_relin"])[j[0], -1]), d, par))
     return out
 
 
@@ -185,29 +194,28 @@ def claims(results: Results) -> list[Claim]:
     steps = np.asarray(h["step"])
     T = int(steps[-1])
     rows = per_K(results)
-    noise = rows[0]["diff"].counts() if rows else ""
+    noise = rows[0].diff.counts() if rows else ""
 
     # 1. the largest K on par with K = 1
-    on = [r for r in rows if r["par"] == "yes"]
+    on = [r for r in rows if r.par == "yes"]
     kstar = on[-1] if on else None
-    few = [r for r in rows if r["relin"] <= FEW]
+    few = [r for r in rows if r.relin <= FEW]
     if not rows:
         holds, measured = NA, "no finite K > 1 was run"
     else:
         if not few:
             holds = NA
-        elif any(r["par"] == "yes" for r in few):
+        elif any(r.par == "yes" for r in few):
             holds = "yes"
-        elif all(r["par"] == "no" for r in few):
+        elif all(r.par == "no" for r in few):
             holds = "no"
-        elif all(r["par"] in ("no", UNSTABLE) for r in few):
+        elif all(r.par in ("no", UNSTABLE) for r in few):
             holds = UNSTABLE
         else:
             holds = UNDECIDED
-        head = (f"largest K on par: K={fmt_K(kstar['K'])} ({kstar['relin']} re-linearisations)" if kstar
+        head = (f"largest K on par: K={fmt_K(kstar.K)} ({kstar.relin} re-linearisations)" if kstar
                 else "no K > 1 on par")
-        measured = head + "; " + "; ".join(
-            f"K={fmt_K(r['K'])} ({r['relin']}): {r['diff'].short()} {r['par']}" for r in rows)
+        measured = head + "; " + "; ".join(f"K={fmt_K(r.K)} ({r.relin}): {r.diff.short()} {r.par}" for r in rows)
     largest = Claim(
         "the largest K within noise of K = 1 makes few feature updates (T/K)",
         "8-12 feature updates match K = 1 (Sec. 4.1)", measured, holds,

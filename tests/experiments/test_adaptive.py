@@ -126,7 +126,7 @@ def test_tiny_real_run_two_sweeps_two_seeds(monkeypatch):
     assert "(tol=" in stable.measured or "(K=" in stable.measured  # the run named by its setting
     assert "2 seeds, 8 paired test images" in rows[0].rule
     s = adaptive.by_policy(r)
-    assert s["K"].tolist() == [1, 2, 4] and s["K_acc"].shape == (3, 2) and s["tol_relin"].shape == (2, 2)
+    assert s.K.tolist() == [1, 2, 4] and s.K_acc.shape == (3, 2) and s.tol_relin.shape == (2, 2)
     labels, steps = adaptive.raster(r)
     assert labels[:2] == ["K=2", "K=4"] and steps[0].tolist() == [2, 4, 6] and len(labels) == 6
     assert adaptive.timing(r).startswith("10 runs (3 K + 2 tolerances × 2 seeds) in two sweeps, ")
@@ -230,8 +230,9 @@ def test_divergence_is_no():
 def test_not_applicable_without_the_rows_it_compares():
     rows = adaptive.claims(_results([0.40], [0.40, 0.40, 0.30], K=(1,)))
     assert rows[0].holds == NA and rows[0].measured.startswith("needs K = 1, a fixed K > 1")
-    assert adaptive.fewer_updates([], [{"relin": 3, "par": "yes"}]) == NA
-    assert adaptive.fewer_updates([{"relin": 3, "par": "yes"}], []) == NA
+    on_par = adaptive.Setting(K=None, tol=0.01, relin=3, relin_seeds=np.asarray([3]), diff=None, par="yes")
+    assert adaptive.fewer_updates([], [on_par]) == NA
+    assert adaptive.fewer_updates([on_par._replace(K=2.0, tol=None)], []) == NA
 
 
 # ------------------------------------------------------------------------------------------------
@@ -249,13 +250,13 @@ def test_placement_on_constructed_steps():
     steps = np.asarray([[2, 5, 10, 20, 150], [50, 100, 150, 200, -1], [-1, -1, -1, -1, -1]])
     res = _results([0.4] * 4, [0.4] * 3, tol_relin=(5, 4, 0), relin_step=steps, steps=T)
     p = adaptive.placement(res)
-    assert p["tol"].tolist() == [0.003, 0.01, 0.03] and p["n"][:, 0].tolist() == [5, 4, 0]
-    assert p["fractions"].tolist() == [0.25, 0.5] and p["steps"] == T
-    np.testing.assert_allclose(p["early"][0, 0], [0.8, 0.8])  # 4 of 5 by step 50 and by step 100
-    np.testing.assert_allclose(p["even"][0, 0], [0.2, 0.4])
-    np.testing.assert_allclose(p["early"][1, 0], [0.25, 0.5])  # evenly spaced: no excess
-    np.testing.assert_allclose(p["excess"][1, 0], [0.0, 0.0])
-    assert np.isnan(p["early"][2, 0]).all()
+    assert p.tol.tolist() == [0.003, 0.01, 0.03] and p.n[:, 0].tolist() == [5, 4, 0]
+    assert p.fractions.tolist() == [0.25, 0.5] and p.steps == T
+    np.testing.assert_allclose(p.early[0, 0], [0.8, 0.8])  # 4 of 5 by step 50 and by step 100
+    np.testing.assert_allclose(p.even[0, 0], [0.2, 0.4])
+    np.testing.assert_allclose(p.early[1, 0], [0.25, 0.5])  # evenly spaced: no excess
+    np.testing.assert_allclose(p.excess[1, 0], [0.0, 0.0])
+    assert np.isnan(p.early[2, 0]).all()
 
 
 def test_the_placement_row_decides_over_seeds():
