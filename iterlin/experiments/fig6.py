@@ -53,7 +53,7 @@ from ._common import (
 
 __all__ = [
     "Results", "SCALES", "EXPERIMENT", "PROBE_LAYERS", "PROBE_CAP", "load", "compute", "claims", "probe_size",
-    "probe_summary", "probe_correct", "probe_table", "plot",
+    "OverPoints", "ProbeSummary", "probe_summary", "probe_correct", "probe_table", "plot",
 ]
 
 #: ``n_probe=None`` fits the probes on every training image loaded, but at most this many: the
@@ -162,25 +162,39 @@ def compute(config: Config, data: Dataset, *, checkpoint_dir=None, progress: boo
     return Results(runs=runs, n_probe=np.asarray(n), n_test=np.asarray(data.x_test.shape[0]))
 
 
-def probe_summary(history: Mapping, layer: str) -> dict:
-    """Per run: the probe's test accuracy at the start and the end, and its mean over training.
+class OverPoints(NamedTuple):
+    """Per run, a value at the start and at the end of training and its mean over the evaluation
+    points after step 0 (a single point is its own mean): (R, ...) each."""
 
-    ``mean`` averages the evaluation points after step 0 (the area under the curve divided by the
-    number of points: "improves slower" means a lower mean for the same final value).
-    Returns ``{"initial", "final", "mean", "gain"}``, each (R,).
-    """
+    initial: np.ndarray
+    final: np.ndarray
+    mean: np.ndarray
+
+
+class ProbeSummary(NamedTuple):
+    """Per run, a probe's test accuracy (:func:`probe_summary`): (R,) each."""
+
+    initial: np.ndarray  #: at step 0
+    final: np.ndarray  #: at the end
+    #: averaged over the evaluation points after step 0 (the area under the curve divided by the
+    #: number of points: "improves slower" means a lower mean for the same final value)
+    mean: np.ndarray
+    gain: np.ndarray  #: final − initial
+
+
+def probe_summary(history: Mapping, layer: str) -> ProbeSummary:
+    """Per run: the probe's test accuracy at the start and the end, its mean over training and its gain."""
     s = _over_points(np.asarray(history[f"probe_{layer}_test_acc"], np.float64))
-    return {**s, "gain": s["final"] - s["initial"]}
+    return ProbeSummary(*s, gain=s.final - s.initial)
 
 
-def _over_points(v: np.ndarray) -> dict:
-    """``initial``, ``final`` and ``mean`` (over the points after step 0; a single point is its own
-    mean) along axis 1 of per-run, per-point values v (R, E, ...)."""
+def _over_points(v: np.ndarray) -> OverPoints:
+    """:class:`OverPoints` along axis 1 of per-run, per-point values v (R, E, ...)."""
     later = v[:, 1:] if v.shape[1] > 1 else v
-    return {"initial": v[:, 0], "final": v[:, -1], "mean": later.mean(axis=1)}
+    return OverPoints(v[:, 0], v[:, -1], later.mean(axis=1))
 
 
-def probe_correct(history: Mapping, layer: str) -> dict | None:
+def probe_correct(history: Mapping, layer: str) -> OverPoints | None:
     """Per run and test image, the probe's correctness matching :func:`probe_summary`: ``initial``
     and ``final`` (R, M) bool, ``mean`` (R, M) the fraction of the evaluation points after step 0 at
     which the image was right (its mean over images is ``probe_summary``'s ``mean``); None when the
@@ -224,14 +238,14 @@ def claims(results: Results) -> list[Claim]:
         s, c = probe_summary(h, layer), probe_correct(h, layer)
 
         def diff(what_a, ia, what_b, ib):  # B − A of probe_summary's values, paired on the images when recorded
-            pair = {} if c is None else {"correct_a": c[what_a][ia], "correct_b": c[what_b][ib]}
-            return difference(s[what_a][ia], s[what_b][ib], n_test=n_test, **pair)
+            pair = {} if c is None else {"correct_a": getattr(c, what_a)[ia], "correct_b": getattr(c, what_b)[ib]}
+            return difference(getattr(s, what_a)[ia], getattr(s, what_b)[ib], n_test=n_test, **pair)
 
         rise = diff("initial", i1, "final", i1)
         rows.append(Claim(
             f"{layer}: the features' linear separability improves over training (K = 1)",
             "improves as training progresses (Fig. 6)",
-            f"K=1 probe {pct(s['initial'][i1].mean())} → {pct(s['final'][i1].mean())} (mean over seeds; "
+            f"K=1 probe {pct(s.initial[i1].mean())} → {pct(s.final[i1].mean())} (mean over seeds; "
             f"{where}); {rise.describe()}",
             NA if _diverged(h, i1) else exceeds(rise),
             "Δ = final − initial of K = 1; " + EXCEEDS_RULE + "; n/a when the run diverged",
@@ -239,14 +253,14 @@ def claims(results: Results) -> list[Claim]:
         slower = diff("mean", j, "mean", i1)
         rows.append(Claim(
             f"{layer}: large-K features improve slower", "slower than K = 1 (Fig. 6)",
-            f"probe acc. averaged over training (steps > 0): K=1 {pct(s['mean'][i1].mean())} vs "
-            f"K={fmt_K(Kj)} {pct(s['mean'][j].mean())}; {slower.describe()}{note}",
+            f"probe acc. averaged over training (steps > 0): K=1 {pct(s.mean[i1].mean())} vs "
+            f"K={fmt_K(Kj)} {pct(s.mean[j].mean())}; {slower.describe()}{note}",
             against_k1(slower), "Δ = K = 1 − large K, averaged over steps > 0; " + EXCEEDS_RULE + "; " + rule,
         ))
         lower = diff("final", j, "final", i1)
         rows.append(Claim(
             f"{layer}: large-K features level off lower", "lower than K = 1 (Fig. 6)",
-            f"final probe acc.: K=1 {pct(s['final'][i1].mean())} vs K={fmt_K(Kj)} {pct(s['final'][j].mean())}; "
+            f"final probe acc.: K=1 {pct(s.final[i1].mean())} vs K={fmt_K(Kj)} {pct(s.final[j].mean())}; "
             f"{lower.describe()}{note}",
             against_k1(lower), "Δ = K = 1 − large K, final; " + EXCEEDS_RULE + "; " + rule,
         ))
@@ -282,7 +296,7 @@ def probe_table(results: Results) -> str:
             idx = runs_of(h, k)
             cells = []
             for what, name in (("initial", "initial"), ("final", "final"), ("mean", "mean over training")):
-                m, se = _mean_se(s[what][idx])
+                m, se = _mean_se(getattr(s, what)[idx])
                 cells.append(f"{name} {100 * m:5.1f}" + (f" ± {100 * se:.1f}" if math.isfinite(se) else "") + " %")
             lines.append(f"{layer}  K = {fmt_K(k):>4}: " + ", ".join(cells))
     return "\n".join(lines)

@@ -111,12 +111,12 @@ def test_compute_fits_the_probes_on_the_derived_number(monkeypatch):
 def test_probe_summary():
     h = {"probe_layer1_test_acc": np.array([[0.2, 0.4, 0.6], [0.2, 0.3, 0.5]])}
     s = fig6.probe_summary(h, "layer1")
-    np.testing.assert_allclose(s["initial"], [0.2, 0.2])
-    np.testing.assert_allclose(s["final"], [0.6, 0.5])
-    np.testing.assert_allclose(s["mean"], [0.5, 0.4])  # steps > 0 only
-    np.testing.assert_allclose(s["gain"], [0.4, 0.3])
+    np.testing.assert_allclose(s.initial, [0.2, 0.2])
+    np.testing.assert_allclose(s.final, [0.6, 0.5])
+    np.testing.assert_allclose(s.mean, [0.5, 0.4])  # steps > 0 only
+    np.testing.assert_allclose(s.gain, [0.4, 0.3])
     one = fig6.probe_summary({"probe_layer2_test_acc": np.array([[0.3], [0.1]])}, "layer2")
-    np.testing.assert_allclose(one["mean"], [0.3, 0.1])  # a single point is its own mean
+    np.testing.assert_allclose(one.mean, [0.3, 0.1])  # a single point is its own mean
 
 
 def _results(k1, large, *, n_test=1000, K=(1, 8), diverged=None):
@@ -247,7 +247,7 @@ def test_recorded_per_image_results_pair_the_comparisons():
         h[f"probe_{layer}_test_correct"] = np.stack([_nested(a, 932) for a in h[f"probe_{layer}_test_acc"]])
         s, c = fig6.probe_summary(h, layer), fig6.probe_correct(h, layer)
         for what in ("initial", "final", "mean"):
-            np.testing.assert_allclose(c[what].mean(axis=1), s[what], atol=1e-3)
+            np.testing.assert_allclose(getattr(c, what).mean(axis=1), getattr(s, what), atol=1e-3)
     paired = fig6.claims(r)
     assert paired[2].holds == "yes" and "932 paired test images" in paired[2].measured
     same_delta = [x.measured.split(";")[1].split(",")[0] for x in (paired[2], unpaired[2])]
