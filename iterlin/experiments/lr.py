@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import ClassVar, Mapping, NamedTuple
+from typing import ClassVar, Mapping, NamedTuple, Sequence
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -38,7 +38,7 @@ from ..failures import BLOCK_RISE, failed_runs
 from ..models import make_model
 from ..plotting import legend, panels, plot_bound, plot_sweep, run_colors, seed_curve, set_log_ticks
 from ..stability import bound_record, first_unstable_step, max_stable_lr
-from ..stats import final_difference, num, run_seeds, runs_of
+from ..stats import Difference, final_difference, num, run_seeds, runs_of
 from ._common import (
     Experiment,
     Seeds,
@@ -55,7 +55,7 @@ from ._common import (
 )
 
 __all__ = ["Config", "Results", "get_config", "SCALES", "EXPERIMENT", "load", "compute", "claims", "decade", "plan", "large_K",
-           "per_lr", "failures", "crossing_claim", "by_lr", "timing", "plot"]
+           "PerRate", "per_lr", "Crossing", "failures", "crossing_claim", "RateGrid", "by_lr", "timing", "plot"]
 
 SCALES = {
     # smoke: 256 images, 24 steps of 16, K = 1 and 3 (8 re-linearisations), rates 0.01-0.1; λ_max
@@ -178,12 +178,21 @@ def large_K(results: Results) -> float | None:
     return float(K.max()) if K.max() > 1 else None
 
 
-def per_lr(results: Results) -> list[dict]:
-    """Per rate: ``lr``; ``diff``: large K minus K = 1 (the shared noise rule, paired);
-    ``div1``/``div_large``: whether a seed of K = 1 / of large K diverged; ``par``:
-    :func:`~iterlin.claims.on_par` within :data:`~iterlin.claims.ON_PAR` ("no" when either
-    diverged); ``worse``: K = 1 better than large K beyond noise ("yes" also when only large K
-    diverged, "no" when K = 1 diverged)."""
+class PerRate(NamedTuple):
+    """One rate: the large K against K = 1 (:func:`per_lr`)."""
+
+    lr: float  #: the rate
+    diff: Difference  #: large K minus K = 1, the shared noise rule, paired by seed and test image
+    div1: bool  #: whether a seed of K = 1 diverged
+    div_large: bool  #: whether a seed of the large K diverged
+    #: :func:`~iterlin.claims.on_par` within :data:`~iterlin.claims.ON_PAR` ("no" when either diverged)
+    par: str
+    #: K = 1 better than large K beyond noise ("yes" also when only large K diverged, "no" when K = 1 diverged)
+    worse: str
+
+
+def per_lr(results: Results) -> list[PerRate]:
+    """Every rate of the sweep, in increasing order: the large K against K = 1."""
     h = results.runs
     Kl = large_K(results)
     div = np.asarray(h["diverged"], bool)
@@ -193,15 +202,14 @@ def per_lr(results: Results) -> list[dict]:
         d = final_difference(results, i1, j)
         div1, divl = bool(div[i1].any()), bool(div[j].any())
         worse = "no" if div1 else "yes" if divl else exceeds(final_difference(results, j, i1))
-        out.append({"lr": float(eta), "diff": d, "div1": div1, "div_large": divl,
-                    "par": "no" if div1 or divl else on_par(d, ON_PAR), "worse": worse})
+        out.append(PerRate(float(eta), d, div1, divl, "no" if div1 or divl else on_par(d, ON_PAR), worse))
     return out
 
 
-def _lr_list(rows) -> str:
+def _lr_list(rows: Sequence[PerRate]) -> str:
     return "; ".join(
-        f"lr {r['lr']:g}: {r['diff'].short()} {r['par']}" + (" (large K diverged)" if r["div_large"] else "")
-        + (" (K=1 diverged)" if r["div1"] else "") for r in rows)
+        f"lr {r.lr:g}: {r.diff.short()} {r.par}" + (" (large K diverged)" if r.div_large else "")
+        + (" (K=1 diverged)" if r.div1 else "") for r in rows)
 
 
 def claims(results: Results) -> list[Claim]:
@@ -214,19 +222,19 @@ def claims(results: Results) -> list[Claim]:
         return [Claim("large K needs a smaller learning rate than K = 1", "not tested in the paper",
                       "only K = 1 was run", NA, "needs a run with K > 1"), div_row]
     rows = per_lr(results)
-    noise = rows[0]["diff"].counts()
+    noise = rows[0].diff.counts()
     bound = float(np.mean(results.stable_lr))
     Ktxt = fmt_K(Kl)
 
     # 1. large K needs a smaller rate: on par at some rate, K = 1 better (or large K diverged) at a larger one
-    par_lrs = [r["lr"] for r in rows if r["par"] == "yes"]
-    worse_lrs = [r["lr"] for r in rows if r["worse"] == "yes"]
-    finite1 = [r for r in rows if not r["div1"]]
+    par_lrs = [r.lr for r in rows if r.par == "yes"]
+    worse_lrs = [r.lr for r in rows if r.worse == "yes"]
+    finite1 = [r for r in rows if not r.div1]
     if len(rows) < 2:
         holds = NA
     elif any(a < b for a in par_lrs for b in worse_lrs):
         holds = "yes"
-    elif finite1 and all(r["par"] == "yes" or r["worse"] == "no" for r in finite1):
+    elif finite1 and all(r.par == "yes" or r.worse == "no" for r in finite1):
         holds = "no"
     else:
         holds = UNDECIDED
@@ -239,7 +247,7 @@ def claims(results: Results) -> list[Claim]:
         measured += " (K=1 ahead beyond noise, within the margin, at " + ", ".join(f"{b:g}" for b in ahead_par) + ")"
     measured += (f"; K=1 better (or K={Ktxt} diverged) from lr {min(above):g}" if above
                  else "; K=1 better at no larger rate" if ahead_par else "; K=1 better at no rate")
-    measured += "; K=1 finite at " + (", ".join(f"{r['lr']:g}" for r in finite1) if finite1 else "no rate")
+    measured += "; K=1 finite at " + (", ".join(f"{r.lr:g}" for r in finite1) if finite1 else "no rate")
     needs = Claim(
         "large K needs a smaller learning rate than K = 1", "not tested (the paper's rates: 1e-5 to 1e-3)",
         measured, holds,
@@ -249,10 +257,10 @@ def claims(results: Results) -> list[Claim]:
 
     # 2-3. on par below and above the linear model's bound at initialisation
     def par_row(sel, what, paper):
-        chosen = [r for r in rows if sel(r["lr"])]
+        chosen = [r for r in rows if sel(r.lr)]
         return Claim(
             f"large K on par with K = 1 at the rates {what} 2/λ_max(θ_0) = {num(bound, 3)}", paper,
-            _lr_list(chosen) if chosen else "no rate in the grid", all_verdicts(r["par"] for r in chosen),
+            _lr_list(chosen) if chosen else "no rate in the grid", all_verdicts(r.par for r in chosen),
             f"per rate: final test acc. of K={Ktxt} minus K = 1, {on_par_rule(ON_PAR)} ({noise}; a diverged run is "
             "'no'); 'yes' when every such rate is on par; n/a without one",
         )
@@ -263,12 +271,21 @@ def claims(results: Results) -> list[Claim]:
     return [needs, below, above, crossing_claim(h), div_row]
 
 
-def failures(h: Mapping) -> list[dict]:
-    """Per large-K run of the history ``h`` (:attr:`Results.runs`) with a sharpness record: ``run``
-    (index), ``lr``, ``seed``,
-    ``failed`` (the step its linear model's training failed, :func:`~iterlin.failures.failed_runs`;
-    −1 if never) and ``crossed`` (the first recorded step with η above 2/λ_max(θ_s),
-    :func:`iterlin.stability.first_unstable_step`; −1 if never). Empty without a record."""
+class Crossing(NamedTuple):
+    """One large-K run's failure and crossing of its bound (:func:`failures`)."""
+
+    run: int  #: its index in the history
+    lr: float  #: its rate
+    seed: int  #: its seed
+    #: the step its linear model's training failed (:func:`~iterlin.failures.failed_runs`), −1 if never
+    failed: int
+    #: the first recorded step with η above 2/λ_max(θ_s) (:func:`iterlin.stability.first_unstable_step`), −1 if never
+    crossed: int
+
+
+def failures(h: Mapping) -> list[Crossing]:
+    """Every large-K run of the history ``h`` (:attr:`Results.runs`) with a sharpness record, in
+    run order; empty without a record."""
     if "lr_over_bound" not in h:
         return []
     K = np.asarray(h["K"], np.float64)
@@ -276,8 +293,8 @@ def failures(h: Mapping) -> list[dict]:
     failed = failed_runs(h)
     seed = run_seeds(h)
     lrs = np.asarray(h["lr"], np.float64)
-    return [{"run": int(i), "lr": float(lrs[i]), "seed": int(seed[i]), "failed": failed.get(int(i), (-1, ""))[0],
-             "crossed": int(crossed[i])} for i in np.flatnonzero(K > 1)]
+    return [Crossing(int(i), float(lrs[i]), int(seed[i]), failed.get(int(i), (-1, ""))[0], int(crossed[i]))
+            for i in np.flatnonzero(K > 1)]
 
 
 def crossing_claim(h: Mapping) -> Claim:
@@ -295,19 +312,19 @@ def crossing_claim(h: Mapping) -> Claim:
     paper = "not in the paper (the edge-of-stability mechanism: Cohen et al. 2021)"
     if not rows:
         return Claim(claim, paper, "no sharpness record", NA, rule)
-    fail = [r for r in rows if r["failed"] >= 0]
-    cross = [r for r in rows if r["crossed"] >= 0]
-    early = [r for r in fail if not 0 <= r["crossed"] <= r["failed"]]
-    idle = [r for r in cross if r["failed"] < 0]
+    fail = [r for r in rows if r.failed >= 0]
+    cross = [r for r in rows if r.crossed >= 0]
+    early = [r for r in fail if not 0 <= r.crossed <= r.failed]
+    idle = [r for r in cross if r.failed < 0]
 
     def name(r):
-        return f"lr {r['lr']:g} seed {r['seed']}"
+        return f"lr {r.lr:g} seed {r.seed}"
 
     parts = [f"{len(fail)} of {len(rows)} runs failed, {len(cross)} crossed"]
-    parts += [f"{name(r)}: crossed at step {r['crossed']}, failed at {r['failed']}" for r in fail if r not in early]
-    parts += [f"{name(r)}: failed at step {r['failed']} with η under the bound" +
-              (f" (crossed only at {r['crossed']})" if r["crossed"] >= 0 else "") for r in early]
-    parts += [f"{name(r)}: crossed at step {r['crossed']}, never failed" for r in idle]
+    parts += [f"{name(r)}: crossed at step {r.crossed}, failed at {r.failed}" for r in fail if r not in early]
+    parts += [f"{name(r)}: failed at step {r.failed} with η under the bound" +
+              (f" (crossed only at {r.crossed})" if r.crossed >= 0 else "") for r in early]
+    parts += [f"{name(r)}: crossed at step {r.crossed}, never failed" for r in idle]
     holds = NA if not fail and not cross else "no" if early or idle else "yes"
     return Claim(claim, paper, "; ".join(parts), holds, rule)
 
@@ -319,12 +336,19 @@ EXPERIMENT = Experiment("lr", SCALES, load, compute, claims, __name__, Config, R
 # What the figure draws: pure functions of the results (nothing here is part of ``compute``).
 
 
-def by_lr(results: Results, metric: str = "final_test_acc") -> dict:
-    """The runs arranged by K and rate for the plot: ``lr`` (N,) the rates, ``K`` (M,) the periods,
-    ``values`` (M, N, S) per seed, ``diverged`` (M, N): whether any seed of (K, lr) diverged, and
-    ``bound``: 2/λ_max(θ_0), the mean over seeds.
-    ``metric``: ``final_test_acc`` (the model each run trains) or a history key such as
-    ``net_test_loss`` (its value at the last step)."""
+class RateGrid(NamedTuple):
+    """The runs arranged by K and rate for the plot (:func:`by_lr`): N rates, M periods, S seeds."""
+
+    lr: np.ndarray  #: (N,) the rates, increasing
+    K: np.ndarray  #: (M,) the periods, increasing
+    values: np.ndarray  #: (M, N, S) the metric per seed
+    diverged: np.ndarray  #: (M, N) bool, whether any seed of (K, lr) diverged
+    bound: float  #: 2/λ_max(θ_0), the mean over seeds
+
+
+def by_lr(results: Results, metric: str = "final_test_acc") -> RateGrid:
+    """The runs arranged by K and rate (:class:`RateGrid`). ``metric``: ``final_test_acc`` (the
+    model each run trains) or a history key such as ``net_test_loss`` (its value at the last step)."""
     h = results.runs
     K, lr, seed = (np.asarray(h[k], np.float64) for k in ("K", "lr", "seed_index"))
     rates, periods, seed_ids = np.unique(lr), np.unique(K), np.unique(seed)
@@ -333,8 +357,7 @@ def by_lr(results: Results, metric: str = "final_test_acc") -> dict:
     div = np.asarray(h["diverged"], bool)
     idx = np.asarray([[[int(np.flatnonzero((K == k) & (lr == eta) & (seed == s))[0]) for s in seed_ids]
                        for eta in rates] for k in periods])  # (M, N, S)
-    return {"lr": rates, "K": periods, "values": values[idx], "diverged": div[idx].any(-1),
-            "bound": float(np.mean(results.stable_lr))}
+    return RateGrid(rates, periods, values[idx], div[idx].any(-1), float(np.mean(results.stable_lr)))
 
 
 def timing(results: Results) -> str:
@@ -365,23 +388,23 @@ def plot(results: Results):
                                 f"T = {results.config.steps} steps, {int(results.n_runs)} runs)")
     for ax, s, scale_, what in ((axes[0, 0], acc, 100, "final test accuracy (%)"),
                                 (axes[0, 1], loss, 1, "final test loss")):
-        for i, k in enumerate(s["K"]):
-            seed_curve(ax, s["lr"], s["values"][i], diverged=s["diverged"][i], scale=scale_, color=f"C{i}",
+        for i, k in enumerate(s.K):
+            seed_curve(ax, s.lr, s.values[i], diverged=s.diverged[i], scale=scale_, color=f"C{i}",
                        label=f"K = {fmt_K(k)}", diverged_label=f"K = {fmt_K(k)}: a seed diverged")
-        ax.axvline(s["bound"], color="k", linestyle=":", label=f"2/λ_max(θ_0) = {s['bound']:.3g}")
-        set_log_ticks(ax, s["lr"])  # a tick at every rate of the grid
+        ax.axvline(s.bound, color="k", linestyle=":", label=f"2/λ_max(θ_0) = {s.bound:.3g}")
+        set_log_ticks(ax, s.lr)  # a tick at every rate of the grid
         ax.set(xlabel="learning rate", ylabel=what)
         legend(ax)
     axes[0, 1].set_yscale("log")
-    colors = run_colors(len(acc["lr"])) * len(acc["K"])  # one colour per rate, the same for every K
-    for ax, k in ((axes[1, 0], acc["K"][0]), (axes[1, 1], acc["K"][-1])):
+    colors = run_colors(len(acc.lr)) * len(acc.K)  # one colour per rate, the same for every K
+    for ax, k in ((axes[1, 0], acc.K[0]), (axes[1, 1], acc.K[-1])):
         plot_sweep(ax, h, "net_test_acc", select=lambda kk, k=k: kk == k, color=colors, marker=None,
                    label="lr {lr:g}", diverged_label="lr {lr:g} diverged")
         ax.set(xlabel="step", ylabel="test accuracy (%)", title=f"K = {fmt_K(k)} over training")
         legend(ax)
     if recorded:
         record = bound_record(h)
-        for ax, k in ((axes[2, 0], acc["K"][0]), (axes[2, 1], acc["K"][-1])):
+        for ax, k in ((axes[2, 0], acc.K[0]), (axes[2, 1], acc.K[-1])):
             plot_bound(ax, record, select=lambda kk, k=k: kk == k, fraction=None, label="lr {lr}")
             ax.set(xlabel="step", ylabel="2 / λ_max(θ_s)", title=f"K = {fmt_K(k)}: the linear model's bound")
             legend(ax)

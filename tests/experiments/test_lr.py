@@ -114,10 +114,10 @@ def test_tiny_real_run_two_seeds(monkeypatch):
     assert len(rows) == 5 and "2 seeds, 8 paired test images" in rows[0].rule
     assert h["sharpness"].shape == h["lr_over_bound"].shape == (8, 3)  # recorded along every run
     s = lr.by_lr(r._replace(config=config))
-    assert s["lr"].tolist() == [0.01, 0.1] and s["K"].tolist() == [1, 2] and s["values"].shape == (2, 2, 2)
-    np.testing.assert_allclose(s["values"][1, 0], r.final_test_acc[[2, 6]])  # K = 2, lr 0.01, seeds 0 and 1
-    assert s["diverged"].shape == (2, 2) and s["bound"] == pytest.approx(float(np.mean(r.stable_lr)))
-    assert lr.by_lr(r, "net_test_loss")["values"].shape == (2, 2, 2)
+    assert s.lr.tolist() == [0.01, 0.1] and s.K.tolist() == [1, 2] and s.values.shape == (2, 2, 2)
+    np.testing.assert_allclose(s.values[1, 0], r.final_test_acc[[2, 6]])  # K = 2, lr 0.01, seeds 0 and 1
+    assert s.diverged.shape == (2, 2) and s.bound == pytest.approx(float(np.mean(r.stable_lr)))
+    assert lr.by_lr(r, "net_test_loss").values.shape == (2, 2, 2)
     assert lr.timing(r).startswith("8 runs (2 K × 2 rates × 2 seeds) in one sweep; ")
 
 
@@ -217,7 +217,7 @@ def test_crossing_claim():
     h = _recorded([[0.1, 0.2, 0.3, 0.4], [0.5, 1.2, 1.5, 2.0]], [calm, [2.3, 1.5, 2.2, 1.4]])
     row = lr.crossing_claim(h)
     assert row.holds == "yes" and row.measured == "1 of 2 runs failed, 1 crossed; lr 0.1 seed 0: crossed at step 2, failed at 4"
-    assert [f["failed"] for f in lr.failures(h)] == [-1, 4] and [f["crossed"] for f in lr.failures(h)] == [-1, 2]
+    assert [f.failed for f in lr.failures(h)] == [-1, 4] and [f.crossed for f in lr.failures(h)] == [-1, 2]
     # a failure with η under the bound up to it: no
     h = _recorded([[0.1, 0.2, 0.3, 0.4], [0.5, 0.6, 0.7, 2.0]], [calm, [2.3, 1.5, 2.2, 1.4]])
     assert lr.crossing_claim(h).holds == "no" and "failed at step 4 with η under the bound (crossed only at 6)" in \
