@@ -110,7 +110,7 @@ from ._common import Experiment, checkpoint_path, eval_points, index_of_K, load_
 __all__ = [
     "Results", "GaussNewtonRuns", "Bridge", "LiteralRuns", "SCALES", "EXPERIMENT", "BRIDGE_K", "load", "compute", "claims", "RunPlan", "LiteralPlan", "plan",
     "converged", "Summary", "summary",
-    "seed_rmse", "diverged_K", "bridge_curves", "gn_damping", "seed_difference", "decide", "interval",
+    "seed_rmse", "diverged_K", "BridgeCurves", "bridge_curves", "gn_damping", "seed_difference", "decide", "interval",
     "damping_pairs", "SMALL_K", "SMALL_TOL", "SOLVED", "ROUNDING", "first_steps", "PAIR_TOL", "SHIFT",
     "literal_plan", "literal_runs", "LITERAL_RATES", "LITERAL_STEPS", "SHARPNESS_ITERS", "LITERAL_TOL",
     "literal_difference", "literal_stable", "LITERAL", "LITERAL_BOUND", "plot_literal", "plot_stability_bound", "plot",
@@ -990,22 +990,27 @@ def diverged_K(results: Results) -> np.ndarray:
     return np.asarray(results.diverged, bool).any(axis=1)
 
 
-def bridge_curves(results: Results) -> dict:
-    """The K ↔ λ panels' curves on the bridge's ``sigma_grid`` (G,), for the M periods ``K``.
+class BridgeCurves(NamedTuple):
+    """The K ↔ λ panels' curves on the bridge's ``sigma_grid`` (G,), for the M periods ``K``
+    (:func:`bridge_curves`): the spectral filters φ(σ) (as in :attr:`Results.bridge`), (M, G), and
+    the fraction of the residual each removes along an eigen-direction, σ·φ(σ), (M, G)."""
 
-    ``gd_filter``, ``gn_filter``, ``gn_filter_fit`` (M, G): the spectral filters φ(σ) (as in
-    :attr:`Results.bridge`); ``gn0_filter`` (G,): 1/σ, the Gauss–Newton filter (λ = 0); and the
-    fraction of the residual removed along an eigen-direction, σ·φ(σ): ``gd_fraction``,
-    ``gn_fraction``, ``gn_fraction_fit`` (M, G).
-    """
+    sigma_grid: np.ndarray  #: (G,) the eigenvalues σ
+    gn0_filter: np.ndarray  #: (G,) 1/σ, the Gauss–Newton filter (λ = 0)
+    gd_filter: np.ndarray  #: K steps of GD
+    gn_filter: np.ndarray  #: damped GN at λ = 1/(Kη)
+    gn_filter_fit: np.ndarray  #: damped GN at the best-fit λ
+    gd_fraction: np.ndarray
+    gn_fraction: np.ndarray
+    gn_fraction_fit: np.ndarray
+
+
+def bridge_curves(results: Results) -> BridgeCurves:
+    """The K ↔ λ panels' curves (:class:`BridgeCurves`) from :attr:`Results.bridge`."""
     b = results.bridge
     grid = np.asarray(b.sigma_grid, np.float64)
-    out = {"sigma_grid": grid, "gn0_filter": 1.0 / grid}
-    for key in ("gd_filter", "gn_filter", "gn_filter_fit"):
-        phi = np.asarray(b[key], np.float64)
-        out[key] = phi
-        out[key.replace("filter", "fraction")] = grid * phi
-    return out
+    gd, gn, fit = (np.asarray(phi, np.float64) for phi in (b.gd_filter, b.gn_filter, b.gn_filter_fit))
+    return BridgeCurves(grid, 1.0 / grid, gd, gn, fit, grid * gd, grid * gn, grid * fit)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -1136,18 +1141,18 @@ def plot(results: Results):
         plt.show()
 
     b, c = results.bridge, bridge_curves(results)
-    grid = c["sigma_grid"]
+    grid = c.sigma_grid
     fig, (left, right) = panels(2)
-    lines = plot_runs(left, grid, c["gd_filter"], b.K, scale=1, marker=None, lw=2, alpha=0.5,
+    lines = plot_runs(left, grid, c.gd_filter, b.K, scale=1, marker=None, lw=2, alpha=0.5,
                       label="K = {K} GD steps")
-    plot_runs(left, grid, c["gn_filter"], b.K, scale=1, marker=None, lw=1, color=lines,
+    plot_runs(left, grid, c.gn_filter, b.K, scale=1, marker=None, lw=1, color=lines,
               label="λ = 1/(Kη) = {lam:.3g}", label_args={"lam": b.damping})
-    plot_runs(left, grid, c["gn_filter_fit"], b.K, scale=1, marker=None, linestyle=":", lw=1.5, color=lines,
+    plot_runs(left, grid, c.gn_filter_fit, b.K, scale=1, marker=None, linestyle=":", lw=1.5, color=lines,
               label=None)
-    left.plot(grid, c["gn0_filter"], "k--", lw=1, label="1/σ (Gauss–Newton)")
-    plot_runs(right, grid, c["gd_fraction"], b.K, scale=1, marker=None, lw=2, alpha=0.5, color=lines)
-    plot_runs(right, grid, c["gn_fraction"], b.K, scale=1, marker=None, lw=1, color=lines, label=None)
-    plot_runs(right, grid, c["gn_fraction_fit"], b.K, scale=1, marker=None, linestyle=":", lw=1.5, color=lines,
+    left.plot(grid, c.gn0_filter, "k--", lw=1, label="1/σ (Gauss–Newton)")
+    plot_runs(right, grid, c.gd_fraction, b.K, scale=1, marker=None, lw=2, alpha=0.5, color=lines)
+    plot_runs(right, grid, c.gn_fraction, b.K, scale=1, marker=None, lw=1, color=lines, label=None)
+    plot_runs(right, grid, c.gn_fraction_fit, b.K, scale=1, marker=None, linestyle=":", lw=1.5, color=lines,
               label="best λ = {lam:.3g}", label_args={"lam": b.damping_fit})
     rug(left, b.sigma, y=1e-3)  # ticks: the NTK's eigenvalues
     rug(right, b.sigma)

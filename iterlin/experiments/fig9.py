@@ -69,7 +69,7 @@ from ._common import Experiment, checkpoint_path, eval_points, load_quintic
 
 __all__ = [
     "Results", "Curves", "SCALES", "EXPERIMENT", "MAX_TRAIN_RMSE", "load", "compute", "claims", "slope_variation",
-    "kept_means", "geometric_means", "function_panels", "log_lambda", "Trend", "trend", "minimum_range", "MIN_TOL", "N_BOOTSTRAP",
+    "kept_means", "GeometricMeans", "geometric_means", "function_panels", "log_lambda", "Trend", "trend", "minimum_range", "MIN_TOL", "N_BOOTSTRAP",
     "plot_functions", "plot",
 ]
 
@@ -223,20 +223,24 @@ def kept_means(test_rmse, kept) -> np.ndarray:
     return np.asarray([test[i][kept[i]].mean() if kept[i].any() else np.nan for i in range(len(test))])
 
 
-def geometric_means(test_rmse, kept) -> dict:
+class GeometricMeans(NamedTuple):
+    """Per λ (:func:`geometric_means`): (L,) each; NaN where no seed was kept (``lo``/``hi`` with fewer than 2)."""
+
+    mean: np.ndarray  #: 10^m, m the mean of log₁₀ test RMSE over the kept finite seeds
+    lo: np.ndarray  #: 10^(m − se), se its standard error (:func:`iterlin.plotting.mean_se`)
+    hi: np.ndarray  #: 10^(m + se)
+
+
+def geometric_means(test_rmse, kept) -> GeometricMeans:
     """The per-λ geometric mean of the final test RMSE over the kept seeds (what the claims' trend
     uses, on the figure's log axis), with a band of ± one standard error of the mean of log₁₀ RMSE.
 
     ``test_rmse``, ``kept`` (L, S): :attr:`Results.test_rmse`, :attr:`Results.kept`.
-
-    Returns ``{"mean", "lo", "hi"}``, each (L,): 10^m, 10^(m − se), 10^(m + se), with m and se the
-    mean and standard error of log₁₀ test RMSE over the kept finite seeds
-    (:func:`iterlin.plotting.mean_se`); NaN where no seed was kept (``lo``/``hi`` with fewer than 2).
     """
     test = np.asarray(test_rmse, np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
         m, se = mean_se(np.log10(test), axis=1, where=np.asarray(kept, bool))
-    return {"mean": 10.0**m, "lo": 10.0 ** (m - se), "hi": 10.0 ** (m + se)}
+    return GeometricMeans(10.0**m, 10.0 ** (m - se), 10.0 ** (m + se))
 
 
 def log_lambda(damping) -> np.ndarray:
@@ -506,8 +510,8 @@ def plot(results: Results):
     seed_points(ax, xs, test, kept=kept, jitter=0.08, cap=1e3, color="C0", size=18)
     band(ax, xs, test, axis=1, where=kept, color="k", marker="o", label="mean over kept seeds (± s.e.)")
     geo = geometric_means(test, kept)  # the claims' statistic: the mean of log RMSE
-    ax.plot(xs, geo["mean"], "s--", color="C3", label="geometric mean over kept seeds (± s.e.)")
-    ax.fill_between(xs, geo["lo"], geo["hi"], color="C3", alpha=0.15, linewidth=0)
+    ax.plot(xs, geo.mean, "s--", color="C3", label="geometric mean over kept seeds (± s.e.)")
+    ax.fill_between(xs, geo.lo, geo.hi, color="C3", alpha=0.15, linewidth=0)
     set_log_ticks(ax, xs, [f"{v:g}" for v in lams])
     ax.set(yscale="log", xlabel="damping λ", ylabel="test RMSE",
            title=f"Damped Gauss–Newton on the quintic ({results.config.scale} scale, {test.shape[1]} seeds)")

@@ -854,11 +854,17 @@ EXPERIMENT = Experiment("limit", SCALES, load, compute, claims, __name__, Config
 # What the figure draws (not part of ``compute``)
 
 
-def accuracy_by_R(results: Results, n: int | None = None) -> dict:
-    """At N = ``n`` (None: ``n_main``, where GN ran): R (L,), and per R the (S,) network test
-    accuracies of the iterated flow, over the seeds that ran its largest R."""
+class ByR(NamedTuple):
+    """The iterated flow at one N, by R (:func:`accuracy_by_R`)."""
+
+    R: np.ndarray  #: (L,) the numbers of re-linearisations, increasing
+    acc: np.ndarray  #: (L, S) the network's test accuracy, over the seeds that ran the largest R
+
+
+def accuracy_by_R(results: Results, n: int | None = None) -> ByR:
+    """The iterated flow's network test accuracy by R at N = ``n`` (None: ``n_main``, where GN ran)."""
     flow = flow_runs(results, ran_main_size(results) if n is None else n)
-    return {"R": np.asarray(list(flow)), "acc": np.stack([results.runs.net_test_acc[i] for i in flow.values()])}
+    return ByR(np.asarray(list(flow)), np.stack([results.runs.net_test_acc[i] for i in flow.values()]))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -877,10 +883,10 @@ def plot(results: Results):
     series = [(n_main, "C0")] + ([(grid.n_train, "C1")] if grid is not None and grid.n_train != n_main else [])
     for n, color in series:
         by = accuracy_by_R(results, n)
-        band(ax, by["R"], by["acc"], axis=1, color=color, marker="o",
+        band(ax, by.R, by.acc, axis=1, color=color, marker="o",
              label=f"iterated flow, τ = T/R, N = {n} ({by['acc'].shape[1]} seeds)")
-        for i, R in enumerate(by["R"]):
-            ax.scatter(np.full(by["acc"].shape[1], R), by["acc"][i], color=color, s=10, alpha=0.5)
+        for i, R in enumerate(by.R):
+            ax.scatter(np.full(by.acc.shape[1], R), by.acc[i], color=color, s=10, alpha=0.5)
     for method, key, color, label in (("gn", "net_test_acc", "C3", "Gauss–Newton (τ = ∞)"),
                                       ("damped", "net_test_acc", "C2", "damped GN (λ = 1/τ)"),
                                       ("kernel", "lin_test_acc", "k", "K = ∞ (eNTK at θ₀)")):

@@ -42,7 +42,7 @@ from ._common import Experiment, Seeds, Sweep, checkpoint_path, cnn_sweep, eval_
 
 __all__ = [
     "Results", "SCALES", "EXPERIMENT", "PROBE_CAP", "KERNEL_BYTES", "MOVES", "load", "compute", "claims", "eval_steps",
-    "probe_size", "kernel_bytes", "relin_kernel_changes", "relin_steps", "relin_table", "plot",
+    "probe_size", "kernel_bytes", "KernelChanges", "relin_kernel_changes", "relin_steps", "relin_table", "plot",
 ]
 
 #: ``n_probe=None``: every training image loaded, but at most this many (kernels 1000 × 1000).
@@ -181,17 +181,21 @@ def compute(config: Config, data: Dataset, *, checkpoint_dir=None, progress: boo
     return Results(runs=runs, n_probe=np.asarray(n))
 
 
-def relin_kernel_changes(history: Mapping, run: int) -> dict:
-    """For run ``run``: which evaluation intervals contain a re-linearisation, and the kernel change.
+class KernelChanges(NamedTuple):
+    """One run's evaluation points after step 0 (:func:`relin_kernel_changes`): (E − 1,) each."""
 
-    Returns ``{"step", "n_relin", "relinearised", "distance"}`` over evaluation points after step 0:
-    ``relinearised`` is True where θ_s changed since the previous point (n_relin grew), and
-    ``distance`` is ``kernel_distance_relin`` there.
-    """
+    step: np.ndarray  #: the step
+    n_relin: np.ndarray  #: the re-linearisations made so far
+    relinearised: np.ndarray  #: bool, whether θ_s changed since the previous point (n_relin grew)
+    distance: np.ndarray  #: ``kernel_distance_relin``: d(Θ_s, Θ_s,prev) of the linear model's kernel
+
+
+def relin_kernel_changes(history: Mapping, run: int) -> KernelChanges:
+    """For run ``run``: which evaluation intervals contain a re-linearisation, and the kernel change."""
     steps = np.asarray(history["step"])[1:]
     nr = np.asarray(history["n_relin"])[run]
     d = np.asarray(history["kernel_distance_relin"], np.float64)[run, 1:]
-    return {"step": steps, "n_relin": nr[1:], "relinearised": np.diff(nr) > 0, "distance": d}
+    return KernelChanges(steps, nr[1:], np.diff(nr) > 0, d)
 
 
 def claims(results: Results) -> list[Claim]:
@@ -217,7 +221,7 @@ def claims(results: Results) -> list[Claim]:
         "to estimate)",
     )
     changes = [relin_kernel_changes(h, j) for j in large]
-    still = np.concatenate([c["distance"][~c["relinearised"]] for c in changes])
+    still = np.concatenate([c.distance[~c.relinearised] for c in changes])
     fixed = Claim(
         "between re-linearisations the linear model's kernel is fixed", "constant for K steps (Eq. 4)",
         f"K={fmt_K(Kj)}: max d(Θ_s, Θ_s,prev) = {num(still.max(), 6) if still.size else 'n/a'} "
@@ -225,7 +229,7 @@ def claims(results: Results) -> list[Claim]:
         verdict(bool(np.all(still == 0.0)), applicable=still.size > 0),
         "exactly 0 at every such interval (θ_s is not changed between re-linearisations)", kind="check",
     )
-    moved = np.concatenate([c["distance"][c["relinearised"]] for c in changes])
+    moved = np.concatenate([c.distance[c.relinearised] for c in changes])
     each = Claim(
         "each re-linearisation moves the linear model's kernel", "the kernel changes at re-linearisation",
         (f"K={fmt_K(Kj)}: {moved.size} intervals with re-linearisations, d from {num(moved.min(), 4)} "
@@ -257,7 +261,7 @@ def relin_steps(results: Results) -> np.ndarray:
     if j == i1:
         return np.zeros(0, np.asarray(h["step"]).dtype)
     c = relin_kernel_changes(h, j)
-    return c["step"][c["relinearised"]]
+    return c.step[c.relinearised]
 
 
 def relin_table(results: Results) -> str:
@@ -272,9 +276,9 @@ def relin_table(results: Results) -> str:
              f"{'step':>8}  {'re-linearisations so far':>24}  {'re-linearised since previous':>28}  "
              + "  ".join(f"{x:>9}" for x in heads)]
     c = cs[0]
-    for e, (t, n, r) in enumerate(zip(c["step"], c["n_relin"], c["relinearised"])):
+    for e, (t, n, r) in enumerate(zip(c.step, c.n_relin, c.relinearised)):
         lines.append(f"{int(t):>8}  {int(n):>24}  {'yes' if r else 'no':>28}  "
-                     + "  ".join(f"{float(x['distance'][e]):>9.4f}" for x in cs))
+                     + "  ".join(f"{float(x.distance[e]):>9.4f}" for x in cs))
     return "\n".join(lines)
 
 

@@ -379,12 +379,12 @@ def test_diverged_K_any_seed():
 def test_bridge_curves_fractions_and_gauss_newton_filter():
     c = bridge_curves(_summary_results())
     grid = np.array([0.5, 1.0, 4.0])
-    np.testing.assert_allclose(c["sigma_grid"], grid)
-    np.testing.assert_allclose(c["gn0_filter"], 1 / grid)
-    np.testing.assert_allclose(c["gd_filter"], [[1.0, 0.5, 0.25]])
-    np.testing.assert_allclose(c["gd_fraction"], [[0.5, 0.5, 1.0]])
-    np.testing.assert_allclose(c["gn_fraction"], [[1.0, 1.0, 2.0]])
-    np.testing.assert_allclose(c["gn_fraction_fit"], [[0.1, 0.1, 0.2]])
+    np.testing.assert_allclose(c.sigma_grid, grid)
+    np.testing.assert_allclose(c.gn0_filter, 1 / grid)
+    np.testing.assert_allclose(c.gd_filter, [[1.0, 0.5, 0.25]])
+    np.testing.assert_allclose(c.gd_fraction, [[0.5, 0.5, 1.0]])
+    np.testing.assert_allclose(c.gn_fraction, [[1.0, 1.0, 2.0]])
+    np.testing.assert_allclose(c.gn_fraction_fit, [[0.1, 0.1, 0.2]])
 
 
 # ----------------------------------------------------------------------------------------------

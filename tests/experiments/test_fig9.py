@@ -270,11 +270,11 @@ def test_geometric_means_over_kept_seeds_match_the_trend():
     res = _results(kept=kept)
     g = fig9.geometric_means(res.test_rmse, res.kept)
     direct = [10 ** np.log10(TEST[i][kept[i]]).mean() for i in range(4)]
-    np.testing.assert_allclose(g["mean"], direct)
+    np.testing.assert_allclose(g.mean, direct)
     t = fig9.trend(fig9.log_lambda(LAMS), np.log10(TEST), kept)  # the claims' per-λ means, the same numbers
-    np.testing.assert_allclose(np.log10(g["mean"]), t.means)
-    np.testing.assert_allclose(np.log10(g["hi"]) - np.log10(g["mean"]), t.ses)
-    assert np.all(g["lo"] < g["mean"]) and np.all(g["mean"] < g["hi"])
+    np.testing.assert_allclose(np.log10(g.mean), t.means)
+    np.testing.assert_allclose(np.log10(g.hi) - np.log10(g.mean), t.ses)
+    assert np.all(g.lo < g.mean) and np.all(g.mean < g.hi)
 
 
 # ----------------------------------------------------------------------------------------------

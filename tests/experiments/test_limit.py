@@ -331,7 +331,7 @@ def test_claims_read_the_long_r_grid_on_its_own_seeds():
     assert rows[1].holds == "yes" and "smallest R on par: 8" in rows[1].measured and "(vs R=16: 31.5 %" in rows[1].measured
     assert "2 seeds" in rows[1].measured and "R=2: Δ -6.5" in rows[1].measured
     by = limit.accuracy_by_R(results, 32)
-    assert by["R"].tolist() == [1, 2, 4, 8, 16] and by["acc"].shape == (5, 2)
+    assert by.R.tolist() == [1, 2, 4, 8, 16] and by.acc.shape == (5, 2)
     # every R ≤ 12 short of gradient flow: no
     long = (32, 2, {1: 0.20, 2: 0.25, 4: 0.26, 8: 0.27, 16: 0.40})
     assert limit.claims(_constructed(good, scaling=scaling, long=long))[1].holds == "no"

@@ -102,7 +102,7 @@ def test_ntk_tiny_kernel_fixed_between_relinearisations(tiny_cifar):
     for i1, j in ((0, 1), (2, 3)):  # each seed's K = 1 and K = 2 runs
         assert d[j, 1] == 0.0 and d[j, 3] == 0.0  # K = 2: θ_s unchanged over steps 0→1, 2→3
         assert d[j, 2] > 0 and d[j, 4] > 0 and np.all(d[i1, 1:] > 0)  # re-linearisations move the kernel
-        assert ntk.relin_kernel_changes(h, j)["relinearised"].tolist() == [False, True, False, True]
+        assert ntk.relin_kernel_changes(h, j).relinearised.tolist() == [False, True, False, True]
     assert np.all(np.isnan(h["kernel_velocity"][:, 0]))
     rows = ntk.claims(r._replace(config=config))
     assert [(r.kind, r.holds) for r in rows[2:]] == [("check", "yes"), ("check", "yes")]
@@ -138,9 +138,9 @@ def _history(d_init_k1=(0.2,), relin=((0.0, 0.1, 0.0, 0.2),), K=(1, 2), diverged
 
 def test_relin_kernel_changes():
     c = ntk.relin_kernel_changes(_history().runs, 1)
-    assert c["step"].tolist() == [1, 2, 3, 4] and c["n_relin"].tolist() == [0, 1, 1, 2]
-    assert c["relinearised"].tolist() == [False, True, False, True]
-    assert c["distance"].tolist() == [0.0, 0.1, 0.0, 0.2]
+    assert c.step.tolist() == [1, 2, 3, 4] and c.n_relin.tolist() == [0, 1, 1, 2]
+    assert c.relinearised.tolist() == [False, True, False, True]
+    assert c.distance.tolist() == [0.0, 0.1, 0.0, 0.2]
 
 
 def test_claims_hold_over_seeds():
