@@ -884,7 +884,7 @@ def plot(results: Results):
     for n, color in series:
         by = accuracy_by_R(results, n)
         band(ax, by.R, by.acc, axis=1, color=color, marker="o",
-             label=f"iterated flow, τ = T/R, N = {n} ({by['acc'].shape[1]} seeds)")
+             label=f"iterated flow, τ = T/R, N = {n} ({by.acc.shape[1]} seeds)")
         for i, R in enumerate(by.R):
             ax.scatter(np.full(by.acc.shape[1], R), by.acc[i], color=color, s=10, alpha=0.5)
     for method, key, color, label in (("gn", "net_test_acc", "C3", "Gauss–Newton (τ = ∞)"),
