@@ -293,7 +293,7 @@ class Placement(NamedTuple):
     n: np.ndarray  #: (N, S) int, each run's re-linearisations
     early: np.ndarray  #: (N, S, F) float64, the share of them made by step f·T (NaN where n = 0)
     even: np.ndarray  #: (N, S, F) float64, the same share for n updates spread evenly
-    excess: np.ndarray  #: (N, S, F) float64, early − even (> 0: earlier than even)
+    excess: np.ndarray  #: (N, S, F) float64, early − even (positive where earlier than even)
     fractions: np.ndarray  #: (F,) float64, the fractions f
     steps: int  #: T
 

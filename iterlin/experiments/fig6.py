@@ -177,7 +177,7 @@ class ProbeSummary(NamedTuple):
     initial: np.ndarray  #: at step 0
     final: np.ndarray  #: at the end
     #: averaged over the evaluation points after step 0 (the area under the curve divided by the
-    #: number of points: "improves slower" means a lower mean for the same final value)
+    #: number of points, so that "improves slower" means a lower mean for the same final value)
     mean: np.ndarray
     gain: np.ndarray  #: final − initial
 

@@ -187,7 +187,7 @@ class KernelChanges(NamedTuple):
     step: np.ndarray  #: the step
     n_relin: np.ndarray  #: the re-linearisations made so far
     relinearised: np.ndarray  #: bool, whether θ_s changed since the previous point (n_relin grew)
-    distance: np.ndarray  #: ``kernel_distance_relin``: d(Θ_s, Θ_s,prev) of the linear model's kernel
+    distance: np.ndarray  #: d(Θ_s, Θ_s,prev) of the linear model's kernel (``kernel_distance_relin``)
 
 
 def relin_kernel_changes(history: Mapping, run: int) -> KernelChanges:
