@@ -230,7 +230,6 @@ class Setting(NamedTuple):
     tol: float | None  #: the adaptive tolerance, None for a fixed period
     #: the most re-linearisations any of its seeds made (a setting "uses fewer" only if it does in every seed)
     relin: int
-    relin_seeds: np.ndarray  #: (S,) int, the re-linearisations of each seed's run
     diff: Difference  #: its final test accuracy minus K = 1's, paired by seed and test image
     #: :func:`~iterlin.claims.on_par` within :data:`~iterlin.claims.ON_PAR` ("no" when a run of it or
     #: of K = 1 diverged)
@@ -252,7 +251,7 @@ def per_policy(results: Results) -> tuple[list[Setting], list[Setting]]:
 
     def row(j, K=None, tol=None):
         d = final_difference(results, i1, j)
-        return Setting(K, tol, int(n[j].max()), n[j], d,
+        return Setting(K, tol, int(n[j].max()), d,
                        "no" if div[np.concatenate([i1, j])].any() else on_par(d, ON_PAR))
 
     fixed = [row(_fixed_runs(results, k), K=float(k)) for k in sorted(set(K[K > 1].tolist()))]

@@ -230,7 +230,7 @@ def test_divergence_is_no():
 def test_not_applicable_without_the_rows_it_compares():
     rows = adaptive.claims(_results([0.40], [0.40, 0.40, 0.30], K=(1,)))
     assert rows[0].holds == NA and rows[0].measured.startswith("needs K = 1, a fixed K > 1")
-    on_par = adaptive.Setting(K=None, tol=0.01, relin=3, relin_seeds=np.asarray([3]), diff=None, par="yes")
+    on_par = adaptive.Setting(K=None, tol=0.01, relin=3, diff=None, par="yes")
     assert adaptive.fewer_updates([], [on_par]) == NA
     assert adaptive.fewer_updates([on_par._replace(K=2.0, tol=None)], []) == NA
 
