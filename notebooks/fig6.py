@@ -83,7 +83,8 @@ ref = reference.show("fig6", fig6.plot, table=False)
 #   instead of $5\cdot10^6$ (3 feature updates); probes on all 256 training images at 7 points. 24
 #   steps barely move the features, and 200 test images measure a probe's accuracy to about ±6
 #   points: this scale checks that the pipeline works; its claims are mostly undecided.
-# * `cpu` (the committed reference run, shown at the top of this page; 4,799 s of a 2-core CPU):
+# * `cpu` (the committed reference run, shown at the top of this page; 4,799 s of a 2-core CPU,
+#   which include a 25-minute pause for a CI run: about 3,300 s of computation):
 #   Figure 3's `cpu` setting, where the linear model stays stable to
 #   the end ($\eta\lambda_{\max}/2$ under 0.19 along Figure 3's runs): 1,000 training images (the
 #   first of the shared subset) and every test image (932), 3 seeds, 3,200 steps of 100 at learning
