@@ -574,7 +574,7 @@ class KGrid(NamedTuple):
 def k_grid(runs: Mapping, final_test_acc) -> KGrid:
     """``runs`` (a sweep's columns ``K``, ``net_test_acc``, ``n_relin``, ``diverged``, ``step``) arranged by
     K, with ``final_test_acc`` (R,) the final test accuracy of the model each run trains."""
-    grid = np.asarray(sorted(set(np.asarray(runs["K"], np.float64).tolist()), key=lambda k: (math.isinf(k), k)))
+    grid = np.unique(np.asarray(runs["K"], np.float64))  # ascending, ∞ last
     acc = np.asarray(final_test_acc, np.float64)
     acc_K = np.stack([acc[runs_of(runs, k)] for k in grid])
     net = np.asarray(runs["net_test_acc"], np.float64)[:, -1]

@@ -436,8 +436,8 @@ def by_policy(results: Results) -> PolicyGrid:
     acc = np.asarray(results.final_test_acc, np.float64)
     n = np.asarray(results.n_relin)
     div = _diverged(results)
-    K = sorted(set(np.asarray(results.fixed["K"], np.float64).tolist()), key=lambda k: (math.isinf(k), k))
-    tol = sorted(set(np.asarray(results.adaptive["tol"], np.float64).tolist()))
+    K = np.unique(np.asarray(results.fixed["K"], np.float64)).tolist()  # ascending, ∞ last
+    tol = np.unique(np.asarray(results.adaptive["tol"], np.float64)).tolist()
     fk = [_fixed_runs(results, k) for k in K]
     ft = [_adaptive_runs(results, t) for t in tol]
     return PolicyGrid(
