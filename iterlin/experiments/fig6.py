@@ -53,7 +53,7 @@ from ._common import (
 
 __all__ = [
     "Results", "SCALES", "EXPERIMENT", "PROBE_LAYERS", "PROBE_CAP", "load", "compute", "claims", "probe_size",
-    "OverPoints", "ProbeSummary", "probe_summary", "probe_correct", "probe_table", "plot",
+    "OverPoints", "probe_summary", "probe_correct", "probe_table", "plot",
 ]
 
 #: ``n_probe=None`` fits the probes on every training image loaded, but at most this many: the
@@ -164,28 +164,19 @@ def compute(config: Config, data: Dataset, *, checkpoint_dir=None, progress: boo
 
 class OverPoints(NamedTuple):
     """Per run, a value at the start and at the end of training and its mean over the evaluation
-    points after step 0 (a single point is its own mean): (R, ...) each."""
-
-    initial: np.ndarray
-    final: np.ndarray
-    mean: np.ndarray
-
-
-class ProbeSummary(NamedTuple):
-    """Per run, a probe's test accuracy (:func:`probe_summary`): (R,) each."""
+    points after step 0: (R, ...) each."""
 
     initial: np.ndarray  #: at step 0
     final: np.ndarray  #: at the end
-    #: averaged over the evaluation points after step 0 (the area under the curve divided by the
-    #: number of points, so that "improves slower" means a lower mean for the same final value)
+    #: averaged over the evaluation points after step 0 (a single point is its own mean): the area
+    #: under the curve divided by the number of points, so that "improves slower" means a lower
+    #: mean for the same final value
     mean: np.ndarray
-    gain: np.ndarray  #: final − initial
 
 
-def probe_summary(history: Mapping, layer: str) -> ProbeSummary:
-    """Per run: the probe's test accuracy at the start and the end, its mean over training and its gain."""
-    s = _over_points(np.asarray(history[f"probe_{layer}_test_acc"], np.float64))
-    return ProbeSummary(*s, gain=s.final - s.initial)
+def probe_summary(history: Mapping, layer: str) -> OverPoints:
+    """Per run, the probe's test accuracy (R,) at the start and the end and its mean over training."""
+    return _over_points(np.asarray(history[f"probe_{layer}_test_acc"], np.float64))
 
 
 def _over_points(v: np.ndarray) -> OverPoints:

@@ -114,7 +114,6 @@ def test_probe_summary():
     np.testing.assert_allclose(s.initial, [0.2, 0.2])
     np.testing.assert_allclose(s.final, [0.6, 0.5])
     np.testing.assert_allclose(s.mean, [0.5, 0.4])  # steps > 0 only
-    np.testing.assert_allclose(s.gain, [0.4, 0.3])
     one = fig6.probe_summary({"probe_layer2_test_acc": np.array([[0.3], [0.1]])}, "layer2")
     np.testing.assert_allclose(one.mean, [0.3, 0.1])  # a single point is its own mean
 
