@@ -75,20 +75,21 @@ ref = reference.show("fig2", fig2.plot, table=False)
 #   for $K \in \{1, 8, \infty\}$. The paper's learning rates would show nothing in so few steps.
 #   So few images and steps leave every run near chance level: this scale checks that the pipeline
 #   works; it does not reproduce the figure.
-# * `cpu` (about an hour and a half of a 2-core CPU): where the linear
+# * `cpu` (about two hours of a 2-core CPU, estimated; not yet run at this rate): where the linear
 #   model stays stable (Figure 3's page says why: a network trained at rate $\eta$ sharpens until
 #   $\lambda_{\max}$ nears $2/\eta$, and a fixed linearisation cannot follow it there). One rate for
 #   both panels (`factor` 1): full-batch gradient descent at twice the mini-batch rate was measured
 #   first and is not stable (on 250 images at 0.004, $\eta\lambda_{\max}/2$ rose to 0.98 along
 #   $K = 80$ and to 0.79 along $K = 1$ within 800 steps, although the network fitted the images).
-#   Both panels: learning rate 0.002, 1,000 steps, $K \in \{1, 100\}$ (10 re-linearisations);
+#   Both panels: learning rate 0.001, 2,000 steps, $K \in \{1, 200\}$ (10 re-linearisations);
 #   mini-batch on the first 1,000 training images in batches of 100 (Figure 3's setting without
 #   augmentation), full batch on the first 250 of them (`n_train_full`: a full-batch step over all
 #   1,000 would cost ten mini-batch steps). Every test image, 3 seeds, 21 evaluations per run, and
-#   $\lambda_{\max}$ of the linear model's curvature on the 250 full-batch images at every
-#   re-linearisation, drawn below the accuracies as the bound $2/\lambda_{\max}(\theta_s)$ beside
+#   $\lambda_{\max}$ of the linear model's curvature on the 250 full-batch images every 400 steps,
+#   drawn below the accuracies as the bound $2/\lambda_{\max}(\theta_s)$ beside
 #   $\eta$. The two panels train on different sets, so the right panel compares the same number of
-#   steps at one rate, not the same objective. Its run (d2bacee, 4,943 s) measured:
+#   steps at one rate, not the same objective. The rate is half that of the scale's first run
+#   (d2bacee, 4,943 s: lr 0.002, 1,000 steps, $K = 100$, the bound every 100 steps), which measured:
 #   $K = 100$ ends within noise of $K = 1$ in both panels but neither is decided within ±2 points
 #   (full batch $\Delta$ +0.5 [−2.7, +3.7], mini-batch −1.0 [−2.2, +0.2], 3 seeds); along the
 #   mini-batch $K = 100$ runs $\eta\lambda_{\max}/2 \le 0.30$, along the full-batch ones it reached

@@ -75,10 +75,16 @@ SCALES = {
     # (n_train_full). Every test image, 3 seeds, 21 evaluations per run, λ_max on the 250
     # full-batch images every 100 steps. The earlier cpu scale (every image at 0.01 mini-batch,
     # 1,024 images at 0.03 full batch, 2 seeds) put η near the bound: its large K blew up.
+    # That run (d2bacee, 4,943 s of the 2-core CPU) reached η·λ_max/2 = 0.43 along the full-batch
+    # K = 100. So now halved, as Fig. 3's setting was (the gpu scale's comment gives the pilot, whose
+    # η·λ_max/2 stayed under 0.29): lr 0.001 for T = 2,000 steps, K = 200 (still 10
+    # re-linearisations), λ_max every 400 steps (6 points, against 11 before, to keep the run inside
+    # one session). ESTIMATED at about 7,700 s of the 2-core CPU (twice that run's training steps,
+    # about half its power iterations), so start it first in a session.
     "cpu": dict(
-        K=[1, 100], lr=0.002, steps=1000, factor=1, batch_size=100, n_train=1000, n_train_full=250,
+        K=[1, 200], lr=0.001, steps=2000, factor=1, batch_size=100, n_train=1000, n_train_full=250,
         n_test=None, seed=0, n_seeds=3, n_evals=20, n_eval_train=None, n_sharpness=250, sharpness_iters=30,
-        sharpness_every=100,
+        sharpness_every=400,
     ),
     # gpu: the cpu setting with 8 seeds and K = 10 and ∞ beside. MEASURED: 196 s of one H100 (JAX
     # 0.11.2, beside two other runs; results/fig2, commit 9adf822).
