@@ -138,7 +138,7 @@ SCALES = {
         K=[1, 8, INF], lr=0.05, steps=24, batch_size=16, cg_maxiter=2, augment=False, n_train=256, n_test=200,
         seed=0, n_seeds=1, n_evals=3, n_eval_train=128,
     ),
-    # cpu: every installed image (4,660 / 932), 2 seeds, lr 0.01 (ksweep's cpu rate), batches of 128,
+    # cpu: every installed image (4,660 / 932), 3 seeds (2 before 2026-11-28: t(1) = 12.7), lr 0.01 (ksweep's cpu rate), batches of 128,
     # K = 1, 10 (7 re-linearisations), 35 (2), ∞; GN at λ(10) = 128/(10 · 0.01) = 1280 and
     # λ(35) ≈ 366 (summed loss), ONE CG iteration per GN step. T = 70 steps, not 200: cost forces it.
     # MEASURED on this 2-core CPU (load average ~5, batch 128, inside fit): a linearised SGD step 0.54 s;
@@ -151,7 +151,7 @@ SCALES = {
     # longer spends a product on A·0), against 2,992 s for the run at 64a0729.
     "cpu": dict(
         K=[1, 10, 35, INF], lr=0.01, steps=70, batch_size=128, cg_maxiter=1, augment=False, n_train=None,
-        n_test=None, seed=0, n_seeds=2, n_evals=3, n_eval_train=500,
+        n_test=None, seed=0, n_seeds=3, n_evals=3, n_eval_train=500,
     ),
     # gpu: ESTIMATE (not measured): 3 seeds, T = 2000 steps of 256, K = 1, 100, 300, 1000 and ∞ (15
     # cheap runs) and GN at λ(100), λ(300), λ(1000) with 10 CG iterations: 9 runs × 2000 steps × ~20
