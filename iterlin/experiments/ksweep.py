@@ -92,6 +92,8 @@ SCALES = {
     # t(2) = 4.30). Sized to end inside one 3-hour session of a 2-core CPU (about 0.17 s a run-step,
     # so about 6,500 s), since a session's caches do not outlive it: 5 seeds of K = 1, 80, 320, 800
     # and ∞ would take about 3.7 hours. K = 80 (40 re-linearisations) is left to the gpu scale.
+    # MEASURED: the reference run (397d03e) took 8,724 s of wall time with a 16-minute pause and
+    # other runs beside it; alone, a 160-step chunk of the 12 runs took 255-300 s (about 5,900 s).
     # Evaluations every 160 steps, λ_max of the linear model every 320 steps on 256 training
     # images. No K ≥ T (the consistency check is n/a: fig3 and the tests cover it).
     "cpu": dict(STABLE, K=[1, 320, 800, INF], n_seeds=3, n_evals=20),
