@@ -212,6 +212,11 @@ def _fixed_runs(results: Results, K: float) -> np.ndarray:
     return runs_of(results.fixed, K)
 
 
+def _tolerances(results: Results) -> list[float]:
+    """The adaptive sweep's tolerances, ascending."""
+    return np.unique(np.asarray(results.adaptive["tol"], np.float64)).tolist()
+
+
 def _adaptive_runs(results: Results, tol: float) -> np.ndarray:
     """Indices (into the R runs) of tolerance ``tol``'s adaptive runs, one per seed, in seed order."""
     offset = len(np.asarray(results.fixed["K"]))
@@ -255,8 +260,7 @@ def per_policy(results: Results) -> tuple[list[Setting], list[Setting]]:
                        "no" if div[np.concatenate([i1, j])].any() else on_par(d, ON_PAR))
 
     fixed = [row(_fixed_runs(results, k), K=float(k)) for k in sorted(set(K[K > 1].tolist()))]
-    tols = sorted(set(np.asarray(results.adaptive["tol"], np.float64).tolist()))
-    return fixed, [row(_adaptive_runs(results, t), tol=float(t)) for t in tols]
+    return fixed, [row(_adaptive_runs(results, t), tol=float(t)) for t in _tolerances(results)]
 
 
 def fewer_updates(fixed: Sequence[Setting], adapt: Sequence[Setting]) -> str:
@@ -437,7 +441,7 @@ def by_policy(results: Results) -> PolicyGrid:
     n = np.asarray(results.n_relin)
     div = _diverged(results)
     K = np.unique(np.asarray(results.fixed["K"], np.float64)).tolist()  # ascending, ∞ last
-    tol = np.unique(np.asarray(results.adaptive["tol"], np.float64)).tolist()
+    tol = _tolerances(results)
     fk = [_fixed_runs(results, k) for k in K]
     ft = [_adaptive_runs(results, t) for t in tol]
     return PolicyGrid(
