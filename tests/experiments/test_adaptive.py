@@ -30,7 +30,7 @@ def test_config_and_scales():
     assert resolve("adaptive", tol=0.05).tol == (0.05,)  # one value means a list of one
     for scale in ("smoke", "cpu", "gpu", "paper"):
         c = resolve("adaptive", scale)
-        assert c.K[0] == 1 and len(c.K) >= 3 and len(c.tol) >= 3, scale
+        assert c.K[0] == 1 and len(c.K) >= 2 and len(c.tol) >= 2, scale  # a fixed K > 1 beside K = 1
     cpu = resolve("adaptive", "cpu")  # the K sweep's stable setting, the sharpness recorded
     ks = resolve("ksweep", "cpu")
     assert all(getattr(cpu, k) == getattr(ks, k)
