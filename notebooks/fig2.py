@@ -75,7 +75,8 @@ ref = reference.show("fig2", fig2.plot, table=False)
 #   for $K \in \{1, 8, \infty\}$. The paper's learning rates would show nothing in so few steps.
 #   So few images and steps leave every run near chance level: this scale checks that the pipeline
 #   works; it does not reproduce the figure.
-# * `cpu` (about two hours of a 2-core CPU, estimated; not yet run at this rate): where the linear
+# * `cpu` (the committed reference run, shown at the top of this page: 7,265 s of this project's
+#   2-core CPU, JAX 0.10.2, with other jobs beside it for about 40 minutes): where the linear
 #   model stays stable (Figure 3's page says why: a network trained at rate $\eta$ sharpens until
 #   $\lambda_{\max}$ nears $2/\eta$, and a fixed linearisation cannot follow it there). One rate for
 #   both panels (`factor` 1): full-batch gradient descent at twice the mini-batch rate was measured
@@ -88,23 +89,28 @@ ref = reference.show("fig2", fig2.plot, table=False)
 #   $\lambda_{\max}$ of the linear model's curvature on the 250 full-batch images every 400 steps,
 #   drawn below the accuracies as the bound $2/\lambda_{\max}(\theta_s)$ beside
 #   $\eta$. The two panels train on different sets, so the right panel compares the same number of
-#   steps at one rate, not the same objective. The rate is half that of the scale's first run
-#   (d2bacee, 4,943 s: lr 0.002, 1,000 steps, $K = 100$, the bound every 100 steps), which measured:
-#   $K = 100$ ends within noise of $K = 1$ in both panels but neither is decided within ±2 points
-#   (full batch $\Delta$ +0.5 [−2.7, +3.7], mini-batch −1.0 [−2.2, +0.2], 3 seeds); along the
-#   mini-batch $K = 100$ runs $\eta\lambda_{\max}/2 \le 0.30$, along the full-batch ones it reached
-#   0.43 at the last step (over the third this scale keeps, under 1: no block's loss rose). The
-#   earlier `cpu` run (every image at rates 0.01–0.03, 2 seeds) had its large-$K$ runs blow up.
-# * `gpu` (the committed reference run, shown at the top of this page; 196 s of one H100 with JAX
-#   0.11.2, beside two other runs): the `cpu` setting with 8 seeds (t(7) = 2.36 against t(2) = 4.30),
-#   and $K = 10$ (100 re-linearisations) and $K = \infty$ beside. What it measured (final test
-#   accuracy, mean over seeds): full batch $K = 1$ 27.1 %, $K = 10$ 27.1 %, $K = 100$ 26.4 %,
-#   $K = \infty$ 15.3 %; mini-batch 35.2, 35.2, 34.2 and 19.9 %. $K = 100$ against $K = 1$:
-#   mini-batch $\Delta$ −0.9 points, 95 % t interval [−2.0, +0.1], on par within ±2 points; full
-#   batch −0.7, [−2.1, +0.6], undecided by a tenth of a point at eight seeds. $\eta\lambda_{\max}/2$
-#   reached 0.51 (full batch) and 0.42 (mini-batch) along $K = 100$ and 0.57 and 0.50 along
-#   $K = 10$: under 1, so no linearisation was unstable, but over the third the stability rows ask.
-#   No run diverged. $K = \infty$ (no feature learning) ends 12 and 15 points below.
+#   steps at one rate, not the same objective. What it measured (final test accuracy, mean over
+#   seeds): full batch $K = 1$ 26.6 %, $K = 200$ 26.9 %; mini-batch 34.7 and 33.4 %. $K = 200$
+#   against $K = 1$: full batch $\Delta$ +0.3 points, 95 % t interval $[-1.9, +2.5]$; mini-batch
+#   −1.2, $[-2.4, 0.0]$: both within noise of $K = 1$, neither decided within ±2 points by three
+#   seeds. $\eta\lambda_{\max}/2$ stayed at or under 0.22 (full batch) and 0.14 (mini-batch) along
+#   $K = 200$, so both stability rows read *yes*; no run diverged. This scale's first run at twice
+#   the rate (d2bacee, 4,943 s: lr 0.002, 1,000 steps, $K = 100$, the bound every 100 steps) had
+#   measured full batch $\Delta$ +0.5 [−2.7, +3.7] and mini-batch −1.0 [−2.2, +0.2], with
+#   $\eta\lambda_{\max}/2$ up to 0.43 along the full-batch $K = 100$. The earlier `cpu` run
+#   (every image at rates 0.01–0.03, 2 seeds) had its large-$K$ runs blow up.
+# * `gpu`: the `cpu` setting with 8 seeds (t(7) = 2.36 against t(2) = 4.30), and $K = 20$ (100
+#   re-linearisations) and $K = \infty$ beside, the bound every 200 steps; not yet run at this
+#   rate. An earlier eight-seed run on one H100 (commit 9adf822; 196 s with JAX 0.11.2, beside two
+#   other runs) at twice the rate (0.002, 1,000 steps, $K \in \{1, 10, 100, \infty\}$) measured
+#   (final test accuracy, mean over seeds): full batch $K = 1$ 27.1 %, $K = 10$ 27.1 %, $K = 100$
+#   26.4 %, $K = \infty$ 15.3 %; mini-batch 35.2, 35.2, 34.2 and 19.9 %. $K = 100$ against
+#   $K = 1$: mini-batch $\Delta$ −0.9 points, 95 % t interval [−2.0, +0.1], on par within ±2
+#   points; full batch −0.7, [−2.1, +0.6], undecided by a tenth of a point at eight seeds.
+#   $\eta\lambda_{\max}/2$ reached 0.51 (full batch) and 0.42 (mini-batch) along $K = 100$ and 0.57
+#   and 0.50 along $K = 10$: under 1, so no linearisation was unstable, but over the third the
+#   stability rows ask. No run diverged. $K = \infty$ (no feature learning) ended 12 and 15 points
+#   below.
 # * `paper`: learning rates 1e-3 / 1e-4, batches of 256, `factor` 10 (the paper's); the paper's
 #   $K$ values and step counts are not in its text: we use $K \in \{1, 10^2, 10^3, 10^4, \infty\}$
 #   and $10^5$ full-batch steps.

@@ -79,29 +79,29 @@ SCALES = {
     # K = 100. So now halved, as Fig. 3's setting was (the gpu scale's comment gives the pilot, whose
     # η·λ_max/2 stayed under 0.29): lr 0.001 for T = 2,000 steps, K = 200 (still 10
     # re-linearisations), λ_max every 400 steps (6 points, against 11 before, to keep the run inside
-    # one session). ESTIMATED at about 7,700 s of the 2-core CPU (twice that run's training steps,
-    # about half its power iterations), so start it first in a session.
+    # one session). MEASURED: 7,265 s of the 2-core CPU (results/fig2, commit 326dff4; other jobs beside
+    # it for about 40 minutes; estimated at 7,700 s before it ran), so start it first in a session.
     "cpu": dict(
         K=[1, 200], lr=0.001, steps=2000, factor=1, batch_size=100, n_train=1000, n_train_full=250,
         n_test=None, seed=0, n_seeds=3, n_evals=20, n_eval_train=None, n_sharpness=250, sharpness_iters=30,
         sharpness_every=400,
     ),
-    # gpu: the cpu setting with 8 seeds and K = 10 and ∞ beside. MEASURED: 196 s of one H100 (JAX
-    # 0.11.2, beside two other runs; results/fig2, commit 9adf822).
-    # Its η·λ_max/2 reached 0.57 (full batch, K = 10, seed 7) and 0.50 (mini-batch, K = 10, seed 4),
-    # over the third the stability rows ask. Two CPU pilots in Fig. 3's setting (this mini-batch
-    # panel's with augmentation; see Fig. 3's and the K sweep's scales) found λ_max following the
-    # progress lr·t, so that η·λ_max/2 falls with the rate at the same accuracy: halving it (lr 0.001,
-    # T and every K doubled) would put these maxima near 0.29 and 0.25, at twice the device time.
-    # Piloted for both panels (this CPU, 2026-11-28, 4,906 s beside two other jobs): seed 7 at lr 0.001,
-    # T = 2,000, K = [1, 20]. λ_max at equal lr·t was 0.93-1.07 times lr 0.002's (40 points, median
-    # 1.00, 36 within 5 %), so η·λ_max/2 halved: full batch 0.56 → 0.28 (K = 1) and 0.57 → 0.29
-    # (K = 10 → 20), mini-batch 0.31 → 0.15 and 0.33 → 0.16; final test accuracy 27.8 → 27.6 and
-    # 28.1 → 27.8 % (full), 36.3 → 35.9 and 36.3 → 35.5 % (mini-batch), one seed.
+    # gpu: the cpu setting (lr 0.001, T = 2,000) with 8 seeds, K = 20 and ∞ beside, and λ_max every
+    # 200 steps. ESTIMATED at about twice the 196 s of one H100 (JAX 0.11.2, beside two other runs)
+    # that the earlier gpu setting took: lr 0.002, T = 1,000, K = 1, 10, 100, ∞, λ_max every 100
+    # steps (commit 9adf822). That run's η·λ_max/2 reached 0.57 (full batch, K = 10, seed 7) and
+    # 0.50 (mini-batch, K = 10, seed 4), over the third the stability rows ask. Two CPU pilots in
+    # Fig. 3's setting (this mini-batch panel's with augmentation; see Fig. 3's and the K sweep's
+    # scales) found λ_max following the progress lr·t, so that η·λ_max/2 falls with the rate at the
+    # same accuracy. Piloted for both panels (this CPU, 2026-11-28, 4,906 s beside two other jobs):
+    # seed 7 at lr 0.001, T = 2,000, K = [1, 20]. λ_max at equal lr·t was 0.93-1.07 times lr 0.002's
+    # (40 points, median 1.00, 36 within 5 %), so η·λ_max/2 halved: full batch 0.56 → 0.28 (K = 1)
+    # and 0.57 → 0.29 (K = 10 → 20), mini-batch 0.31 → 0.15 and 0.33 → 0.16; final test accuracy
+    # 27.8 → 27.6 and 28.1 → 27.8 % (full), 36.3 → 35.9 and 36.3 → 35.5 % (mini-batch), one seed.
     "gpu": dict(
-        K=[1, 10, 100, INF], lr=0.002, steps=1000, factor=1, batch_size=100, n_train=1000, n_train_full=250,
+        K=[1, 20, 200, INF], lr=0.001, steps=2000, factor=1, batch_size=100, n_train=1000, n_train_full=250,
         n_test=None, seed=0, n_seeds=8, n_evals=20, n_eval_train=None, n_sharpness=250, sharpness_iters=30,
-        sharpness_every=100,
+        sharpness_every=200,
     ),
     # paper: lr 1e-3 full batch, 1e-4 mini-batch of 256, K x 10 (the paper); the K values and
     # T are ours (the paper's legend and step counts are not in the text).
