@@ -36,6 +36,8 @@ def test_config_and_scales():
     assert all(getattr(cpu, k) == getattr(ks, k)
                for k in ("lr", "steps", "batch_size", "augment", "n_train", "n_sharpness"))
     assert cpu.n_seeds >= 3 and cpu.sharpness_every == ks.sharpness_every
+    gpu = resolve("adaptive", "gpu")  # the cpu grid, made finer
+    assert set(cpu.K) <= set(gpu.K) and set(cpu.tol) <= set(gpu.tol) and gpu.n_seeds > cpu.n_seeds
     assert resolve("adaptive").n_seeds == 1
 
 
