@@ -340,44 +340,50 @@ def filter_tracker(get_filters: Callable = first_layer_filters, *, n: int = 3, p
     return callback
 
 
-def heldout_tracker(apply_fn: Callable, x, y, *, batch_size: int = 1000) -> Callable:
+def heldout_tracker(apply_fn: Callable, x, y, *, batch_size: int = 1000, name: str = "val",
+                    per_image: bool = False) -> Callable:
     """A ``callback`` for :func:`~iterlin.training.fit` scoring every run on held-out images, for
     early stopping chosen without the test set (Fig. 5).
 
     At each evaluation point, for θ_t = ``state.params`` and θ_s = ``state.params_s``: the accuracy
     on ``(x, y)`` (N held-out examples, integer labels) of the network f(θ_t) and of the current
     linear model f_lin_s(θ_t) = f(θ_s) + J(θ_s)(θ_t − θ_s) (for K = ∞, θ_s = θ_0: the fixed-NTK
-    model). History keys ``net_val_acc`` and ``lin_val_acc``: floats for one run, (R,) for a sweep,
-    stacked over evaluation points by ``fit``. A diverged run is scored at its frozen state, as every
-    tracker. ``batch_size``: examples per compiled forward pass (the last chunk padded and masked).
+    model). History keys ``net_<name>_acc`` and ``lin_<name>_acc``: floats for one run, (R,) for a
+    sweep, stacked over evaluation points by ``fit``. With ``per_image``, also whether each model got
+    each image right, ``net_<name>_per_image`` and ``lin_<name>_per_image``: (N,) bool for one run,
+    (R, N) for a sweep, (R, E, N) once stacked: what a paired comparison of
+    early-stopped runs on the same images needs (Fig. 5 on its test images). A diverged run is scored
+    at its frozen state, as every tracker. ``batch_size``: examples per compiled forward pass (the
+    last chunk padded with copies of the last example, which are dropped).
     """
     check_xy(x, y)
     batch_size = check_int(batch_size, "batch_size", minimum=1)
+    if not (isinstance(name, str) and name.isidentifier()):
+        raise ValueError(f"name={name!r} is not allowed: name must be an identifier, such as 'val' or 'test'")
     x, y = jnp.asarray(x), jnp.asarray(y)
     n = int(x.shape[0])
     bs = min(batch_size, n)
     nb = -(-n // bs)
     idx = np.minimum(np.arange(nb * bs), n - 1).reshape(nb, bs)
-    mask = jnp.asarray((np.arange(nb * bs) < n).reshape(nb, bs))
 
     @jax.jit
-    def correct(params, params_s, xb, yb, mb):
+    def correct(params, params_s, xb, yb):
         net = jnp.argmax(apply_fn(params, xb), axis=-1) == yb
         lin = jnp.argmax(linearised_apply(apply_fn, params_s, params, xb), axis=-1) == yb
-        return jnp.sum(net & mb), jnp.sum(lin & mb)
+        return jnp.stack([net, lin])
 
-    def score(params, params_s):
-        counts = np.zeros(2)
-        for i in range(nb):
-            counts += np.asarray(correct(params, params_s, x[idx[i]], y[idx[i]], mask[i]), np.float64)
-        return counts / n
+    def score(params, params_s) -> np.ndarray:  # (2, N) bool: the network's and the linear model's
+        parts = [np.asarray(correct(params, params_s, x[idx[i]], y[idx[i]])) for i in range(nb)]
+        return np.concatenate(parts, axis=-1)[:, :n]
 
     def callback(step, state):
         sweep, runs, run = _runs(state)
-        acc = np.stack([score(run(state.params, r), run(state.params_s, r)) for r in range(runs)])  # (R, 2)
-        if not sweep:
-            return {"net_val_acc": float(acc[0, 0]), "lin_val_acc": float(acc[0, 1])}
-        return {"net_val_acc": acc[:, 0], "lin_val_acc": acc[:, 1]}
+        hits = np.stack([score(run(state.params, r), run(state.params_s, r)) for r in range(runs)])  # (R, 2, N)
+        acc = hits.sum(axis=-1, dtype=np.int64) / n  # (R, 2)
+        out = {f"net_{name}_acc": acc[:, 0], f"lin_{name}_acc": acc[:, 1]}
+        if per_image:
+            out |= {f"net_{name}_per_image": hits[:, 0], f"lin_{name}_per_image": hits[:, 1]}
+        return out if sweep else {k: (float(v[0]) if v.ndim == 1 else v[0]) for k, v in out.items()}
 
     return callback
 

@@ -119,7 +119,8 @@ def difference(acc_a, acc_b, *, n_test: int, correct_a=None, correct_b=None, tes
         same initialisation and batches), or scalars for one seed.
       n_test: test images each accuracy was measured on (n > 0).
       correct_a, correct_b: optional (S, n_test) booleans, whether each run got each test image
-        right; given both, the test noise is that of a paired comparison on the same images,
+        right (or any per-image score whose mean over images is the accuracy compared, such as a
+        difference of two accuracies' correctness: −1, 0 or 1, Fig. 5's gains); given both, the test noise is that of a paired comparison on the same images,
         max(Var_i[mean_s(c_b − c_a)]/n, 3/n²) (3/n²: the rule of three, so that runs agreeing on
         every image of a small test set are not called noiseless), which is far tighter than two independent binomials
         (2·p(1 − p)/n, p clipped to [0.05, 0.95]) when the runs agree on most images.

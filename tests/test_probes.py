@@ -201,10 +201,14 @@ def test_heldout_tracker_equals_the_loop_s_own_evaluation():
     x_tr, y_tr, x_val, y_val = x[:24], y[:24], x[24:], y[24:]
     _, h = iterlin.train_sweep(apply_fn, tree_stack([params] * 3), (x_tr, y_tr), K=[1, 3, float("inf")], steps=9,
                                optimizer=optax.sgd(0.5), batch_size=8, eval_data=(x_val, y_val), eval_every=3,
-                               callback=heldout_tracker(apply_fn, x_val, y_val, batch_size=5))
+                               callback=heldout_tracker(apply_fn, x_val, y_val, batch_size=5, per_image=True))
     assert np.asarray(h["net_val_acc"]).shape == (3, 4)
     np.testing.assert_allclose(h["net_val_acc"], h["net_test_acc"], atol=1e-6)
     np.testing.assert_allclose(h["lin_val_acc"], h["lin_test_acc"], atol=1e-6)
+    for model in ("net", "lin"):  # each image's record, of which the accuracy is the mean
+        hits = np.asarray(h[f"{model}_val_per_image"])
+        assert hits.shape == (3, 4, 16) and hits.dtype == bool
+        np.testing.assert_array_equal(hits.mean(axis=-1), h[f"{model}_val_acc"])
     assert not np.allclose(h["lin_val_acc"][2], h["net_val_acc"][2])  # K = ∞: the linear model is not the network
 
 
@@ -218,3 +222,9 @@ def test_heldout_tracker_arguments_are_checked():
         heldout_tracker(apply_fn, x, y[:7])
     single = heldout_tracker(apply_fn, x, y)(0, SimpleNamespace(step=np.int32(0), params=params, params_s=params))
     assert set(single) == {"net_val_acc", "lin_val_acc"} and single["net_val_acc"] == single["lin_val_acc"]
+    with pytest.raises(ValueError, match="name='test set' is not allowed: name must be an identifier"):
+        heldout_tracker(apply_fn, x, y, name="test set")
+    named = heldout_tracker(apply_fn, x, y, name="test_set", per_image=True)(
+        0, SimpleNamespace(step=np.int32(0), params=params, params_s=params))
+    assert set(named) == {"net_test_set_acc", "lin_test_set_acc", "net_test_set_per_image", "lin_test_set_per_image"}
+    assert named["net_test_set_per_image"].shape == (8,) and named["net_test_set_per_image"].mean() == named["net_test_set_acc"]

@@ -155,6 +155,11 @@ class Results(NamedTuple):
     #: evaluation point where its accuracy on the held-out images was highest (:func:`stopped_at_best`)
     stopped_test_acc: np.ndarray | None = None
     n_val: np.ndarray | None = None  #: () int, with ``n_val`` only: the held-out training images
+    #: (N, R, n_test) bool: whether the model the run trains got each test image right at the
+    #: evaluation point the run was stopped at (:func:`stopped`), so that the claims compare runs on
+    #: the same images (None in runs made before it was recorded: the claims then treat the four
+    #: accuracies of a difference of gains as independent)
+    stopped_test_correct: np.ndarray | None = None
     config: Config | None = None  #: the resolved config (set by :func:`~iterlin.experiments.run`)
 
 
@@ -230,8 +235,10 @@ def compute(config: Config, data: SizedData, *, checkpoint_dir=None, progress: b
     sizes = sorted(data.by_size, key=int)
     held = data.heldout
 
-    def callback(n):  # the held-out tracker (when configured) and the sharpness record
+    def callback(n):  # the held-out tracker (when configured), the test images per image, the sharpness
+        test = data.by_size[n]
         parts = [] if held is None else [lambda f, p0: heldout_tracker(f, held.x_train, held.y_train)]
+        parts.append(lambda f, p0: heldout_tracker(f, test.x_test, test.y_test, name="test_set", per_image=True))
         parts.append(sharpness_callback(config, data.by_size[n], lrs))
         return merge_callbacks(*parts)
 
@@ -264,18 +271,31 @@ def compute(config: Config, data: SizedData, *, checkpoint_dir=None, progress: b
             stopped_test_acc=np.stack([stopped_at_best(trained(histories[n], "val_acc"),
                                                        trained(histories[n], "test_acc")) for n in sizes]),
             n_val=np.asarray(held.x_train.shape[0]))
+
+    def correct_at_stop(h):  # (R, n_test) bool, at the point stopped() reads the run's accuracy at
+        hits = np.where(fixed[:, None, None], np.asarray(h["lin_test_set_per_image"]),
+                        np.asarray(h["net_test_set_per_image"]))  # (R, E, n_test)
+        at = best_point(trained(h, "val_acc" if held is not None else "test_acc"))
+        return np.take_along_axis(hits, at[:, None, None], axis=1)[:, 0].astype(bool)
+
+    if all("net_test_set_per_image" in histories[n] for n in sizes):  # recorded by compute's tracker
+        out = out._replace(stopped_test_correct=np.stack([correct_at_stop(histories[n]) for n in sizes]))
     return out
+
+
+def best_point(score: np.ndarray) -> np.ndarray:
+    """Each run's evaluation point of highest ``score`` (R, E), the earliest on a tie, points where
+    it is not finite skipped (0 for a run with none). (R,) int."""
+    score = np.asarray(score, np.float64)
+    return np.argmax(np.where(np.isfinite(score), score, -np.inf), axis=-1)
 
 
 def stopped_at_best(val: np.ndarray, test: np.ndarray) -> np.ndarray:
     """Early stopping chosen on held-out images: ``test`` (R, E) at each run's evaluation point of
-    highest ``val`` (R, E) accuracy, the earliest on a tie; points where ``val`` is not finite are
-    skipped (a run with none gives NaN). (R,)."""
+    highest ``val`` (R, E) accuracy (:func:`best_point`); a run with no finite ``val`` gives NaN. (R,)."""
     val, test = np.asarray(val, np.float64), np.asarray(test, np.float64)
-    ok = np.isfinite(val)
-    best = np.argmax(np.where(ok, val, -np.inf), axis=-1)
-    picked = np.take_along_axis(test, best[:, None], axis=-1)[:, 0]
-    return np.where(ok.any(axis=-1), picked, np.nan)
+    picked = np.take_along_axis(test, best_point(val)[:, None], axis=-1)[:, 0]
+    return np.where(np.isfinite(val).any(axis=-1), picked, np.nan)
 
 
 def stopped(results: Results) -> tuple[np.ndarray, str]:
@@ -295,12 +315,18 @@ def _gain(best: np.ndarray) -> np.ndarray:
 
 def gain_difference(results: Results, ia, ib) -> Difference:
     """The shared noise rule (:func:`iterlin.stats.difference`) for gain_B − gain_A, runs ``ia``
-    and ``ib`` paired by seed: the seed spread of the per-seed differences, and the test-set noise
-    of the four early-stopped accuracies involved (:func:`stopped`), Σ p(1 − p)/n (two sizes × two
+    and ``ib`` paired by seed: the seed spread of the per-seed differences, and the test-set noise.
+    With ``stopped_test_correct`` the runs are paired on the test images too: each image's gain,
+    right at the largest size minus right at the smallest (−1, 0 or 1), is compared as a paired
+    per-image score. Without it (runs made before it was recorded) the four early-stopped
+    accuracies involved (:func:`stopped`) count as independent, Σ p(1 − p)/n (two sizes × two
     settings)."""
     best, _ = stopped(results)
     n = int(results.n_test)
     ga, gb = _gain(best)[ia], _gain(best)[ib]
+    if results.stopped_test_correct is not None:
+        per_image = _gain(np.asarray(results.stopped_test_correct, np.int8))  # (R, n_test)
+        return difference(ga, gb, n_test=n, correct_a=per_image[ia], correct_b=per_image[ib])
     accs = [best[0, ia].mean(), best[-1, ia].mean(), best[0, ib].mean(), best[-1, ib].mean()]
     test_var = sum(min(max(p, 0.05), 0.95) * (1 - min(max(p, 0.05), 0.95)) / n for p in accs)
     return difference(ga, gb, n_test=n, test_var=test_var)
@@ -367,7 +393,9 @@ def claims(results: Results) -> list[Claim]:
         control = Claim("the higher lr of K = ∞ does not explain the gap", "K = 1 at 1e-3 ≈ K = 1 at 1e-5",
                         f"lr_inf = lr = {lr0:g}: no separate control", verdict(None), "needs lr_inf ≠ lr")
     else:
-        d = difference(best[-1, i1], best[-1, ic], n_test=int(results.n_test))
+        hits = results.stopped_test_correct
+        d = difference(best[-1, i1], best[-1, ic], n_test=int(results.n_test),
+                       **({} if hits is None else {"correct_a": hits[-1, i1], "correct_b": hits[-1, ic]}))
         control = Claim(
             "the higher lr of K = ∞ does not explain the gap", "K = 1 at 1e-3 ≈ K = 1 at 1e-5",
             f"K=1 at n={int(sizes[-1])}: {pct(best[-1, i1].mean())} (lr {lr0:g}) vs {pct(best[-1, ic].mean())} "

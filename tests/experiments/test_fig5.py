@@ -12,6 +12,7 @@ from _toy import FakeSweep, fake_cifar, fake_sweep, null_model, with_losses
 from iterlin.claims import NA, UNDECIDED, pooled_runs
 from iterlin.experiments import _common, fig5, resolve, revalidate
 from iterlin.experiments._common import Sweep
+from iterlin.stats import runs_of
 
 SCALE = "every finite K scales with data like K = 1"
 INF_WORSE = "K = ∞ (no feature learning) scales worse"
@@ -153,6 +154,7 @@ def test_compute_with_heldout_images_stops_on_them(monkeypatch):
     h = res.histories["8"]
     np.testing.assert_allclose(res.stopped_test_acc[0, :2], h["net_test_acc"][:2, 1])
     np.testing.assert_allclose(res.stopped_test_acc[0, 2], h["lin_test_acc"][2, 2])  # K = ∞
+    assert res.stopped_test_correct is None  # the fake sweep records no test image's correctness
     assert int(res.n_val) == 8
     res = res._replace(config=config)
     rows = {r.claim: r for r in fig5.claims(res)}
@@ -179,6 +181,11 @@ def test_the_sharpness_record_uses_each_runs_own_rate():
     worst = float(np.max(pooled["lr_over_bound"][pooled["K"] > 1]))
     assert f"K>1: largest η·λ_max/2 {worst:.2f}" in row.measured
     assert row.holds == ("yes" if worst <= 1 / 3 else "no")
+    # Two routes to the early-stopped accuracy: the per-image record at the stopping point, and
+    # the loop's own evaluation of the test images (no n_val: the best test accuracy's point).
+    assert res.stopped_test_correct.shape == (2, 8, 8) and res.stopped_test_correct.dtype == bool
+    np.testing.assert_allclose(res.stopped_test_correct.mean(axis=-1), res.best_test_acc, atol=1e-6)
+    assert "8 paired test images" in {r.claim: r for r in fig5.claims(res)}[SCALE].measured
 
 
 def test_a_sharpness_set_larger_than_the_smallest_training_set_is_refused(monkeypatch):
@@ -259,6 +266,56 @@ def test_few_test_images_leave_the_claims_undecided_and_seeds_count():
     assert holds[INF_WORSE] == "yes"  # a 14-point gap is beyond the noise of 500 images
     rows = fig5.claims(_results(best, n_test=500, seeds=3))
     assert "3 seeds" in rows[0].measured
+
+
+def test_per_image_correctness_is_read_where_each_run_was_stopped(monkeypatch):
+    """With the test images' per-image record, each run's correctness is taken at the point its
+    held-out accuracy peaked (the network's for finite K, the linear model's for K = ∞)."""
+    E, n_test = 3, 8
+    rng = np.random.default_rng(0)
+
+    def sweep(*args, **kw):
+        h = FakeSweep()(*args, **kw)
+        R = h["net_test_acc"].shape[0]
+        net, lin = (rng.random((R, E, n_test)) < 0.5 for _ in range(2))
+        return Sweep.from_columns(with_losses({
+            **h, "net_val_acc": np.tile([0.1, 0.9, 0.2], (R, 1)), "lin_val_acc": np.tile([0.1, 0.2, 0.9], (R, 1)),
+            "net_test_set_per_image": net, "lin_test_set_per_image": lin,
+            "net_test_acc": net.mean(-1), "lin_test_acc": lin.mean(-1), "lin_train_acc": h["net_train_acc"],
+        }))
+
+    monkeypatch.setattr(_common, "sweep", sweep)
+    monkeypatch.setattr(_common, "make_model", null_model)
+    config = resolve("fig5", K=[1, 4], lr=0.1, lr_inf=0.5, n_train=[8, 16], steps=4, n_evals=2, n_val=8)
+    res = fig5.compute(config, fig5.SizedData({"8": fake_cifar(8), "16": fake_cifar(16)}, fake_cifar(8)))
+    for i, n in enumerate(("8", "16")):
+        h = res.histories[n]
+        np.testing.assert_array_equal(res.stopped_test_correct[i, [0, 1, 3]], h["net_test_set_per_image"][[0, 1, 3], 1])
+        np.testing.assert_array_equal(res.stopped_test_correct[i, 2], h["lin_test_set_per_image"][2, 2])  # K = ∞
+    np.testing.assert_allclose(res.stopped_test_correct.mean(-1), res.stopped_test_acc)
+
+
+def test_paired_test_images_narrow_a_difference_of_gains():
+    """Runs that agree on most test images: paired per image, the test noise of a difference of
+    gains is that of the few images where they differ, not of four independent accuracies (the
+    rule for results that lack the per-image record)."""
+    n = 1000
+    res = _results([[0.30, 0.29, 0.30, 0.30], [0.50, 0.48, 0.35, 0.49]], n_test=n, seeds=3)
+    R = res.K.size
+    rng = np.random.default_rng(1)
+    small = rng.random(n) < 0.3  # every run gets the same images right at the small size ...
+    large = small | (rng.random(n) < 0.29)  # ... and at the large one, but for a few images per run
+    hits = np.stack([np.tile(small, (R, 1)), np.tile(large, (R, 1))])
+    flip = rng.random((R, n)) < 0.02
+    hits[1] ^= flip
+    res_paired = res._replace(best_test_acc=hits.mean(-1), stopped_test_correct=hits)
+    res_unpaired = res_paired._replace(stopped_test_correct=None)
+    i1, i4 = runs_of({"K": res.K, "lr": res.lr}, 1, 0.1), runs_of({"K": res.K, "lr": res.lr}, 4.0, 0.1)
+    paired, unpaired = fig5.gain_difference(res_paired, i1, i4), fig5.gain_difference(res_unpaired, i1, i4)
+    assert paired.paired and not unpaired.paired and paired.delta == pytest.approx(unpaired.delta)
+    assert paired.hi - paired.lo < 0.5 * (unpaired.hi - unpaired.lo)
+    rows = {r.claim: r for r in fig5.claims(res_paired)}
+    assert f"{n} paired test images" in rows[SCALE].measured and f"{n} paired test images" in rows[CONTROL].measured
 
 
 def test_claims_not_applicable():
