@@ -351,9 +351,9 @@ def heldout_tracker(apply_fn: Callable, x, y, *, batch_size: int = 1000, name: s
     model). History keys ``net_<name>_acc`` and ``lin_<name>_acc``: floats for one run, (R,) for a
     sweep, stacked over evaluation points by ``fit``. With ``per_image``, also whether each model got
     each image right, ``net_<name>_per_image`` and ``lin_<name>_per_image``: (N,) bool for one run,
-    (R, N) for a sweep, (R, E, N) once stacked: what a paired comparison of
-    early-stopped runs on the same images needs (Fig. 5 on its test images). A diverged run is scored
-    at its frozen state, as every tracker. ``batch_size``: examples per compiled forward pass (the
+    (R, N) for a sweep, (R, E, N) once stacked, which a paired comparison of early-stopped runs on
+    the same images needs (Fig. 5 on its test images). A diverged run is scored at its frozen
+    state, as every tracker. ``batch_size``: examples per compiled forward pass (the
     last chunk padded with copies of the last example, which are dropped).
     """
     check_xy(x, y)

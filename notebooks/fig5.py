@@ -116,7 +116,11 @@ ref = reference.show("fig5", fig5.plot, table=False)
 #   28.6 %, the control 24.2 → 29.4 → 34.7 %: $K = \infty$ lowest at every size, with gains
 #   (128 → 512) of 9.1 points for $K = 1$, 8.1 for $K = 160$ (difference $[-7.3, +5.2]$) and 7.5
 #   for $K = \infty$ against 10.4 for its control (difference $[-2.8, +8.6]$): six seeds do not
-#   narrow a difference of gains to a few points. The book's front page therefore decides
+#   narrow a difference of gains to a few points. This run kept no record of which test images
+#   each run got right, so its intervals count the four accuracies of a difference of gains as
+#   independent binomials on 932 images: about ±6 points from the test set alone, wider than the
+#   3-point margin however many seeds run. Runs since record each image at every evaluation point
+#   and pair each image's gain across the runs compared. The book's front page therefore decides
 #   "K = ∞ scales worse" with the exact limit ({doc}`limit`: kernel regression with the eNTK at
 #   $\theta_0$ against the iterated closed-form flow, at doubling training-set sizes, no learning
 #   rate).

@@ -235,7 +235,7 @@ def compute(config: Config, data: SizedData, *, checkpoint_dir=None, progress: b
     sizes = sorted(data.by_size, key=int)
     held = data.heldout
 
-    def callback(n):  # the held-out tracker (when configured), the test images per image, the sharpness
+    def callback(n):  # the held-out accuracy (with n_val), each test image's correctness, the sharpness
         test = data.by_size[n]
         parts = [] if held is None else [lambda f, p0: heldout_tracker(f, held.x_train, held.y_train)]
         parts.append(lambda f, p0: heldout_tracker(f, test.x_test, test.y_test, name="test_set", per_image=True))
