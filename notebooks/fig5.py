@@ -18,7 +18,7 @@
 # # Figure 5: data scaling for several K
 
 # %% tags=["parameters", "hide-cell"]
-scale = "smoke"  # "smoke" (CPU, minutes), "cpu" (CPU, ~1 h), "gpu" (one H100, ~4–7 min), "paper" (the paper's settings)
+scale = "smoke"  # "smoke" (CPU, minutes), "cpu" (CPU, ~2 h), "gpu" (one H100, ~4–7 min), "paper" (the paper's settings)
 K = None  # periods trained at lr: a list, or one K meaning [1, K] (K 1 is always kept)
 lr = None  # learning rate of the runs of K
 lr_inf = None  # learning rate of the K inf run and of its plain-SGD control
@@ -81,7 +81,7 @@ ref = reference.show("fig5", fig5.plot, table=False)
 #   $K \in \{1, 4, \infty\}$ (one rate for all, so no separate control), evaluated at steps 0, 5
 #   and 10, stopped on 32 held-out training images. Far from convergence and from the paper's sizes: this scale checks that the pipeline
 #   works; it does not reproduce the figure.
-# * `cpu` (about an hour of a 2-core CPU, estimated from a pilot; not yet run): where the linear
+# * `cpu` (about two hours of a 2-core CPU, from its first 600 steps; not yet finished): where the linear
 #   model stays under a third of its bound. Two sets a factor 4 apart, 32 and 128 training images
 #   (the `gpu` run below took $K = 160$'s linear model to 0.93 of the bound at 512 images and 0.44
 #   at 128), batches of 32, $T = 3{,}000$ steps, $K = 1$ and $K = 300$ (10 re-linearisations) at
