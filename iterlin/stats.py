@@ -120,13 +120,15 @@ def difference(acc_a, acc_b, *, n_test: int, correct_a=None, correct_b=None, tes
       n_test: test images each accuracy was measured on (n > 0).
       correct_a, correct_b: optional (S, n_test) booleans, whether each run got each test image
         right (or any per-image score whose mean over images is the accuracy compared, such as a
-        difference of two accuracies' correctness: −1, 0 or 1, Fig. 5's gains); given both, the test noise is that of a paired comparison on the same images,
+        difference of two accuracies' correctness, −1, 0 or 1: Fig. 5's gains); given both, the
+        test noise is that of a paired comparison on the same images,
         max(Var_i[mean_s(c_b − c_a)]/n, 3/n²) (3/n²: the rule of three, so that runs agreeing on
         every image of a small test set are not called noiseless), which is far tighter than two independent binomials
         (2·p(1 − p)/n, p clipped to [0.05, 0.95]) when the runs agree on most images.
 
       test_var: the test-set variance of Δ when the caller knows it better (e.g. a difference of
-        two gains, four accuracies: Fig. 5); replaces both formulas above.
+        two gains, four accuracies, in Fig. 5's runs made without a per-image record); replaces
+        both formulas above.
 
     The seed term is Var_s(Δ_s)/S (sample variance, S ≥ 2), and the interval is Student's t with
     the Welch–Satterthwaite df of seed + test variance (:class:`Difference`). With one seed the seed

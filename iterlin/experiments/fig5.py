@@ -393,9 +393,10 @@ def claims(results: Results) -> list[Claim]:
         control = Claim("the higher lr of K = ∞ does not explain the gap", "K = 1 at 1e-3 ≈ K = 1 at 1e-5",
                         f"lr_inf = lr = {lr0:g}: no separate control", verdict(None), "needs lr_inf ≠ lr")
     else:
-        hits = results.stopped_test_correct
+        hits = results.stopped_test_correct  # None: unpaired on the test images
         d = difference(best[-1, i1], best[-1, ic], n_test=int(results.n_test),
-                       **({} if hits is None else {"correct_a": hits[-1, i1], "correct_b": hits[-1, ic]}))
+                       correct_a=None if hits is None else hits[-1, i1],
+                       correct_b=None if hits is None else hits[-1, ic])
         control = Claim(
             "the higher lr of K = ∞ does not explain the gap", "K = 1 at 1e-3 ≈ K = 1 at 1e-5",
             f"K=1 at n={int(sizes[-1])}: {pct(best[-1, i1].mean())} (lr {lr0:g}) vs {pct(best[-1, ic].mean())} "
