@@ -45,8 +45,8 @@ print(describe(config))
 ref = reference.show("fig2", fig2.plot, table=False)
 
 # %% [markdown]
-# **Above: the reference run.** The committed run at the largest scale this project could afford (`results/fig2/`, regenerated
-# by `make results SCALE=gpu NAMES=fig2` on a GPU), plotted by the same code as this build's run below, with its
+# **Above: the reference run.** The committed run at the `cpu` scale (`results/fig2/`, regenerated
+# by `make results SCALE=cpu NAMES=fig2`), plotted by the same code as this build's run below, with its
 # provenance and its claims.
 #
 # **What the figure shows.** The paper's CNN is trained on CIFAR-10 by iterative linearisation
