@@ -12,6 +12,10 @@ behaviour changes:
 - standard error is not compared: it carries the training's progress lines and the warnings of a
   platform (a GPU's, a JAX version's), which differ from machine to machine. A cell that raises
   still fails, whatever it printed.
+
+The data the notebooks read: the repository's ``conftest.py`` points ``ITERLIN_CIFAR10`` at the
+real CIFAR-10 subset in ``../shared`` when the variable is unset and that folder exists (as the
+Makefile does), so that the plain command needs no setting on this project's machines either.
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
 """Fixtures shared by the whole test suite.
 
 - ``x64``: float64 enabled for one test, the previous setting restored afterwards.
-- ``ITERLIN_CIFAR10``: for the session, set to the real CIFAR-10 subset in ``../shared`` beside
-  the checkout when the variable is unset and the directory exists (as the Makefile does).
+- ``ITERLIN_CIFAR10`` and ``cifar_subset_path``: the repository's ``conftest.py`` (shared with
+  the notebooks' nbval run).
 - ``ITERLIN_DOWNLOAD=0`` for the session: no test downloads CIFAR-10 from the network.
-- ``cifar_subset_path``: the path of that subset (the test is skipped, and reported so, without it).
 - JAX's persistent compilation cache (:mod:`iterlin.compilation`) is on for the whole suite, so a
   rerun on a warm machine skips XLA's compilations; ``ITERLIN_COMPILATION_CACHE=0`` turns it off.
 - After a test module, JAX's in-memory caches are cleared (``jax.clear_caches``) when the process
@@ -26,7 +25,6 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import jax
 import pytest
@@ -90,39 +88,10 @@ def _clear_jax_caches_after_module():
         jax.clear_caches()
 
 
-def _find_cifar10_subset() -> Path:
-    """``shared/data/cifar10-subset`` in the nearest folder above this file that holds one.
-
-    For the main checkout (``/work/main``) that is ``/work/shared/...``, i.e. ``../shared`` beside
-    the repository root; searching upwards also serves checkouts at other depths.
-    """
-    here = Path(__file__).resolve()
-    for parent in here.parents[1:]:
-        candidate = parent / "shared" / "data" / "cifar10-subset"
-        if candidate.is_dir():
-            return candidate
-    return here.parents[2] / "shared" / "data" / "cifar10-subset"
-
-
-#: The real CIFAR-10 subset (official python layout, 932 images per batch file).
-CIFAR10_SUBSET = _find_cifar10_subset()
-
-
 @pytest.fixture
 def x64():
     """Enable ``jax_enable_x64`` for the duration of one test, then restore the previous value."""
     with precision.x64(True):
-        yield
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _iterlin_cifar10_env():
-    """Point ``ITERLIN_CIFAR10`` at the shared subset when unset; undo it at the session's end."""
-    if "ITERLIN_CIFAR10" in os.environ or not CIFAR10_SUBSET.is_dir():
-        yield
-        return
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("ITERLIN_CIFAR10", str(CIFAR10_SUBSET))
         yield
 
 
@@ -135,9 +104,3 @@ def _no_downloads():
         yield
 
 
-@pytest.fixture(scope="session")
-def cifar_subset_path() -> Path:
-    """The real CIFAR-10 subset directory (holds ``cifar-10-batches-py/``)."""
-    if not (CIFAR10_SUBSET / "cifar-10-batches-py").is_dir():
-        pytest.skip(f"the real CIFAR-10 subset is not at {CIFAR10_SUBSET}")
-    return CIFAR10_SUBSET
