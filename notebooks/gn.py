@@ -29,6 +29,9 @@ n_train = None  # training images ("all": every installed image)
 n_test = None  # test images
 batch_size = None  # mini-batch size B of both methods (at most n_train)
 n_eval_train = None  # training images the training metrics are measured on ("all": every one)
+n_sharpness = None  # training images lambda_max of the K runs' linear model is measured on (the first ones)
+sharpness_iters = None  # power iterations per measurement (warm-started; at most)
+sharpness_every = None  # record lambda_max every this many steps (at evaluation points)
 
 # %% tags=["hide-cell"]
 from iterlin.config import describe

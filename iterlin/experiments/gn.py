@@ -54,7 +54,9 @@ model for K = ∞); GN runs by the network f(θ_T) (its linearisation coincides 
 Config keys: ``K`` (list, 1 always included; ``inf`` allowed), ``lr`` (η of the K runs, and of the
 correspondence), ``steps`` (T, both), ``batch_size`` (B, both), ``cg_maxiter``, ``augment`` (False:
 GN runs do not augment), ``n_train``, ``n_test``, ``seed``, ``n_seeds``, ``n_evals``,
-``n_eval_train``. Conventions: :mod:`iterlin.experiments._common`.
+``n_eval_train``, ``n_sharpness``, ``sharpness_iters``, ``sharpness_every`` (the K runs' sharpness
+record, :func:`~iterlin.experiments._common.sharpness_callback`: a K run whose linear model had η
+above 2/λ_max(θ_s) is unstable, and its comparison reads so). Conventions: :mod:`iterlin.experiments._common`.
 
 Results: :class:`Results` (the GN fields None when the grid has no finite K > 1).
 """
@@ -73,10 +75,10 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.lines import Line2D
 
-from ..claims import NA, ON_PAR, Claim, divergence_claim, fmt_K, on_par, on_par_rule
+from ..claims import NA, ON_PAR, UNSTABLE, Claim, divergence_claim, fmt_K, on_par, on_par_rule, sharpness_claim
 from ..config import Period, resolve
 from ..data import Dataset
-from ..failures import run_label
+from ..failures import run_label, unstable_runs
 from ..gauss_newton import gauss_newton_train
 from ..models import make_model
 from ..plotting import (
@@ -97,7 +99,9 @@ from ._common import (
     Experiment,
     KGrid,
     Seeds,
+    Sharpness,
     Sweep,
+    check_sharpness,
     checkpoint_path,
     cnn_sweep,
     eval_points,
@@ -106,6 +110,7 @@ from ._common import (
     network_correct,
     seed_keys,
     seeds,
+    sharpness_callback,
     trained_final,
 )
 
@@ -116,7 +121,7 @@ INF = math.inf
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class Config(Seeds):
+class Config(Seeds, Sharpness):
     """gn's knobs (the module docstring says what each does; :mod:`iterlin.config` checks them)."""
 
     experiment: ClassVar[str] = "gn"
@@ -136,7 +141,7 @@ SCALES = {
     # and ∞; GN at λ(8) = 16/(8 · 0.05) = 40 with 2 CG iterations; one seed. About a minute.
     "smoke": dict(
         K=[1, 8, INF], lr=0.05, steps=24, batch_size=16, cg_maxiter=2, augment=False, n_train=256, n_test=200,
-        seed=0, n_seeds=1, n_evals=3, n_eval_train=128,
+        seed=0, n_seeds=1, n_evals=3, n_eval_train=128, n_sharpness=32, sharpness_iters=10, sharpness_every=8,
     ),
     # cpu: every installed image (4,660 / 932), 3 seeds (2 before 2026-11-28: t(1) = 12.7), lr 0.01 (ksweep's cpu rate), batches of 128,
     # K = 1, 10 (7 re-linearisations), 35 (2), ∞; GN at λ(10) = 128/(10 · 0.01) = 1280 and
@@ -148,17 +153,21 @@ SCALES = {
     # 70 × 3.6 s ≈ 1010 s; 4 evaluations × 10 runs × ~3 s ≈ 120 s; ~120 s compilation and loading:
     # ≈ 1500 s (25 min). T = 200 would take ≈ 4000 s, and 2 CG iterations nearly double GN's share.
     # MEASURED since: the committed run at 43cb5cc took 396 s (matrix-product convolutions, and CG no
-    # longer spends a product on A·0), against 2,992 s for the run at 64a0729.
+    # longer spends a product on A·0), against 2,992 s for the run at 64a0729. Since 2026-11-29 the
+    # K runs record λ_max of their linear model on the first 256 training images (20 power
+    # iterations) at every evaluation point, one every 14 steps (n_evals 5, 3 before).
     "cpu": dict(
         K=[1, 10, 35, INF], lr=0.01, steps=70, batch_size=128, cg_maxiter=1, augment=False, n_train=None,
-        n_test=None, seed=0, n_seeds=3, n_evals=3, n_eval_train=500,
+        n_test=None, seed=0, n_seeds=3, n_evals=5, n_eval_train=500, n_sharpness=256, sharpness_iters=20,
+        sharpness_every=14,
     ),
     # gpu: ESTIMATE (not measured): 3 seeds, T = 2000 steps of 256, K = 1, 100, 300, 1000 and ∞ (15
     # cheap runs) and GN at λ(100), λ(300), λ(1000) with 10 CG iterations: 9 runs × 2000 steps × ~20
     # jvp/vjp of the CNN at batch 256 (~2 ms each on one H100) ≈ 720 s: about ten minutes.
     "gpu": dict(
         K=[1, 100, 300, 1000, INF], lr=1e-2, steps=2000, batch_size=256, cg_maxiter=10, augment=False,
-        n_train=None, n_test=None, seed=0, n_seeds=3, n_evals=10, n_eval_train=5000,
+        n_train=None, n_test=None, seed=0, n_seeds=3, n_evals=10, n_eval_train=5000, n_sharpness=256,
+        sharpness_iters=20, sharpness_every=200,
     ),
     # paper: all of CIFAR-10 (fails clearly on the small installed copy), the paper's mini-batch rate
     # 1e-4, T = 1e6 steps of 256 (our choice), K up to 1e6 and ∞, GN with 20 CG iterations. An
@@ -166,6 +175,7 @@ SCALES = {
     "paper": dict(
         K=[1, 10_000, 100_000, 1_000_000, INF], lr=1e-4, steps=1_000_000, batch_size=256, cg_maxiter=20,
         augment=False, n_train=50_000, n_test=10_000, seed=0, n_seeds=3, n_evals=100, n_eval_train=10_000,
+        n_sharpness=1000, sharpness_iters=30, sharpness_every=100_000,
     ),
 }
 
@@ -196,12 +206,13 @@ def get_config(scale: str = "smoke", **overrides) -> Config:
 
 
 def load(config: Config) -> Dataset:
-    """CIFAR-10 as :func:`~iterlin.experiments._common.load_data`; mini-batches are required (GN
-    here is the mini-batch method: ``batch_size=None`` is refused, naming it)."""
+    """CIFAR-10 as :func:`~iterlin.experiments._common.load_data`, ``n_sharpness <= n_train`` checked;
+    mini-batches are required (GN here is the mini-batch method: ``batch_size=None`` is refused,
+    naming it)."""
     if config.batch_size is None:
         raise ValueError("batch_size=None is not allowed: the Gauss–Newton baseline is mini-batch (the same "
                          "batches as the K runs); give batch_size, e.g. 128")
-    return load_data(config)
+    return check_sharpness(config, load_data(config))
 
 
 def damping_for_K(K: float, lr: float, batch_size: int) -> float:
@@ -246,9 +257,11 @@ def _gauss_newton_runs(config: Config, data: Dataset, *, checkpoint=None, progre
 
 
 def compute(config: Config, data: Dataset, *, checkpoint_dir=None, progress: bool = False) -> Results:
-    """The K sweep (one program) and the GN runs (one program); see the module docstring."""
+    """The K sweep (one program, the sharpness recorded along every run) and the GN runs (one
+    program); see the module docstring."""
     started = time.perf_counter()
-    runs = cnn_sweep(config, data, checkpoint=checkpoint_path(checkpoint_dir, "runs"), progress=progress)
+    runs = cnn_sweep(config, data, callback=sharpness_callback(config, data, config.lr),
+                     checkpoint=checkpoint_path(checkpoint_dir, "runs"), progress=progress)
     wall = time.perf_counter() - started
     scored = trained_final(runs)
     out = {}
@@ -290,7 +303,8 @@ class PerK(NamedTuple):
     damping: float | None  #: λ(K) on the summed loss (None without a GN partner)
     diff: Difference | None  #: GN at λ(K) minus K, paired by seed and test image (None without a partner)
     #: :func:`~iterlin.claims.on_par` within :data:`~iterlin.claims.ON_PAR`; "no" when a run of either
-    #: diverged, :data:`~iterlin.claims.NA` without a partner
+    #: diverged, :data:`~iterlin.claims.UNSTABLE` when a K run's linear model was unstable
+    #: (:func:`~iterlin.failures.unstable_runs`), :data:`~iterlin.claims.NA` without a partner
     par: str
 
 
@@ -299,6 +313,7 @@ def per_K(results: Results) -> list[PerK]:
     h, g = results.runs, results.gn
     K = np.asarray(h["K"], np.float64)
     div = np.asarray(h["diverged"], bool)
+    unstable = unstable_runs(h)
     acc, correct, R = _combined(results)
     out = []
     for k in np.unique(K[np.isfinite(K) & (K > 1)]):
@@ -308,15 +323,16 @@ def per_K(results: Results) -> list[PerK]:
         if j.size == i.size and j.size:
             d = runs_difference(acc, correct, i, R + j, n_test=int(results.n_test))
             bad = div[i].any() or np.asarray(g["diverged"], bool)[j].any()
-            row = row._replace(damping=float(np.asarray(g["damping"])[j[0]]), diff=d,
-                               par="no" if bad else on_par(d, ON_PAR))
+            par = UNSTABLE if any(int(r) in unstable for r in i) else "no" if bad else on_par(d, ON_PAR)
+            row = row._replace(damping=float(np.asarray(g["damping"])[j[0]]), diff=d, par=par)
         out.append(row)
     return out
 
 
 def claims(results: Results) -> list[Claim]:
     """Per finite K > 1: "K ends on par with damped GN at λ = B/(Kη)" by the shared noise rule
-    (GN minus K, paired over seeds and test images; a diverged run is 'no'); divergence."""
+    (GN minus K, paired over seeds and test images; a diverged run is 'no', a K run whose linear
+    model was unstable 'no (unstable)'); the sharpness record; divergence."""
     h = results.runs
     T = int(np.asarray(h["step"])[-1])
     lr, B = results.config.lr, results.config.batch_size
@@ -335,12 +351,13 @@ def claims(results: Results) -> list[Claim]:
         rows.append(Claim(
             head, "large K ≈ damped GN, λ ↔ 1/(Kη) (Sec. 3.3)", measured, r.par,
             f"{where}same θ_0, batches and T = {T} steps; final test acc. of GN minus K, {on_par_rule(ON_PAR)}; "
-            "a diverged run is 'no'"))
+            f"a diverged run is 'no'; '{UNSTABLE}' when the K run's linear model rose inside a block or had "
+            "η above 2/λ_max(θ_s)"))
     if not rows:
         rows.append(Claim("large K ends on par with damped GN at λ = B/(Kη)", "large K ≈ damped GN (Sec. 3.3)",
                           "no finite K > 1 was run", NA, "needs a finite K > 1 and its GN run"))
     runs = {"K": h} if results.gn is None else {"K": h, "GN": results.gn}
-    return rows + [divergence_claim(runs, _run_label, prefix=False)]
+    return rows + [sharpness_claim(h), divergence_claim(runs, _run_label, prefix=False)]
 
 
 def _run_label(panel: str, h: Mapping, i: int) -> str:

@@ -13,7 +13,7 @@ import pytest
 from _toy import fake_cifar, fake_history, flat_mlp, tiny_problem
 from jax.flatten_util import ravel_pytree
 
-from iterlin.claims import NA, UNDECIDED
+from iterlin.claims import NA, UNDECIDED, UNSTABLE
 from iterlin.experiments import _common, gn, resolve
 from iterlin.experiments.gn import gn_baseline, sweep_colors
 from iterlin.gauss_newton import gauss_newton_step
@@ -154,8 +154,9 @@ def test_tiny_real_run_two_seeds(monkeypatch):
     np.testing.assert_allclose(g["net_test_acc"][[0, 2], 0], h["net_test_acc"][[0, 4], 0])  # ... as the K runs
     assert int(r.n_runs) == 12 and float(r.gn_wall_seconds) >= 0
     rows = gn.claims(r._replace(config=config))
-    assert [row.kind for row in rows] == ["claim", "claim", "claim"]
+    assert [row.kind for row in rows] == ["claim"] * 4
     assert rows[0].claim.startswith("K=2 (2 re-linearisations) ends on par with damped GN")
+    assert rows[2].claim.startswith("the linear model stays stable") and h["lr_over_bound"].shape == (8, 3)
     assert "2 seeds, 8 paired test images" in rows[0].measured and "B=4, η=0.05" in rows[0].rule
     s = gn.by_K(r._replace(config=config))
     assert s.sweep.K.tolist() == [1, 2, 4, INF] and s.sweep.acc.shape == (4, 2) and s.gn_acc.shape == (2, 2)
@@ -197,7 +198,7 @@ def _results(acc, gn_acc, K=(1, 10, 30, INF), gn_K=(10, 30), steps=60, n_test=BI
 
 def test_on_par_is_yes():
     rows = gn.claims(_results([0.40, 0.39, 0.38, 0.30], [0.392, 0.378]))
-    assert [r.holds for r in rows] == ["yes", "yes", "yes"]
+    assert [r.holds for r in rows] == ["yes", "yes", NA, "yes"]  # no sharpness record: its row n/a
     assert rows[0].claim == "K=10 (6 re-linearisations) ends on par with damped GN at λ = B/(Kη)"
     assert rows[0].measured.startswith("K=10: 39.0 %; GN λ=1280.0: 39.2 %; GN minus K: Δ +0.2 pts")
     assert "λ = B/(Kη) on the summed loss (B=128, η=0.01)" in rows[0].rule and "inside ±2 pts" in rows[0].rule
@@ -220,10 +221,25 @@ def test_no_partner_is_na():
 
 def test_a_diverged_run_is_no():
     rows = gn.claims(_results([0.40, 0.39, 0.38, 0.30], [0.39, 0.38], gn_diverged=[True, False]))
-    assert [r.holds for r in rows] == ["no", "yes", "no"]
+    assert [r.holds for r in rows] == ["no", "yes", NA, "no"]
     assert rows[-1].measured == "diverged: GN λ=1280.0 (K=10) at step 3"
     rows = gn.claims(_results([0.40, 0.39, 0.38, 0.30], [0.39, 0.38], diverged=[False, False, True, False]))
-    assert [r.holds for r in rows] == ["yes", "no", "no"] and rows[-1].measured == "diverged: K=30, lr=0.01 at step 3"
+    assert [r.holds for r in rows] == ["yes", UNSTABLE, NA, "no"]  # a K run that diverged: its linear model
+    assert rows[-1].measured == "diverged: K=30, lr=0.01 at step 3"
+
+
+def test_a_K_run_above_its_bound_is_no_unstable_and_the_record_is_judged():
+    res = _results([0.40, 0.39, 0.38, 0.30], [0.39, 0.38])
+    ratio = np.full((4, 3), np.nan)
+    ratio[:, 0] = 0.1
+    ratio[1, 2] = 0.3  # K = 10 under a third of its bound
+    ratio[2, 1] = 1.2  # K = 30 above it at the middle record (step 30)
+    rows = gn.claims(res._replace(runs={**res.runs, "lr_over_bound": ratio}))
+    assert [r.holds for r in rows] == ["yes", UNSTABLE, "no", "yes"]
+    assert "largest η·λ_max/2 1.20 (K=30, step 30)" in rows[2].measured
+    ratio[2, 1] = 0.3
+    rows = gn.claims(res._replace(runs={**res.runs, "lr_over_bound": ratio}))
+    assert [r.holds for r in rows] == ["yes", "yes", "yes", "yes"]
 
 
 def test_seeds_are_paired():
