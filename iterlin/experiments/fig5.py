@@ -93,21 +93,19 @@ SCALES = {
     # cpu: where the linear model stays under a third of its bound (issue 25) on this project's
     # 2-core CPU: two sets a factor 4 apart, 32 and 128 images (the gpu run's largest, 512, took
     # K = 160 to 0.93 of the bound at lr 0.002 with batches of 100, and 128 images 0.44), batches of
-    # 32 (the whole of the 32-image set), T = 3,000 steps; K = 1 and 300 (10 re-linearisations) at
-    # lr 0.00125, K = ∞ and its K = 1 control at 0.01 (8×); early stopping on 500 held-out training
-    # images, 3 seeds; λ_max on the first 32 images of each set (the smallest set's size) every 300
-    # steps. A one-seed pilot of this setting on the 128-image set (K = 1, 300 and ∞ at 0.00125,
-    # λ_max on all 128 images; 640 s of this CPU beside another run) reached η·λ_max/2 0.15 along
-    # K = 1 and 0.26 along K = 300, both fitting the set (100 % train accuracy by step 2,400;
-    # test accuracy 25.0 and 25.6 %). MEASURED (results/fig5, the reference run: 4,464 s in the
-    # process that finished it, after about 1,800 s in one stopped by a session's end): every run
-    # fits its set; η·λ_max/2 up to 0.24 along K = 300 at 32 images and 0.41 at 128 (λ_max on the
-    # first 32 images), so its stability row reads no. The earlier cpu scale (100-400 images, lr
-    # 0.01, K = 30): every K = 30 run diverged (results/fig5 at commit 2a6699e, 1601 s).
+    # 32 (the whole of the 32-image set), T = 3,750 steps; K = 1 and 375 (10 re-linearisations) at
+    # lr 0.001, K = ∞ and its K = 1 control at 0.01 (10×); early stopping on 500 held-out training
+    # images, 3 seeds; λ_max on the first 32 images of each set (the smallest set's size) every 375
+    # steps. The rate is the one a pilot chose: on the 128-image set (seed 0; K = 1, 300 and ∞ at
+    # 0.001 for 3,750 steps; 563 s of this CPU) η·λ_max/2 peaked at 0.16 along K = 300 and 0.15
+    # along K = 1, both fitting the set (test accuracy 25.0 and 25.6 %). The earlier cpu run
+    # (results/fig5 at commit 43089c6: lr 0.00125, T = 3,000, K = 300) fitted every set but took
+    # K = 300 to 0.41 of the bound at 128 images (seed 1), over the third; the one before it
+    # (100-400 images, lr 0.01, K = 30): every K = 30 run diverged (commit 2a6699e).
     "cpu": dict(
-        K=[1, 300], lr=0.00125, lr_inf=0.01, steps=3000, batch_size=32, n_train=[32, 128],
-        n_test=None, n_val=500, seed=0, n_seeds=3, n_evals=20, n_eval_train=None,
-        n_sharpness=32, sharpness_iters=20, sharpness_every=300,
+        K=[1, 375], lr=0.001, lr_inf=0.01, steps=3750, batch_size=32, n_train=[32, 128],
+        n_test=None, n_val=500, seed=0, n_seeds=3, n_evals=25, n_eval_train=None,
+        n_sharpness=32, sharpness_iters=20, sharpness_every=375,
     ),
     # gpu: fig3's stable rate (lr 0.002, batches of 100; issue 25's measurement) for K = 1 and
     # K = 160, and K = ∞ with its K = 1 control at 5× that rate (the paper's is 100×: 1e-3 against
