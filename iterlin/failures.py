@@ -100,7 +100,7 @@ def failures(h: Mapping) -> list[Failure]:
     largest's step); its linear model's training loss (``lin_train_loss``, blocks by ``n_relin``)
     rose inside a block by over :data:`BLOCK_RISE` ("rose": :func:`iterlin.stability.block_loss_rise`);
     and, for K > 1 runs with none of these, its ``net_train_loss`` rose by over :data:`BLOCK_RISE`
-    between two evaluations ("jumped": where no evaluation falls inside a block)."""
+    between two evaluations across a re-linearisation ("jumped": :func:`_net_rises`)."""
     div, at = np.atleast_1d(np.asarray(h["diverged"], bool)), np.atleast_1d(h["diverged_step"])
     out = [Failure(int(i), "diverged", int(at[i])) for i in np.flatnonzero(div)]
     boom = exploded_runs(h)
@@ -121,16 +121,22 @@ def failures(h: Mapping) -> list[Failure]:
 
 def _net_rises(h: Mapping, skip) -> list:
     """``[(i, low, peak, step)]``: the runs with K > 1 (not in ``skip``) whose ``net_train_loss``
-    rose by over :data:`BLOCK_RISE` from one evaluation to the next, the first such rise each. For
-    histories that evaluate at most once per linearisation block, where :func:`_block_rises` cannot
-    see inside a block; K = 1 (the reference SGD) is not judged."""
+    rose by over :data:`BLOCK_RISE` from one evaluation to the next across a re-linearisation, the
+    first such rise each: where :func:`_block_rises` cannot see inside the block (e.g. histories that
+    evaluate at most once per block). Two evaluations inside one block (``n_relin`` unchanged
+    between them, as every pair of K = ∞) are not compared: there the linear model's own loss, the
+    model being trained, is what :func:`_block_rises` judges, and the network's may rise while it
+    falls (the network leaving its linearisation, not an unstable step). Without ``n_relin`` (R, E)
+    every pair counts. K = 1 (the reference SGD) is not judged."""
     loss = np.asarray(h.get("net_train_loss", ()), np.float64)
     K = np.asarray(h.get("K", ()), np.float64)
     if loss.ndim != 2 or loss.shape[1] < 2 or K.shape != (loss.shape[0],) or loss.shape[0] != np.size(skip):
         return []
+    relin = np.asarray(h.get("n_relin", ()))
+    across = np.diff(relin, axis=1) > 0 if relin.shape == loss.shape else np.ones_like(loss[:, 1:], bool)
     steps, out = np.asarray(h["step"]), []
     for i in np.flatnonzero((K > 1) & ~np.asarray(skip)):
-        up = np.flatnonzero(loss[i, 1:] > (1.0 + BLOCK_RISE) * loss[i, :-1])
+        up = np.flatnonzero((loss[i, 1:] > (1.0 + BLOCK_RISE) * loss[i, :-1]) & across[i])
         if up.size:
             e = int(up[0]) + 1
             out.append((int(i), float(loss[i, e - 1]), float(loss[i, e]), int(steps[e])))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from _toy import fake_history
 
@@ -38,3 +40,16 @@ def test_failures_lists_every_kind_by_run():
     row = divergence_claim({"runs": h})
     assert row.measured.startswith("diverged: K=1, lr=0.1 at step 5; loss exploded")  # run 0's rise not repeated
     assert "K=2, lr=0.1: 1.5 → 2.2 at step 4" in row.measured and "K=3, lr=0.1: 1.6 → 2.4 at step 4" in row.measured
+
+
+def test_a_network_loss_rise_inside_a_block_is_not_a_jump():
+    """The network's loss rising between two evaluations of one block (n_relin unchanged: every pair
+    of K = ∞) is the network leaving its linearisation while the trained linear model's loss falls:
+    not a failure. The same rise across a re-linearisation is one ("jumped")."""
+    h = fake_history([1, 2, math.inf], 0.1, 6, [0.4] * 3, n_evals=3)
+    h["net_train_loss"] = np.array([[2.3, 1.9, 1.7, 1.4], [2.3, 1.6, 2.4, 1.9], [2.3, 2.1, 2.5, 2.9]])
+    h["lin_train_loss"] = np.array([[2.3, 1.9, 1.7, 1.4], [2.3, 1.2, 0.9, 0.7], [2.3, 0.9, 0.4, 0.2]])
+    h["n_relin"] = np.array([[0, 2, 4, 6], [0, 1, 1, 1], [0, 0, 0, 0]])
+    assert failures(h) == [] and divergence_claim({"runs": h}).holds == "yes"
+    h["n_relin"] = np.array([[0, 2, 4, 6], [0, 1, 2, 2], [0, 0, 0, 0]])  # K = 2 re-linearised before step 4
+    assert [(f.run, f.kind, f.step) for f in failures(h)] == [(1, "jumped", 4)]
