@@ -394,7 +394,8 @@ def divergence_row(bad: Iterable[str], exploded: Iterable[str] = (), rose: Itera
     finite runs whose loss exploded (e.g. ``"K=5: training loss 2.4 → 8.2e+04 at step 100"``), and
     runs whose linear model's training loss rose inside a block (e.g. ``"K=50: 1.73 → 2.19 at step
     375 (unstable: η above 2/λ_max(θ_s) from step 300)"``), and runs with K > 1 whose network's
-    training loss rose between two evaluations (``jumped``: where no evaluation falls inside a block).
+    training loss rose between two evaluations across a re-linearisation (``jumped``:
+    :func:`iterlin.failures.failures`).
     Any of them makes the row "no"."""
     bad, exploded, rose, jumped = list(bad), list(exploded), list(rose), list(jumped)
     parts = ["diverged: " + "; ".join(bad)] if bad else []
