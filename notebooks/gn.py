@@ -87,8 +87,9 @@ ref = reference.show("gn", gn.plot, table=False)
 # **The claim.** Per large $K$: "$K$ ends on par with damped Gauss–Newton at $\lambda = B/(K\eta)$",
 # by the shared noise rule: the 95 % t interval of the difference (Gauss–Newton minus $K$, paired
 # over seeds and test images) inside ±2 points is "yes", wholly outside "no", else "undecided"; a
-# diverged run is "no", and a $K$ run whose linear model was unstable (its loss rose inside a block,
-# or $\eta$ above $2/\lambda_{\max}(\theta_s)$ at a record) "no (unstable)". The $K$ runs record
+# diverged Gauss–Newton run is "no", and a $K$ run that was unstable (it diverged or exploded, its
+# linear model's loss rose inside a block, or $\eta$ was above $2/\lambda_{\max}(\theta_s)$ at a
+# record) "no (unstable)". The $K$ runs record
 # $\lambda_{\max}$ of their linear model along training, and a row says whether $\eta$ stayed under a
 # third of that bound.
 #

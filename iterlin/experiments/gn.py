@@ -78,7 +78,7 @@ from matplotlib.lines import Line2D
 from ..claims import NA, ON_PAR, UNSTABLE, Claim, divergence_claim, fmt_K, on_par, on_par_rule, sharpness_claim
 from ..config import Period, resolve
 from ..data import Dataset
-from ..failures import run_label, unstable_runs
+from ..failures import run_label, unstable_among
 from ..gauss_newton import gauss_newton_train
 from ..models import make_model
 from ..plotting import (
@@ -307,7 +307,7 @@ class PerK(NamedTuple):
     diff: Difference | None  #: GN at λ(K) minus K, paired by seed and test image (None without a partner)
     #: :func:`~iterlin.claims.on_par` within :data:`~iterlin.claims.ON_PAR`; "no" when a run of either
     #: diverged, :data:`~iterlin.claims.UNSTABLE` when a K run's linear model was unstable
-    #: (:func:`~iterlin.failures.unstable_runs`), :data:`~iterlin.claims.NA` without a partner
+    #: (:func:`~iterlin.failures.unstable_among`), :data:`~iterlin.claims.NA` without a partner
     par: str
 
 
@@ -316,7 +316,6 @@ def per_K(results: Results) -> list[PerK]:
     h, g = results.runs, results.gn
     K = np.asarray(h["K"], np.float64)
     div = np.asarray(h["diverged"], bool)
-    unstable = unstable_runs(h)
     acc, correct, R = _combined(results)
     out = []
     for k in np.unique(K[np.isfinite(K) & (K > 1)]):
@@ -326,7 +325,7 @@ def per_K(results: Results) -> list[PerK]:
         if j.size == i.size and j.size:
             d = runs_difference(acc, correct, i, R + j, n_test=int(results.n_test))
             bad = div[i].any() or np.asarray(g["diverged"], bool)[j].any()
-            par = UNSTABLE if any(int(r) in unstable for r in i) else "no" if bad else on_par(d, ON_PAR)
+            par = UNSTABLE if unstable_among(h, i) else "no" if bad else on_par(d, ON_PAR)
             row = row._replace(damping=float(np.asarray(g["damping"])[j[0]]), diff=d, par=par)
         out.append(row)
     return out
@@ -334,8 +333,8 @@ def per_K(results: Results) -> list[PerK]:
 
 def claims(results: Results) -> list[Claim]:
     """Per finite K > 1: "K ends on par with damped GN at λ = B/(Kη)" by the shared noise rule
-    (GN minus K, paired over seeds and test images; a diverged run is 'no', a K run whose linear
-    model was unstable 'no (unstable)'); the sharpness record; divergence."""
+    (GN minus K, paired over seeds and test images; a diverged GN run is 'no', a K run that was
+    unstable, :func:`~iterlin.failures.unstable_among`, 'no (unstable)'); the sharpness record; divergence."""
     h = results.runs
     T = int(np.asarray(h["step"])[-1])
     lr, B = results.config.lr, results.config.batch_size
@@ -354,8 +353,8 @@ def claims(results: Results) -> list[Claim]:
         rows.append(Claim(
             head, "large K ≈ damped GN, λ ↔ 1/(Kη) (Sec. 3.3)", measured, r.par,
             f"{where}same θ_0, batches and T = {T} steps; final test acc. of GN minus K, {on_par_rule(ON_PAR)}; "
-            f"a diverged run is 'no'; '{UNSTABLE}' when the K run's linear model rose inside a block or had "
-            "η above 2/λ_max(θ_s)"))
+            f"a diverged GN run is 'no'; '{UNSTABLE}' when the K run diverged, exploded, rose inside a block "
+            "or had η above 2/λ_max(θ_s)"))
     if not rows:
         rows.append(Claim("large K ends on par with damped GN at λ = B/(Kη)", "large K ≈ damped GN (Sec. 3.3)",
                           "no finite K > 1 was run", NA, "needs a finite K > 1 and its GN run"))
