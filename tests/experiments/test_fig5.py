@@ -188,10 +188,22 @@ def test_the_sharpness_record_uses_each_runs_own_rate():
     assert "8 paired test images" in {r.claim: r for r in fig5.claims(res)}[SCALE].measured
 
 
-def test_a_sharpness_set_larger_than_the_smallest_training_set_is_refused(monkeypatch):
+def test_a_sharpness_set_larger_than_the_largest_training_set_is_refused(monkeypatch):
     monkeypatch.setattr(fig5, "load_cifar10", lambda n, n_test: fake_cifar(n, n_test))
-    with pytest.raises(ValueError, match=r"n_sharpness=12 is not allowed: n_sharpness must be <= n_train=8"):
-        fig5.load(_config(n_train=[8, 16], n_test=3, batch_size=None, n_val=None, n_sharpness=12))
+    fig5.load(_config(n_train=[8, 16], n_test=3, batch_size=None, n_val=None, n_sharpness=12))  # 8: all of it
+    with pytest.raises(ValueError, match=r"n_sharpness=20 is not allowed: n_sharpness must be <= n_train=16"):
+        fig5.load(_config(n_train=[8, 16], n_test=3, batch_size=None, n_val=None, n_sharpness=20))
+
+
+def test_a_set_smaller_than_n_sharpness_is_measured_whole():
+    """Two routes to λ_max on the whole 8-image set: n_sharpness 8, and n_sharpness 16 (the larger
+    set's size), which measures all of a smaller set; the 16-image set's record is on 8 or 16 images."""
+    config = resolve("fig5", K=[1, 2], lr=0.01, lr_inf=0.03, n_train=[8, 16], steps=4, n_evals=2, n_val=None,
+                     n_test=8, batch_size=4, n_seeds=1, n_sharpness=8, sharpness_iters=3, sharpness_every=2)
+    data = fig5.SizedData({"8": fake_cifar(8), "16": fake_cifar(16)})
+    part, whole = (fig5.compute(config.replace(n_sharpness=m), data).histories for m in (8, 16))
+    np.testing.assert_allclose(np.asarray(whole["8"]["sharpness"]), np.asarray(part["8"]["sharpness"]), rtol=1e-6)
+    assert not np.allclose(np.asarray(whole["16"]["sharpness"]), np.asarray(part["16"]["sharpness"]), rtol=1e-3)
 
 
 # ----------------------------------------------------------------------------------------------
