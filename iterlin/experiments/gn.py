@@ -158,11 +158,14 @@ SCALES = {
     # iterations) at every evaluation point, one every 14 steps (n_evals 5, 3 before). MEASURED
     # (results/gn, 1,402 s beside another run; the same accuracies as the run before it, to the
     # digit): η·λ_max/2 at most 0.18 along K = 35 and 0.19 along K = ∞; along K = 10 it rose to
-    # 0.25, 0.23 and 0.36 (seeds 0-2) at step 70.
+    # 0.25, 0.23 and 0.36 (seeds 0-2) at step 70, seed 2 over the third. So since then: lr 0.007
+    # and T = 100 (η·T 0.7 as before; η·λ_max/2 scales with η at a like point of training, 0.36 ×
+    # 0.7 ≈ 0.25), K = 10 (9 re-linearisations) and 35 (2), GN at λ(10) = 128/(10 · 0.007) ≈ 1829
+    # and λ(35) ≈ 522, evaluations and the record every 20 steps.
     "cpu": dict(
-        K=[1, 10, 35, INF], lr=0.01, steps=70, batch_size=128, cg_maxiter=1, augment=False, n_train=None,
+        K=[1, 10, 35, INF], lr=0.007, steps=100, batch_size=128, cg_maxiter=1, augment=False, n_train=None,
         n_test=None, seed=0, n_seeds=3, n_evals=5, n_eval_train=500, n_sharpness=256, sharpness_iters=20,
-        sharpness_every=14,
+        sharpness_every=20,
     ),
     # gpu: ESTIMATE (not measured): 3 seeds, T = 2000 steps of 256, K = 1, 100, 300, 1000 and ∞ (15
     # cheap runs) and GN at λ(100), λ(300), λ(1000) with 10 CG iterations: 9 runs × 2000 steps × ~20
