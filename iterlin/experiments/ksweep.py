@@ -48,7 +48,7 @@ from ..claims import (
 )
 from ..config import resolve
 from ..data import Dataset
-from ..failures import unstable_runs
+from ..failures import unstable_among
 from ..plotting import accuracy_against_K, band, legend, panels, plot_sweep
 from ..stats import Difference, final_difference, pct, runs_of
 from ._common import (
@@ -179,13 +179,12 @@ def per_K(results: Results) -> list[PerK]:
     h = results.runs
     K = np.asarray(h["K"], np.float64)
     div1 = bool(np.asarray(h["diverged"], bool)[runs_of(h, 1)].any())
-    unstable = unstable_runs(h)
     i1 = runs_of(h, 1)
     out = []
     for k in np.unique(K[np.isfinite(K) & (K > 1)]):
         j = runs_of(h, k)
         d = final_difference(results, i1, j)
-        par = "no" if div1 else UNSTABLE if any(int(i) in unstable for i in j) else on_par(d, ON_PAR)
+        par = "no" if div1 else UNSTABLE if unstable_among(h, j) else on_par(d, ON_PAR)
         out.append(PerK(float(k), int(np.asarray(h["n_relin"])[j[0], -1]), d, par))
     return out
 
@@ -231,7 +230,6 @@ def claims(results: Results) -> list[Claim]:
 
     # 2. K = ∞ below every finite K that re-linearises during training
     iinf = runs_of(h, INF)
-    unstable = unstable_runs(h)
     learning = [k for k in np.unique(K[np.isfinite(K)]) if k < T]
     if iinf.size == 0 or not learning:
         below = Claim("K = ∞ (no feature learning) ends below every finite K", "K = ∞ scales worse (Fig. 5)",
@@ -241,7 +239,7 @@ def claims(results: Results) -> list[Claim]:
         for k in learning:
             j = runs_of(h, k)
             d = final_difference(results, iinf, j)  # K minus ∞
-            v = UNSTABLE if any(int(i) in unstable for i in j) else exceeds(d)
+            v = UNSTABLE if unstable_among(h, j) else exceeds(d)
             verdicts.append(v)
             parts.append(f"K={fmt_K(k)}: {d.short()} {v}")
         acc = np.asarray(results.final_test_acc, np.float64)
