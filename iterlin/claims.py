@@ -405,13 +405,13 @@ def divergence_row(bad: Iterable[str], exploded: Iterable[str] = (), rose: Itera
         parts.append(f"the linear model's training loss rose inside a block (by over {BLOCK_RISE:.0%}): "
                      + "; ".join(rose))
     if jumped:
-        parts.append(f"the training loss of a large-K run rose between evaluations (by over {BLOCK_RISE:.0%}, "
-                     "across re-linearisations): " + "; ".join(jumped))
+        parts.append(f"the network's training loss rose across a re-linearisation (by over {BLOCK_RISE:.0%}): "
+                     + "; ".join(jumped))
     return Claim(
         "every run stays finite (no NaN or exploding loss)", "no divergence reported",
         "; ".join(parts) if parts else "none diverged",
         verdict(not parts), "a diverged run is frozen at its last finite state and plotted with a cross; a run "
-        f"whose linear model's loss rose inside a block, or a large-K run whose loss rose between evaluations, "
+        f"whose linear model's loss rose inside a block, or whose network's loss rose across a re-linearisation, "
         f"by over {BLOCK_RISE:.0%}, is 'no'",
     )
 
@@ -423,7 +423,7 @@ def divergence_claim(histories: Mapping[str, Mapping], label: Callable | None = 
     several), ``label(panel, history, i) -> str`` naming run ``i`` (default :func:`~iterlin.failures.run_label`); each
     run whose loss exploded, with its first and largest value and the step of the largest; each
     run whose linear model's loss rose inside a block (and did neither of those), and each large-K
-    run whose loss rose between evaluations, with the loss before and after. Where a history
+    run whose network's loss rose across a re-linearisation, with the loss before and after. Where a history
     records the sharpness (``lr_over_bound`` (R, E), :func:`iterlin.stability.sharpness_recorder`),
     each failing run says whether η was above 2/λ_max(θ_s) before it failed ("unstable: η above
     2/λ_max(θ_s) from step t") or not."""

@@ -74,7 +74,7 @@ class Failure(NamedTuple):
     """One way run ``run`` of a sweep history failed (:func:`failures`)."""
 
     run: int
-    kind: str  #: "diverged", "exploded", "rose" (inside a block) or "jumped" (between evaluations)
+    kind: str  #: "diverged", "exploded", "rose" (inside a block) or "jumped" (across a re-linearisation)
     step: int  #: the step of the divergence, of the loss's peak, or of the top of the rise
     low: float = math.nan  #: the loss before (NaN for "diverged")
     high: float = math.nan  #: the loss at ``step`` (NaN for "diverged")
@@ -89,7 +89,7 @@ class Failure(NamedTuple):
             return f"{name}: training loss {losses}"
         if headed:
             return f"{name}: {losses}"
-        what = "the linear model's loss rose inside a block" if self.kind == "rose" else "the loss rose between evaluations"
+        what = "the linear model's loss rose inside a block" if self.kind == "rose" else "the network's loss rose across a re-linearisation"
         return f"{name}: {what}, {losses}"
 
 

@@ -152,9 +152,9 @@ def test_divergence_claim_names_runs():
     assert exploded_runs(mild).tolist() == [False, False] and exploded_runs(ok).tolist() == [False, False]
     stopped = dict(boom, diverged=np.array([False, True]))  # stopped by the guard: diverged, not "exploded"
     assert exploded_runs(stopped).tolist() == [False, False]
-    mild_row = divergence_claim({"runs": mild})  # not exploded, but a large-K loss that rose between evaluations
+    mild_row = divergence_claim({"runs": mild})  # not exploded, but a network loss that rose across a re-linearisation
     assert mild_row.holds == "no" and "exploded" not in mild_row.measured and mild_row.measured.endswith(
-        "rose between evaluations (by over 10%, across re-linearisations): K=5, lr=0.1: 2.4 → 20 at step 25")
+        "rose across a re-linearisation (by over 10%): K=5, lr=0.1: 2.4 → 20 at step 25")
     both = divergence_claim({"a": h, "b": boom})
     assert both.measured.startswith("diverged: a: K=5, lr=0.0005 at step 7; a: K=∞, lr=0.2 at step 7; loss exploded")
     assert both.measured.endswith("b: K=5, lr=0.1: training loss 2.4 → 8.2e+04 at step 50")
@@ -193,7 +193,7 @@ def test_divergence_claim_block_rise_and_the_sharpness_record():
     across["lr_over_bound"] = np.array([[0.1, 0.5, 0.9, 1.2], [0.1, 0.7, 1.1, 0.9]])
     row = divergence_claim({"runs": across})
     assert row.holds == "no" and row.measured == (
-        "the training loss of a large-K run rose between evaluations (by over 10%, across re-linearisations): "
+        "the network's training loss rose across a re-linearisation (by over 10%): "
         "K=2, lr=0.1: 1.6 → 2.9 at step 6 (unstable: η above 2/λ_max(θ_s) from step 4)")
 
 
