@@ -34,7 +34,7 @@ def test_config_and_scales():
         assert c.K[0] == 1 and c.K[-1] == INF and gn.gn_K(c), scale  # K = 1, large K with a GN partner, ∞
         assert c.batch_size is not None and c.cg_maxiter >= 1 and c.augment is False
     cpu = resolve("gn", "cpu")
-    assert cpu.n_seeds >= 3 and cpu.n_train is None and cpu.n_test is None and cpu.lr == 0.01
+    assert cpu.n_seeds >= 3 and cpu.n_train is None and cpu.n_test is None
     assert resolve("gn", "paper").n_train == 50_000
 
 
