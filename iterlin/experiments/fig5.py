@@ -105,7 +105,9 @@ SCALES = {
     # like point of training), with T raised so that η·T (3.6) still fits the sets (the pilot's
     # K = 375 reached 100 % at η·t = 3.0). Before it: lr 0.00125, T = 3,000, K = 300 (43089c6:
     # 0.41 at 128 images, seed 1); 100-400 images at lr 0.01, K = 30: every K = 30 run diverged
-    # (2a6699e).
+    # (2a6699e). MEASURED (results/fig5, 6,823 s, the gn run beside it for its first 30 minutes):
+    # every run fits its set; η·λ_max/2 along K = 450 at most 0.09 at 32 images and 0.12, 0.22,
+    # 0.12 at 128 images (seeds 0-2, step 3,600), K = ∞ at most 0.18 (θ₀).
     "cpu": dict(
         K=[1, 450], lr=0.0008, lr_inf=0.01, steps=4500, batch_size=32, n_train=[32, 128],
         n_test=None, n_val=500, seed=0, n_seeds=3, n_evals=25, n_eval_train=None,
