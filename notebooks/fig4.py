@@ -140,8 +140,9 @@ ref = reference.show("fig4", fig4.plot, table=False)
 #   $\eta\lambda_{\max}/2$ stayed under 0.20 with BatchNorm and reached 0.36 without it (at
 #   the last step, 360; 0.42 along $K = 1$): under 1 everywhere, and under a third at steps 0, 120
 #   and 240. The record at step 360 is the linearisation at $\theta_{360}$, which no step trained
-#   (a run re-linearises after its last step); the linearisation at step 300 went unrecorded. Still the start of training of a ResNet-18 on 4,660 images
-#   (27 % test accuracy), not the paper's end points.
+#   (a run re-linearises after its last step); the linearisation at step 300 went unrecorded.
+#   Still the start of training of a ResNet-18 on 4,660 images (27 % test accuracy), not the
+#   paper's end points.
 # * `paper`: the paper's $K$ and learning rates; the number of steps ($10^7$: 10 re-linearisations
 #   of the no-BatchNorm run), batches of 256 and 3 seeds are ours. Far beyond a CPU.
 #
