@@ -149,6 +149,8 @@ SCALES = {
     # (computed at 7502949; today's code attested to compute the same, bit for bit at smoke, in
     # results/limit's provenance), read from its results into the checkpoint folder (each run's
     # Scores: per-image correctness, train accuracy and RMSE), and seeds 20-31 are computed.
+    # MEASURED: seeds 20-31 in 7,891 s (commit 0d081dd; the first 30 minutes beside a CI run). Both
+    # differences moved towards zero again (GN −0.3 [−0.9, +0.3], damped −0.5 [−1.2, +0.2]): undecided.
     # Per seed: 27 + 14 re-linearisations at N = 128 (6.4 s each on a 2-core CPU,
     # `bench_second_order.py --n-relin 128 256`), 8 at N = 256 (23.7 s: the Gram JJᵀ of a
     # 2,560 × 227,484 Jacobian dominates) and 16 at N ≤ 64: about 9 minutes a seed, 2.4 hours in all.
