@@ -21,7 +21,7 @@ from typing import Mapping, NamedTuple
 import numpy as np
 
 __all__ = ["pct", "num", "Difference", "difference", "t_quantile", "seed_interval", "final_difference", "runs_difference",
-           "sweep_difference", "runs_of", "run_seeds", "two_se"]
+           "sweep_difference", "runs_of", "run_seeds"]
 
 
 def pct(x: float, digits: int = 1) -> str:
@@ -197,15 +197,6 @@ def seed_interval(values) -> tuple[float, float, float, float]:
     se = float(np.std(v, ddof=1) / math.sqrt(v.size))
     q = t_quantile(v.size - 1)
     return m, se, m - q * se, m + q * se
-
-
-def two_se(p: float, n: int, *, diff: bool = False) -> float:
-    """Two binomial standard errors of an accuracy p measured on n test images, or, with
-    ``diff=True``, of the difference of two independent such accuracies near p (p clipped to
-    [0.05, 0.95]); for a single accuracy's noise band. Comparisons use :func:`difference`."""
-    p = min(max(float(p), 0.05), 0.95)
-    c = 2.0 if diff else 1.0
-    return 2.0 * math.sqrt(c * p * (1.0 - p) / max(int(n), 1))
 
 
 def runs_of(h: Mapping, K: float, lr: float | None = None) -> np.ndarray:

@@ -8,27 +8,13 @@ import numpy as np
 import pytest
 
 from iterlin.claims import UNDECIDED, on_par
-from iterlin.stats import Difference, difference, num, pct, runs_difference, seed_interval, two_se
+from iterlin.stats import Difference, difference, num, pct, runs_difference, seed_interval
 
 
 def test_pct_and_num():
     assert pct(0.41234) == "41.2 %" and pct(-0.0001) == "0.0 %" and pct(float("nan")) == "nan"
     assert pct(0.5, 0) == "50 %" and pct(math.inf) == "inf"
     assert num(-0.001) == "0.00" and num(1.23456, 3) == "1.235" and num(-math.inf) == "-inf"
-
-
-@pytest.mark.parametrize("p", [0.05, 0.3, 0.5, 0.8, 0.95])
-@pytest.mark.parametrize("n", [1, 100, 10_000])
-def test_two_se_formula(p, n):
-    assert two_se(p, n) == pytest.approx(2 * math.sqrt(p * (1 - p) / n), rel=1e-12)
-    assert two_se(p, n, diff=True) == pytest.approx(2 * math.sqrt(2 * p * (1 - p) / n), rel=1e-12)
-    assert two_se(p, n, diff=True) == pytest.approx(math.sqrt(2) * two_se(p, n), rel=1e-12)
-
-
-def test_two_se_clips_p_and_n():
-    assert two_se(0.0, 100) == two_se(0.05, 100) > 0 and two_se(1.0, 100) == two_se(0.95, 100)
-    assert two_se(0.5, 0) == two_se(0.5, 1) == 1.0
-    assert two_se(0.5, 10_000) == pytest.approx(0.01)
 
 
 def test_difference_combines_seed_spread_and_test_noise():

@@ -78,7 +78,7 @@ import optax
 from jax.flatten_util import ravel_pytree
 from matplotlib.axes import Axes
 
-from ..claims import NA, UNDECIDED, Claim, divergence_row, exceeds, fmt_K, on_par, verdict
+from ..claims import NA, UNDECIDED, Claim, all_verdicts, divergence_row, exceeds, fmt_K, on_par, verdict
 from ..closed_form import equivalent_damping, gd_filter, gn_filter, gradient_flow_limit, residual_spectrum
 from ..columns import Record
 from ..config import ExperimentConfig, Period, resolve
@@ -709,7 +709,7 @@ def _literal_rows(lit: LiteralRuns | None) -> list[Claim]:
                          f"{interval(d)}" + (f" ({left_out}, left out)" if left_out else ""))
     rows = [Claim(
         LITERAL, paper, "literal vs closed form, final test RMSE over the stable seeds: " + "; ".join(parts),
-        _all(verdicts) if verdicts else verdict(None),
+        all_verdicts(verdicts),
         f"for every rate and K with a stable seed (not diverged, ending at a rate at or under 2/λ_max of its last "
         f"linearisation): the 95 % t interval over those seeds of Δ = literal − closed form (the same τ = K·lr/N and "
         f"number of linearisations, paired by seed) inside ±{LITERAL_TOL:.0%} of the closed form's mean over them "
@@ -764,14 +764,6 @@ def decide(diff: Difference, test, *args) -> str:
     return test(diff, *args) if diff.n_seeds >= 2 else UNDECIDED
 
 
-def _all(verdicts) -> str:
-    """Several comparisons that must all hold: 'no' if one is 'no', 'yes' if all are 'yes', else undecided."""
-    verdicts = list(verdicts)
-    if "no" in verdicts:
-        return "no"
-    return "yes" if verdicts and all(v == "yes" for v in verdicts) else UNDECIDED
-
-
 def _signed(x: float, digits: int = 3) -> str:
     return ("+" if round(x, digits) > 0 else "") + num(x, digits)
 
@@ -810,7 +802,7 @@ def claims(results: Results) -> list[Claim]:
             "small K ≈ (stochastic) gradient descent", "schematic: the K = 1 level at small K",
             f"test RMSE K=1: {num(mean[i1], 3)}; "
             + "; ".join(f"K={fmt_K(K[i])}: {num(mean[i], 3)}, {interval(d)}" for i, d in diffs.items()),
-            _all(decide(d, on_par, tol) for d in diffs.values()),
+            all_verdicts(decide(d, on_par, tol) for d in diffs.values()),
             f"on par: for every 1 < K ≤ {SMALL_K}, the 95 % t interval over seeds of Δ = RMSE_K − RMSE_1 (paired by "
             f"seed) inside ±{SMALL_TOL:.0%} of K = 1's mean ({num(tol, 3)}); 'no' when one lies wholly outside; "
             "else undecided (always with one seed)",
@@ -947,7 +939,7 @@ def _damping_row(results: Results) -> Claim:
     if not paired:
         return Claim(claim, paper, "no damped run has a K within a factor √10 of 1/(λη) in the grid", verdict(None),
                      "needs λ > 0 and K ≈ 1/(λη) in the grid")
-    holds = _all(v for *_, v in paired)
+    holds = all_verdicts(v for *_, v in paired)
     refuted = {}
     for f, name in ((SHIFT, f"K = {SHIFT:g}/(λη)"), (1 / SHIFT, f"K = 1/({SHIFT:g}λη)")):
         refuted[name] = [f"{lams[m]:g}" for m, _, _, v in judge(damping_pairs(results, f)) if v == "no"]
