@@ -17,7 +17,30 @@ import pytest
 
 import dataclasses
 
-from iterlin.config import MAX_RUNS, SCALE_NAMES, VALIDATORS, ExperimentConfig, describe, halvings, resolve
+from iterlin.config import (
+    MAX_RUNS,
+    SCALE_NAMES,
+    Damping,
+    Evals,
+    ExperimentConfig,
+    Factor,
+    Flag,
+    GaussNewtonSteps,
+    Images,
+    ImagesOrNone,
+    Period,
+    Positive,
+    Rate,
+    RunCount,
+    Seed,
+    SharpnessImages,
+    Steps,
+    TestImages,
+    describe,
+    halvings,
+    knob_check,
+    resolve,
+)
 
 INF = math.inf
 
@@ -41,10 +64,18 @@ SINGLE = {s: dict(K=15, lr_adam=1e-3, damping=[0.0, 1.0], steps=30, batch_size=N
           for s in SCALE_NAMES}
 
 
+#: The stand-ins' knob types, as the experiments' own ``Config`` classes declare them.
+TYPES = {"K": Period, "lr": Rate, "lr_adam": Positive, "damping": Damping, "steps": Steps, "batch_size": Images | None,
+         "augment": Flag, "n_train": Images | None, "n_test": TestImages | None, "seed": Seed, "n_evals": Evals,
+         "x64": Flag, "n_sharpness": SharpnessImages, "n_seeds": RunCount, "n_functions": RunCount,
+         "n_relin": GaussNewtonSteps, "max_relin": GaussNewtonSteps, "gn_steps": Steps, "factor": Factor,
+         "n_probe": Images | None, "n_val": ImagesOrNone | None}
+
+
 def config_type(name, scales, expand=None):
-    """A stand-in experiment's typed config: one field per key of ``scales``, a tuple where the
-    default is a list (as the experiments' own ``Config`` classes declare them)."""
-    fields = [(k, "tuple[object, ...]" if isinstance(v, list) else "object | None")
+    """A stand-in experiment's typed config: one field per key of ``scales``, of its knob type
+    (:data:`TYPES`), a tuple of them where the default is a list."""
+    fields = [(k, tuple[TYPES[k], ...] if isinstance(v, list) else TYPES[k] | None)
               for k, v in scales["smoke"].items()]
     cls = dataclasses.make_dataclass("Config", fields, bases=(ExperimentConfig,), frozen=True, kw_only=True)
     cls.experiment, cls.EXPAND = name, dict(expand or {})
@@ -77,19 +108,19 @@ def test_a_knob_added_later_reads_as_off_in_a_config_stored_before_it():
     """A knob with a default (None: off) may be absent from a stored config; None is refused where
     the field's type does not allow it."""
     scales = {s: {**d, "n_sharpness": 16} for s, d in SWEEP.items()}
-    fields = [("K", "tuple[object, ...]"), ("lr", "float"), ("steps", "int"), ("batch_size", "int | None"),
-              ("augment", "bool"), ("n_train", "int | None"), ("n_test", "int | None"), ("seed", "int"),
-              ("n_evals", "int"), ("n_sharpness", "int | None", dataclasses.field(default=None))]
+    fields = [("K", tuple[Period, ...]), ("lr", Rate), ("steps", Steps), ("batch_size", Images | None),
+              ("augment", Flag), ("n_train", Images | None), ("n_test", TestImages | None), ("seed", Seed),
+              ("n_evals", Evals), ("n_sharpness", SharpnessImages | None, dataclasses.field(default=None))]
     cls = dataclasses.make_dataclass("Config", fields, bases=(ExperimentConfig,), frozen=True, kw_only=True)
     cls.experiment = "toy"
     c = resolve(cls, scales, "smoke", {})
     assert c.n_sharpness == 16
     old = {k: v for k, v in c.to_dict().items() if k != "n_sharpness"}
     assert cls.from_dict(old).n_sharpness is None and cls.from_dict(c.to_dict()) == c
-    strict = config_type("toy", scales)  # n_sharpness: object, no default
+    strict = config_type("toy", scales)  # n_sharpness: SharpnessImages | None, no default
     with pytest.raises(ValueError, match="it lacks n_sharpness"):
         strict.from_dict(old)
-    typed = dataclasses.make_dataclass("Config", [(n, t) for n, t, *_ in fields[:-1]] + [("n_sharpness", "int")],
+    typed = dataclasses.make_dataclass("Config", [(n, t) for n, t, *_ in fields[:-1]] + [("n_sharpness", SharpnessImages)],
                                        bases=(ExperimentConfig,), frozen=True, kw_only=True)
     typed.experiment = "toy"
     with pytest.raises(ValueError, match=r"n_sharpness=None is not allowed: n_sharpness must be given \(int\)"):
@@ -102,7 +133,7 @@ def test_defaults_validate_and_are_json(scales, scale):
     config = r(scales=scales, scale=scale, name="toy")
     assert config["experiment"] == "toy" and config["scale"] == scale
     assert set(config) == set(scales[scale]) | {"experiment", "scale"}
-    assert all(k in VALIDATORS for k in scales[scale])
+    assert all(knob_check(TYPES[k]) is not None for k in scales[scale])
     # JSON round trip (K = inf is written Infinity and read back as inf)
     assert json.loads(json.dumps(config)) == config
     # resolving a resolved config again changes nothing
@@ -217,9 +248,18 @@ def test_unknown_scale_and_parameter_are_named():
         r(dict(damping=0.1))
 
 
-def test_a_key_without_validator_is_a_programming_error():
-    with pytest.raises(KeyError, match="config key 'colour' of toy has no validator"):
-        r(scales={s: {"colour": "red"} for s in SCALE_NAMES}, name="toy")
+def test_a_knob_whose_type_carries_no_check_is_a_programming_error():
+    cls = dataclasses.make_dataclass("Config", [("colour", str)], bases=(ExperimentConfig,), frozen=True, kw_only=True)
+    cls.experiment = "toy"
+    with pytest.raises(KeyError, match="config key 'colour' of toy has no check: its type must carry one"):
+        cls(colour="red")
+
+
+def test_a_knob_type_carries_its_check_through_none_and_tuples():
+    """``Images | None`` and ``tuple[Period, ...]`` carry the check of ``Images`` and ``Period``."""
+    assert knob_check(Images | None) is knob_check(Images) is not None
+    assert knob_check(tuple[Period, ...]) is knob_check(Period) is not None
+    assert knob_check(int) is None and knob_check(tuple[int, ...]) is None
 
 
 def test_batch_size_larger_than_n_train_is_named():
@@ -264,13 +304,12 @@ def test_all_images():
 
 #: Like Figs. 1 and 9: seeds seed .. seed + n_seeds - 1, a λ grid; and Fig. 2's factor.
 SEEDS = {s: dict(damping=[0.0, 1.0], steps=200, seed=0, n_seeds=10, n_functions=10, n_train=20, n_test=1000,
-                 n_evals=10, n_relin=5, max_relin=10, gn_steps=20, factor=2, epochs=3, n_probe=8)
+                 n_evals=10, n_relin=5, max_relin=10, gn_steps=20, factor=2, n_probe=8)
          for s in SCALE_NAMES}
 
 #: (key, the largest allowed value, what the message says about the bound)
 BOUNDS = [
     ("steps", 2**31 - 1, "step counters are int32"),
-    ("epochs", 2**31 - 1, "step counters are int32"),
     ("gn_steps", 2**31 - 1, "step counters are int32"),
     ("n_relin", 2**31 - 1, "step counters are int32"),
     ("max_relin", 2**31 - 1, "step counters are int32"),

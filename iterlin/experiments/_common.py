@@ -36,7 +36,7 @@ import numpy as np
 import optax
 
 from ..columns import FlatColumns
-from ..config import ExperimentConfig, Period
+from ..config import Evals, Every, ExperimentConfig, Flag, Images, Period, PowerIterations, Rate, RunCount, Seed, SharpnessImages, Steps, TestImages
 from ..data import Dataset, load_cifar10, quintic
 from ..linearise import linearised_apply
 from ..models import make_model
@@ -85,10 +85,10 @@ class Seeds(ExperimentConfig):
     follow the experiment's own): ``seed``/``n_seeds`` (the runs of seeds seed, …, seed + n_seeds − 1)
     and the evaluation schedule ``n_evals``, ``n_eval_train`` (None: every training image)."""
 
-    seed: int
-    n_seeds: int
-    n_evals: int
-    n_eval_train: int | None
+    seed: Seed
+    n_seeds: RunCount
+    n_evals: Evals
+    n_eval_train: Images | None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -97,9 +97,9 @@ class Sharpness(ExperimentConfig):
     ``n_sharpness`` training images, ``sharpness_iters`` power iterations, every ``sharpness_every``
     steps."""
 
-    n_sharpness: int
-    sharpness_iters: int
-    sharpness_every: int
+    n_sharpness: SharpnessImages
+    sharpness_iters: PowerIterations
+    sharpness_every: Every
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -111,12 +111,12 @@ class SweepConfig(Seeds, Sharpness):
     ``n_sharpness``, ``sharpness_iters``, ``sharpness_every`` (:func:`sharpness_callback`)."""
 
     K: tuple[Period, ...]
-    lr: float
-    steps: int
-    batch_size: int | None
-    augment: bool
-    n_train: int | None
-    n_test: int | None
+    lr: Rate
+    steps: Steps
+    batch_size: Images | None
+    augment: Flag
+    n_train: Images | None
+    n_test: TestImages | None
 
 
 #: The CIFAR-10 setting where the linear model stays stable to the end (issue 25): 1,000 training

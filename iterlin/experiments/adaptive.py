@@ -60,7 +60,7 @@ from ..claims import (
     pooled_runs,
     sharpness_claim,
 )
-from ..config import ExperimentConfig, Period, resolve
+from ..config import Every, ExperimentConfig, Flag, Images, Period, PowerIterations, Rate, SharpnessImages, Steps, TestImages, Tolerance, resolve
 from ..data import Dataset
 from ..plotting import CROSS_SIZE, as_1d, bad_argument, bound_panel, check_axes, legend, mean_se, panels, real_array
 from ..relin import adaptive
@@ -90,9 +90,9 @@ class _OptionalSharpness(ExperimentConfig):
     """:class:`~iterlin.experiments._common.Sharpness`'s knobs, None where a run from before the
     record existed is read back (not recorded)."""
 
-    n_sharpness: int | None = None
-    sharpness_iters: int | None = None
-    sharpness_every: int | None = None
+    n_sharpness: SharpnessImages | None = None
+    sharpness_iters: PowerIterations | None = None
+    sharpness_every: Every | None = None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -102,13 +102,13 @@ class Config(Seeds, _OptionalSharpness):
     experiment: ClassVar[str] = "adaptive"
 
     K: tuple[Period, ...]
-    tol: tuple[float, ...]
-    lr: float
-    steps: int
-    batch_size: int | None
-    augment: bool
-    n_train: int | None
-    n_test: int | None
+    tol: tuple[Tolerance, ...]
+    lr: Rate
+    steps: Steps
+    batch_size: Images | None
+    augment: Flag
+    n_train: Images | None
+    n_test: TestImages | None
 
 
 SCALES = {

@@ -81,7 +81,7 @@ from matplotlib.axes import Axes
 from ..claims import NA, UNDECIDED, Claim, all_verdicts, divergence_row, exceeds, fmt_K, on_par, verdict
 from ..closed_form import equivalent_damping, gd_filter, gn_filter, gradient_flow_limit, residual_spectrum
 from ..columns import Record
-from ..config import ExperimentConfig, Period, resolve
+from ..config import Damping, Evals, ExperimentConfig, Flag, GaussNewtonSteps, Images, Period, Rate, RunCount, Seed, Steps, TestImages, resolve
 from ..data import Dataset
 from ..gauss_newton import gauss_newton_step, gauss_newton_train
 from ..linearise import linearised_apply
@@ -126,18 +126,18 @@ class Config(ExperimentConfig):
     experiment: ClassVar[str] = "fig1"
 
     K: tuple[Period, ...]
-    lr: float
-    steps: int
-    n_relin: int
-    max_relin: int
-    damping: tuple[float, ...]
-    gn_steps: int
-    seed: int
-    n_seeds: int
-    n_train: int | None
-    n_test: int | None
-    n_evals: int
-    x64: bool
+    lr: Rate
+    steps: Steps
+    n_relin: GaussNewtonSteps
+    max_relin: GaussNewtonSteps
+    damping: tuple[Damping, ...]
+    gn_steps: Steps
+    seed: Seed
+    n_seeds: RunCount
+    n_train: Images | None
+    n_test: TestImages | None
+    n_evals: Evals
+    x64: Flag
 
 
 SCALES = {

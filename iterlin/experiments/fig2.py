@@ -30,7 +30,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from ..claims import Claim, divergence_claim, on_par_claim, sharpness_claim
-from ..config import Period, resolve
+from ..config import Factor, Images, Period, Rate, Steps, TestImages, resolve
 from ..data import Dataset
 from ..plotting import bound_panel, legend, panels, plot_sweep
 from ._common import Experiment, Seeds, Sharpness, Sweep, check_sharpness, checkpoint_path, cnn_sweep, load_data
@@ -49,13 +49,13 @@ class Config(Seeds, Sharpness):
     experiment: ClassVar[str] = "fig2"
 
     K: tuple[Period, ...]
-    lr: float
-    steps: int
-    factor: int
-    batch_size: int | None
-    n_train: int | None
-    n_train_full: int | None
-    n_test: int | None
+    lr: Rate
+    steps: Steps
+    factor: Factor
+    batch_size: Images | None
+    n_train: Images | None
+    n_train_full: Images | None
+    n_test: TestImages | None
 
 
 #: Both panels where the linear model stays stable: the cpu scale (its comment below says why), and

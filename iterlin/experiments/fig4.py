@@ -54,7 +54,7 @@ import numpy as np
 import optax
 
 from ..claims import NA, UNDECIDED, Claim, beyond, divergence_claim, on_par_claim, sharpness_claim
-from ..config import Period, resolve
+from ..config import BNMode, Flag, Images, Period, Positive, Rate, Steps, TestImages, resolve
 from ..data import Dataset
 from ..failures import EXPLODING, exploded_runs
 from ..losses import get_loss
@@ -93,15 +93,15 @@ class Config(Seeds, Sharpness):
     experiment: ClassVar[str] = "fig4"
 
     K: tuple[Period, ...]
-    lr: float
+    lr: Rate
     K_bn: tuple[Period, ...]
-    lr_bn: float
-    augment_bn: bool
-    bn_mode: str
-    steps: int
-    batch_size: int | None
-    n_train: int | None
-    n_test: int | None
+    lr_bn: Positive
+    augment_bn: Flag
+    bn_mode: BNMode
+    steps: Steps
+    batch_size: Images | None
+    n_train: Images | None
+    n_test: TestImages | None
 
 
 SCALES = {

@@ -45,7 +45,7 @@ from ..claims import (
     sharpness_claim,
     verdict,
 )
-from ..config import Period, halvings, resolve
+from ..config import Images, ImagesOrNone, Period, Positive, Rate, Steps, TestImages, halvings, resolve
 from ..data import Dataset, load_cifar10
 from ..plotting import bound_panel, legend, panels, plot_sweep, set_log_ticks
 from ..probes import heldout_tracker
@@ -76,13 +76,13 @@ class Config(Seeds, Sharpness):
     EXPAND: ClassVar[Mapping] = {"n_train": halvings}
 
     K: tuple[Period, ...]
-    lr: float
-    lr_inf: float
-    steps: int
-    batch_size: int | None
-    n_train: tuple[int | None, ...]
-    n_test: int | None
-    n_val: int | None
+    lr: Rate
+    lr_inf: Positive
+    steps: Steps
+    batch_size: Images | None
+    n_train: tuple[Images | None, ...]
+    n_test: TestImages | None
+    n_val: ImagesOrNone | None
 
 
 SCALES = {

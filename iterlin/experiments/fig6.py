@@ -30,7 +30,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from ..claims import EXCEEDS_RULE, NA, UNSTABLE, Claim, divergence_claim, exceeds, fmt_K, only_k1_rows, sharpness_claim
-from ..config import Period, resolve
+from ..config import Flag, Images, Period, Rate, Steps, TestImages, resolve
 from ..data import Dataset
 from ..failures import unstable_among
 from ..models import cnn_features
@@ -70,13 +70,13 @@ class Config(Seeds, Sharpness):
     experiment: ClassVar[str] = "fig6"
 
     K: tuple[Period, ...]
-    lr: float
-    steps: int
-    batch_size: int | None
-    augment: bool
-    n_train: int | None
-    n_test: int | None
-    n_probe: int | None
+    lr: Rate
+    steps: Steps
+    batch_size: Images | None
+    augment: Flag
+    n_train: Images | None
+    n_test: TestImages | None
+    n_probe: Images | None
 
 
 SCALES = {

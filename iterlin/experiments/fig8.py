@@ -41,7 +41,7 @@ import optax
 
 from ..adam_solve import train_adam_solved
 from ..claims import CONVERGED, EXCEEDS_RULE, NA, Claim, divergence_row, exceeds, fmt_K, verdict
-from ..config import Period, resolve
+from ..config import Images, Period, Positive, Rate, Steps, TestImages, resolve
 from ..data import Dataset
 from ..models import make_model
 from ..plotting import band, legend, mark_steps, panels, plot_sweep
@@ -60,12 +60,12 @@ class Config(Seeds):
     experiment: ClassVar[str] = "fig8"
 
     K: Period
-    lr_adam: float
-    lr: float
-    steps: int
-    batch_size: int | None
-    n_train: int | None
-    n_test: int | None
+    lr_adam: Positive
+    lr: Rate
+    steps: Steps
+    batch_size: Images | None
+    n_train: Images | None
+    n_test: TestImages | None
 
 
 SCALES = {

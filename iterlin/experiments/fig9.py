@@ -46,7 +46,7 @@ from matplotlib.lines import Line2D
 
 from ..claims import UNDECIDED, Claim, divergence_row, exceeds, verdict
 from ..columns import Record
-from ..config import ExperimentConfig, resolve
+from ..config import Damping, Evals, ExperimentConfig, Flag, Images, Positive, RunCount, Seed, Steps, TestImages, resolve
 from ..data import Dataset
 from ..gauss_newton import gauss_newton_train
 from ..models import quintic_model
@@ -80,16 +80,16 @@ class Config(ExperimentConfig):
 
     experiment: ClassVar[str] = "fig9"
 
-    damping: tuple[float, ...]
-    steps: int
-    step_size: float
-    seed: int
-    n_seeds: int
-    n_functions: int
-    n_train: int | None
-    n_test: int | None
-    n_evals: int
-    x64: bool
+    damping: tuple[Damping, ...]
+    steps: Steps
+    step_size: Positive
+    seed: Seed
+    n_seeds: RunCount
+    n_functions: RunCount
+    n_train: Images | None
+    n_test: TestImages | None
+    n_evals: Evals
+    x64: Flag
 
 
 SCALES = {

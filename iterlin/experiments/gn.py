@@ -76,7 +76,7 @@ from matplotlib.axes import Axes
 from matplotlib.lines import Line2D
 
 from ..claims import NA, ON_PAR, UNSTABLE, Claim, divergence_claim, fmt_K, on_par, on_par_rule, sharpness_claim
-from ..config import Period, resolve
+from ..config import CGIterations, Flag, Images, Period, Rate, Steps, TestImages, resolve
 from ..data import Dataset
 from ..failures import run_label, unstable_among
 from ..gauss_newton import gauss_newton_train
@@ -127,13 +127,13 @@ class Config(Seeds, Sharpness):
     experiment: ClassVar[str] = "gn"
 
     K: tuple[Period, ...]
-    lr: float
-    steps: int
-    batch_size: int | None
-    cg_maxiter: int
-    augment: bool
-    n_train: int | None
-    n_test: int | None
+    lr: Rate
+    steps: Steps
+    batch_size: Images | None
+    cg_maxiter: CGIterations
+    augment: Flag
+    n_train: Images | None
+    n_test: TestImages | None
 
 
 SCALES = {

@@ -90,7 +90,7 @@ from ..checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from ..claims import NA, ON_PAR, Claim, all_verdicts, exceeds, on_par, verdict
 from ..closed_form import flow_filter, gn_filter
 from ..columns import Record
-from ..config import ExperimentConfig, resolve
+from ..config import ExperimentConfig, GaussNewtonSteps, ImageSubset, Images, ImagesOrNone, Positive, Relins, RelinsOrNone, RunCount, RunCountOrNone, Seed, Steps, TestImages, resolve
 from ..data import Dataset, load_cifar10
 from ..gauss_newton import gauss_newton_step
 from ..jacobian import flat_jacobian, rcond
@@ -116,19 +116,19 @@ class Config(ExperimentConfig):
 
     experiment: ClassVar[str] = "limit"
 
-    n_train: tuple[int | None, ...]
-    n_main: int | None
-    n_test: int | None
-    total_time: float
-    relins: tuple[int, ...]
-    n_relin: int
-    seed: int
-    n_seeds: int
-    n_check: int
-    gd_steps: int
-    n_long: int | None
-    long_R: int | None
-    n_long_seeds: int | None
+    n_train: tuple[Images | None, ...]
+    n_main: ImagesOrNone | None
+    n_test: TestImages | None
+    total_time: Positive
+    relins: tuple[Relins, ...]
+    n_relin: GaussNewtonSteps
+    seed: Seed
+    n_seeds: RunCount
+    n_check: ImageSubset
+    gd_steps: Steps
+    n_long: ImagesOrNone | None
+    long_R: RelinsOrNone | None
+    n_long_seeds: RunCountOrNone | None
 
 
 SCALES = {

@@ -32,7 +32,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from ..claims import NA, ON_PAR, UNDECIDED, Claim, all_verdicts, divergence_claim, exceeds, fmt_K, on_par, on_par_rule
-from ..config import Period, resolve
+from ..config import Flag, Images, Period, Rate, Steps, TestImages, resolve
 from ..data import Dataset
 from ..failures import BLOCK_RISE, failed_runs
 from ..models import make_model
@@ -106,12 +106,12 @@ class Config(Seeds, Sharpness):
     EXPAND: ClassVar[Mapping] = {"lr": decade}
 
     K: tuple[Period, ...]
-    lr: tuple[float, ...]
-    steps: int
-    batch_size: int | None
-    augment: bool
-    n_train: int | None
-    n_test: int | None
+    lr: tuple[Rate, ...]
+    steps: Steps
+    batch_size: Images | None
+    augment: Flag
+    n_train: Images | None
+    n_test: TestImages | None
 
 
 class Results(NamedTuple):

@@ -33,7 +33,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from ..claims import Claim, beyond, divergence_claim, fmt_K, only_k1_rows, verdict
-from ..config import Period, resolve
+from ..config import Images, Period, Rate, Steps, TestImages, resolve
 from ..data import Dataset
 from ..ntk import kernel_tracker, relinearisation_steps
 from ..plotting import legend, mark_steps, panels, plot_sweep
@@ -60,12 +60,12 @@ class Config(Seeds):
     experiment: ClassVar[str] = "ntk"
 
     K: tuple[Period, ...]
-    lr: float
-    steps: int
-    batch_size: int | None
-    n_train: int | None
-    n_test: int | None
-    n_probe: int | None
+    lr: Rate
+    steps: Steps
+    batch_size: Images | None
+    n_train: Images | None
+    n_test: TestImages | None
+    n_probe: Images | None
 
 
 SCALES = {

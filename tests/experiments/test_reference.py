@@ -13,7 +13,7 @@ import pytest
 
 from iterlin.cache import load_results, save_results
 from iterlin.claims import Claim
-from iterlin.config import ExperimentConfig
+from iterlin.config import ExperimentConfig, RunCount, Seed, Steps
 from iterlin.experiments import _common, reference, registry
 from iterlin.fingerprint import code_fingerprint
 
@@ -22,9 +22,9 @@ from iterlin.fingerprint import code_fingerprint
 class ToyConfig(ExperimentConfig):
     experiment: ClassVar[str] = "toy"
 
-    steps: int
-    seed: int
-    n_seeds: int
+    steps: Steps
+    seed: Seed
+    n_seeds: RunCount
 
 
 class ToyResults(NamedTuple):

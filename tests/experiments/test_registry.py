@@ -8,6 +8,7 @@ import ast
 import importlib
 import json
 import math
+import typing
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +18,7 @@ from _toy import fake_cifar, fake_sweep
 import iterlin
 import iterlin.experiments as ex
 from iterlin.claims import HOLDS, UNDECIDED
-from iterlin.config import SCALE_NAMES, VALIDATORS
+from iterlin.config import SCALE_NAMES, knob_check
 from iterlin.experiments import fig3, registry
 from iterlin.experiments._common import Sweep
 
@@ -56,7 +57,8 @@ def test_same_keys_at_every_scale_and_each_has_a_validator(name):
     scales = ex.get(name).scales
     keys = [set(scales[s]) for s in SCALE_NAMES]
     assert keys[0] == keys[1] == keys[2]
-    assert all(k in VALIDATORS for k in keys[0])
+    hints = typing.get_type_hints(ex.get(name).config, include_extras=True)
+    assert all(knob_check(hints[k]) is not None for k in keys[0])
 
 
 @pytest.mark.parametrize("name", MODULES)
