@@ -36,7 +36,10 @@ import numpy as np
 import optax
 
 from ..columns import FlatColumns
-from ..config import Evals, Every, ExperimentConfig, Flag, Images, Period, PowerIterations, Rate, RunCount, Seed, SharpnessImages, Steps, TestImages
+from ..config import (
+    Evals, Every, ExperimentConfig, Flag, Images, Period, PowerIterations, Rate, RunCount, Seed,
+    SharpnessImages, Steps, TestImages,
+)
 from ..data import Dataset, load_cifar10, quintic
 from ..linearise import linearised_apply
 from ..models import make_model

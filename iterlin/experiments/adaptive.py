@@ -60,7 +60,10 @@ from ..claims import (
     pooled_runs,
     sharpness_claim,
 )
-from ..config import Every, ExperimentConfig, Flag, Images, Period, PowerIterations, Rate, SharpnessImages, Steps, TestImages, Tolerance, resolve
+from ..config import (
+    Every, ExperimentConfig, Flag, Images, Period, PowerIterations, Rate, SharpnessImages, Steps, TestImages,
+    Tolerance, resolve,
+)
 from ..data import Dataset
 from ..plotting import CROSS_SIZE, as_1d, bad_argument, bound_panel, check_axes, legend, mean_se, panels, real_array
 from ..relin import adaptive

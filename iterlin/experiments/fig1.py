@@ -81,7 +81,10 @@ from matplotlib.axes import Axes
 from ..claims import NA, UNDECIDED, Claim, all_verdicts, divergence_row, exceeds, fmt_K, on_par, verdict
 from ..closed_form import equivalent_damping, gd_filter, gn_filter, gradient_flow_limit, residual_spectrum
 from ..columns import Record
-from ..config import Damping, Evals, ExperimentConfig, Flag, GaussNewtonSteps, Images, Period, Rate, RunCount, Seed, Steps, TestImages, resolve
+from ..config import (
+    Damping, Evals, ExperimentConfig, Flag, GaussNewtonSteps, Images, Period, Rate, RunCount, Seed, Steps,
+    TestImages, resolve,
+)
 from ..data import Dataset
 from ..gauss_newton import gauss_newton_step, gauss_newton_train
 from ..linearise import linearised_apply

@@ -46,7 +46,9 @@ from matplotlib.lines import Line2D
 
 from ..claims import UNDECIDED, Claim, divergence_row, exceeds, verdict
 from ..columns import Record
-from ..config import Damping, Evals, ExperimentConfig, Flag, Images, Positive, RunCount, Seed, Steps, TestImages, resolve
+from ..config import (
+    Damping, Evals, ExperimentConfig, Flag, Images, Positive, RunCount, Seed, Steps, TestImages, resolve,
+)
 from ..data import Dataset
 from ..gauss_newton import gauss_newton_train
 from ..models import quintic_model

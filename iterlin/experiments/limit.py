@@ -90,7 +90,10 @@ from ..checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from ..claims import NA, ON_PAR, Claim, all_verdicts, exceeds, on_par, verdict
 from ..closed_form import flow_filter, gn_filter
 from ..columns import Record
-from ..config import ExperimentConfig, GaussNewtonSteps, ImageSubset, Images, ImagesOrNone, Positive, Relins, RelinsOrNone, RunCount, RunCountOrNone, Seed, Steps, TestImages, resolve
+from ..config import (
+    ExperimentConfig, GaussNewtonSteps, ImageSubset, Images, ImagesOrNone, Positive, Relins, RelinsOrNone,
+    RunCount, RunCountOrNone, Seed, Steps, TestImages, resolve,
+)
 from ..data import Dataset, load_cifar10
 from ..gauss_newton import gauss_newton_step
 from ..jacobian import flat_jacobian, rcond
