@@ -230,6 +230,10 @@ SAME = {
         "def f(x: 'Array', *rest) -> 'list[Array]':\n    y = x\n    return [y, *rest]\n",
     ),
     "an f-string written in pieces": ("def f(x):\n    return f'a{x:.1f}b' 'c'\n", "def f(x):\n    return f'a{x:.1f}bc'\n"),
+    "an error's message": (
+        "def f(x):\n    if x < 0:\n        raise ValueError(f'x={x!r} is not allowed: see iterlin.config')\n    return x\n",
+        "def f(x):\n    if x < 0:\n        raise ValueError(f'{x} must be >= 0 (iterlin.repro.config)', x)\n    return x\n",
+    ),
 }
 
 DIFFERENT = {
@@ -240,6 +244,10 @@ DIFFERENT = {
                                                             "def f(x, eta):\n    return x - eta\n"),
     "a local made a global": ("def f(x):\n    y = x\n    return y\n", "def f(x):\n    y = x\n    return Y\n"),
     "which global is declared": ("def f():\n    global A\n    A = 1\n", "def f():\n    global B\n    B = 1\n"),
+    "the error raised": ("def f(x):\n    if x < 0:\n        raise ValueError('no')\n    return x\n",
+                         "def f(x):\n    if x < 0:\n        raise TypeError('no')\n    return x\n"),
+    "when an error is raised": ("def f(x):\n    if x < 0:\n        raise ValueError('no')\n    return x\n",
+                                "def f(x):\n    if x <= 0:\n        raise ValueError('no')\n    return x\n"),
     "a class's field": ("class M:\n    features: int = 8\n", "class M:\n    features: int = 16\n"),
     "a class field's annotation": ("class M:\n    features: int = 8\n", "class M:\n    features: float = 8\n"),
     "a shadowing inner local made a closure": (
@@ -318,7 +326,7 @@ def test_the_same_on_every_machine_and_python(tree):
     """Pinned: the serialisation is our own (no positions, no ``ast.dump``), so this value is the
     same on every machine and Python >= 3.10. A deliberate change of the normal form or of the
     records changes every key: bump ``_VERSION`` and update this value in the same commit."""
-    assert fp(tree) == "ae0aeb53d96a01ff7fcb4118a1ac51234f8fb51d51849c60d71cb8136376e777"
+    assert fp(tree) == "69ed9f31146071001ca8ffba016f28ead35ac297aa7abef0f289c0303ffc825f"
 
 
 # ----------------------------------------------------------------------------------------------
