@@ -31,7 +31,7 @@ batch_size = None  # mini-batch size (at most n_train)
 n_eval_train = None  # training images the training metrics are measured on ("all": every one)
 
 # %% tags=["hide-cell"]
-from iterlin.config import describe
+from iterlin.repro.config import describe
 from iterlin.experiments import adaptive, claims, reference, resolve_notebook, run
 from iterlin.experiments.adaptive import timing
 

@@ -33,7 +33,7 @@ sharpness_iters = None  # power iterations per measurement (warm-started; at mos
 sharpness_every = None  # record lambda_max every this many steps (at evaluation points)
 
 # %% tags=["hide-cell"]
-from iterlin.config import describe
+from iterlin.repro.config import describe
 from iterlin.experiments import claims, fig3, reference, resolve_notebook, run
 
 # Every parameter is checked here, before anything is computed (None: the scale's default);
@@ -122,7 +122,7 @@ ref = reference.show("fig3", fig3.plot, table=False)
 # cross-entropy on the linearised logits (the loss is not linearised), plain SGD; the runs of one
 # seed start from the same initialisation and see the same batches, so $K = 1$ and large $K$ are
 # compared seed by seed and on the same test images (the claims' noise rule,
-# `iterlin.stats.difference`).
+# `iterlin.repro.stats.difference`).
 #
 # </details>
 

@@ -32,7 +32,7 @@ batch_size = None  # mini-batch size (at most the smallest n_train); None: full 
 n_eval_train = None  # training images the training metrics are measured on ("all": every one)
 
 # %% tags=["hide-cell"]
-from iterlin.config import describe
+from iterlin.repro.config import describe
 from iterlin.experiments import claims, fig5, reference, resolve_notebook, run
 
 # Every parameter is checked here, before anything is computed (None: the scale's default);
@@ -156,7 +156,7 @@ reference.show_claims(ref)
 # the pipeline works, not a reproduction), then its claims: the paper's claim, the paper's
 # statement, what this run measured and whether it holds at this scale, by the rule in the last
 # column (the paper gives no numbers for this figure). Every comparison goes through the shared
-# noise rule (`iterlin.stats.difference`); a scaling row is judged only when every run it compares
+# noise rule (`iterlin.repro.stats.difference`); a scaling row is judged only when every run it compares
 # fitted its training set, as the paper's runs did.
 
 # %%

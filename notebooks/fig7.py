@@ -30,7 +30,7 @@ batch_size = None  # mini-batch size (at most n_train)
 n_eval_train = None  # training images the training metrics are measured on ("all": every one)
 
 # %% tags=["hide-cell"]
-from iterlin.config import describe
+from iterlin.repro.config import describe
 from iterlin.experiments import claims, fig7, reference, resolve_notebook, run
 
 # Every parameter is checked here, before anything is computed (None: the scale's default);

@@ -34,7 +34,7 @@ sharpness_iters = None  # power iterations per measurement (warm-started; at mos
 sharpness_every = None  # record lambda_max every this many steps (at evaluation points)
 
 # %% tags=["hide-cell"]
-from iterlin.config import describe
+from iterlin.repro.config import describe
 from iterlin.experiments import claims, gn, reference, resolve_notebook, run
 from iterlin.experiments.gn import timing
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from iterlin import cache as cache_mod
-from iterlin.cache import (
+from iterlin.repro.cache import (
     CacheWarning,
     cache_key,
     cache_paths,
@@ -22,8 +22,8 @@ from iterlin.cache import (
     save_results,
 )
 from iterlin.checkpoint import CheckpointError
-from iterlin.claims import NA, Claim, claims_markdown, claims_table, collect_claims, fmt_K, publish_claims, verdict
-from iterlin.stats import num, pct
+from iterlin.repro.claims import NA, Claim, claims_markdown, claims_table, collect_claims, fmt_K, publish_claims, verdict
+from iterlin.repro.stats import num, pct
 
 CONFIG = {"experiment": "figX", "K": [1, math.inf], "lr": 0.1, "n_train": None}
 
@@ -146,7 +146,7 @@ def test_default_cache_dir(monkeypatch, tmp_path):
 def test_default_cache_dir_outside_a_checkout_is_the_users(monkeypatch, tmp_path):
     """Installed from a wheel there is no checkout: results go to $XDG_CACHE_HOME/iterlin (else
     ~/.cache/iterlin), never beside the package in site-packages."""
-    import iterlin.cache as cache_module
+    import iterlin.repro.cache as cache_module
 
     monkeypatch.delenv("ITERLIN_CACHE", raising=False)
     monkeypatch.setattr(cache_module, "repo_root", lambda: None)

@@ -1,4 +1,4 @@
-"""iterlin.config: the typed configs (:class:`~iterlin.config.ExperimentConfig`, validated in
+"""iterlin.repro.config: the typed configs (:class:`~iterlin.repro.config.ExperimentConfig`, validated in
 their constructor), the pure ``resolve(Config, scales, scale, overrides)``, every knob's validator,
 and every bad parameter named up front.
 
@@ -17,7 +17,7 @@ import pytest
 
 import dataclasses
 
-from iterlin.config import (
+from iterlin.repro.config import (
     MAX_RUNS,
     SCALE_NAMES,
     Damping,
@@ -83,7 +83,7 @@ def config_type(name, scales, expand=None):
 
 
 def r(overrides=None, scale="smoke", scales=SWEEP, name="fig3", expand=None):
-    """The resolved config as its dict (:meth:`~iterlin.config.ExperimentConfig.to_dict`)."""
+    """The resolved config as its dict (:meth:`~iterlin.repro.config.ExperimentConfig.to_dict`)."""
     return resolve(config_type(name, scales, expand), scales, scale, overrides).to_dict()
 
 

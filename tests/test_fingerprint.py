@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from iterlin.fingerprint import PACKAGE_DIR, code_dependencies, code_fingerprint, normalised_source
+from iterlin.repro.fingerprint import PACKAGE_DIR, code_dependencies, code_fingerprint, normalised_source
 
 ENTRY = ("compute", "load")
 
@@ -231,7 +231,7 @@ SAME = {
     ),
     "an f-string written in pieces": ("def f(x):\n    return f'a{x:.1f}b' 'c'\n", "def f(x):\n    return f'a{x:.1f}bc'\n"),
     "an error's message": (
-        "def f(x):\n    if x < 0:\n        raise ValueError(f'x={x!r} is not allowed: see iterlin.config')\n    return x\n",
+        "def f(x):\n    if x < 0:\n        raise ValueError(f'x={x!r} is not allowed: see iterlin.repro.config')\n    return x\n",
         "def f(x):\n    if x < 0:\n        raise ValueError(f'{x} must be >= 0 (iterlin.repro.config)', x)\n    return x\n",
     ),
 }
@@ -301,7 +301,7 @@ def test_dependencies_of_a_figure(tree):
         "iterlin.experiments.figb:compute",
         "iterlin.models:Net",
         "iterlin.models:make",
-        "iterlin.ntk:kernel_distance",
+        "iterlin.analysis.ntk:kernel_distance",
         "iterlin.sub.kernels:kernel",
         "iterlin.training:SCALE",
         "iterlin.training:fit",
@@ -642,8 +642,8 @@ def test_real_tree_experiment(real):
     h = code_fingerprint(module, ENTRY, root=real)
     deps = code_dependencies(module, ENTRY, root=real)
     assert f"{module}:compute" in deps and "iterlin.training._loop:fit" in deps
-    assert not [d for d in deps if d.startswith(("iterlin.plotting", "iterlin.claims", "iterlin.experiments.fig2"))]
-    for rel, mod in [("plotting.py", "iterlin.plotting"), ("claims.py", "iterlin.claims"), ("cache.py", "iterlin.cache"),
+    assert not [d for d in deps if d.startswith(("iterlin.repro.plotting", "iterlin.repro.claims", "iterlin.experiments.fig2"))]
+    for rel, mod in [("plotting.py", "iterlin.repro.plotting"), ("claims.py", "iterlin.repro.claims"), ("cache.py", "iterlin.repro.cache"),
                      ("experiments/fig2.py", "iterlin.experiments.fig2")]:
         tree = ast.parse((pkg / rel).read_text())
         for fn in [n.name for n in tree.body if isinstance(n, ast.FunctionDef)]:
@@ -664,13 +664,13 @@ def test_real_tree_experiment(real):
 
 def test_no_figure_key_follows_its_plot():
     """Compute and plotting stay apart in every figure: the code its key follows reaches neither its
-    module's ``plot`` nor :mod:`iterlin.plotting`, so a change to a plot recomputes nothing."""
+    module's ``plot`` nor :mod:`iterlin.repro.plotting`, so a change to a plot recomputes nothing."""
     from iterlin.experiments import get, names
 
     for name in names():
         module = get(name).module
         deps = code_dependencies(module, ENTRY)
         assert f"{module}:compute" in deps, name
-        drawn = [d for d in deps if d == f"{module}:plot" or d.startswith("iterlin.plotting:")]
+        drawn = [d for d in deps if d == f"{module}:plot" or d.startswith("iterlin.repro.plotting:")]
         assert not drawn, f"{name}'s key follows {drawn}"
 

@@ -1,4 +1,4 @@
-"""iterlin.stability: the GGN matvec against the explicit matrix, λ_max against eigvalsh, and the
+"""iterlin.analysis.stability: the GGN matvec against the explicit matrix, λ_max against eigvalsh, and the
 bound 2/λ_max deciding whether gradient descent on the linear model diverges (MSE, exact)."""
 
 import jax

@@ -18,7 +18,7 @@ Conventions shared by the CIFAR-10 experiments
 
 Nothing here is about claims or plots: only what computes results (the result cache's code
 fingerprint follows exactly the definitions a figure's computation uses, see
-:mod:`iterlin.fingerprint`).
+:mod:`iterlin.repro.fingerprint`).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ import numpy as np
 import optax
 
 from ..columns import FlatColumns
-from ..config import (
+from ..repro.config import (
     Evals, Every, ExperimentConfig, Flag, Images, Period, PowerIterations, Rate, RunCount, Seed,
     SharpnessImages, Steps, TestImages,
 )
@@ -44,10 +44,10 @@ from ..data import Dataset, load_cifar10, quintic
 from ..linearise import linearised_apply
 from ..models import make_model
 from ..relin import RelinPolicy
-from ..stability import sharpness_recorder
+from ..analysis.stability import sharpness_recorder
 from ..training import History, train_sweep
 from ..tree import tree_stack
-from ..stats import runs_of
+from ..repro.stats import runs_of
 from ..validate import check_seed
 
 __all__ = [
@@ -151,7 +151,7 @@ class Experiment(NamedTuple):
     (``results.config`` is the config).
     module: the defining module's name; the result cache fingerprints the code that ``load`` and
     ``compute`` reach from it.
-    config: the experiment's typed config, an :class:`iterlin.config.ExperimentConfig` subclass
+    config: the experiment's typed config, an :class:`iterlin.repro.config.ExperimentConfig` subclass
     (``load`` and ``compute`` receive one, validated).
     results: the experiment's typed results, a NamedTuple of NumPy arrays, :class:`Sweep` s (or
     mappings of them) and mappings of arrays, whose last field is ``config`` (default None). A
@@ -283,7 +283,7 @@ def check_sharpness(config: ExperimentConfig, data: Dataset) -> Dataset:
 
 def sharpness_callback(config: ExperimentConfig, data: Dataset, lr: float | Sequence[float]) -> Callable:
     """The ``callback`` of :func:`cnn_sweep` that records the linear model's sharpness along training
-    (:func:`iterlin.stability.sharpness_recorder`): λ_max of (1/M) J_sᵀ H J_s on the first
+    (:func:`iterlin.analysis.stability.sharpness_recorder`): λ_max of (1/M) J_sᵀ H J_s on the first
     M = ``n_sharpness`` training images, at most ``sharpness_iters`` warm-started power iterations,
     at the evaluation points that are multiples of ``sharpness_every``; ``lr`` one rate, or one per
     setting of the sweep (its ``K``), which every seed runs (the runs are seed-major, :func:`sweep`).
@@ -402,7 +402,7 @@ def sweep(
       policies other than :func:`iterlin.relin.every`, each policy's ``K``: its cap, ∞ for none),
       ``lr`` (R,) float64 and ``seed_index`` (R,) int; with ``eval_data``, ``net_test_correct`` and
       ``lin_test_correct`` (R, n_test) bool: whether each run's final network and linear model
-      classify each test image correctly, for paired comparisons (:func:`iterlin.stats.difference`).
+      classify each test image correctly, for paired comparisons (:func:`iterlin.repro.stats.difference`).
       With such policies, the settings ``policy`` (R,) str (the kind) and one (R,) float64 array per
       hyperparameter (``tol``, ``min_period``, …), and the history the policy's log
       (:func:`iterlin.relin.history`: ``relin_step`` (R, J), padded with −1, …).
@@ -543,7 +543,7 @@ def trained_final(history: Mapping) -> dict:
     is never the model being trained; Figs. 1 and 5 score it so).
 
     Returns ``final_test_acc`` (R,) float64 and, when the history records per-image correctness,
-    ``final_test_correct`` (R, n_test) bool (for paired comparisons, :func:`iterlin.stats.difference`).
+    ``final_test_correct`` (R, n_test) bool (for paired comparisons, :func:`iterlin.repro.stats.difference`).
     """
     fixed = np.isinf(np.asarray(history["K"], np.float64))
     out = {"final_test_acc": np.where(fixed, np.asarray(history["lin_test_acc"], np.float64)[:, -1],

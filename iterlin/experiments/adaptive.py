@@ -46,7 +46,7 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.lines import Line2D
 
-from ..claims import (
+from ..repro.claims import (
     NA,
     ON_PAR,
     UNDECIDED,
@@ -60,14 +60,14 @@ from ..claims import (
     pooled_runs,
     sharpness_claim,
 )
-from ..config import (
+from ..repro.config import (
     Every, ExperimentConfig, Flag, Images, Period, PowerIterations, Rate, SharpnessImages, Steps, TestImages,
     Tolerance, resolve,
 )
 from ..data import Dataset
-from ..plotting import CROSS_SIZE, as_1d, bad_argument, bound_panel, check_axes, legend, mean_se, panels, real_array
+from ..repro.plotting import CROSS_SIZE, as_1d, bad_argument, bound_panel, check_axes, legend, mean_se, panels, real_array
 from ..relin import adaptive
-from ..stats import Difference, final_difference, pct, runs_of, seed_interval
+from ..repro.stats import Difference, final_difference, pct, runs_of, seed_interval
 from ._common import (
     Experiment,
     STABLE,
@@ -100,7 +100,7 @@ class _OptionalSharpness(ExperimentConfig):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Config(Seeds, _OptionalSharpness):
-    """adaptive's knobs (the module docstring says what each does; :mod:`iterlin.config` checks them)."""
+    """adaptive's knobs (the module docstring says what each does; :mod:`iterlin.repro.config` checks them)."""
 
     experiment: ClassVar[str] = "adaptive"
 
@@ -242,13 +242,13 @@ class Setting(NamedTuple):
     #: the most re-linearisations any of its seeds made (a setting "uses fewer" only if it does in every seed)
     relin: int
     diff: Difference  #: its final test accuracy minus K = 1's, paired by seed and test image
-    #: :func:`~iterlin.claims.on_par` within :data:`~iterlin.claims.ON_PAR` ("no" when a run of it or
+    #: :func:`~iterlin.repro.claims.on_par` within :data:`~iterlin.repro.claims.ON_PAR` ("no" when a run of it or
     #: of K = 1 diverged)
     par: str
 
 
 def per_policy(results: Results) -> tuple[list[Setting], list[Setting]]:
-    """Each setting against K = 1, paired by seed and test image (:func:`~iterlin.stats.final_difference`
+    """Each setting against K = 1, paired by seed and test image (:func:`~iterlin.repro.stats.final_difference`
     of the final test accuracies): ``(fixed, adaptive)``, every fixed K > 1 (∞ included) in
     increasing K and every tolerance in increasing order; ``([], [])`` without a K = 1 run.
     """
@@ -280,8 +280,8 @@ def fewer_updates(fixed: Sequence[Setting], adapt: Sequence[Setting]) -> str:
       such K, an adaptive run on par is enough);
     * ``"no"`` when every tolerance a either has par(a) = no, or some fixed K with par(K) = yes has
       n(K) ≤ n(a) (decided: no adaptive run on par uses fewer updates than a fixed period on par);
-    * :data:`~iterlin.claims.UNDECIDED` otherwise (the noise rule left a relevant row undecided);
-    * :data:`~iterlin.claims.NA` without a fixed K > 1 or without a tolerance.
+    * :data:`~iterlin.repro.claims.UNDECIDED` otherwise (the noise rule left a relevant row undecided);
+    * :data:`~iterlin.repro.claims.NA` without a fixed K > 1 or without a tolerance.
     """
     if not fixed or not adapt:
         return NA
@@ -515,7 +515,7 @@ def accuracy_against_updates(
       label, color, marker, plot_kwargs: of the line of means.
 
     Each seed is a dot at its own (updates, accuracy); each setting's mean over seeds
-    (:func:`iterlin.plotting.mean_se`) a marker at its mean number of updates, with ± one standard
+    (:func:`iterlin.repro.plotting.mean_se`) a marker at its mean number of updates, with ± one standard
     error of the accuracy, joined in order of updates. The x axis is symlog (0 updates allowed).
     Returns the Line2D of the means.
     """
@@ -619,7 +619,7 @@ def plot(results: Results):
     every adaptive run; dotted lines at T/4 and T/2. Right: the share of each adaptive run's
     updates made by T/4 and T/2 (dots, per seed) against the even placement of the same number
     of updates (open circles). Fourth, when the runs recorded the sharpness: the linear model's
-    bound 2/λ_max(θ_s) along the fixed periods' runs (:func:`iterlin.plotting.bound_panel`)."""
+    bound 2/λ_max(θ_s) along the fixed periods' runs (:func:`iterlin.repro.plotting.bound_panel`)."""
     s = by_policy(results)  # per setting and seed: updates made and final test accuracy
     labels, rows = raster(results)  # the steps of each run's re-linearisations
     p = placement(results)  # the shares made early, and the even placement's

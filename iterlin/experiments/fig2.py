@@ -29,10 +29,10 @@ from typing import ClassVar, NamedTuple
 import matplotlib.pyplot as plt
 import numpy as np
 
-from ..claims import Claim, divergence_claim, on_par_claim, sharpness_claim
-from ..config import Factor, Images, Period, Rate, Steps, TestImages, resolve
+from ..repro.claims import Claim, divergence_claim, on_par_claim, sharpness_claim
+from ..repro.config import Factor, Images, Period, Rate, Steps, TestImages, resolve
 from ..data import Dataset
-from ..plotting import bound_panel, legend, panels, plot_sweep
+from ..repro.plotting import bound_panel, legend, panels, plot_sweep
 from ._common import Experiment, Seeds, Sharpness, Sweep, check_sharpness, checkpoint_path, cnn_sweep, load_data
 from ._common import sharpness_callback
 
@@ -44,7 +44,7 @@ INF = math.inf
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Config(Seeds, Sharpness):
-    """fig2's knobs (the module docstring says what each does; :mod:`iterlin.config` checks them)."""
+    """fig2's knobs (the module docstring says what each does; :mod:`iterlin.repro.config` checks them)."""
 
     experiment: ClassVar[str] = "fig2"
 

@@ -21,11 +21,11 @@ from typing import ClassVar, NamedTuple
 import matplotlib.pyplot as plt
 import numpy as np
 
-from ..claims import UNDECIDED, UNSTABLE, Claim, divergence_claim, on_par_claim, sharpness_claim, verdict
-from ..config import resolve
+from ..repro.claims import UNDECIDED, UNSTABLE, Claim, divergence_claim, on_par_claim, sharpness_claim, verdict
+from ..repro.config import resolve
 from ..data import Dataset
-from ..plotting import bound_panel, legend, panels, plot_sweep
-from ..stats import pct, runs_of
+from ..repro.plotting import bound_panel, legend, panels, plot_sweep
+from ..repro.stats import pct, runs_of
 from ._common import (
     STABLE,
     Experiment,
@@ -110,7 +110,7 @@ def compute(config: Config, data: Dataset, *, checkpoint_dir=None, progress: boo
 def claims(results: Results) -> list[Claim]:
     """|Δ| < 1 point between K = 1 and large K (the shared noise rule, over seeds, paired on the
     test images); 82.3 % at paper scale; 8–12 updates suffice (on par within the shared ±2 points,
-    :data:`~iterlin.claims.ON_PAR`, with ≤ 12 re-linearisations)."""
+    :data:`~iterlin.repro.claims.ON_PAR`, with ≤ 12 re-linearisations)."""
     h, config = results.runs, results.config
     K, acc = np.asarray(h["K"]), np.asarray(h["net_test_acc"], np.float64)[:, -1]
     gap = on_par_claim("SGD + augmentation: large K ends under 1 point from K = 1", "82.3 % vs 81.4 % (Δ 0.9 pts)",

@@ -53,14 +53,14 @@ import matplotlib.pyplot as plt
 import numpy as np
 import optax
 
-from ..claims import NA, UNDECIDED, Claim, beyond, divergence_claim, on_par_claim, sharpness_claim
-from ..config import BNMode, Flag, Images, Period, Positive, Rate, Steps, TestImages, resolve
+from ..repro.claims import NA, UNDECIDED, Claim, beyond, divergence_claim, on_par_claim, sharpness_claim
+from ..repro.config import BNMode, Flag, Images, Period, Positive, Rate, Steps, TestImages, resolve
 from ..data import Dataset
-from ..failures import EXPLODING, exploded_runs
+from ..repro.failures import EXPLODING, exploded_runs
 from ..losses import get_loss
 from ..models import make_model
-from ..plotting import bound_panel, legend, panels, plot_sweep
-from ..stats import seed_interval
+from ..repro.plotting import bound_panel, legend, panels, plot_sweep
+from ..repro.stats import seed_interval
 from ..training import train_sweep
 from ..tree import tree_index, tree_stack
 from ._common import (
@@ -88,7 +88,7 @@ INF = math.inf
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Config(Seeds, Sharpness):
-    """fig4's knobs (the module docstring says what each does; :mod:`iterlin.config` checks them)."""
+    """fig4's knobs (the module docstring says what each does; :mod:`iterlin.repro.config` checks them)."""
 
     experiment: ClassVar[str] = "fig4"
 
@@ -284,7 +284,7 @@ def fisher_one_sided(a: int, n_a: int, b: int, n_b: int) -> float:
 
 def divergence_counts(results: Results) -> tuple[int, int, int, int]:
     """``(diverged with BN, BN runs, diverged without BN, no-BN runs)``, counted over every seed and K:
-    a run diverged when the guard stopped it or its loss exploded (:func:`iterlin.failures.exploded_runs`)."""
+    a run diverged when the guard stopped it or its loss exploded (:func:`iterlin.repro.failures.exploded_runs`)."""
     d_b, d_nb = (np.asarray(h["diverged"], bool) | exploded_runs(h) for h in (results.bn, results.no_bn))
     return int(d_b.sum()), int(d_b.size), int(d_nb.sum()), int(d_nb.size)
 
@@ -337,7 +337,7 @@ def bn_bound_claim(results: Results) -> Claim:
     of the linear model (Sec. 3: gradient descent on it diverges once η > 2/λ_max), compared seed
     by seed through the largest λ_max each seed's runs recorded (:func:`sharpest_per_seed`). Per
     seed d = log₁₀(λ_max with BN / λ_max without); decided by the 95 % t interval of the mean of d
-    over the seeds both panels recorded (:func:`iterlin.claims.beyond`): "yes" above 0 (BatchNorm's
+    over the seeds both panels recorded (:func:`iterlin.repro.claims.beyond`): "yes" above 0 (BatchNorm's
     bound lower), "no" below, else undecided; n/a without a record in both panels."""
     claim = "BatchNorm lowers the linear model's stability bound 2/λ_max (the rate at which it diverges)"
     paper = "BN runs far more likely to diverge, hence a smaller K"
@@ -391,7 +391,7 @@ def plot(results: Results):
     (solid) and of the linear model being trained (dashed, large K), on the first n_eval_train
     training images. Mean over seeds ± one standard error; a cross marks a run that diverged (its
     curve stays at its last finite state). Bottom (when the run records the sharpness): the linear
-    model's bound 2/λ_max(θ_s) per run against η (:func:`iterlin.plotting.bound_panel`)."""
+    model's bound 2/λ_max(θ_s) per run against η (:func:`iterlin.repro.plotting.bound_panel`)."""
     titles = {"no_bn": "no BatchNorm, no augmentation",
               "bn": f"BatchNorm ({results.config.bn_mode} statistics) + augmentation"}
     bounds = all("lr_over_bound" in getattr(results, key) for key in titles)

@@ -29,7 +29,7 @@ from typing import ClassVar, Mapping, NamedTuple
 import matplotlib.pyplot as plt
 import numpy as np
 
-from ..claims import (
+from ..repro.claims import (
     CONVERGED,
     EXCEEDS_RULE,
     NA,
@@ -45,11 +45,11 @@ from ..claims import (
     sharpness_claim,
     verdict,
 )
-from ..config import Images, ImagesOrNone, Period, Positive, Rate, Steps, TestImages, halvings, resolve
+from ..repro.config import Images, ImagesOrNone, Period, Positive, Rate, Steps, TestImages, halvings, resolve
 from ..data import Dataset, load_cifar10
-from ..plotting import bound_panel, legend, panels, plot_sweep, set_log_ticks
-from ..probes import heldout_tracker
-from ..stats import Difference, difference, num, pct, runs_of
+from ..repro.plotting import bound_panel, legend, panels, plot_sweep, set_log_ticks
+from ..analysis.probes import heldout_tracker
+from ..repro.stats import Difference, difference, num, pct, runs_of
 from ._common import (
     Experiment,
     Seeds,
@@ -70,7 +70,7 @@ __all__ = ["Config", "Results", "get_config", "SCALES", "EXPERIMENT", "SizedData
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Config(Seeds, Sharpness):
-    """fig5's knobs (the module docstring says what each does; :mod:`iterlin.config` checks them)."""
+    """fig5's knobs (the module docstring says what each does; :mod:`iterlin.repro.config` checks them)."""
 
     experiment: ClassVar[str] = "fig5"
     EXPAND: ClassVar[Mapping] = {"n_train": halvings}
@@ -322,7 +322,7 @@ def _gain(best: np.ndarray) -> np.ndarray:
 
 
 def gain_difference(results: Results, ia, ib) -> Difference:
-    """The shared noise rule (:func:`iterlin.stats.difference`) for gain_B − gain_A, runs ``ia``
+    """The shared noise rule (:func:`iterlin.repro.stats.difference`) for gain_B − gain_A, runs ``ia``
     and ``ib`` paired by seed: the seed spread of the per-seed differences, and the test-set noise.
     With ``stopped_test_correct`` the runs are paired on the test images too: each image's gain,
     right at the largest size minus right at the smallest (−1, 0 or 1), is compared as a paired
@@ -346,7 +346,7 @@ def claims(results: Results) -> list[Claim]:
     Every comparison goes through the shared noise rule, over seeds; a scaling row is judged only
     when every run it compares fitted its training set at every size (the paper trains to
     convergence): else n/a. The stability row judges the linear models of every size's K > 1 runs
-    together (:func:`~iterlin.claims.sharpness_claim` of :func:`~iterlin.claims.pooled_runs`)."""
+    together (:func:`~iterlin.repro.claims.sharpness_claim` of :func:`~iterlin.repro.claims.pooled_runs`)."""
     K, lr = np.asarray(results.K), np.asarray(results.lr)
     best, how = stopped(results)  # (N, R)
     sizes = np.asarray(results.n_train)
@@ -428,7 +428,7 @@ EXPERIMENT = Experiment("fig5", SCALES, load, compute, claims, __name__, Config,
 
 def by_size(results: Results, values: np.ndarray, metric: str) -> dict:
     """``values`` (N sizes, R runs: e.g. ``results.final_train_acc``) as a sweep-like history over
-    sizes, for :func:`iterlin.plotting.plot_sweep`: ``step`` = the sizes (N,), ``metric`` (R, N),
+    sizes, for :func:`iterlin.repro.plotting.plot_sweep`: ``step`` = the sizes (N,), ``metric`` (R, N),
     ``K``, ``lr``, ``seed_index`` of ``results``' runs, and ``diverged``/``diverged_step`` (R,):
     whether, and at which size first, each run diverged."""
     div = np.asarray(results.diverged, bool).T  # (R, N)
@@ -450,7 +450,7 @@ def plot(results: Results):
     the final training accuracy of the same runs, to see how close to convergence they are. A
     cross marks a run that diverged (at the first size where it did). Third, when the runs recorded
     the sharpness: the linear model's bound 2/λ_max(θ_s) along the runs of the largest training set
-    (:func:`iterlin.plotting.bound_panel`)."""
+    (:func:`iterlin.repro.plotting.bound_panel`)."""
     n = results.n_train
     acc, how = stopped(results)
     largest = results.histories[str(int(n[-1]))]

@@ -1,6 +1,6 @@
 """Fig. 6: linear probes on the CNN's layer-1 and layer-2 features over training (Sec. 4.1).
 
-A ridge classifier (:func:`iterlin.probes.probe_tracker`) is fitted on the activations
+A ridge classifier (:func:`iterlin.analysis.probes.probe_tracker`) is fitted on the activations
 (:func:`iterlin.models.cnn_features`) of the first ``n_probe`` training images at each evaluation
 point and scored on the test images, for K = 1 and a large K, every seed. The paper: the probes'
 accuracy improves over training, the large-K features improving slower and levelling off lower.
@@ -29,14 +29,14 @@ from typing import ClassVar, Mapping, NamedTuple
 import matplotlib.pyplot as plt
 import numpy as np
 
-from ..claims import EXCEEDS_RULE, NA, UNSTABLE, Claim, divergence_claim, exceeds, fmt_K, only_k1_rows, sharpness_claim
-from ..config import Flag, Images, Period, Rate, Steps, TestImages, resolve
+from ..repro.claims import EXCEEDS_RULE, NA, UNSTABLE, Claim, divergence_claim, exceeds, fmt_K, only_k1_rows, sharpness_claim
+from ..repro.config import Flag, Images, Period, Rate, Steps, TestImages, resolve
 from ..data import Dataset
-from ..failures import unstable_among
+from ..repro.failures import unstable_among
 from ..models import cnn_features
-from ..plotting import legend, panels, plot_sweep
-from ..probes import probe_tracker
-from ..stats import difference, pct, runs_of
+from ..repro.plotting import legend, panels, plot_sweep
+from ..analysis.probes import probe_tracker
+from ..repro.stats import difference, pct, runs_of
 from ._common import (
     Experiment,
     STABLE,
@@ -65,7 +65,7 @@ PROBE_CAP = 2000
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Config(Seeds, Sharpness):
-    """fig6's knobs (the module docstring says what each does; :mod:`iterlin.config` checks them)."""
+    """fig6's knobs (the module docstring says what each does; :mod:`iterlin.repro.config` checks them)."""
 
     experiment: ClassVar[str] = "fig6"
 
@@ -202,13 +202,13 @@ def _diverged(h: Mapping, *idx) -> bool:
 
 def claims(results: Results) -> list[Claim]:
     """Per layer: K = 1's probe improves over training; the large K's improves slower and levels off
-    lower. Each is the shared noise rule (:func:`iterlin.stats.difference` then
-    :func:`~iterlin.claims.exceeds`) over the seeds (paired by seed) and the test images: paired on
+    lower. Each is the shared noise rule (:func:`iterlin.repro.stats.difference` then
+    :func:`~iterlin.repro.claims.exceeds`) over the seeds (paired by seed) and the test images: paired on
     the images where the history records each probe's per-image correctness (:func:`probe_correct`;
     for the average over evaluation points, the per-image fraction of points right), else two
     independent binomials (runs made before it was recorded); a comparison involving a diverged
     K = 1 run is n/a (its probes read a frozen state), one whose large-K run's
-    linear model was unstable (:func:`iterlin.failures.unstable_among`) is :data:`~iterlin.claims.UNSTABLE`."""
+    linear model was unstable (:func:`iterlin.repro.failures.unstable_among`) is :data:`~iterlin.repro.claims.UNSTABLE`."""
     h = results.runs
     if (rows := only_k1_rows("fig6", h)) is not None:
         return rows

@@ -1,9 +1,9 @@
 """Fig. 7: the change of the first-layer filters from initialisation over training (Sec. 4.1).
 
 ΔW_t = W_t − W_0 of all 50 first-layer filters (5 × 5 × 3 each) at each evaluation point
-(:func:`iterlin.probes.filter_tracker`), for K = 1 and a large K, every seed; the notebook shows
+(:func:`iterlin.analysis.probes.filter_tracker`), for K = 1 and a large K, every seed; the notebook shows
 the first three of the first seed, mapped [−0.5, 0.5] → [0, 1]
-(:func:`iterlin.probes.filters_to_image`), and :func:`filter_match` measures, seed by seed, how
+(:func:`iterlin.analysis.probes.filters_to_image`), and :func:`filter_match` measures, seed by seed, how
 far the large-K filters got compared with K = 1's. The paper: K = 1 evolves much faster, and the
 final large-K filters look like K = 1's at about 10 % of training.
 
@@ -31,12 +31,12 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.figure import Figure
 
-from ..claims import NA, UNDECIDED, UNSTABLE, Claim, beyond, divergence_claim, fmt_K, only_k1_rows, sharpness_claim
+from ..repro.claims import NA, UNDECIDED, UNSTABLE, Claim, beyond, divergence_claim, fmt_K, only_k1_rows, sharpness_claim
 from ..columns import Record
-from ..config import resolve
+from ..repro.config import resolve
 from ..data import Dataset
-from ..failures import unstable_among
-from ..plotting import (
+from ..repro.failures import unstable_among
+from ..repro.plotting import (
     as_1d,
     bad_argument,
     bound_panel,
@@ -47,8 +47,8 @@ from ..plotting import (
     plot_sweep,
     real_array,
 )
-from ..probes import filter_tracker, filters_to_image
-from ..stats import num, pct, runs_of, seed_interval
+from ..analysis.probes import filter_tracker, filters_to_image
+from ..repro.stats import num, pct, runs_of, seed_interval
 from ._common import (
     Experiment,
     STABLE,
@@ -160,7 +160,7 @@ def filter_match(history: Mapping) -> FilterMatch:
     """How far the large-K filters moved, measured against K = 1's trajectory, seed by seed (Fig. 7).
 
     With ΔW_t = W_t − W_0 (all first-layer filters) and ‖·‖ the Frobenius norm, for each seed s
-    (its K = 1 run and its largest-K run, :func:`iterlin.stats.runs_of`):
+    (its K = 1 run and its largest-K run, :func:`iterlin.repro.stats.runs_of`):
 
     * ``norm`` (R, E): ‖ΔW_t‖ of each run at each evaluation point;
     * ``ratio`` (S,): ‖ΔW_T^{large}‖ / ‖ΔW_T^{K=1}‖ at the last step (< 1: the large-K filters
@@ -226,7 +226,7 @@ def claims(results: Results) -> list[Claim]:
         f"the ratio of the final filter changes (all 50 filters): yes when its 95 % t interval over seeds lies "
         f"below {num(SLOWER, 1)} (\"much\" slower: at least 10 % less), no when wholly at or above it, else "
         "undecided (also with one seed: no spread to estimate); n/a when K = 1's filters did not move; "
-        f"'{UNSTABLE}' when a large-K run's linear model was unstable (iterlin.failures.unstable_runs)",
+        f"'{UNSTABLE}' when a large-K run's linear model was unstable (iterlin.repro.failures.unstable_runs)",
     )
     if not np.any(np.isfinite(frac)):
         where, reached = "never (within this run)", "no"
@@ -331,7 +331,7 @@ def filter_grid(
       K: ``(R,)`` the runs' periods (row labels, ``fmt_K``).
       runs: the runs to show, in order (default all): for each filter one row per run.
       filters: how many of the first filters (an int), or their indices.
-      vrange: ``[−vrange, vrange] → [0, 1]`` (:func:`iterlin.probes.filters_to_image`; grey = no
+      vrange: ``[−vrange, vrange] → [0, 1]`` (:func:`iterlin.analysis.probes.filters_to_image`; grey = no
         change); ``"max"``: the largest ``|change|`` among the drawn images (at least 1e-12).
       title: the figure's title; may use ``{vrange}`` (e.g. ``"range ±{vrange:.3g}"``).
 

@@ -13,7 +13,7 @@ Three runs per seed (:func:`iterlin.experiments._common.seeds`; each seed its ow
 and batches, :func:`~iterlin.experiments._common.seed_keys`, shared by its three runs, so that the
 runs are compared seed by seed and on the same test images):
 
-* ``"solved"``: :func:`iterlin.adam_solve.train_adam_solved` with ``target_acc=None,
+* ``"solved"``: :func:`iterlin.solvers.adam_solve.train_adam_solved` with ``target_acc=None,
   plateau_tol=0``: every linearisation runs exactly K Adam steps (moments reset at each
   re-linearisation), the paper's "large constant K … intended to make sure that it reaches 100 %
   train accuracy with each re-linearisation and that these are spaced regularly". (With the
@@ -39,13 +39,13 @@ import matplotlib.pyplot as plt
 import numpy as np
 import optax
 
-from ..adam_solve import train_adam_solved
-from ..claims import CONVERGED, EXCEEDS_RULE, NA, Claim, divergence_row, exceeds, fmt_K, verdict
-from ..config import Images, Period, Positive, Rate, Steps, TestImages, resolve
+from ..solvers.adam_solve import train_adam_solved
+from ..repro.claims import CONVERGED, EXCEEDS_RULE, NA, Claim, divergence_row, exceeds, fmt_K, verdict
+from ..repro.config import Images, Period, Positive, Rate, Steps, TestImages, resolve
 from ..data import Dataset
 from ..models import make_model
-from ..plotting import band, legend, mark_steps, panels, plot_sweep
-from ..stats import difference, pct
+from ..repro.plotting import band, legend, mark_steps, panels, plot_sweep
+from ..repro.stats import difference, pct
 from ..training import History, train
 from ._common import Experiment, Seeds, Sweep, checkpoint_path, eval_points, load_data, network_correct, seed_keys, seeds
 
@@ -55,7 +55,7 @@ __all__ = ["Config", "Results", "get_config", "SCALES", "EXPERIMENT", "RUNS", "K
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Config(Seeds):
-    """fig8's knobs (the module docstring says what each does; :mod:`iterlin.config` checks them)."""
+    """fig8's knobs (the module docstring says what each does; :mod:`iterlin.repro.config` checks them)."""
 
     experiment: ClassVar[str] = "fig8"
 
@@ -113,10 +113,10 @@ class Results(NamedTuple):
     (:func:`stack_runs`): ``step`` (E,); ``n_relin``, ``{net,lin}_{train,test}_{loss,acc}`` (S, E);
     ``diverged``, ``diverged_step``, ``seed``, ``K``, ``lr`` (S,) (``K``: the run's period, 1 for
     the K = 1 runs; ``lr``: its learning rate) and ``seed_index`` (S,) 0..S−1, so that
-    :func:`iterlin.plotting.plot_sweep` draws each kind as the mean over seeds;
+    :func:`iterlin.repro.plotting.plot_sweep` draws each kind as the mean over seeds;
     ``net_test_correct`` (S, n_test) bool, whether each run's final network classifies each test
     image correctly (:func:`network_correct`, for the paired comparisons of
-    :func:`iterlin.stats.difference`).
+    :func:`iterlin.repro.stats.difference`).
     """
 
     #: the Adam-solved runs (K = ``config.K``); besides the layout above ``inner_steps`` (S, E) and
@@ -229,7 +229,7 @@ def _final(h: Mapping, key: str = "net_test_acc") -> np.ndarray:
 
 
 def _diff(a: Mapping, b: Mapping, n_test: int):
-    """:func:`iterlin.stats.difference` of B's final network test accuracy against A's, paired by
+    """:func:`iterlin.repro.stats.difference` of B's final network test accuracy against A's, paired by
     seed, and on the test images when both record ``net_test_correct``."""
     pair = {}
     if "net_test_correct" in a and "net_test_correct" in b:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Mapping, NamedTuple, Sequence
 
-from ..claims import NA
+from ..repro.claims import NA
 
 __all__ = ["Evidence", "Finding", "FINDINGS", "STABILITY_ROW", "NO_RATE", "Found", "findings", "stability_row"]
 
@@ -87,7 +87,7 @@ FINDINGS: tuple[Finding, ...] = (
 NO_RATE = ("limit", "fig9")
 
 #: The start of the claims row that records whether a run's linear model stayed stable
-#: (:func:`iterlin.claims.sharpness_claim`).
+#: (:func:`iterlin.repro.claims.sharpness_claim`).
 STABILITY_ROW = "the linear model stays stable"
 
 

@@ -9,7 +9,7 @@ gradients: N·O < P on a batch, and the CE kernel system is not symmetric) at th
 that corresponds to each finite K > 1 of the grid, with batches of the same size and the same
 number of steps T, i.e. the same passes over the data. The GN runs of seed s start from the same
 θ_0 and see the same batches as the K runs of seed s (paired comparisons), and every λ × seed is
-ONE compiled program (:func:`~iterlin.gauss_newton.gauss_newton_train` with stacked parameters
+ONE compiled program (:func:`~iterlin.solvers.gauss_newton.gauss_newton_train` with stacked parameters
 and one batch key per run).
 
 The λ ↔ K correspondence (our derivation, in our loss conventions)
@@ -22,7 +22,7 @@ linearised loss is the quadratic q(δ) = gᵀδ + ½δᵀAδ (for MSE it is exac
 * The K runs take K SGD steps of size η on the MEAN cross-entropy, L_mean = L_sum/B, i.e. steps
   of size η/B on L_sum. In the small-step limit K steps are gradient flow on q for the time
   τ = Kη/B:  δ_K = −A⁻¹(I − e^{−τA}) g  (Eq. 18 of the paper, with its ϕ and z).
-* The damped GN step (Eq. 6, summed loss as :mod:`iterlin.gauss_newton` uses) is
+* The damped GN step (Eq. 6, summed loss as :mod:`iterlin.solvers.gauss_newton` uses) is
   δ_λ = −(A + λI)⁻¹ g.
 
 In A's eigenbasis both filter the gradient: φ_K(σ) = (1 − e^{−στ})/σ and φ_λ(σ) = 1/(σ + λ). For
@@ -33,7 +33,7 @@ same to within the factor 2 of the curvature correction) when
     λ = 1/τ = B/(Kη)   (summed loss),   i.e.   λ_mean = λ/B = 1/(Kη)   (mean loss),
 
 the "λ ≈ 1/(Kη)" of the issue, read for the MEAN loss; this module passes the summed λ = B/(Kη) to
-:func:`~iterlin.gauss_newton.gauss_newton_train` and draws a GN run at its equivalent
+:func:`~iterlin.solvers.gauss_newton.gauss_newton_train` and draws a GN run at its equivalent
 K(λ) = B/(λη). ``tests/experiments/test_gn.py`` checks it in float64 (many small linearised GD steps
 on the mean CE against one damped GGN step at λ = B/(Kη), and that λ = 1/(Kη) does not match).
 
@@ -75,13 +75,13 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.lines import Line2D
 
-from ..claims import NA, ON_PAR, UNSTABLE, Claim, divergence_claim, fmt_K, on_par, on_par_rule, sharpness_claim
-from ..config import CGIterations, Flag, Images, Period, Rate, Steps, TestImages, resolve
+from ..repro.claims import NA, ON_PAR, UNSTABLE, Claim, divergence_claim, fmt_K, on_par, on_par_rule, sharpness_claim
+from ..repro.config import CGIterations, Flag, Images, Period, Rate, Steps, TestImages, resolve
 from ..data import Dataset
-from ..failures import run_label, unstable_among
-from ..gauss_newton import gauss_newton_train
+from ..repro.failures import run_label, unstable_among
+from ..solvers.gauss_newton import gauss_newton_train
 from ..models import make_model
-from ..plotting import (
+from ..repro.plotting import (
     accuracy_against_K,
     as_1d,
     bad_argument,
@@ -93,7 +93,7 @@ from ..plotting import (
     seed_curve,
     seed_groups,
 )
-from ..stats import Difference, num, pct, runs_difference, runs_of
+from ..repro.stats import Difference, num, pct, runs_difference, runs_of
 from ..tree import tree_index, tree_stack
 from ._common import (
     Experiment,
@@ -122,7 +122,7 @@ INF = math.inf
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Config(Seeds, Sharpness):
-    """gn's knobs (the module docstring says what each does; :mod:`iterlin.config` checks them)."""
+    """gn's knobs (the module docstring says what each does; :mod:`iterlin.repro.config` checks them)."""
 
     experiment: ClassVar[str] = "gn"
 
@@ -291,7 +291,7 @@ def compute(config: Config, data: Dataset, *, checkpoint_dir=None, progress: boo
 
 def _combined(results: Results) -> tuple[np.ndarray, np.ndarray | None, int]:
     """K runs then GN runs: the final test accuracies (R + G,) float64 and, when both record it,
-    the per-image correctness (R + G, n_test), else None (for :func:`~iterlin.stats.runs_difference`);
+    the per-image correctness (R + G, n_test), else None (for :func:`~iterlin.repro.stats.runs_difference`);
     and the offset R of the GN runs."""
     R = len(np.asarray(results.final_test_acc))
     gn_acc = np.zeros(0) if results.gn_final_test_acc is None else results.gn_final_test_acc
@@ -310,9 +310,9 @@ class PerK(NamedTuple):
     relin: int  #: its re-linearisations at the end, ⌊T/K⌋
     damping: float | None  #: λ(K) on the summed loss (None without a GN partner)
     diff: Difference | None  #: GN at λ(K) minus K, paired by seed and test image (None without a partner)
-    #: :func:`~iterlin.claims.on_par` within :data:`~iterlin.claims.ON_PAR`; "no" when a run of either
-    #: diverged, :data:`~iterlin.claims.UNSTABLE` when a K run's linear model was unstable
-    #: (:func:`~iterlin.failures.unstable_among`), :data:`~iterlin.claims.NA` without a partner
+    #: :func:`~iterlin.repro.claims.on_par` within :data:`~iterlin.repro.claims.ON_PAR`; "no" when a run of either
+    #: diverged, :data:`~iterlin.repro.claims.UNSTABLE` when a K run's linear model was unstable
+    #: (:func:`~iterlin.repro.failures.unstable_among`), :data:`~iterlin.repro.claims.NA` without a partner
     par: str
 
 
@@ -339,7 +339,7 @@ def per_K(results: Results) -> list[PerK]:
 def claims(results: Results) -> list[Claim]:
     """Per finite K > 1: "K ends on par with damped GN at λ = B/(Kη)" by the shared noise rule
     (GN minus K, paired over seeds and test images; a diverged GN run is 'no', a K run that was
-    unstable, :func:`~iterlin.failures.unstable_among`, 'no (unstable)'); the sharpness record; divergence."""
+    unstable, :func:`~iterlin.repro.failures.unstable_among`, 'no (unstable)'); the sharpness record; divergence."""
     h = results.runs
     T = int(np.asarray(h["step"])[-1])
     lr, B = results.config.lr, results.config.batch_size
@@ -423,10 +423,10 @@ def timing(results: Results) -> str:
 def gn_baseline(ax: Axes, K_equiv: Any, acc: Any, *, damping: Any = None, diverged: Any = None,
                 offset: float = 1.12, color: Any = "C2",
                 label: str | None = "damped Gauss–Newton at K(λ) = B/(λη)") -> Line2D | None:
-    """Damped Gauss–Newton runs on a K axis (:func:`iterlin.plotting.set_K_axis`): at their
+    """Damped Gauss–Newton runs on a K axis (:func:`iterlin.repro.plotting.set_K_axis`): at their
     equivalent K(λ) = B/(λη) ``K_equiv`` ``(L,)`` finite > 0, × ``offset`` (drawn just right of the K
     run they match), the final test accuracy ``acc`` ``(L, S)`` (fractions) as
-    :func:`iterlin.plotting.seed_curve` (mean ± one s.e. over seeds, each seed a dot, diamonds), each
+    :func:`iterlin.repro.plotting.seed_curve` (mean ± one s.e. over seeds, each seed a dot, diamonds), each
     point labelled ``λ=…`` when ``damping`` ``(L,)`` is given; ``diverged`` ``(L,)`` marks points
     where a seed diverged. Returns the mean's Line2D, or None when L = 0 (nothing drawn)."""
     check_axes(ax)
@@ -449,8 +449,8 @@ def gn_baseline(ax: Axes, K_equiv: Any, acc: Any, *, damping: Any = None, diverg
 
 
 def sweep_colors(h: Mapping[str, Any], lines: Sequence[Any], K: Any) -> list[Any]:
-    """The colours of :func:`iterlin.plotting.plot_sweep`'s ``lines`` (one per group of the sweep
-    history ``h``, :func:`iterlin.plotting.seed_groups`) at each period of ``K`` ``(M,)``, so that
+    """The colours of :func:`iterlin.repro.plotting.plot_sweep`'s ``lines`` (one per group of the sweep
+    history ``h``, :func:`iterlin.repro.plotting.seed_groups`) at each period of ``K`` ``(M,)``, so that
     another method's lines match the K run they correspond to; a K the sweep does not have gets
     ``"gray"``."""
     groups = seed_groups(h)

@@ -31,7 +31,7 @@ from typing import ClassVar, NamedTuple
 import matplotlib.pyplot as plt
 import numpy as np
 
-from ..claims import (
+from ..repro.claims import (
     EXCEEDS_RULE,
     NA,
     ON_PAR,
@@ -46,11 +46,11 @@ from ..claims import (
     on_par_rule,
     sharpness_claim,
 )
-from ..config import resolve
+from ..repro.config import resolve
 from ..data import Dataset
-from ..failures import unstable_among
-from ..plotting import accuracy_against_K, band, legend, panels, plot_sweep
-from ..stats import Difference, final_difference, pct, runs_of
+from ..repro.failures import unstable_among
+from ..repro.plotting import accuracy_against_K, band, legend, panels, plot_sweep
+from ..repro.stats import Difference, final_difference, pct, runs_of
 from ._common import (
     STABLE,
     Experiment,
@@ -168,9 +168,9 @@ class PerK(NamedTuple):
     K: float  #: the period
     relin: int  #: its re-linearisations at the end (seed 0's run)
     diff: Difference  #: its final test accuracy minus K = 1's, paired by seed and test image
-    #: :func:`~iterlin.claims.on_par` within :data:`~iterlin.claims.ON_PAR`; "no" when a run of K = 1
-    #: diverged, :data:`~iterlin.claims.UNSTABLE` when a run of K was unstable
-    #: (:func:`~iterlin.failures.unstable_runs`)
+    #: :func:`~iterlin.repro.claims.on_par` within :data:`~iterlin.repro.claims.ON_PAR`; "no" when a run of K = 1
+    #: diverged, :data:`~iterlin.repro.claims.UNSTABLE` when a run of K was unstable
+    #: (:func:`~iterlin.repro.failures.unstable_runs`)
     par: str
 
 

@@ -11,7 +11,7 @@ cross-entropy; this is the limit of its Sec. 3 for the squared loss.)
 One re-linearisation at θ_s (:func:`linearise_at`): the Jacobian J = ∂f(θ_s, X)/∂θ (N·O × P),
 the empirical NTK Θ = JJᵀ (N·O × N·O, Eq. 2), its eigendecomposition Θ = U diag(σ) Uᵀ and the
 residual r₀ = f(θ_s, X) − Y. Every update here is a spectral filter φ applied to r₀
-(:func:`update`, the maths of :mod:`iterlin.closed_form`):
+(:func:`update`, the maths of :mod:`iterlin.solvers.closed_form`):
 
     θ = θ_s − Jᵀ U diag(φ(σ)) Uᵀ r₀,
 
@@ -19,7 +19,7 @@ residual r₀ = f(θ_s, X) − Y. Every update here is a spectral filter φ appl
 * Gauss–Newton, τ = ∞ (Eq. 5, 19):                            φ(σ) = 1/σ (minimum-norm step);
 * damped Gauss–Newton (Eq. 6):                                 φ(σ) = 1/(σ + λ), with λ = 1/τ, the
   value at which both filters switch from "leave this direction" to "solve it" (book/method.md,
-  :func:`iterlin.closed_form.equivalent_damping` with Kη = τ).
+  :func:`iterlin.solvers.closed_form.equivalent_damping` with Kη = τ).
 
 Runs (each from the same θ₀ per seed; the first linearisation at θ₀ is shared by every run):
 
@@ -47,7 +47,7 @@ inside the network at HIGHEST precision, never TF32 on a GPU: :func:`compute` ru
 U diag(φ) Uᵀ r₀ in float64 on the host: for τ → ∞ the filter is 1/σ over a spectrum that spans several decades, where a float32
 eigensolver loses the small eigenvalues. Directions with
 σ ≤ N·O·ε₃₂·max σ (below the rounding of a float32 Θ) are treated as null (the pseudo-inverse
-semantics of :mod:`iterlin.jacobian`).
+semantics of :mod:`iterlin.analysis.jacobian`).
 
 Cost. The kernel route (per-example Jacobians, JJᵀ, eigh) costs O(N·O·P) for J, O((N·O)²·P) for
 Θ and O((N·O)³) for the eigendecomposition per re-linearisation, and then gives every filter at
@@ -87,22 +87,22 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 
 from ..checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from ..claims import NA, ON_PAR, Claim, all_verdicts, exceeds, on_par, verdict
-from ..closed_form import flow_filter, gn_filter
+from ..repro.claims import NA, ON_PAR, Claim, all_verdicts, exceeds, on_par, verdict
+from ..solvers.closed_form import flow_filter, gn_filter
 from ..columns import Record
-from ..config import (
+from ..repro.config import (
     ExperimentConfig, GaussNewtonSteps, ImageSubset, Images, ImagesOrNone, Positive, Relins, RelinsOrNone,
     RunCount, RunCountOrNone, Seed, Steps, TestImages, resolve,
 )
 from ..data import Dataset, load_cifar10
-from ..gauss_newton import gauss_newton_step
-from ..jacobian import flat_jacobian, rcond
+from ..solvers.gauss_newton import gauss_newton_step
+from ..analysis.jacobian import flat_jacobian, rcond
 from ..linearise import linearised_apply
 from ..memo import memoise
 from ..models import make_model
-from ..plotting import band, legend, panels
+from ..repro.plotting import band, legend, panels
 from ..precision import full_precision, matmul, x64
-from ..stats import Difference, difference, num, pct
+from ..repro.stats import Difference, difference, num, pct
 from ._common import Experiment, network_correct, seed_keys
 
 __all__ = ["Config", "Results", "Runs", "RelinSeconds", "Checks", "get_config", "SCALES", "EXPERIMENT", "load", "compute", "precompute", "Scores",
@@ -115,7 +115,7 @@ INF = math.inf
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Config(ExperimentConfig):
-    """limit's knobs (the module docstring says what each does; :mod:`iterlin.config` checks them)."""
+    """limit's knobs (the module docstring says what each does; :mod:`iterlin.repro.config` checks them)."""
 
     experiment: ClassVar[str] = "limit"
 
@@ -290,12 +290,12 @@ def linearise_at(apply_fn: Callable, params: Any, x, y) -> Linearisation:
 
 
 def flow_phi(tau: float) -> Callable:
-    """φ(σ) = (1 − e^{−στ})/σ (Eq. 18; τ = ∞: 1/σ, Eq. 19), in float64 (:func:`iterlin.closed_form.flow_filter`)."""
+    """φ(σ) = (1 − e^{−στ})/σ (Eq. 18; τ = ∞: 1/σ, Eq. 19), in float64 (:func:`iterlin.solvers.closed_form.flow_filter`)."""
     return lambda s: np.asarray(flow_filter(jnp.asarray(s), tau, 1.0), np.float64)
 
 
 def damped_phi(damping: float) -> Callable:
-    """φ(σ) = 1/(σ + λ) (Eq. 6), in float64 (:func:`iterlin.closed_form.gn_filter`)."""
+    """φ(σ) = 1/(σ + λ) (Eq. 6), in float64 (:func:`iterlin.solvers.closed_form.gn_filter`)."""
     return lambda s: np.asarray(gn_filter(jnp.asarray(s), damping), np.float64)
 
 
@@ -325,7 +325,7 @@ def update(apply_fn: Callable, params: Any, x, lin: Linearisation, phi: Callable
 def lanczos_apply(mv: Callable, r, phi: Callable, iters: int) -> np.ndarray:
     """f(Θ)r ≈ ‖r‖ V_m f(T_m) e₁ by ``iters`` Lanczos steps on Θ (the matrix-free route).
 
-    ``mv(v) = Θv`` for v (M,) (:func:`iterlin.ntk.ntk_vector_product`: one VJP and one JVP), ``r``
+    ``mv(v) = Θv`` for v (M,) (:func:`iterlin.analysis.ntk.ntk_vector_product`: one VJP and one JVP), ``r``
     (M,), ``phi`` the filter f (float64). Full re-orthogonalisation (float64 on the host); stops early
     at an invariant subspace. With φ = :func:`flow_phi`, −Jᵀ of the result is the flow update.
     """
@@ -652,7 +652,7 @@ def consistency_checks(config: Config, x_all, y_all) -> Checks:
       iterated closed-form flow with period τ: ‖θ_lit − θ_flow‖/‖θ_flow − θ₀‖;
     * ``network_gd_vs_flow``: 2K GD steps on the network (gradient flow for 2τ) against the same
       iterated flow (R = 2) and against one flow of 2τ (R = 1): the relative distances;
-    * ``gn_vs_flow_inf``: the flow at τ = ∞ against :func:`iterlin.gauss_newton.gauss_newton_step`
+    * ``gn_vs_flow_inf``: the flow at τ = ∞ against :func:`iterlin.solvers.gauss_newton.gauss_newton_step`
       (λ = 0, kernel solver).
     """
     with full_precision():  # as compute: both routes at full precision
@@ -760,7 +760,7 @@ def flow_runs(results: Results, n: int) -> dict[int, np.ndarray]:
 
 def _few_updates(results: Results, n: int, claim: str) -> Claim:
     """"How few feature updates suffice" at N = ``n``: each R of the iterated flow against the
-    largest R there (gradient flow, τ → 0), over the seeds that ran it, by :func:`iterlin.claims.on_par`;
+    largest R there (gradient flow, τ → 0), over the seeds that ran it, by :func:`iterlin.repro.claims.on_par`;
     "yes" if some R ≤ 12 is on par, "no" if every R ≤ 12 is not."""
     runs = results.runs
     flow = flow_runs(results, n)
@@ -787,7 +787,7 @@ def _few_updates(results: Results, n: int, claim: str) -> Claim:
 
 def claims(results: Results) -> list[Claim]:
     """The claims stated before the run (module docstring of the notebook), decided by the shared
-    noise rule (:func:`iterlin.stats.difference`: a 95 % t interval of Δ, paired on the test images)."""
+    noise rule (:func:`iterlin.repro.stats.difference`: a 95 % t interval of Δ, paired on the test images)."""
     runs = results.runs
     n_main = ran_main_size(results)
     flow = flow_runs(results, n_main)

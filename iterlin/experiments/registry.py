@@ -6,7 +6,7 @@ A notebook resolves its parameters, makes ONE call, plots, and prints the claims
 
     config = resolve("fig3", scale, K=K, lr=lr, steps=steps)   # every parameter checked here
     results = run(config)                                       # computed once, then cached
-    ...                                                         # plots (iterlin.plotting)
+    ...                                                         # plots (iterlin.repro.plotting)
     print(claims(results))                                      # the final claims cell
 
 In a notebook run by papermill, ``config = resolve_notebook("fig3", globals())`` takes the
@@ -15,9 +15,9 @@ only logs "Passed unknown parameter": ``-p step 50`` would otherwise run the def
 
 :func:`run` = :func:`resolve` (validate every parameter, before anything else) → the experiment's
 ``load`` (``n_train`` larger than what is installed fails here, with a message naming it) →
-:func:`iterlin.cache.cached`, keyed by the config, the data's fingerprint and the fingerprint of
+:func:`iterlin.repro.cache.cached`, keyed by the config, the data's fingerprint and the fingerprint of
 exactly the code that the experiment's ``load`` and ``compute`` reach
-(:func:`iterlin.fingerprint.code_fingerprint`), so a change to a plot, a claim or another figure
+(:func:`iterlin.repro.fingerprint.code_fingerprint`), so a change to a plot, a claim or another figure
 recomputes nothing, and a change to the library code a figure uses recomputes that figure.
 
 Every experiment lives in its own module, ``iterlin/experiments/<name>.py``, which defines
@@ -35,13 +35,13 @@ import inspect
 import math
 from typing import Any, Mapping
 
-from .. import config as _config
-from ..config import ExperimentConfig
-from ..cache import cached
-from ..claims import ClaimsTable, publish_claims
-from ..compilation import enable_compilation_cache
+from ..repro import config as _config
+from ..repro.config import ExperimentConfig
+from ..repro.cache import cached
+from ..repro.claims import ClaimsTable, publish_claims
+from ..repro.compilation import enable_compilation_cache
 from ..data import Dataset
-from ..fingerprint import code_fingerprint
+from ..repro.fingerprint import code_fingerprint
 from ..validate import check_choice
 from . import adaptive, fig1, fig2, fig3, fig4, fig5, fig6, fig7, fig8, fig9, gn, ksweep, limit, lr, ntk
 from ._common import Experiment, stored
@@ -73,7 +73,7 @@ def resolve(name: str, scale: str = "smoke", /, **overrides: Any) -> ExperimentC
     """The typed config of experiment ``name`` at ``scale`` with ``overrides`` applied, every value
     checked (the experiment's ``Config``).
 
-    ``None`` for an override keeps the scale's default. See :func:`iterlin.config.resolve`.
+    ``None`` for an override keeps the scale's default. See :func:`iterlin.repro.config.resolve`.
     """
     exp = get(name)
     return _config.resolve(exp.config, exp.scales, scale, overrides)
@@ -143,7 +143,7 @@ def resolve_notebook(name: str, namespace: Mapping[str, Any]) -> ExperimentConfi
 
     Raises ValueError before anything is computed: naming every unknown name (e.g. ``step`` given
     for ``steps``, or ``foo``) and listing the parameters that exist; ``scale`` missing; or any
-    value not allowed (see :func:`iterlin.config.resolve`).
+    value not allowed (see :func:`iterlin.repro.config.resolve`).
     """
     allowed = notebook_parameters(name)
     if not isinstance(namespace, Mapping):
@@ -172,7 +172,7 @@ def resolve_notebook(name: str, namespace: Mapping[str, Any]) -> ExperimentConfi
 
 
 def revalidate(config: ExperimentConfig | Mapping) -> ExperimentConfig:
-    """The typed config of a resolved config, or of its dict (:meth:`~iterlin.config.ExperimentConfig.to_dict`,
+    """The typed config of a resolved config, or of its dict (:meth:`~iterlin.repro.config.ExperimentConfig.to_dict`,
     e.g. read from a file), checked again (idempotent: ``revalidate(c) == c`` for a valid one)."""
     if isinstance(config, ExperimentConfig):
         config = config.to_dict()
@@ -206,15 +206,15 @@ def run(experiment: str | ExperimentConfig | Mapping, scale: str = "smoke", *, p
     Args:
       experiment: an experiment's name (``"fig2"``, ``"fig3"``, ...), or a config from
         :func:`resolve` (then ``overrides`` must not be given; the config is validated again).
-      scale: ``"smoke"`` (default), ``"cpu"``, ``"gpu"`` or ``"paper"`` (see :mod:`iterlin.config`).
+      scale: ``"smoke"`` (default), ``"cpu"``, ``"gpu"`` or ``"paper"`` (see :mod:`iterlin.repro.config`).
       progress: None (default) or True: report the training's progress on stderr, as a bar on a
         terminal and a plain line a minute elsewhere, e.g. under papermill
         (:func:`iterlin.progress.progress_bar`; the book's pages drop stderr); False: nothing.
-      cache_dir: default :func:`iterlin.cache.default_cache_dir`.
+      cache_dir: default :func:`iterlin.repro.cache.default_cache_dir`.
       verbose: print the resolved config and whether the results were computed or loaded.
       **overrides: the experiment's knobs; ``None`` means the scale's default.
 
-    JAX's persistent compilation cache is turned on first (:func:`iterlin.compilation.enable_compilation_cache`).
+    JAX's persistent compilation cache is turned on first (:func:`iterlin.repro.compilation.enable_compilation_cache`).
 
     Returns:
       The experiment's typed results (its module's ``Results``: NumPy arrays, and each sweep a
@@ -252,7 +252,7 @@ def claims(results: Any, *, directory=None) -> ClaimsTable:
     table as a notebook's last expression, fixed-width text when printed).
 
     ``results`` as returned by :func:`run` (its ``config`` names the experiment and the scale).
-    See :func:`iterlin.claims.publish_claims` for where the JSON goes.
+    See :func:`iterlin.repro.claims.publish_claims` for where the JSON goes.
     """
     config = results.config
     exp = get(config.experiment)

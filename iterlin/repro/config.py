@@ -76,7 +76,7 @@ other than by the rules above gets a rule in its Config's ``EXPAND`` (e.g. Fig. 
 
 A resolved config's :meth:`~ExperimentConfig.to_dict` is a JSON-able ``dict`` (ints, floats incl.
 ``math.inf``, bools, strings, ``None`` and lists of these) holding ``experiment`` and ``scale`` and
-every knob; it is what :mod:`iterlin.cache` hashes (so equal configs mean equal computations) and
+every knob; it is what :mod:`iterlin.repro.cache` hashes (so equal configs mean equal computations) and
 what the reference runs store.
 """
 
@@ -89,7 +89,7 @@ import math
 import typing
 from typing import Annotated, Any, Callable, ClassVar, Mapping, NamedTuple
 
-from .validate import MAX_SEED, MAX_STEPS, check_choice, check_int, check_K, check_nonnegative, check_positive
+from ..validate import MAX_SEED, MAX_STEPS, check_choice, check_int, check_K, check_nonnegative, check_positive
 
 __all__ = ["SCALE_NAMES", "Knob", "knob_check", "MAX_TRAIN", "MAX_TEST", "MAX_EVALS", "MAX_RUNS", "ExperimentConfig",
            "halvings", "resolve", "describe",
@@ -423,7 +423,7 @@ class ExperimentConfig:
             validator = knob_check(hint)
             if validator is None:  # a programming error in the experiment's Config, not a user error
                 raise KeyError(f"config key {f.name!r} of {self.experiment} has no check: its type must carry "
-                               "one (a knob type of iterlin.config, or Annotated[T, Knob(check)])")
+                               "one (a knob type of iterlin.repro.config, or Annotated[T, Knob(check)])")
             listed, value = _listed(hint), getattr(self, f.name)
             if value is None and not _allows_none(hint):
                 raise ValueError(f"{f.name}=None is not allowed: {f.name} must be given ({_type_name(f, hint)}) in "

@@ -1,6 +1,6 @@
 """Code fingerprints: a hash of what an experiment's computation runs, normalised, and only that.
 
-The result cache (:mod:`iterlin.cache`) keys results on a code fingerprint, and a reference run
+The result cache (:mod:`iterlin.repro.cache`) keys results on a code fingerprint, and a reference run
 records one (``iterlin.experiments.reference``). Hashing whole files would recompute every figure
 after any edit (a docstring, a plot, a claim's wording, another figure); :func:`code_fingerprint`
 hashes instead the **definitions** that the experiment's entry points (``compute`` and ``load``) can
@@ -66,7 +66,7 @@ from typing import Iterable, Iterator, NamedTuple, Sequence
 
 __all__ = ["code_fingerprint", "code_dependencies", "PACKAGE", "PACKAGE_DIR"]
 
-PACKAGE_DIR = Path(__file__).resolve().parent
+PACKAGE_DIR = Path(__file__).resolve().parent.parent
 #: The top-level package whose modules are hashed; imports of anything else are recorded by name.
 PACKAGE = PACKAGE_DIR.name
 _VERSION = b"iterlin.fingerprint/4"

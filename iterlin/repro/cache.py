@@ -7,7 +7,7 @@ valid cached copy exists. The cache key is
     sha256( name, canonical JSON of config, code fingerprint, data fingerprint )
 
 where the code fingerprint is given by the caller: for an experiment,
-``iterlin.fingerprint.code_fingerprint("iterlin.experiments.fig3", ("compute", "load"))``, a hash
+``iterlin.repro.fingerprint.code_fingerprint("iterlin.experiments.fig3", ("compute", "load"))``, a hash
 of the code its computation can reach (and only that: a plot, a claim's wording or another figure
 does not invalidate it); by default :func:`code_fingerprint`, a hash of every ``.py`` file of the
 package, subpackages included. So changing any knob, any line of the code that computes the
@@ -64,8 +64,8 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from .checkpoint import CheckpointError, atomic_write_bytes, check_npz_sizes
-from .data import user_cache_dir
+from ..checkpoint import CheckpointError, atomic_write_bytes, check_npz_sizes
+from ..data import user_cache_dir
 
 __all__ = [
     "CacheWarning",
@@ -85,7 +85,7 @@ __all__ = [
     "repo_root",
 ]
 
-PACKAGE_DIR = Path(__file__).resolve().parent
+PACKAGE_DIR = Path(__file__).resolve().parent.parent
 _SEP = "/"
 _RESERVED = ("__key__", "__config__", "__digest__")
 
@@ -152,7 +152,7 @@ def code_fingerprint(package_dir: str | os.PathLike | None = None) -> str:
 
     Each file contributes its path relative to ``package_dir`` (POSIX form) and its bytes, sorted
     by path; ``__pycache__`` and hidden folders are skipped. The coarse default key for callers
-    that give no per-experiment fingerprint (see :func:`iterlin.fingerprint.code_fingerprint`).
+    that give no per-experiment fingerprint (see :func:`iterlin.repro.fingerprint.code_fingerprint`).
     """
     root = Path(package_dir) if package_dir is not None else PACKAGE_DIR
     files = []
@@ -312,7 +312,7 @@ def load_results(path: str | os.PathLike, *, key: str | None = None, config: Map
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, zlib.error, MemoryError) as e:
         raise CheckpointError(f"cache file {path} is unreadable or truncated ({type(e).__name__}: {e})") from e
     if "__key__" not in flat:
-        raise CheckpointError(f"cache file {path} has no stored key: not written by iterlin.cache")
+        raise CheckpointError(f"cache file {path} has no stored key: not written by iterlin.repro.cache")
     digest = flat.pop("__digest__", None)
     if digest is None:
         raise CheckpointError(f"cache file {path} has no stored digest of its results: written by an older "
@@ -401,7 +401,7 @@ def cached(
       config: the resolved config (JSON-able); part of the key, and stored beside the results.
       data_fingerprint: a hash of the data the computation reads (``Dataset.fingerprint``).
       code: a hash of the code that computes the results, e.g.
-        ``iterlin.fingerprint.code_fingerprint("iterlin.experiments.fig3", ("compute", "load"))``;
+        ``iterlin.repro.fingerprint.code_fingerprint("iterlin.experiments.fig3", ("compute", "load"))``;
         default (None): :func:`code_fingerprint`, every ``.py`` file of the package. Recorded in
         the sidecar.
       cache_dir: default :func:`default_cache_dir`.
