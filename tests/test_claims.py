@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from _toy import fake_history
 
-from iterlin import claims
+from iterlin.repro import claims
 from iterlin.repro.claims import (
     pooled_runs,
     COLUMNS,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from iterlin import compilation
+from iterlin.repro import compilation
 from iterlin.repro.cache import user_cache_dir
 
 #: A fresh process: turn the cache on, compile one program (slow enough to be written), report the

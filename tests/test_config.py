@@ -18,6 +18,7 @@ import pytest
 import dataclasses
 
 from iterlin.repro.config import (
+    format_value,
     MAX_RUNS,
     SCALE_NAMES,
     Damping,
@@ -280,6 +281,13 @@ def test_resolve_returns_a_fresh_copy():
 
 def test_describe():
     assert describe({"K": [1, math.inf], "lr": 0.001, "n": None}) == "K=[1, inf], lr=0.001, n=None"
+
+
+def test_format_value_spells_infinity_and_none_as_asked():
+    """One formatter for the command line's ``describe`` and the book's scales table."""
+    assert format_value([1, 5e6, math.inf]) == "[1, 5e+06, inf]"
+    assert format_value([None, 1000], inf="∞", none="all") == "[all, 1000]"
+    assert format_value(math.inf, inf="∞") == "∞" and format_value(0.0008) == "0.0008" and format_value(3) == "3"
 
 
 def test_held_out_images_or_none():

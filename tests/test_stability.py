@@ -9,7 +9,7 @@ from _toy import tiny_problem
 from jax.flatten_util import ravel_pytree
 
 import iterlin
-from iterlin import stability
+from iterlin.analysis import stability
 
 
 def _explicit_ggn(apply_fn, params, x, y, loss):

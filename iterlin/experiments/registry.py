@@ -32,11 +32,10 @@ from __future__ import annotations
 import ast
 import hashlib
 import inspect
-import math
 from typing import Any, Mapping
 
 from ..repro import config as _config
-from ..repro.config import ExperimentConfig
+from ..repro.config import ExperimentConfig, format_value
 from ..repro.cache import cached
 from ..repro.claims import ClaimsTable, publish_claims
 from ..repro.compilation import enable_compilation_cache
@@ -259,18 +258,6 @@ def claims(results: Any, *, directory=None) -> ClaimsTable:
     return publish_claims(exp.name, exp.claims(results), scale=config.scale, directory=directory)
 
 
-def _fmt(v: Any) -> str:
-    if isinstance(v, float) and math.isinf(v):
-        return "∞"
-    if isinstance(v, list):
-        return "[" + ", ".join(_fmt(x) for x in v) + "]"
-    if v is None:
-        return "all"
-    if isinstance(v, float):
-        return f"{v:g}"
-    return str(v)
-
-
 def scales_table(name: str | None = None) -> str:
     """Markdown: for each experiment (or only ``name``), a table of its defaults, one column per scale.
 
@@ -283,7 +270,7 @@ def scales_table(name: str | None = None) -> str:
         rows = [f"### {exp.name}", "", "| parameter | " + " | ".join(scales) + " |",
                 "|---|" + "---|" * len(scales)]
         for k in keys:
-            cells = [_fmt(exp.scales[s][k]).replace("|", "\\|") for s in scales]
+            cells = [format_value(exp.scales[s][k], inf="∞", none="all").replace("|", "\\|") for s in scales]
             rows.append(f"| `{k}` | " + " | ".join(cells) + " |")
         parts.append("\n".join(rows) + "\n")
     return "\n".join(parts)
