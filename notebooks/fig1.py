@@ -27,6 +27,11 @@ n_seeds = None  # seeds per K: each its own initialisation (shared by every K an
 damping = None  # the lambdas of the damped Gauss-Newton runs, a list (lambda 0, plain Gauss-Newton, always runs)
 n_train = None  # training points (the paper's Fig. 9: 20)
 n_test = None  # test points (1000)
+gn_steps = None  # Gauss-Newton steps of the damped and plain Gauss-Newton runs
+max_relin = None  # the most linearisations a closed-form run may take (beyond it, literal GD steps)
+n_evals = None  # evaluation points along training (each a full pass over the training and test metrics)
+n_relin = None  # R: the least number of linearisations of a closed-form run
+x64 = None  # float64 (True) or float32 (False)
 
 # %% tags=["hide-cell"]
 from iterlin.repro.config import describe

@@ -30,6 +30,10 @@ n_test = None  # test images
 n_val = None  # training images held out to choose each run's early-stopping point ("none": the best test accuracy, as the paper)
 batch_size = None  # mini-batch size (at most the smallest n_train); None: full batch
 n_eval_train = None  # training images the training metrics are measured on ("all": every one)
+n_evals = None  # evaluation points along training (each a full pass over the training and test metrics)
+n_sharpness = None  # training images lambda_max of the linear model is measured on (the first ones)
+sharpness_every = None  # record lambda_max every this many steps (at evaluation points)
+sharpness_iters = None  # power iterations per measurement (warm-started; at most)
 
 # %% tags=["hide-cell"]
 from iterlin.repro.config import describe

@@ -29,6 +29,7 @@ n_train = None  # training images ("all": every installed image)
 n_test = None  # test images
 batch_size = None  # mini-batch size (at most n_train); None: full batch
 n_eval_train = None  # training images the training metrics are measured on ("all": every one)
+n_evals = None  # evaluation points along training (each a full pass over the training and test metrics)
 
 # %% tags=["hide-cell"]
 from iterlin.repro.config import describe

@@ -27,6 +27,8 @@ n_seeds = None  # seeds per λ: each its own initialisation (the same initialisa
 n_train = None  # training points (the paper: 20)
 n_test = None  # test points (the paper: 1000)
 x64 = None  # float64 (True) or float32 (False)
+n_evals = None  # evaluation points along training (each a full pass over the training and test metrics)
+n_functions = None  # target functions (each its own random quintic)
 
 # %% tags=["hide-cell"]
 from iterlin.repro.config import describe

@@ -31,6 +31,8 @@ n_sharpness = None  # training images the bound 2/lambda_max is measured on (at 
 sharpness_iters = None  # power iterations per measurement
 sharpness_every = None  # record lambda_max along training every this many steps (at evaluation points)
 n_eval_train = None  # training images the training metrics are measured on ("all": every one)
+augment = None  # random flips and crops of each training batch (True) or none (False)
+n_evals = None  # evaluation points along training (each a full pass over the training and test metrics)
 
 # %% tags=["hide-cell"]
 from iterlin.repro.config import describe

@@ -29,6 +29,7 @@ n_test = None  # test images
 batch_size = None  # mini-batch size (at most n_train)
 n_probe = None  # probe images for the kernel (the first training images; "all": at most 100); kernels are (10 n_probe)^2
 n_eval_train = None  # training images the training metrics are measured on ("all": every one)
+n_evals = None  # evaluation points along training (each a full pass over the training and test metrics)
 
 # %% tags=["hide-cell"]
 from iterlin.repro.config import describe

@@ -203,8 +203,9 @@ def run(experiment: str | ExperimentConfig | Mapping, scale: str = "smoke", *, p
     """Resolve, validate, load, compute (or load from the cache) and return an experiment's results.
 
     Args:
-      experiment: an experiment's name (``"fig2"``, ``"fig3"``, ...), or a config from
-        :func:`resolve` (then ``overrides`` must not be given; the config is validated again).
+      experiment: an experiment's name (``"fig2"``, ``"fig3"``, ...), a config from :func:`resolve`
+        (checked when it was built, so used as it is), or its dict (checked here); with a config or
+        a dict, ``overrides`` must not be given.
       scale: ``"smoke"`` (default), ``"cpu"``, ``"gpu"`` or ``"paper"`` (see :mod:`iterlin.repro.config`).
       progress: None (default) or True: report the training's progress on stderr, as a bar on a
         terminal and a plain line a minute elsewhere, e.g. under papermill
@@ -225,7 +226,8 @@ def run(experiment: str | ExperimentConfig | Mapping, scale: str = "smoke", *, p
     if isinstance(experiment, (ExperimentConfig, Mapping)):
         if overrides:
             raise ValueError(f"pass either a config or overrides, not both (got {sorted(overrides)})")
-        config = revalidate(experiment)
+        # a typed config was checked when it was built (it is frozen); a dict (read from a file) is checked here
+        config = experiment if isinstance(experiment, ExperimentConfig) else revalidate(experiment)
     else:
         config = resolve(experiment, scale, **overrides)
     exp = get(config.experiment)
