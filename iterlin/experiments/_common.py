@@ -122,17 +122,11 @@ class SweepConfig(Seeds, Sharpness):
     n_test: TestImages | None
 
 
-#: The CIFAR-10 setting where the linear model stays stable to the end (issue 25): 1,000 training
-#: images and every test image, batches of 100 at lr 0.001 with augmentation for T = 3,200 steps,
-#: K = 320 (10 re-linearisations), λ_max of the linear model's curvature on 256 training images
-#: every 320 steps. At lr 0.002 and T = 1,600 (the same progress lr·T = 3.2: the gpu runs of Figs.
-#: 3 and 6, ksweep and adaptive, 2026-11-26) η·λ_max/2 reached 0.48-0.57, over the third the
-#: stability rows ask. Three pilots on the 2-core CPU (Fig. 3's seeds 0-1 at lr 0.00125, ksweep's
-#: worst seed 4 and Fig. 2's seed 7 at lr 0.001) found λ_max following the progress lr·t, not the
-#: step (0.86-1.12 times lr 0.002's at equal lr·t), so halving η halved η·λ_max/2: 0.27 along
-#: K = 1 and 0.28 along the large K of ksweep's worst seed, at the same final test accuracy
-#: (within a point). The cpu and gpu scales of Figs. 3 and 6, ksweep and adaptive are this setting
-#: with their own seeds, evaluation points and K grid (``{**STABLE, ...}``).
+#: The CIFAR-10 setting where the linear model stays stable to the end: 1,000 training images and
+#: every test image, batches of 100 at lr 0.001 with augmentation for T = 3,200 steps, K = 320
+#: (10 re-linearisations), λ_max on 256 training images every 320 steps. The cpu and gpu scales of
+#: Figs. 3 and 6, ksweep and adaptive are this setting with their own seeds, evaluation points and
+#: K grid (``{**STABLE, ...}``); why this rate, and its pilots: the pages' "What each scale runs".
 STABLE = dict(
     K=[1, 320], lr=0.001, steps=3200, batch_size=100, augment=True, n_train=1000, n_test=None, seed=0,
     n_eval_train=None, n_sharpness=256, sharpness_iters=30, sharpness_every=320,

@@ -114,39 +114,20 @@ class Config(Seeds, _OptionalSharpness):
     n_test: TestImages | None
 
 
+# The scales (smoke, cpu, gpu, paper): what each runs, why, and what it changes is told on the page
+# (notebooks/adaptive.py, "What each scale runs").
 SCALES = {
-    # smoke: ksweep's smoke run (256 images, 24 steps of 16, lr 0.05, one seed): fixed K = 1, 3, 8
-    # (24, 8, 3 re-linearisations) and three tolerances; training metrics on 128 images; λ_max on
-    # 32 images at steps 0 and 24.
     "smoke": dict(
         K=[1, 3, 8], tol=[0.003, 0.01, 0.03], lr=0.05, steps=24, batch_size=16, augment=False, n_train=256,
         n_test=200, seed=0, n_seeds=1, n_evals=3, n_eval_train=128, n_sharpness=32, sharpness_iters=10,
         sharpness_every=24,
     ),
-    # cpu: the K sweep's stable setting (_common.STABLE: 1,000 training images, every test image,
-    # batches of 100 at lr 0.001 with augmentation, T = 3,200), 3 seeds, λ_max of the linear model
-    # every 320 steps: fixed K = 1 and 320 (10 re-linearisations, on par with K = 1 in the K sweep's
-    # cpu run) and tolerances 0.003 and 0.01. The tolerances from fig3's 8-seed gpu run at lr 0.002
-    # and T = 1,600: the relative gap |L_lin − L_net| / L_net of K = 160's linear model (its
-    # training images, median over seeds) was 0.003, 0.007, 0.011 at 40, 80, 120 steps into the
-    # first block and 0.0002-0.003 in the later ones; the run at lr 0.002 made 15-19 updates at
-    # tol 0.003, more than K = 160's 10, so 0.01 asks whether a few early updates suffice. At half
-    # the rate the same progress lr·t takes twice the steps (λ_max follows lr·t: _common.STABLE),
-    # so the same tolerances should fall at the same progress. 12 runs, sized to end inside one
-    # session: ESTIMATED at about 6,800 s of the 2-core CPU (the K sweep's cpu run, 12 runs of
-    # this setting, computed in about 5,900 s; an adaptive run costs about 1.3 fixed ones). The run
-    # at lr 0.002 (8 seeds, K = 1, 40, 160, 400) reached η·λ_max/2 = 0.55.
     "cpu": dict(
         STABLE, K=[1, 320], tol=[0.003, 0.01], n_seeds=3, n_evals=20,
     ),
-    # gpu: the cpu setting with a finer grid, K = 1, 80, 320, 800 (40, 10 and 4 updates) and
-    # tolerances 0.0003, 0.001, 0.003, 0.01, and 8 seeds (t(7) = 2.36 against t(2) = 4.30).
-    # ESTIMATED: about three times the 220 s of one H100 that the run at lr 0.002 took.
     "gpu": dict(
         STABLE, K=[1, 80, 320, 800], tol=[0.0003, 0.001, 0.003, 0.01], n_seeds=8, n_evals=20,
     ),
-    # paper: all of CIFAR-10 at the paper's mini-batch rate 1e-4 and batch 256, T = 1e6 steps (our
-    # choice, as ksweep's; the paper ran no adaptive rule). An ESTIMATE of hundreds of GPU-hours.
     "paper": dict(
         K=[1, 100, 1000, 10_000, 100_000], tol=[0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0], lr=1e-4,
         steps=1_000_000, batch_size=256, augment=False, n_train=50_000, n_test=10_000, seed=0, n_seeds=3,

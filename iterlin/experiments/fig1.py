@@ -143,35 +143,19 @@ class Config(ExperimentConfig):
     x64: Flag
 
 
+# The scales (smoke, cpu, gpu, paper): what each runs, why, and what it changes is told on the page
+# (notebooks/fig1.py, "What each scale runs").
+_CPU = dict(
+    K=[1, 3, 10, 30, 100, 300, 1000, 3000, 10**4, 10**5, 10**6, 10**7, 10**8, 10**9, INF], lr=0.02,
+    steps=10_000, n_relin=500, max_relin=1000, damping=[0.01, 0.1, 1.0, 10.0], gn_steps=500, seed=0,
+    n_seeds=40, n_train=20, n_test=1000, n_evals=10, x64=True,
+)
+_LONGER = dict(_CPU, steps=20_000, n_relin=1000, max_relin=2000, gn_steps=2000, n_evals=20)
 SCALES = {
-    "smoke": dict(
-        K=[1, 3, 10, 30, 100, 300, 1000, 10**4, 10**5, 10**6, 10**7, 10**8, 10**9, INF], lr=0.02,
-        steps=10_000, n_relin=500, max_relin=1000, damping=[0.01, 0.1, 1.0, 10.0], gn_steps=500, seed=0, n_seeds=1,
-        n_train=20, n_test=1000, n_evals=10, x64=True,
-    ),
-    # The committed reference run: smoke's grid and training (every run converged at 1, 3 and 4 seeds),
-    # with K = 3000 added (the gpu grid) and 40 seeds (seed 0..39), so that every comparison has a
-    # seed-to-seed spread: 45 s of CPU time per seed and 45 s fixed (measured at 3 seeds), so about
-    # 15 minutes of a 2-core CPU. Ten seeds (251 s) left the damping row undecided: λ = 0.1 against
-    # K = 10⁴ differed by +0.139 [+0.035, +0.244], just inside the ±25 % (0.036) of a decision, and
-    # λ = 0.01 against K = 10⁵ by −0.077 [−0.280, +0.126]. Forty (3,169 s beside two other jobs) still
-    # leave it undecided, with λ = 0.1 now on K = 10⁴ (notebooks/fig1.py).
-    "cpu": dict(
-        K=[1, 3, 10, 30, 100, 300, 1000, 3000, 10**4, 10**5, 10**6, 10**7, 10**8, 10**9, INF], lr=0.02,
-        steps=10_000, n_relin=500, max_relin=1000, damping=[0.01, 0.1, 1.0, 10.0], gn_steps=500, seed=0,
-        n_seeds=40, n_train=20, n_test=1000, n_evals=10, x64=True,
-    ),
-    # No GPU needed (the model is tiny; the cost is seeds × runs): longer training, the cpu scale's 40 seeds.
-    "gpu": dict(
-        K=[1, 3, 10, 30, 100, 300, 1000, 3000, 10**4, 10**5, 10**6, 10**7, 10**8, 10**9, INF], lr=0.02,
-        steps=20_000, n_relin=1000, max_relin=2000, damping=[0.01, 0.1, 1.0, 10.0], gn_steps=2000, seed=0,
-        n_seeds=40, n_train=20, n_test=1000, n_evals=20, x64=True,
-    ),
-    "paper": dict(
-        K=[1, 3, 10, 30, 100, 300, 1000, 3000, 10**4, 10**5, 10**6, 10**7, 10**8, 10**9, INF], lr=0.02,
-        steps=20_000, n_relin=1000, max_relin=2000, damping=[0.01, 0.1, 1.0, 10.0], gn_steps=2000, seed=0,
-        n_seeds=40, n_train=20, n_test=1000, n_evals=20, x64=True,
-    ),
+    "smoke": dict(_CPU, K=[k for k in _CPU["K"] if k != 3000], n_seeds=1),
+    "cpu": _CPU,
+    "gpu": _LONGER,
+    "paper": _LONGER,
 }
 
 

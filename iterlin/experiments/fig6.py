@@ -79,20 +79,14 @@ class Config(Seeds, Sharpness):
     n_probe: Images | None
 
 
+# The scales (smoke, cpu, gpu, paper): what each runs, why, and what it changes is told on the page
+# (notebooks/fig6.py, "What each scale runs").
 SCALES = {
     "smoke": dict(
         K=[1, 8], lr=0.05, steps=24, batch_size=32, augment=False, n_train=256, n_test=200, n_probe=None,
         seed=0, n_seeds=1, n_evals=6, n_eval_train=None, n_sharpness=32, sharpness_iters=10, sharpness_every=8,
     ),
-    # cpu: Fig. 3's cpu setting, where the linear model stays stable to the end (_common.STABLE:
-    # 1,000 training images, every test image (932), batches of 100 at lr 0.001 with augmentation,
-    # T = 3,200 steps, K = 320: 10 re-linearisations), 3 seeds; probes on all 1,000 training images
-    # at 10 points (one per re-linearisation) and λ_max of the linear model's curvature on 256
-    # training images at each.
     "cpu": dict(STABLE, n_probe=None, n_seeds=3, n_evals=10),
-    # gpu: the cpu setting with 8 seeds (t(7) = 2.36 against t(2) = 4.30). The same at lr 0.002 and
-    # T = 1,600 (K = 160) took 155 s of one H100 (JAX 0.11.2, beside two other runs; commit
-    # 9adf822), and its η·λ_max/2 reached 0.48. ESTIMATED: twice that.
     "gpu": dict(STABLE, n_probe=None, n_seeds=8, n_evals=10),
     "paper": dict(  # K = 5e6 (the paper's); lr, T, augmentation as our Fig. 3 paper settings
         K=[1, 5_000_000], lr=1e-4, steps=60_000_000, batch_size=256, augment=True, n_train=50_000,

@@ -76,19 +76,14 @@ class Config(SweepConfig):
     experiment: ClassVar[str] = "fig7"
 
 
+# The scales (smoke, cpu, gpu, paper): what each runs, why, and what it changes is told on the page
+# (notebooks/fig7.py, "What each scale runs").
 SCALES = {
     "smoke": dict(
         K=[1, 8], lr=0.05, steps=24, batch_size=32, augment=False, n_train=256, n_test=200, seed=0,
         n_seeds=1, n_evals=12, n_eval_train=None, n_sharpness=32, sharpness_iters=10, sharpness_every=8,
     ),
-    # cpu: Fig. 3's cpu setting, where the linear model stays stable to the end (issue 25): 1,000
-    # training images, every test image (932), batches of 100 at lr 0.002 with augmentation,
-    # T = 1,600 steps, K = 160 (10 re-linearisations), 3 seeds; a column every 160 steps (one per
-    # re-linearisation) and λ_max of the linear model's curvature on 256 training images at each.
-    # The earlier cpu scale (every image, lr 0.01, K = 25, 250 steps, 2 seeds) sat near the bound
-    # that Fig. 3's K = 50 crossed; its runs did not record it.
     "cpu": dict(STABLE, n_seeds=3, n_evals=10),
-    # gpu: NOT MEASURED on a GPU. The cpu setting with 8 seeds (t(7) = 2.36 against t(2) = 4.30).
     "gpu": dict(STABLE, n_seeds=8, n_evals=10),
     "paper": dict(  # K = 5e6 (the paper's); 6e7 steps of 256 = 30 columns of ~10 000 epochs
         K=[1, 5_000_000], lr=1e-4, steps=60_000_000, batch_size=256, augment=True, n_train=50_000,

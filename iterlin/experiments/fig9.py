@@ -94,19 +94,17 @@ class Config(ExperimentConfig):
     x64: Flag
 
 
+# The scales (smoke, cpu, gpu, paper): what each runs, why, and what it changes is told on the page
+# (notebooks/fig9.py, "What each scale runs").
 SCALES = {
     "smoke": dict(
         damping=[0.0, 1e-3, 1e-2, 1e-1, 1.0, 10.0], steps=200, step_size=1.0, seed=0, n_seeds=10,
         n_functions=10, n_train=20, n_test=1000, n_evals=10, x64=True,
     ),
-    # The committed reference run: the gpu grid of λ (up to 100) with 500 steps (measured: every λ's
-    # median train RMSE has stopped changing by then, λ = 100 included) and 40 seeds (seed 0..39):
-    # about 8 minutes of a 2-core CPU (measured at 10 and 20 seeds: 11 s per seed, see notebooks/fig9.py).
     "cpu": dict(
         damping=[0.0, 1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0], steps=500, step_size=1.0, seed=0,
         n_seeds=40, n_functions=10, n_train=20, n_test=1000, n_evals=10, x64=True,
     ),
-    # No GPU needed (the network is tiny; the cost is λ × seeds × steps): 50 seeds, 2000 steps.
     "gpu": dict(
         damping=[0.0, 1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0], steps=2000, step_size=1.0, seed=0,
         n_seeds=50, n_functions=10, n_train=20, n_test=1000, n_evals=20, x64=True,

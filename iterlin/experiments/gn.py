@@ -136,50 +136,23 @@ class Config(Seeds, Sharpness):
     n_test: TestImages | None
 
 
+# The scales (smoke, cpu, gpu, paper): what each runs, why, and what it changes is told on the page
+# (notebooks/gn.py, "What each scale runs").
 SCALES = {
-    # smoke: ksweep's smoke data (256 images, 24 steps of 16 at lr 0.05), K = 1, 8 (3 re-linearisations)
-    # and ∞; GN at λ(8) = 16/(8 · 0.05) = 40 with 2 CG iterations; one seed. About a minute.
     "smoke": dict(
         K=[1, 8, INF], lr=0.05, steps=24, batch_size=16, cg_maxiter=2, augment=False, n_train=256, n_test=200,
         seed=0, n_seeds=1, n_evals=3, n_eval_train=128, n_sharpness=32, sharpness_iters=10, sharpness_every=8,
     ),
-    # cpu: every installed image (4,660 / 932), 3 seeds (2 before 2026-11-28: t(1) = 12.7), lr 0.01 (ksweep's cpu rate), batches of 128,
-    # K = 1, 10 (7 re-linearisations), 35 (2), ∞; GN at λ(10) = 128/(10 · 0.01) = 1280 and
-    # λ(35) ≈ 366 (summed loss), ONE CG iteration per GN step. T = 70 steps, not 200: cost forces it.
-    # MEASURED on this 2-core CPU (load average ~5, batch 128, inside fit): a linearised SGD step 0.54 s;
-    # a GN step 0.5 + 3.1 s per CG iteration (6.7 s at cg_maxiter 2, 12.9 s at 4: a CG iteration
-    # costs ~6 linearised steps here, the convolutions' jvp/vjp inside the CG loop run far slower
-    # than at top level). ESTIMATE: K sweep 2 seeds × 70 × (0.26 + 3 × 0.54) ≈ 265 s; GN 4 runs ×
-    # 70 × 3.6 s ≈ 1010 s; 4 evaluations × 10 runs × ~3 s ≈ 120 s; ~120 s compilation and loading:
-    # ≈ 1500 s (25 min). T = 200 would take ≈ 4000 s, and 2 CG iterations nearly double GN's share.
-    # MEASURED since: the committed run at 43cb5cc took 396 s (matrix-product convolutions, and CG no
-    # longer spends a product on A·0), against 2,992 s for the run at 64a0729. Since 2026-11-29 the
-    # K runs record λ_max of their linear model on the first 256 training images (20 power
-    # iterations) at every evaluation point, one every 14 steps (n_evals 5, 3 before). MEASURED
-    # (results/gn, 1,402 s beside another run; the same accuracies as the run before it, to the
-    # digit): η·λ_max/2 at most 0.18 along K = 35 and 0.19 along K = ∞; along K = 10 it rose to
-    # 0.25, 0.23 and 0.36 (seeds 0-2) at step 70, seed 2 over the third. So since then: lr 0.007
-    # and T = 100 (η·T 0.7 as before; η·λ_max/2 scales with η at a like point of training, 0.36 ×
-    # 0.7 ≈ 0.25), K = 10 (9 re-linearisations) and 35 (2), GN at λ(10) = 128/(10 · 0.007) ≈ 1829
-    # and λ(35) ≈ 522, evaluations and the record every 20 steps. MEASURED (results/gn, 1,597 s
-    # beside the fig5 run): η·λ_max/2 at most 0.26 along K = 10 (seed 2, step 100), 0.10 along
-    # K = 35, 0.13 along K = ∞; GN 6.0 and 9.0 points above K = 10 and K = 35.
     "cpu": dict(
         K=[1, 10, 35, INF], lr=0.007, steps=100, batch_size=128, cg_maxiter=1, augment=False, n_train=None,
         n_test=None, seed=0, n_seeds=3, n_evals=5, n_eval_train=500, n_sharpness=256, sharpness_iters=20,
         sharpness_every=20,
     ),
-    # gpu: ESTIMATE (not measured): 3 seeds, T = 2000 steps of 256, K = 1, 100, 300, 1000 and ∞ (15
-    # cheap runs) and GN at λ(100), λ(300), λ(1000) with 10 CG iterations: 9 runs × 2000 steps × ~20
-    # jvp/vjp of the CNN at batch 256 (~2 ms each on one H100) ≈ 720 s: about ten minutes.
     "gpu": dict(
         K=[1, 100, 300, 1000, INF], lr=1e-2, steps=2000, batch_size=256, cg_maxiter=10, augment=False,
         n_train=None, n_test=None, seed=0, n_seeds=3, n_evals=10, n_eval_train=5000, n_sharpness=256,
         sharpness_iters=20, sharpness_every=200,
     ),
-    # paper: all of CIFAR-10 (fails clearly on the small installed copy), the paper's mini-batch rate
-    # 1e-4, T = 1e6 steps of 256 (our choice), K up to 1e6 and ∞, GN with 20 CG iterations. An
-    # ESTIMATE of hundreds of GPU-hours.
     "paper": dict(
         K=[1, 10_000, 100_000, 1_000_000, INF], lr=1e-4, steps=1_000_000, batch_size=256, cg_maxiter=20,
         augment=False, n_train=50_000, n_test=10_000, seed=0, n_seeds=3, n_evals=100, n_eval_train=10_000,

@@ -134,47 +134,16 @@ class Config(ExperimentConfig):
     n_long_seeds: RunCountOrNone | None
 
 
+# The scales (smoke, cpu, gpu, paper): what each runs, why, and what it changes is told on the page
+# (notebooks/limit.py, "What each scale runs").
 SCALES = {
-    # T = 0.5 at every scale: the NTK's eigenvalues at θ₀ span about σ ≈ 5 … 5·10⁴ (N = 128), so the
-    # flow at θ₀ has fitted the training set by T ≈ 0.5 (e^{−5·0.5} ≈ 0.08 left along the smallest σ),
-    # and τ = T/R ≥ 1/σ for most directions only when R is large: the R grid reaches as far as cost allows.
-    # smoke: N = 8 and 16, R ∈ {1, 2, 4}, GN / damped GN / scaling at R = 2, one seed: about a minute
-    # and a half on a 2-core CPU (a check that the pipeline works; the accuracies are near chance).
     "smoke": dict(n_train=[8, 16], n_main=None, n_test=None, total_time=0.5, relins=[1, 2, 4], n_relin=2, seed=0,
                   n_seeds=1, n_check=8, gd_steps=40, n_long=8, long_R=8, n_long_seeds=1),
-    # cpu: the R grid {1, 2, 4, 8, 16}, GN and damped GN at N = 128, R = 8; the scaling runs (K = ∞ and
-    # R = 8) at N = 32, 64, 128 and 256; twenty seeds (three left every interval too wide, t(2) = 4.30;
-    # eight left the scaling, GN and damping rows undecided, each interval about ±1.3 points wide; sixteen
-    # left them undecided, the GN and damping intervals ±0.8 to ±0.9 points, each touching 0, and the
-    # four more seeds moved both differences towards 0). Thirty-two since: at twenty the GN row's
-    # s.e. (0.39 points) split into 0.29 from the seeds and 0.26 from the test images, so about 31
-    # seeds decide it if Δ stays at −0.6 (t(31) = 2.04); seeds 0-19 are the twenty-seed run's scores
-    # (computed at 7502949; today's code attested to compute the same, bit for bit at smoke, in
-    # results/limit's provenance), read from its results into the checkpoint folder (each run's
-    # Scores: per-image correctness, train accuracy and RMSE), and seeds 20-31 are computed.
-    # MEASURED: seeds 20-31 in 7,891 s (commit 0d081dd; the first 30 minutes beside a CI run). Both
-    # differences moved towards zero again (GN −0.3 [−0.9, +0.3], damped −0.5 [−1.2, +0.2]): undecided.
-    # Per seed: 27 + 14 re-linearisations at N = 128 (6.4 s each on a 2-core CPU,
-    # `bench_second_order.py --n-relin 128 256`), 8 at N = 256 (23.7 s: the Gram JJᵀ of a
-    # 2,560 × 227,484 Jacobian dominates) and 16 at N ≤ 64: about 9 minutes a seed, 2.4 hours in all.
-    # The R grid continued to 128 at N = 64 for seeds 0-4 (does R = 16 stand for τ → 0?): R = 1 … 128,
-    # 255 re-linearisations a seed, 2.5-4 s each at N = 64 here (R = 256 would double it; seed 0's R = 32,
-    # 64 and 128 ended at 16.7, 16.7 and 17.2 %, its training RMSE at 2e-4 to 4e-5). Three seeds
-    # (t(2) = 4.30) left every R from 2 to 16 undecided; five (t(4) = 2.78) left R = 2 and R = 8 undecided
-    # (R = 4 and every R >= 16 on par), so the scale runs six (t(5) = 2.57).
     "cpu": dict(n_train=[32, 64, 128, 256], n_main=128, n_test=None, total_time=0.5, relins=[1, 2, 4, 8, 16],
                 n_relin=8, seed=0, n_seeds=32, n_check=32, gd_steps=200, n_long=64, long_R=128, n_long_seeds=6),
-    # gpu: the R grid {1, …, 32} and GN / damped GN at N = 256, the scaling runs at N = 128, 256 and
-    # 512, eight seeds (three left every interval too wide: t(2) = 4.30 against t(7) = 2.36); the
-    # eigendecompositions on the GPU (float64). At full precision on one H100 (JAX 0.11.2, 2026-11-27)
-    # one process computed seed 0's 11 runs at N = 256 and 512 in 224 s, four side by side seeds 1-4's
-    # in 331 s: the eight seeds need about 13 minutes of the device, more than one session lends, so
-    # the run is split across sessions by carrying precompute's folder (N = 1,000, R in the hundreds:
-    # far more).
     "gpu": dict(n_train=[128, 256, 512], n_main=256, n_test=None, total_time=0.5,
                 relins=[1, 2, 4, 8, 16, 32], n_relin=8, seed=0, n_seeds=8, n_check=64, gd_steps=2000,
                 n_long=None, long_R=None, n_long_seeds=None),
-    # paper: the paper's training sets are far larger; the kernel route ends near N = 1,000 on one GPU.
     "paper": dict(n_train=[250, 500, 1000], n_main=None, n_test=None, total_time=0.5,
                   relins=[1, 2, 4, 8, 16, 32, 64, 128, 256], n_relin=8, seed=0, n_seeds=3, n_check=64, gd_steps=2000,
                   n_long=None, long_R=None, n_long_seeds=None),

@@ -57,34 +57,22 @@ from ._common import (
 __all__ = ["Config", "Results", "get_config", "SCALES", "EXPERIMENT", "load", "compute", "claims", "decade", "plan", "large_K",
            "PerRate", "per_lr", "Crossing", "failures", "crossing_claim", "RateGrid", "by_lr", "timing", "plot"]
 
+# The scales (smoke, cpu, gpu, paper): what each runs, why, and what it changes is told on the page
+# (notebooks/lr.py, "What each scale runs").
 SCALES = {
-    # smoke: 256 images, 24 steps of 16, K = 1 and 3 (8 re-linearisations), rates 0.01-0.1; λ_max
-    # on 32 images with 10 power iterations; training metrics on 128 images.
     "smoke": dict(
         K=[1, 3], lr=[0.01, 0.03, 0.1], steps=24, batch_size=16, augment=False, n_train=256, n_test=200,
         seed=0, n_seeds=1, n_evals=6, n_eval_train=128, n_sharpness=32, sharpness_iters=10, sharpness_every=12,
     ),
-    # cpu: every installed image, 3 seeds, no augmentation, K = 1 and 50 (6 re-linearisations) at
-    # 0.01, 0.03 and 0.1, T = 300 steps of 128 (the earlier fig3 scale's rates: K = 50 on par for
-    # 375 steps at 0.01, blown up at 0.03, diverged at 0.1, while K = 1 trained at all three).
-    # The sharpness is recorded at every re-linearisation (every 50 steps: λ_max of the linear
-    # model's curvature on 256 training images) and the linear model's loss 4 times per block
-    # (evaluations every 12-13 steps), so that each failure of K = 50 can be set against η and
-    # 2/λ_max(θ_s) (the claim "large K fails where η crosses 2/λ_max(θ_s)").
     "cpu": dict(
         K=[1, 50], lr=[0.01, 0.03, 0.1], steps=300, batch_size=128, augment=False, n_train=None, n_test=None,
         seed=0, n_seeds=3, n_evals=24, n_eval_train=500, n_sharpness=256, sharpness_iters=30, sharpness_every=50,
     ),
-    # gpu: the cpu setting with 8 seeds (t(7) = 2.36 against t(2) = 4.30) and a fourth, smaller rate,
-    # 0.003 (under a third of the bound at θ_0), so that "large K needs a smaller rate" can find a
-    # rate where K = 50 is on par. The earlier estimate (10,000 steps of 256 at rates up to 0.3) was
-    # never run.
     "gpu": dict(
         K=[1, 50], lr=[0.003, 0.01, 0.03, 0.1], steps=300, batch_size=128, augment=False, n_train=None,
         n_test=None, seed=0, n_seeds=8, n_evals=24, n_eval_train=500, n_sharpness=256, sharpness_iters=30,
         sharpness_every=50,
     ),
-    # paper: the paper's rates and ten times larger ones (ours), K = 1e5 and T = 1e6 steps (ours).
     "paper": dict(
         K=[1, 100_000], lr=[1e-5, 1e-4, 1e-3, 1e-2], steps=1_000_000, batch_size=256, augment=False,
         n_train=50_000, n_test=10_000, seed=0, n_seeds=3, n_evals=100, n_eval_train=10_000, n_sharpness=1000,

@@ -68,28 +68,17 @@ class Config(Seeds):
     n_probe: Images | None
 
 
+# The scales (smoke, cpu, gpu, paper): what each runs, why, and what it changes is told on the page
+# (notebooks/ntk.py, "What each scale runs").
 SCALES = {
     "smoke": dict(
         K=[1, 6], lr=0.05, steps=24, batch_size=32, n_train=256, n_test=200, n_probe=8, seed=0,
         n_seeds=1, n_evals=8, n_eval_train=None,
     ),
-    # cpu: every installed image (4,660 / 932 of the shared subset), 3 seeds (2 before 2026-11-28:
-    # t(1) = 12.7) x 2 K x 180 steps of 128
-    # (about 5 epochs) as Fig. 3's cpu scale; K = 30: 6 re-linearisations, each seen alone
-    # between evaluation points every 15 steps (13 points); kernels on 20 probe images (200 x 200);
-    # training metrics on 1,000 training images. Measured on a loaded machine, a 20-step run with 2
-    # and with 3 evaluation points: XLA single-threaded on one core, 190 s and 214 s of CPU time
-    # (~24 s per point, ~87 s fixed); multi-threaded, 208 s and 246 s (~38 s per point, inflated by
-    # threads waiting); ~2.8 s per step of the 4 runs: about 87 + 13 x 24 + 180 x 2.8 = 900 s to
-    # 77 + 13 x 38 + 180 x 2.8 = 1075 s (15-18 minutes).
-    # lr 0.01, as Fig. 3's cpu scale: there, large K diverged at 0.1 and blew up at 0.03, although
-    # 0.03 is under the linear model's stability bound at initialisation (iterlin.analysis.stability).
     "cpu": dict(
         K=[1, 30], lr=0.01, steps=180, batch_size=128, n_train=None, n_test=None, n_probe=20, seed=0,
         n_seeds=3, n_evals=12, n_eval_train=1000,
     ),
-    # gpu: ESTIMATE (not measured): 3 seeds x 2 runs x 20 000 steps of 256, ~30 kernels 1000 x 1000 per
-    # run (n_probe=None: every installed image up to PROBE_CAP = 100)
     "gpu": dict(
         K=[1, 2000], lr=1e-2, steps=20_000, batch_size=256, n_train=None, n_test=None, n_probe=None,
         seed=0, n_seeds=3, n_evals=20, n_eval_train=5000,
