@@ -1,5 +1,7 @@
 """Datasets: CIFAR-10 (verified, safely unpickled; ``iterlin.data.cifar10``) and the quintic
-regression task of Fig. 9 (``iterlin.data.regression``), each returned as a :class:`Dataset`.
+regression task of Fig. 9 (``iterlin.data.regression``), each returned as a :class:`Dataset`; a CIFAR-10
+run's held-out pool, every installed image it neither trained nor early-stopped on
+(``iterlin.data.heldout``).
 
 Every public name of the submodules is re-exported here: ``from iterlin.data import load_cifar10``.
 """
@@ -7,6 +9,8 @@ Every public name of the submodules is re-exported here: ``from iterlin.data imp
 from __future__ import annotations
 
 from .cifar10 import (
+    TRAIN_FILE_SIZE,
+    Batches,
     CIFAR10_ARCHIVE,
     CIFAR10_CLASSES,
     CIFAR10_DIRNAME,
@@ -28,15 +32,28 @@ from .cifar10 import (
     find_cifar10,
     load_cifar10,
     md5sum,
+    read_batches,
     read_cifar10,
     safe_unpickle,
     standardise,
+    train_index,
     user_cache_dir,
 )
 from .dataset import Dataset
+from .heldout import HeldOut, HeldOutImages, check_heldout, heldout_images, heldout_pool, load_heldout
 from .regression import QUINTIC_HALF_WIDTH, quintic, quintic_fn
 
 __all__ = [
+    "TRAIN_FILE_SIZE",
+    "Batches",
+    "HeldOut",
+    "HeldOutImages",
+    "check_heldout",
+    "heldout_images",
+    "heldout_pool",
+    "load_heldout",
+    "read_batches",
+    "train_index",
     "CIFAR10_ARCHIVE",
     "CIFAR10_CLASSES",
     "CIFAR10_DIRNAME",
