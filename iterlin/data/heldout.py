@@ -21,6 +21,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ..validate import check_int
 from .cifar10 import TRAIN_FILE_SIZE, Batches, find_cifar10, read_batches, standardise, train_index
 
 __all__ = ["HeldOut", "HeldOutImages", "heldout_pool", "check_heldout", "heldout_images", "load_heldout"]
@@ -71,6 +72,8 @@ def _installed_train(counts) -> np.ndarray:
     return np.concatenate([TRAIN_FILE_SIZE * f + np.arange(int(c), dtype=np.int64) for f, c in enumerate(counts)])
 
 
+#: The official training indices lie in [0, _N_INDEX): 5 files of TRAIN_FILE_SIZE.
+_N_INDEX = 5 * TRAIN_FILE_SIZE
 _TRAIN_WHAT = "official training indices 10000 f + k for image k of data_batch_{f+1}"
 _TEST_WHAT = "positions in test_batch"
 
@@ -86,9 +89,8 @@ def check_heldout(pool: HeldOut, *, train, early_stop=(), early_stop_test=()) ->
     the images; returns it so that a recorded pool can be checked where it is read."""
     if not isinstance(pool, HeldOut):
         raise TypeError(f"pool of type {type(pool).__name__} is not allowed: pool must be a HeldOut")
-    upper = 5 * TRAIN_FILE_SIZE
-    for name, used, part, bound, what in (("train", train, pool.train_index, upper, _TRAIN_WHAT),
-                                          ("early_stop", early_stop, pool.train_index, upper, _TRAIN_WHAT),
+    for name, used, part, bound, what in (("train", train, pool.train_index, _N_INDEX, _TRAIN_WHAT),
+                                          ("early_stop", early_stop, pool.train_index, _N_INDEX, _TRAIN_WHAT),
                                           ("early_stop_test", early_stop_test, pool.test_index, TRAIN_FILE_SIZE,
                                            _TEST_WHAT)):
         if clash := _overlap(np.asarray(part), _indices(used, name, bound, what)):
@@ -97,30 +99,28 @@ def check_heldout(pool: HeldOut, *, train, early_stop=(), early_stop_test=()) ->
     return pool
 
 
-def heldout_pool(counts, n_test: int, *, n_train: int | None = None, train=None, early_stop=(),
-                 early_stop_test=()) -> HeldOut:
+def heldout_pool(counts, n_test: int, *, train, early_stop=(), early_stop_test=()) -> HeldOut:
     """The held-out pool of a run on a copy holding ``counts`` images per training file and
-    ``n_test`` test images: every installed image but those of its training set (``n_train``, by the
-    subset rule, or ``train``, official indices: exactly one of the two) and of ``early_stop`` /
-    ``early_stop_test``. A ValueError names ``early_stop`` when it overlaps the training set (a run
-    cannot stop on images it trains on)."""
+    ``n_test`` test images: every installed image but those it trains on (``train``, official
+    indices: :func:`~iterlin.data.train_index` of its ``n_train``) and those it early-stops on
+    (``early_stop``, official indices; ``early_stop_test``, positions in ``test_batch``). A
+    ValueError names ``early_stop`` when it overlaps ``train`` (a run cannot stop on images it trains
+    on), and ``train``/``early_stop`` when they hold an image that is not installed."""
     counts = tuple(int(c) for c in counts)
     if len(counts) != 5 or any(c < 0 or c > TRAIN_FILE_SIZE for c in counts):
         raise ValueError(f"counts={counts!r} is not allowed: counts must be 5 numbers of installed images in "
                          f"[0, {TRAIN_FILE_SIZE}], one per training file")
-    if (n_train is None) == (train is None):
-        raise ValueError(f"n_train={n_train!r} with train={'None' if train is None else 'given'} is not allowed: "
-                         "give exactly one of them")
+    n_test = check_int(n_test, "n_test", minimum=0, maximum=TRAIN_FILE_SIZE)
     installed = _installed_train(counts)
-    used = train_index(n_train, counts) if train is None else _indices(train, "train", 5 * TRAIN_FILE_SIZE, _TRAIN_WHAT)
-    stop = _indices(early_stop, "early_stop", 5 * TRAIN_FILE_SIZE, _TRAIN_WHAT)
-    stop_test = _indices(early_stop_test, "early_stop_test", int(n_test), _TEST_WHAT)
+    used = _indices(train, "train", _N_INDEX, _TRAIN_WHAT)
+    stop = _indices(early_stop, "early_stop", _N_INDEX, _TRAIN_WHAT)
+    stop_test = _indices(early_stop_test, "early_stop_test", n_test, _TEST_WHAT)
     for name, idx in (("train", used), ("early_stop", stop)):
         if missing := _overlap(idx, np.setdiff1d(idx, installed)):
             raise ValueError(f"{name} is not allowed: {missing} of it are not installed (counts {counts})")
     if clash := _overlap(stop, used):
-        raise ValueError(f"early_stop is not allowed: {clash} of it are training images of the run")
-    return HeldOut(np.setdiff1d(np.arange(int(n_test), dtype=np.int64), stop_test),
+        raise ValueError(f"early_stop is not allowed: {clash} of it are in train, the run's training images")
+    return HeldOut(np.setdiff1d(np.arange(n_test, dtype=np.int64), stop_test),
                    np.setdiff1d(installed, np.union1d(used, stop)))
 
 
@@ -129,7 +129,7 @@ def heldout_images(batches: Batches, pool: HeldOut) -> HeldOutImages:
     ValueError names ``pool`` when one of its images is not installed."""
     x_test, y_test = batches.test
     test = _indices(pool.test_index, "pool.test_index", x_test.shape[0], _TEST_WHAT)
-    unused = _indices(pool.train_index, "pool.train_index", 5 * TRAIN_FILE_SIZE, _TRAIN_WHAT)
+    unused = _indices(pool.train_index, "pool.train_index", _N_INDEX, _TRAIN_WHAT)
     f, k = np.divmod(unused, TRAIN_FILE_SIZE)
     counts = np.asarray(batches.counts)
     if np.any(k >= counts[f]):
@@ -145,10 +145,10 @@ def load_heldout(n_train: int | None, *, early_stop=(), early_stop_test=(), root
                  download: bool | None = None, cache_dir: str | os.PathLike | None = None
                  ) -> tuple[HeldOut, HeldOutImages]:
     """The held-out pool of a run trained on :func:`~iterlin.data.load_cifar10`'s ``n_train`` images
-    (:func:`heldout_pool` over every installed image), and its images standardised as
+    (None: all; :func:`heldout_pool` over every installed image), and its images standardised as
     :func:`~iterlin.data.load_cifar10` standardises them; the data is found as there."""
     batches = read_batches(find_cifar10(root, download=download, cache_dir=cache_dir))
-    pool = heldout_pool(batches.counts, batches.test[0].shape[0], n_train=n_train, early_stop=early_stop,
-                        early_stop_test=early_stop_test)
+    pool = heldout_pool(batches.counts, batches.test[0].shape[0], train=train_index(n_train, batches.counts),
+                        early_stop=early_stop, early_stop_test=early_stop_test)
     raw = heldout_images(batches, pool)
     return pool, raw._replace(x_test=standardise(raw.x_test), x_unused=standardise(raw.x_unused))

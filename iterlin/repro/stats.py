@@ -290,14 +290,17 @@ def variance_components(correct_a, correct_b, *, n_images: int | None = None) ->
 
 def mean_variance(components: VarianceComponents, n_seeds: int) -> tuple[float, float]:
     """(Var(Δ̂), df) of the mean difference over ``n_seeds`` seeds and the components' ``n_images``:
-    σ_a²/S + σ_b²/n + σ_c²/(S n), and the Satterthwaite df of its two-way estimate at the expected
-    mean squares σ_c² + n σ_a², σ_c² + S σ_b², σ_c² (∞ when every component is 0)."""
+    σ_a²/S + σ_b²/n + σ_c²/(S n), and the df that :func:`difference`'s two-way estimate has at the
+    expected mean squares (:func:`_expected_mean_squares`; Satterthwaite's)."""
     c = _check_components(components)
     S, n = _check_seeds(n_seeds), c.n_images
-    var = c.seed / S + c.image / n + c.interaction / (S * n)
-    ms = (c.interaction + n * c.seed, c.interaction + S * c.image, c.interaction)
-    denom = ms[0] ** 2 / (S - 1) + ms[1] ** 2 / (n - 1) + ms[2] ** 2 / ((S - 1) * (n - 1))
-    return var, ((S * n * var) ** 2 / denom if denom > 0 else math.inf)
+    _, df = _two_way_variance(*_expected_mean_squares(c, S), S, n)
+    return c.seed / S + c.image / n + c.interaction / (S * n), float(df)
+
+
+def _expected_mean_squares(c: VarianceComponents, S: int) -> tuple[float, float, float]:
+    """E[MS_A], E[MS_B], E[MS_AB] = σ_c² + n σ_a², σ_c² + S σ_b², σ_c² (n = ``c.n_images``)."""
+    return c.interaction + c.n_images * c.seed, c.interaction + S * c.image, c.interaction
 
 
 def _check_components(components) -> VarianceComponents:
@@ -368,8 +371,7 @@ def power(components: VarianceComponents, n_seeds: int, *, margin: float, test: 
         return float(abs(delta) < m if test == "on_par" else delta > 0)
     u = qmc.Sobol(3, scramble=True, seed=0).random(2**14)
     dfs = (S - 1, n - 1, (S - 1) * (n - 1))
-    expected = (c.interaction + n * c.seed, c.interaction + S * c.image, c.interaction)
-    ms = [e * stats.chi2.ppf(u[:, k], k_df) / k_df for k, (e, k_df) in enumerate(zip(expected, dfs))]
+    ms = [e * stats.chi2.ppf(u[:, i], k) / k for i, (e, k) in enumerate(zip(_expected_mean_squares(c, S), dfs))]
     se2, df = _two_way_variance(*ms, S, n)
     half = stats.t.ppf(0.975, df) * np.sqrt(se2)
     if test == "exceeds":
@@ -401,7 +403,7 @@ def seeds_needed(components: VarianceComponents, *, margin: float, test: str = "
                 else "no pool would (the seed term alone is too large)")
         raise ValueError(f"components={components!r} is not allowed: {top} seeds on {components.n_images} images "
                          f"give power {achieved(top):.2f} < {target} at margin {margin} ({test}); {hint}")
-    lo, hi = 2, top  # power rises with seeds: bisect for the first that reaches the target
+    lo, hi = 2, top  # power rises with seeds (variance and df improve): bisect for the first that reaches it
     if achieved(lo) >= target:
         hi = lo
     while hi - lo > 1:
