@@ -159,7 +159,9 @@ def difference(acc_a, acc_b, *, n_test: int, correct_a=None, correct_b=None, tes
       model's seed term MS_A/(S n) and test term MS_B/(S n) each hold σ_c²/(S n), so the split
       counts the interaction twice. Two-way: se² = (MS_A + MS_B − MS_AB)/(S n) (unbiased; at least
       MS_AB/(S n)), df by Satterthwaite over the three mean squares, at least the rule of three's 3/n²
-      (df ∞ where that floor binds). Needs ``correct_a`` and ``correct_b`` and no
+      (df ∞ where that floor binds). In Clark's (1973) terms the two-way interval is the quasi-F
+      test F′ of a crossed subjects × items design, and the split's is min F′ (MS_A + MS_B: a
+      conservative bound). Needs ``correct_a`` and ``correct_b`` and no
       ``test_var``; with one seed it is the split model (nothing is counted twice). Δ is the same.
     """
     if model not in MODELS:
@@ -388,6 +390,13 @@ def seeds_needed(components: VarianceComponents, *, margin: float, test: str = "
     A ValueError when ``max_seeds`` seeds do not reach it: the image terms σ_b²/n + σ_c²/(S n) do not
     shrink with seeds, so the pool is too small; the message gives the images that would do at
     ``max_seeds`` seeds (or says that none would).
+
+    >>> pilot = VarianceComponents(seed=0.0, image=0.0028, interaction=0.066, n_images=4592)
+    >>> plan = seeds_needed(pilot, margin=0.02)  # on par within ±2 points, true |Δ| ≤ 1 point
+    >>> plan.n_seeds, round(plan.power, 2)
+    (4, 0.93)
+    >>> seeds_needed(pilot, margin=0.01).n_seeds
+    8
     """
     if not 0 < target < 1:
         raise ValueError(f"target={target!r} is not allowed: target must be a power in (0, 1)")
