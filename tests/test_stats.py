@@ -200,7 +200,7 @@ def test_two_way_edge_cases_and_bad_input():
         difference([0.4, 0.5], [0.5, 0.5], n_test=400, correct_a=c[:2], correct_b=c[:2], test_var=0.1, model="two_way")
     with pytest.raises(ValueError, match="S >= 2 seeds and n >= 2 images"):
         variance_components(c[:1], c[:1])
-    with pytest.raises(ValueError, match="n_images=1 is not allowed"):
+    with pytest.raises(ValueError, match="n_images=1 is not allowed: n_images must be an integer >= 2"):
         variance_components(c, c, n_images=1)
 
 
@@ -274,6 +274,10 @@ def test_seeds_needed_is_the_fewest_that_reach_the_target():
         power(vc, 1, margin=0.01)
     with pytest.raises(ValueError, match="margin=0 is not allowed"):
         power(vc, 4, margin=0)
+    with pytest.raises(ValueError, match="true_diff=nan is not allowed"):
+        power(vc, 4, margin=0.01, true_diff=math.nan)
+    with pytest.raises(ValueError, match="target=1 is not allowed"):
+        seeds_needed(vc, margin=0.01, target=1)
     with pytest.raises(ValueError, match="variances must be finite"):
         power(vc._replace(image=-1.0), 4, margin=0.01)
     with pytest.raises(TypeError, match="must be a VarianceComponents"):

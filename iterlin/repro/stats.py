@@ -26,6 +26,8 @@ from typing import Mapping, NamedTuple
 
 import numpy as np
 
+from ..validate import check_int
+
 __all__ = ["pct", "num", "Difference", "difference", "t_quantile", "seed_interval", "final_difference", "runs_difference",
            "sweep_difference", "runs_of", "run_seeds", "MODELS", "VarianceComponents", "variance_components",
            "mean_variance", "Plan", "TESTS", "power", "seeds_needed"]
@@ -283,11 +285,9 @@ def variance_components(correct_a, correct_b, *, n_images: int | None = None) ->
         raise ValueError(f"correct_a and correct_b of shapes {a.shape} and {b.shape} are not allowed: they must be "
                          "(S, n) arrays of one shape with S >= 2 seeds and n >= 2 images")
     ms = _mean_squares(b - a)
-    n = ms.n_images if n_images is None else n_images
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 2:
-        raise ValueError(f"n_images={n_images!r} is not allowed: n_images must be a number of images >= 2")
+    n = ms.n_images if n_images is None else check_int(n_images, "n_images", minimum=2)
     return VarianceComponents(max(0.0, ms.seed - ms.interaction) / ms.n_images,
-                              max(0.0, ms.image - ms.interaction) / ms.n_seeds, ms.interaction, int(n))
+                              max(0.0, ms.image - ms.interaction) / ms.n_seeds, ms.interaction, n)
 
 
 def mean_variance(components: VarianceComponents, n_seeds: int) -> tuple[float, float]:
@@ -315,11 +315,8 @@ def _check_components(components) -> VarianceComponents:
     return components
 
 
-def _check_seeds(n_seeds) -> int:
-    if isinstance(n_seeds, bool) or not isinstance(n_seeds, (int, np.integer)) or n_seeds < 2:
-        raise ValueError(f"n_seeds={n_seeds!r} is not allowed: n_seeds must be an integer >= 2 (the seed term "
-                         "needs a spread)")
-    return int(n_seeds)
+def _check_seeds(n_seeds, name: str = "n_seeds") -> int:
+    return check_int(n_seeds, name, minimum=2, why="the seed term needs a spread")
 
 
 class Plan(NamedTuple):
@@ -365,6 +362,8 @@ def power(components: VarianceComponents, n_seeds: int, *, margin: float, test: 
     if not (math.isfinite(m) and m > 0):
         raise ValueError(f"margin={margin!r} is not allowed: margin must be a positive number")
     delta = (m / 2 if test == "on_par" else m) if true_diff is None else float(true_diff)
+    if not math.isfinite(delta):
+        raise ValueError(f"true_diff={true_diff!r} is not allowed: true_diff must be a finite difference (or None)")
     c = components
     var, _ = mean_variance(c, n_seeds)
     S, n = int(n_seeds), c.n_images
@@ -400,7 +399,7 @@ def seeds_needed(components: VarianceComponents, *, margin: float, test: str = "
     """
     if not 0 < target < 1:
         raise ValueError(f"target={target!r} is not allowed: target must be a power in (0, 1)")
-    top = _check_seeds(max_seeds)
+    top = _check_seeds(max_seeds, "max_seeds")
 
     def achieved(S, c=components):
         return power(c, S, margin=margin, test=test, true_diff=true_diff)
