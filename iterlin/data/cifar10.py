@@ -103,6 +103,8 @@ __all__ = [
     "CIFAR10_URL",
     "DOWNLOAD_ENV_VAR",
     "ENV_VAR",
+    "TRAIN_FILE_SIZE",
+    "Batches",
     "DataError",
     "DatasetNotFoundError",
     "FileRecord",
@@ -113,14 +115,12 @@ __all__ = [
     "find_cifar10",
     "load_cifar10",
     "md5sum",
+    "read_batches",
     "read_cifar10",
     "safe_unpickle",
     "standardise",
-    "user_cache_dir",
-    "Batches",
-    "read_batches",
     "train_index",
-    "TRAIN_FILE_SIZE",
+    "user_cache_dir",
 ]
 
 
