@@ -109,14 +109,14 @@ def test_cached_uses_the_callers_code_fingerprint(tmp_path, monkeypatch):
     assert f.calls == 1
     key = cache_key("figX", CONFIG, data_fingerprint="d", code="fig-code-1")
     side = json.loads(cache_paths("figX", key, tmp_path)["sidecar"].read_text())
-    assert side["package_digest"] == "fig-code-1" and side["key"] == key
+    assert side["code_fingerprint"] == "fig-code-1" and side["key"] == key
     cached("figX", f, CONFIG, data_fingerprint="d", code="fig-code-2", cache_dir=tmp_path, verbose=False)
     assert f.calls == 2
     # with no code given, the default (package-wide) fingerprint is used and recorded
     cached("figX", f, CONFIG, data_fingerprint="d", cache_dir=tmp_path, verbose=False)
     assert f.calls == 3
     key = cache_key("figX", CONFIG, data_fingerprint="d", code="edited elsewhere")
-    assert json.loads(cache_paths("figX", key, tmp_path)["sidecar"].read_text())["package_digest"] == "edited elsewhere"
+    assert json.loads(cache_paths("figX", key, tmp_path)["sidecar"].read_text())["code_fingerprint"] == "edited elsewhere"
     with pytest.raises(TypeError, match="code=3"):
         cache_key("figX", CONFIG, data_fingerprint="d", code=3)
 

@@ -231,7 +231,7 @@ SAME = {
     ),
     "an f-string written in pieces": ("def f(x):\n    return f'a{x:.1f}b' 'c'\n", "def f(x):\n    return f'a{x:.1f}bc'\n"),
     "an error's message": (
-        "def f(x):\n    if x < 0:\n        raise ValueError(f'x={x!r} is not allowed: see iterlin.repro.config')\n    return x\n",
+        "def f(x):\n    if x < 0:\n        raise ValueError(f'x={x!r} is not allowed: see iterlin.config')\n    return x\n",
         "def f(x):\n    if x < 0:\n        raise ValueError(f'{x} must be >= 0 (iterlin.repro.config)', x)\n    return x\n",
     ),
 }
@@ -301,7 +301,7 @@ def test_dependencies_of_a_figure(tree):
         "iterlin.experiments.figb:compute",
         "iterlin.models:Net",
         "iterlin.models:make",
-        "iterlin.analysis.ntk:kernel_distance",
+        "iterlin.ntk:kernel_distance",
         "iterlin.sub.kernels:kernel",
         "iterlin.training:SCALE",
         "iterlin.training:fit",
@@ -619,7 +619,8 @@ def test_real_tree_training_fit(real):
     assert h == code_fingerprint("iterlin.training", ("fit",))  # default root: the installed package
     deps = code_dependencies("iterlin.training", ("fit",), root=real)
     pkg = real / "iterlin"
-    for unrelated in ("plotting.py", "claims.py", "cache.py"):
+    for unrelated in ("repro/plotting.py", "repro/claims.py", "repro/cache.py"):
+        assert (pkg / unrelated).is_file(), unrelated
         with open(pkg / unrelated, "a") as f:
             f.write("\n\ndef _edited():\n    return 1\n\nEDITED = True\n")
     with open(pkg / "training" / "_loop.py", "a") as f:  # a new function fit does not use
@@ -643,7 +644,8 @@ def test_real_tree_experiment(real):
     deps = code_dependencies(module, ENTRY, root=real)
     assert f"{module}:compute" in deps and "iterlin.training._loop:fit" in deps
     assert not [d for d in deps if d.startswith(("iterlin.repro.plotting", "iterlin.repro.claims", "iterlin.experiments.fig2"))]
-    for rel, mod in [("plotting.py", "iterlin.repro.plotting"), ("claims.py", "iterlin.repro.claims"), ("cache.py", "iterlin.repro.cache"),
+    for rel, mod in [("repro/plotting.py", "iterlin.repro.plotting"), ("repro/claims.py", "iterlin.repro.claims"),
+                     ("repro/cache.py", "iterlin.repro.cache"),
                      ("experiments/fig2.py", "iterlin.experiments.fig2")]:
         tree = ast.parse((pkg / rel).read_text())
         for fn in [n.name for n in tree.body if isinstance(n, ast.FunctionDef)]:

@@ -342,13 +342,16 @@ def test_attest_records_equivalent_code_only_when_every_array_is_equal(toy, tmp_
     assert "toy: NOT attested: at scale 'smoke': 'acc' differs" in capsys.readouterr().out
 
 
-def test_the_probe_runs_the_package_it_is_given(tmp_path):
+@pytest.mark.parametrize("cache_module", ["repro/cache.py", "cache.py"])  # today's layout, and a past commit's flat one
+def test_the_probe_runs_the_package_it_is_given(tmp_path, cache_module):
     """The probe's process imports ``iterlin`` from the root it is given, ahead of the installed one
     (a stand-in package here: its registry computes without JAX), and says when it fails."""
     root = tmp_path / "pkg"
     (root / "iterlin" / "experiments").mkdir(parents=True)
+    (root / "iterlin" / "repro").mkdir()
     (root / "iterlin" / "__init__.py").write_text("")
-    (root / "iterlin" / "cache.py").write_text(
+    (root / "iterlin" / "repro" / "__init__.py").write_text("")
+    (root / "iterlin" / cache_module).write_text(
         "import json, numpy as np\n"
         "def save_results(path, results, *, key, config):\n"
         "    np.savez(path, __key__=np.asarray(key), __config__=np.asarray(json.dumps(config)), **results)\n")
