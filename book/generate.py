@@ -156,7 +156,7 @@ def read_reference(name: str, results: Path) -> dict | None:
     prov = ref.provenance
     if prov.get("name", name) != name:
         raise GenerateError(f"{where}/provenance.json: is the reference run of {prov.get('name')!r}, expected {name!r}")
-    rows = check_rows([r._asdict() for r in ref.rows], f"{where}/claims.json")
+    rows = check_rows([r.asdict() for r in ref.rows], f"{where}/claims.json")
     return {"scale": str(prov["scale"]), "seeds": list(prov.get("seeds") or []), "provenance": prov,
             "caption": caption, "changed": changed, "rows": rows}
 

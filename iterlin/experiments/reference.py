@@ -163,7 +163,7 @@ def _write_json(path: Path, doc: Mapping) -> None:
 
 
 def _claims_doc(name: str, scale: str, rows: Sequence[Claim]) -> dict:
-    return {"name": name, "scale": scale, "rows": [Claim(*r).check()._asdict() for r in rows]}
+    return {"name": name, "scale": scale, "rows": [Claim(*r).check().asdict() for r in rows]}
 
 
 def write(name: str, scale: str = "cpu", *, base=None, checkpoint_root=None, progress: bool = True,
