@@ -26,6 +26,10 @@ reference runs, ``results/<name>/`` (:mod:`iterlin.experiments.reference`: ``cla
   measurement read from that experiment's reference run, and the verdicts of the other experiments
   that measure it; included by ``book/intro.md``, so the front page prints the verdicts the figure
   pages print.
+* ``book/executed/protocol.md``: the claims protocol (``iterlin/experiments/claims.toml``): every
+  row with its status and date, the rows' hash beside what each reference run recorded, and every
+  amendment with the verdict under the original row and the amended one; included by
+  ``book/protocol.md``.
 
 They live in the git-ignored ``book/executed/`` and are rewritten on every build, so nothing
 generated is committed. Everything is read from local files: no network, no notebook execution.
@@ -56,7 +60,7 @@ import yaml
 
 from iterlin.checkpoint import CheckpointError
 from iterlin.claims import CHECKS_HEADING, COLUMNS, HOLDS, KINDS
-from iterlin.experiments import reference, scales_table
+from iterlin.experiments import protocol, reference, scales_table
 from iterlin.experiments.findings import FINDINGS, NO_RATE, findings
 
 EXECUTED = "book/executed"
@@ -158,7 +162,7 @@ def read_reference(name: str, results: Path) -> dict | None:
         raise GenerateError(f"{where}/provenance.json: is the reference run of {prov.get('name')!r}, expected {name!r}")
     rows = check_rows([r.asdict() for r in ref.rows], f"{where}/claims.json")
     return {"scale": str(prov["scale"]), "seeds": list(prov.get("seeds") or []), "provenance": prov,
-            "caption": caption, "changed": changed, "rows": rows}
+            "caption": caption, "changed": changed, "rows": rows, "results": ref.results}
 
 
 def split(rows: list[dict]) -> tuple[list[dict], list[dict]]:
@@ -515,6 +519,60 @@ def findings_page(items: list[dict], table=None) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _amendment_row(p, a, refs: dict) -> str:
+    now = p.row(a.id)
+    then = protocol.original(now, a)
+    changed = "; ".join(f"{f}: {escape(repr(v))} → {escape(repr(getattr(now, f)))}" for f, v in a.original.items())
+    ref = refs.get(now.experiment)
+    if ref is None:
+        before = after = "no reference run"
+    else:
+        before, after = (f"**{escape(c.holds)}** ({escape(c.measured)})"
+                         for c in protocol.evaluate([then, now], ref["results"]))
+    return (f"| {escape(a.id)} | {escape(a.date)} | {escape(a.reason)} | {changed} | {before} | {after} |")
+
+
+def protocol_page(items: list[dict], source=None) -> str:
+    """The claims protocol (:mod:`iterlin.experiments.protocol`, default the project's
+    ``claims.toml``): every row with its status and date, each experiment's rows hash beside what
+    its reference run recorded, and every amendment with the verdict under the original row and
+    under the amended one (on the reference run's results)."""
+    p = source or protocol.protocol()
+    refs = {it["name"]: it["reference"] for it in items}
+    out = ["| id | status | the claim | the paper | the test | margin (why that size) | seeds | conditions |",
+           "|---|---|---|---|---|---|---|---|"]
+    for r in p.rows:
+        status = r.status + (f", registered {r.registered}" if r.registered else "")
+        test = f"{r.kind}: {r.runs}; {r.metric} at {r.read}" + (
+            f"; at most {r.max_relin} re-linearisations" if r.max_relin else "") + (
+            f"; the paper's {r.value:g}, judged at scale '{r.judged_at}' only" if r.value is not None else "")
+        margin = "none" if r.margin is None else f"{r.margin:.3g} ({r.margin_why})"
+        seeds = "the scale's" if r.seeds is None else str(r.seeds)
+        cond = "; ".join(c for c in (r.stability, r.convergence) if c) or "none stated"
+        out.append("| " + " | ".join(escape(c) for c in (r.id, status, r.claim, r.paper, test, margin, seeds, cond))
+                   + " |")
+    out += ["", "Each experiment's rows and what its reference run recorded of them:", "",
+            "| experiment | rows | SHA-256 of its rows today | its reference run tested |", "|---|---|---|---|"]
+    for name in sorted({r.experiment for r in p.rows}):
+        rows = protocol.rows_of(name, p)
+        ref = refs.get(name)
+        record = (ref or {}).get("provenance", {}).get("protocol")
+        tested = ("no reference run" if ref is None else "run before the protocol (no record)" if record is None
+                  else f"rows {record['rows_sha256'][:12]} at commit {record['commit'][:10]}")
+        out.append(f"| {_link(name)} | {len(rows)} | {protocol.rows_hash(rows)[:12]} | {escape(tested)} |")
+    missing = [it["name"] for it in items if not protocol.rows_of(it["name"], p)]
+    if missing:
+        out += ["", "Claims still built in code, not yet declared as rows: " + ", ".join(_link(n) for n in missing) + "."]
+    out += ["", "## Amendments", ""]
+    if not p.amendments:
+        out.append("None: no row has changed since it was registered.")
+    else:
+        out += ["| row | date | reason | changed (original → now) | verdict under the original row "
+                "| verdict under the amended row |", "|---|---|---|---|---|---|"]
+        out += [_amendment_row(p, a, refs) for a in p.amendments]
+    return "\n".join(out) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--root", type=Path, default=Path(__file__).resolve().parents[1], help="the repository root")
@@ -534,13 +592,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"book/generate.py: {e}", file=sys.stderr)
         return 1
     pages = (("claims.md", claims_page(items)), ("references.md", references_page(items)),
-             ("runtimes.md", runtimes_page(items)), ("scales.md", scales_table()), ("findings.md", front))
+             ("runtimes.md", runtimes_page(items)), ("scales.md", scales_table()), ("findings.md", front),
+             ("protocol.md", protocol_page(items)))
     for name, text in pages:
         tmp = executed / f".{name}.partial"
         tmp.write_text(text, encoding="utf-8")
         os.replace(tmp, executed / name)
     n_ref = sum(it["reference"] is not None for it in items)
-    print(f"book/generate.py: wrote {EXECUTED}/claims.md, references.md, runtimes.md, scales.md and findings.md for "
+    print(f"book/generate.py: wrote {EXECUTED}/claims.md, references.md, runtimes.md, scales.md, findings.md and "
+          f"protocol.md for "
           f"{len(items)} notebooks ({n_ref} with a reference run)")
     return 0
 

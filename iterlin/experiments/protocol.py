@@ -33,7 +33,7 @@ from typing import Any, Callable, Iterable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
-from ..claims import NA, UNDECIDED, UNSTABLE, Claim, divergence_claim, on_par_claim, sharpness_claim, verdict
+from ..claims import UNDECIDED, UNSTABLE, Claim, divergence_claim, on_par_claim, sharpness_claim, verdict
 from ..stats import pct, runs_of
 from ..training import METRIC_NAMES
 
@@ -43,7 +43,7 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 __all__ = ["Row", "Amendment", "Protocol", "ProtocolError", "KINDS", "STATUSES", "METRICS", "PROTOCOL_FILE",
-           "parse", "load", "protocol", "rows_of", "claims", "row_hash", "rows_hash", "provenance", "check_run",
+           "parse", "load", "protocol", "rows_of", "evaluate", "claims", "row_hash", "rows_hash", "provenance", "check_run",
            "original"]
 
 #: The protocol's file, beside this module.
@@ -209,7 +209,8 @@ def _row(data: Mapping, i: int) -> Row:
     where = f"row {data.get('id', i)!r}"
     unknown = sorted(set(data) - known)
     if unknown:
-        raise ProtocolError(f"{where}: field {unknown[0]!r} is not allowed: a row's fields are {sorted(known)}")
+        raise ProtocolError(f"{where}: {unknown[0]}={data[unknown[0]]!r} is not allowed: {unknown[0]!r} is not a "
+                            f"field of a row (they are {sorted(known)})")
     try:
         return Row(**data)
     except TypeError as e:  # a required field missing
@@ -326,11 +327,10 @@ def check_run(record: Mapping, source: Protocol | None = None) -> None:
         if any(row_hash(original(now, a)) == row_hash(then) for a in amended):
             continue
         changed = [f.name for f in dataclasses.fields(Row) if getattr(now, f.name) != getattr(then, f.name)]
-        f = changed[0]
-        raise ProtocolError(f"row {then.id!r}: {f} is {getattr(now, f)!r} but the run tested {f}="
-                            f"{getattr(then, f)!r} (rows hash {row_hash(now)[:12]} ≠ {row_hash(then)[:12]}): a "
+        what = "; ".join(f"{f} is {getattr(now, f)!r} but the run tested {f}={getattr(then, f)!r}" for f in changed)
+        raise ProtocolError(f"row {then.id!r}: {what} (row hash {row_hash(now)[:12]} ≠ {row_hash(then)[:12]}): a "
                             "confirmatory row changed after its run needs an [[amendment]] with its reason, date and "
-                            f"original {f}")
+                            f"the original {', '.join(changed)}")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -392,14 +392,17 @@ KINDS: dict[str, Kind] = {
 }
 
 
+def evaluate(rows: Iterable[Row], results) -> list[Claim]:
+    """The claims rows of ``rows`` on ``results``, in order, each keyed by its row's id
+    (``Claim.id``); a ``check`` row is of kind ``"check"``."""
+    return [KINDS[row.kind].evaluate(row, results)._replace(id=row.id, kind="check" if row.check else "claim")
+            for row in rows]
+
+
 def claims(experiment: str, results, source: Protocol | None = None) -> list[Claim]:
-    """The claims rows of ``experiment``'s rows (:func:`rows_of`) on ``results``, in file order,
-    each keyed by its row's id (``Claim.id``) and a ``check`` row of kind ``"check"``."""
-    out = []
-    for row in rows_of(experiment, source):
-        c = KINDS[row.kind].evaluate(row, results)
-        out.append(c._replace(id=row.id, kind="check" if row.check else "claim"))
-    if not out:
+    """:func:`evaluate` of ``experiment``'s rows (:func:`rows_of`); ProtocolError when it has none."""
+    rows = rows_of(experiment, source)
+    if not rows:
         raise ProtocolError(f"experiment={experiment!r} has no rows in {PROTOCOL_FILE.name}")
-    return out
+    return evaluate(rows, results)
 
