@@ -61,7 +61,7 @@ import yaml
 from iterlin.checkpoint import CheckpointError
 from iterlin.claims import CHECKS_HEADING, COLUMNS, HOLDS, KINDS
 from iterlin.experiments import protocol, reference, scales_table
-from iterlin.experiments.findings import FINDINGS, NO_RATE, findings
+from iterlin.experiments.findings import FINDINGS, NO_RATE, findings, shared_runs
 
 EXECUTED = "book/executed"
 #: What ``iterlin.cache.cached`` prints (stdout) when it computes or loads an experiment's results.
@@ -495,7 +495,8 @@ def findings_page(items: list[dict], table=None) -> str:
     when a row it names is missing or ambiguous."""
     rows = {it["name"]: (it["reference"] or {}).get("rows") for it in items}
     try:
-        found = findings(rows, FINDINGS if table is None else table)
+        found = findings(rows, FINDINGS if table is None else table,
+                         shared_runs({it["name"]: (it["reference"] or {}).get("results") for it in items}))
     except ValueError as e:
         raise GenerateError(str(e)) from e
     scale = {it["name"]: (it["reference"] or {}).get("scale") for it in items}
@@ -512,7 +513,8 @@ def findings_page(items: list[dict], table=None) -> str:
         also = "; ".join(
             f"{_link(e.experiment)} ({escape(e.row)}…): "
             + ("no reference run" if r is None else f"**{escape(r['holds'])}** ({_stability(e.experiment, st)})")
-            for e, r, st in zip(f.finding.also, f.also, f.also_stability))
+            + (f", the same runs as {_link(d.experiment)} for {escape(same)}: not independent evidence" if same else "")
+            for e, r, st, same in zip(f.finding.also, f.also, f.also_stability, f.also_shared))
         lines.append(f"| {escape(f.finding.figure)}: {escape(f.finding.claim)} | {escape(f.finding.paper)} | "
                      f"{_link(d.experiment)} ({escape(scale.get(d.experiment) or '')}) | **{escape(verdict)}** | "
                      f"{escape(measured)} | {escape(stable)} | {also} |")

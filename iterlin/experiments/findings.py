@@ -6,15 +6,24 @@ The verdicts are never written here: :func:`findings` reads them from the refere
 figure page print one answer per claim. A row is named by the start of its ``claim`` text (rows
 whose text holds a measured number, such as the limit's "λ = 1/τ = 16.00", are named by the words
 before it); :func:`findings` refuses a name that matches no row, or several.
+
+Another experiment corroborates a finding only if its runs differ from the decisive experiment's:
+:func:`shared_runs` finds the runs that two reference runs share (bit-identical per-image test
+correctness and final test loss: the same seed, setting and code computed twice), and
+:func:`findings` names such evidence as the same runs rather than as independent evidence.
 """
 
 from __future__ import annotations
 
-from typing import Mapping, NamedTuple, Sequence
+from typing import Any, Iterator, Mapping, NamedTuple, Sequence
+
+import numpy as np
 
 from ..claims import NA
+from ..relin import fmt_K
 
-__all__ = ["Evidence", "Finding", "FINDINGS", "STABILITY_ROW", "NO_RATE", "Found", "findings", "stability_row"]
+__all__ = ["Evidence", "Finding", "FINDINGS", "STABILITY_ROW", "NO_RATE", "Found", "findings", "stability_row", "Run",
+           "shared_runs", "describe_shared"]
 
 
 class Evidence(NamedTuple):
@@ -100,6 +109,9 @@ class Found(NamedTuple):
     also: tuple[Mapping | None, ...]
     stability: Mapping | None  #: the decisive run's :data:`STABILITY_ROW`, None where not recorded
     also_stability: tuple[Mapping | None, ...] = ()  #: the same for each of ``also``
+    #: for each of ``also`` from another experiment, the runs it shares with the decisive
+    #: experiment (:func:`describe_shared`), ``""`` when its runs are its own
+    also_shared: tuple[str, ...] = ()
 
 
 def _row(rows: Sequence[Mapping] | None, evidence: Evidence) -> Mapping | None:
@@ -125,16 +137,76 @@ def stability_row(rows: Sequence[Mapping] | None, evidence: Evidence | None = No
     return hits[0] if hits and hits[0]["holds"] != NA else None
 
 
-def findings(rows: Mapping[str, Sequence[Mapping] | None],
-             table: Sequence[Finding] = FINDINGS) -> list[Found]:
+class Run(NamedTuple):
+    """One run of a reference run's sweep: the experiment, the sweep's field path, its index, K, seed."""
+
+    experiment: str
+    sweep: str
+    index: int
+    K: float
+    seed: int
+
+
+def _sweeps(value: Any, path: str) -> Iterator[tuple[str, Mapping]]:
+    if isinstance(value, Mapping) and "net_test_correct" in value and "net_test_loss" in value:
+        yield path, value
+    elif isinstance(value, Mapping) or hasattr(value, "_asdict"):
+        items = value._asdict().items() if hasattr(value, "_asdict") else value.items()
+        for k, v in items:
+            if k != "config":
+                yield from _sweeps(v, f"{path}/{k}" if path else str(k))
+
+
+def shared_runs(results: Mapping[str, Any]) -> dict[tuple[str, str], tuple[tuple[Run, Run], ...]]:
+    """The runs that two experiments' results share, by pair of experiment names (sorted): a run of
+    one and a run of the other are the same run when their per-image test correctness
+    (``net_test_correct``, (n_test,)) and their final test loss are equal bit for bit (equal
+    correctness alone is not enough: two runs that predict one class score alike). ``results``:
+    typed results (or mappings of sweeps) by experiment name; None values are skipped."""
+    seen: dict[bytes, list[Run]] = {}
+    for name, res in results.items():
+        if res is None:
+            continue
+        for path, h in _sweeps(res, ""):
+            correct = np.asarray(h["net_test_correct"])
+            loss = np.asarray(h["net_test_loss"], np.float64)[:, -1]
+            n = correct.shape[0]
+            K = np.asarray(h["K"], np.float64) if "K" in h else np.full(n, np.nan)
+            seed = np.asarray(h["seed"] if "seed" in h else h["seed_index"] if "seed_index" in h else np.full(n, -1))
+            for i in range(n):
+                key = np.packbits(correct[i]).tobytes() + loss[i].tobytes()
+                seen.setdefault(key, []).append(Run(name, path, i, float(K[i]), int(seed[i])))
+    out: dict[tuple[str, str], list[tuple[Run, Run]]] = {}
+    for runs in seen.values():
+        for a in runs:
+            for b in runs:
+                if a.experiment < b.experiment:
+                    out.setdefault((a.experiment, b.experiment), []).append((a, b))
+    return {k: tuple(sorted(v)) for k, v in out.items()}
+
+
+def describe_shared(pairs: Sequence[tuple[Run, Run]]) -> str:
+    """``"K = 1, 320 (seeds 0, 1, 2)"``: the settings and seeds of shared runs."""
+    Ks = sorted({a.K for a, _ in pairs})
+    seeds = sorted({a.seed for a, _ in pairs})
+    return (f"K = {', '.join(fmt_K(k) for k in Ks)} (seed{'s' * (len(seeds) != 1)} "
+            f"{', '.join(str(s) for s in seeds)})")
+
+
+def findings(rows: Mapping[str, Sequence[Mapping] | None], table: Sequence[Finding] = FINDINGS,
+             shared: Mapping[tuple[str, str], Sequence[tuple[Run, Run]]] | None = None) -> list[Found]:
     """Each finding of ``table`` with its rows, from ``rows``: the reference run's claims rows per
-    experiment name (None, or absent, where there is no reference run). ValueError when a named row
-    is missing or ambiguous."""
+    experiment name (None, or absent, where there is no reference run), and for each of its other
+    experiments the runs it shares with the decisive one (``shared``: :func:`shared_runs`).
+    ValueError when a named row is missing or ambiguous."""
+    shared = shared or {}
     out = []
     for f in table:
         decisive_rows = rows.get(f.decisive.experiment)
+        same = tuple(describe_shared(p) if (p := shared.get(tuple(sorted((e.experiment, f.decisive.experiment)))))
+                     and e.experiment != f.decisive.experiment else "" for e in f.also)
         out.append(Found(f, _row(decisive_rows, f.decisive),
                          tuple(_row(rows.get(e.experiment), e) for e in f.also),
                          stability_row(decisive_rows, f.decisive),
-                         tuple(stability_row(rows.get(e.experiment), e) for e in f.also)))
+                         tuple(stability_row(rows.get(e.experiment), e) for e in f.also), same))
     return out

@@ -1,0 +1,58 @@
+"""The front page's findings (iterlin.experiments.findings): corroboration only from runs that differ."""
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+
+from iterlin.experiments import reference
+from iterlin.experiments.findings import FINDINGS, describe_shared, findings, shared_runs
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _sweep(correct, loss, K=(1, 320), seed=(0, 0)):
+    correct = np.asarray(correct, bool)
+    return {"net_test_correct": correct, "net_test_loss": np.asarray(loss, np.float64)[:, None] * np.ones((1, 3)),
+            "K": np.asarray(K, np.float64), "seed": np.asarray(seed)}
+
+
+def test_shared_runs_need_equal_correctness_and_equal_loss():
+    a = _sweep([[1, 0, 1], [0, 0, 1]], [1.5, 1.7])
+    b = {"runs": _sweep([[1, 0, 1], [0, 0, 1]], [1.5, 1.9], K=(1, 50))}  # run 1: same correctness, other loss
+    shared = shared_runs({"x": {"runs": a}, "y": b, "z": None})
+    assert list(shared) == [("x", "y")] and len(shared[("x", "y")]) == 1
+    run_x, run_y = shared[("x", "y")][0]
+    assert (run_x.experiment, run_x.sweep, run_x.index, run_y.experiment) == ("x", "runs", 0, "y")
+    assert describe_shared(shared[("x", "y")]) == "K = 1 (seed 0)"
+
+
+def test_the_reference_runs_of_fig3_ksweep_fig6_and_adaptive_are_the_same_runs():
+    names = ("fig3", "ksweep", "fig6", "adaptive", "fig5", "lr", "fig2")
+    shared = shared_runs({n: reference.load(n, check_claims=False).results for n in names})
+    assert set(shared) == {("fig3", "ksweep"), ("fig3", "fig6"), ("fig6", "ksweep"), ("adaptive", "fig3"),
+                           ("adaptive", "ksweep"), ("adaptive", "fig6")}
+    assert describe_shared(shared[("fig3", "ksweep")]) == "K = 1, 320 (seeds 0, 1, 2)"
+    # fig5's and lr's runs that predict one class score alike on every image, but are different runs
+    assert ("fig5", "lr") not in shared
+
+
+def test_the_front_page_names_a_shared_run_as_the_same_run():
+    spec = importlib.util.spec_from_file_location("book_generate_findings", ROOT / "book" / "generate.py")
+    generate = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(generate)
+    items = []
+    for f in FINDINGS:
+        for e in (f.decisive, *f.also):
+            if e.experiment not in [it["name"] for it in items]:
+                ref = reference.load(e.experiment, check_claims=False)
+                items.append({"name": e.experiment, "reference": {"rows": [r.asdict() for r in ref.rows],
+                                                                   "scale": ref.provenance["scale"],
+                                                                   "results": ref.results}})
+    page = generate.findings_page(items)
+    line = next(x for x in page.splitlines() if x.startswith("| Sec. 4.1"))
+    assert ("{doc}`ksweep <executed/ksweep>` (the largest K within noise of K = 1…): **yes** (stable: yes), the same "
+            "runs as {doc}`fig3 <executed/fig3>` for K = 1, 320 (seeds 0, 1, 2): not independent evidence") in line
+    assert "not independent" not in line.split("{doc}`limit")[1]  # the limit's runs are its own
+    rows = {it["name"]: it["reference"]["rows"] for it in items}
+    assert all(s == "" for f in findings(rows) for s in f.also_shared)  # without the runs, nothing is claimed shared
