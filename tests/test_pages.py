@@ -186,3 +186,71 @@ def test_the_image_check_fails_on_the_old_chapter_text():
            "and then this build's `smoke` run.")
     assert [names for names, _ in image_statements(old, ["fig2", "fig3", "fig4"])] == [["fig2", "fig3", "fig4"]]
     assert _subset("fig2") == 250 and _subset("fig3") == 1000 and _subset("fig4") is None
+
+
+# ---- what makes an interval wide ---------------------------------------------------------------
+
+#: prose that says the seeds make an interval wide, or the test images do
+SEED_BLAME = re.compile(r"t\(2\)\s*=\s*4\.30\$?\)? leave|seeds disagree|seeds cannot narrow|three seeds \(\$t\(2\)")
+TEST_BLAME = re.compile(r"test images, not the (?:\w+ )?seeds|mostly from the \d+ test images")
+
+
+def seed_share(d) -> float:
+    """The share of a Difference's variance that is the seed term (v_seed / (v_seed + v_test)):
+    from its Welch–Satterthwaite df = (v_seed + v_test)² / (v_seed² / (S − 1))."""
+    return 0.0 if not np.isfinite(d.df) else float(np.sqrt((d.n_seeds - 1) / d.df))
+
+
+def differences(name: str) -> list:
+    """The K = 1 against large-K differences a reference run's undecided rows rest on."""
+    from iterlin.experiments import fig6
+    from iterlin.stats import difference
+
+    res = reference.load(name, check_claims=False).results
+    if name == "fig3":
+        h = res.runs
+        return [sweep_difference(h, runs_of(h, 1), runs_of(h, np.max(h["K"])), n_test=int(res.n_test))]
+    if name == "fig6":
+        h, n = res.runs, int(res.n_test)
+        i1, j = runs_of(h, 1), runs_of(h, np.max(h["K"]))
+        out = []
+        for layer in fig6.PROBE_LAYERS:
+            s, c = fig6.probe_summary(h, layer), fig6.probe_correct(h, layer)
+            for a, ia, b, ib in (("initial", i1, "final", i1), ("final", j, "final", i1)):
+                out.append(difference(getattr(s, a)[ia], getattr(s, b)[ib], n_test=n,
+                                      correct_a=getattr(c, a)[ia], correct_b=getattr(c, b)[ib]))
+        return out
+    raise AssertionError(f"a page says what makes {name}'s intervals wide: add its differences here")
+
+
+def blame_statements(text: str, default: list[str], notebook: bool = True):
+    """(the seeds or the test images, the experiments, the sentence) of every sentence that says what
+    makes an interval wide: of the notebook's own experiment, or on a book page of those it names."""
+    for s in sentences(text):
+        for pattern, who in ((SEED_BLAME, "seeds"), (TEST_BLAME, "test images")):
+            if pattern.search(s):
+                yield who, default if notebook else named(s) or default, s
+
+
+@pytest.mark.parametrize("page, text, default", [p for p in pages() if p[0] in ("book/intro.md", "notebooks/fig3.py",
+                                                                                "notebooks/fig6.py")],
+                         ids=lambda x: x if isinstance(x, str) and len(x) < 40 and "/" in x else "")
+def test_what_a_page_says_makes_an_interval_wide_does(page, text, default):
+    wrong = []
+    for who, names, s in blame_statements(text, default, page.startswith("notebooks/")):
+        for name in names:
+            shares = [seed_share(d) for d in differences(name)]
+            # the seeds: every difference's seed term is the larger; the test images: one's test term is
+            if not (all(x >= 0.5 for x in shares) if who == "seeds" else any(x < 0.5 for x in shares)):
+                wrong.append(f"{name}: blames the {who}, but the seed term's share of the variance is "
+                             f"{', '.join(f'{x:.0%}' for x in shares)}: “{s[:160]}…”")
+    assert not wrong, f"{page}:\n" + "\n".join(wrong)
+
+
+def test_the_blame_check_fails_on_the_old_text():
+    old3 = "So it is undecided: three seeds ($t(2) = 4.30$) leave the interval reaching −1.7."
+    old6 = "The rows that remain *undecided* do so because the seeds disagree (three seeds)."
+    assert [w for w, _, _ in blame_statements(old3, ["fig3"])] == ["seeds"]
+    assert seed_share(differences("fig3")[0]) < 0.1  # the test images are over 90 % of its variance
+    assert [w for w, _, _ in blame_statements(old6, ["fig6"])] == ["seeds"]
+    assert min(seed_share(d) for d in differences("fig6")) < 0.5
