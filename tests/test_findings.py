@@ -1,9 +1,12 @@
 """The front page's findings (iterlin.experiments.findings): corroboration only from runs that differ."""
 
 import importlib.util
+import json
+import re
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from iterlin.experiments import reference
 from iterlin.experiments.findings import FINDINGS, describe_shared, findings, shared_runs
@@ -56,3 +59,27 @@ def test_the_front_page_names_a_shared_run_as_the_same_run():
     assert "not independent" not in line.split("{doc}`limit")[1]  # the limit's runs are its own
     rows = {it["name"]: it["reference"]["rows"] for it in items}
     assert all(s == "" for f in findings(rows) for s in f.also_shared)  # without the runs, nothing is claimed shared
+
+
+def _words(text: str) -> set[str]:
+    text = re.sub(r"\([^)]*\)", "", text.lower())  # a parenthesis explains, it does not claim
+    return {w for w in re.findall(r"[\w∞≈=+-]+", text) if len(w) >= 3} - {"with", "and", "the", "than", "from"}
+
+
+def _decisive_claim(f) -> str:
+    rows = json.loads((ROOT / "results" / f.decisive.experiment / "claims.json").read_text())["rows"]
+    return next(r["claim"] for r in rows if r["claim"].startswith(f.decisive.row))
+
+
+@pytest.mark.parametrize("finding", FINDINGS, ids=lambda f: f"{f.figure}: {f.claim}")
+def test_a_finding_claims_no_more_than_its_decisive_row_tests(finding):
+    """The front page prints the decisive row's verdict beside the finding's words, so every word of
+    the finding must be the row's: "ResNet-18: large K ≈ SGD, and BatchNorm runs diverge more easily"
+    beside the verdict of "large K ≈ SGD" alone read *yes* for a claim half undecided."""
+    extra = _words(finding.claim) - _words(_decisive_claim(finding))
+    assert not extra, f"{finding.claim!r} says {sorted(extra)}, which its row {_decisive_claim(finding)!r} does not test"
+
+
+def test_the_word_check_fails_on_the_old_figure_4_finding():
+    old = FINDINGS[3]._replace(claim="ResNet-18: large K ≈ SGD, and BatchNorm runs diverge more easily")
+    assert _words(old.claim) - _words(_decisive_claim(old)) == {"resnet-18", "runs", "diverge", "more", "easily"}

@@ -254,3 +254,71 @@ def test_the_blame_check_fails_on_the_old_text():
     assert seed_share(differences("fig3")[0]) < 0.1  # the test images are over 90 % of its variance
     assert [w for w, _, _ in blame_statements(old6, ["fig6"])] == ["seeds"]
     assert min(seed_share(d) for d in differences("fig6")) < 0.5
+
+
+# ---- the front page's summaries and the verdicts they give -------------------------------------
+
+QUOTE = re.compile(r"[\"“]([^\"”]{3,160})[\"”]")
+VERDICT_WORD = re.compile(r"\b(holds|undecided)\b|\*(yes|no|n/a)\*")
+_LATEX = {r"\lambda": "λ", r"\theta": "θ", r"\eta": "η", r"\tau": "τ", r"\infty": "∞", r"\max": "max"}
+
+
+def _words(text: str) -> set[str]:
+    for k, v in _LATEX.items():
+        text = text.replace(k, v)
+    text = re.sub(r"[${}\\]", "", text).lower().replace("–", "-")
+    return {w for w in re.findall(r"\w+", text) if len(w) >= 3}
+
+
+def front_page_bullets() -> list[tuple[str, str]]:
+    """(experiment, bullet) of each bullet of the front page's "What this edition found"."""
+    text = (ROOT / "book" / "intro.md").read_text()
+    found = text[text.index("## What this edition found"):text.index("## The paper in brief")]
+    out = []
+    for bullet in re.split(r"\n(?=\* \*\*)", found)[1:]:
+        head = re.match(r"\* \*\*(.+?)\*\*", bullet).group(1)
+        names = named(head)
+        assert len(names) == 1, f"the front page's bullet “{head}” names {names}, not one experiment"
+        out.append((names[0], re.sub(r"\s+", " ", bullet)))
+    return out
+
+
+def _rows(name: str) -> list[dict]:
+    return json.loads((ROOT / "results" / name / "claims.json").read_text())["rows"]
+
+
+def summary_problems(name: str, bullet: str) -> list[str]:
+    rows = _rows(name)
+    quotes = [(q, m.end()) for m in QUOTE.finditer(bullet) if (q := _words(m.group(1)))]
+    out = []
+    for r in rows:
+        if r["holds"] not in ("no", "no (unstable)"):
+            continue
+        kind = ("stability row" if "stays stable" in r["claim"] else
+                "convergence row" if "convergence" in r["claim"] else None)
+        if not any(q <= _words(r["claim"]) for q, _ in quotes) and not (kind and kind in bullet):
+            out.append(f"the row “{r['claim']}” reads {r['holds']!r} and the summary does not say so")
+    for q, end in quotes:
+        hits = [r for r in rows if q <= _words(r["claim"])]
+        said = VERDICT_WORD.search(bullet[end:end + 40])
+        if len(hits) == 1 and said:
+            word = said.group(1) or said.group(2)
+            verdict = {"holds": "yes", "n/a": "n/a at this scale"}.get(word, word)
+            if not hits[0]["holds"].startswith(verdict):
+                out.append(f"“…{bullet[max(0, end - 60):end + 40]}…” gives {verdict!r}, the row reads {hits[0]['holds']!r}")
+    return out
+
+
+@pytest.mark.parametrize("name, bullet", front_page_bullets(), ids=lambda x: x if len(x) < 12 else "")
+def test_a_front_page_summary_gives_the_rows_verdicts_and_every_no(name, bullet):
+    problems = summary_problems(name, bullet)
+    assert not problems, f"book/intro.md, the bullet on {name}:\n" + "\n".join(problems)
+
+
+def test_the_summary_check_fails_on_the_old_learning_rate_bullet():
+    old = ("* **The learning-rate study** ({doc}`executed/lr`, eight seeds on the H100) finds $K = 50$ on par with "
+           "$K = 1$ at $\\eta = 0.003$ and falling apart from 0.03 while $K = 1$ trains on: large $K$ needs a smaller "
+           "rate, and each of its 17 failures came after $\\eta$ crossed $2/\\lambda_{\\max}(\\theta_s)$.")
+    assert len(summary_problems("lr", old)) == 4  # the four rows that read no, none said
+    wrong = 'Its row "large K fails where $\\eta$ crosses the linear model\'s bound" holds.'
+    assert any("gives 'yes', the row reads 'no'" in p for p in summary_problems("lr", wrong))

@@ -335,18 +335,23 @@ def sharpest_per_seed(h: Mapping) -> tuple[np.ndarray, np.ndarray]:
 def bn_bound_claim(results: Results) -> Claim:
     """"BatchNorm lowers the rate at which a linearisation diverges": the stability bound 2/λ_max(θ_s)
     of the linear model (Sec. 3: gradient descent on it diverges once η > 2/λ_max), compared seed
-    by seed through the largest λ_max each seed's runs recorded (:func:`sharpest_per_seed`). Per
+    by seed through the largest λ_max each seed's runs recorded (:func:`sharpest_per_seed`) at the
+    linearisations they trained on (every record but the last step's, on which no step was taken). Per
     seed d = log₁₀(λ_max with BN / λ_max without); decided by the 95 % t interval of the mean of d
     over the seeds both panels recorded (:func:`iterlin.claims.beyond`): "yes" above 0 (BatchNorm's
     bound lower), "no" below, else undecided; n/a without a record in both panels."""
     claim = "BatchNorm lowers the linear model's stability bound 2/λ_max (the rate at which it diverges)"
     paper = "BN runs far more likely to diverge, hence a smaller K"
     rule = ("per seed d = log₁₀ of the largest λ_max recorded along its BN runs over that along its no-BN runs "
-            "(every K; λ_max of the linear model's curvature on the first training images, power iteration: a lower "
-            "bound); 'yes' when the 95 % t interval of mean d over seeds lies above 0, 'no' when below, else undecided")
+            "(every K; only the linearisations trained on: the record at the last step, a linearisation no step "
+            "was taken on, is left out; λ_max of the linear model's curvature on the first training images, power "
+            "iteration: a lower bound); 'yes' when the 95 % t interval of mean d over seeds lies above 0, 'no' when "
+            "below, else undecided")
     if any("sharpness" not in getattr(results, p) for p in PANELS):
         return Claim(claim, paper, "no sharpness record", NA, rule)
-    (s_b, l_b), (s_n, l_n) = (sharpest_per_seed(h) for h in (results.bn, results.no_bn))
+    trained = ({"seed_index": h["seed_index"], "sharpness": np.asarray(h["sharpness"], np.float64)[:, :-1]}
+               for h in (results.bn, results.no_bn))  # the record at the last step: never trained on
+    (s_b, l_b), (s_n, l_n) = (sharpest_per_seed(h) for h in trained)
     common = np.intersect1d(s_b[np.isfinite(l_b)], s_n[np.isfinite(l_n)])
     if common.size == 0:
         return Claim(claim, paper, "no sharpness record in both panels", NA, rule)
