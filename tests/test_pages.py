@@ -322,3 +322,11 @@ def test_the_summary_check_fails_on_the_old_learning_rate_bullet():
     assert len(summary_problems("lr", old)) == 4  # the four rows that read no, none said
     wrong = 'Its row "large K fails where $\\eta$ crosses the linear model\'s bound" holds.'
     assert any("gives 'yes', the row reads 'no'" in p for p in summary_problems("lr", wrong))
+
+
+def test_a_row_comparing_with_damped_gauss_newton_says_how_many_cg_iterations_it_took():
+    """"damped GN" in gn's rows is a Gauss–Newton step truncated to the config's CG iterations (one
+    at `cpu`): a row that names it says how many, as the run's config has it."""
+    cg = PROVENANCE["gn"]["config"]["cg_maxiter"]
+    rows = [r["claim"] for r in _rows("gn") if "damped GN" in r["claim"]]
+    assert rows and all(f"damped GN ({cg} CG iteration{'s' * (cg != 1)} per step)" in c for c in rows), rows
