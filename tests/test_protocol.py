@@ -35,6 +35,7 @@ def test_the_project_protocol_parses_with_every_experiment_known():
     (dict(max_relin=True), "max_relin"),
     (dict(metric="net_test_accuracy"), "metric"),
     (dict(kind="roughly"), "kind"),
+    (dict(kind="fig4.bound"), "kind"),  # another experiment's own rule
     (dict(status="final"), "status"),
     (dict(id="fig2.gap"), "id"),  # not its experiment's
     (dict(claim=""), "claim"),
@@ -110,7 +111,9 @@ def test_a_reference_run_whose_row_changed_is_refused(tmp_path, monkeypatch):
 
 
 def test_claims_are_keyed_by_their_rows_ids():
-    for name in ("fig2", "fig3"):
+    names = sorted({r.experiment for r in protocol.protocol().rows})
+    assert {"fig2", "fig3", "fig4"} <= set(names)
+    for name in names:
         doc = json.loads((ROOT / "results" / name / "claims.json").read_text())
         assert [r["id"] for r in doc["rows"]] == [r.id for r in protocol.rows_of(name)]
         assert [r["claim"] for r in doc["rows"]] == [r.claim for r in protocol.rows_of(name)]

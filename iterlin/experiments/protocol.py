@@ -43,7 +43,7 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 __all__ = ["Row", "Amendment", "Protocol", "ProtocolError", "KINDS", "STATUSES", "METRICS", "PROTOCOL_FILE",
-           "parse", "load", "protocol", "rows_of", "evaluate", "claims", "row_hash", "rows_hash", "provenance", "check_run",
+           "parse", "load", "protocol", "rows_of", "rule", "evaluate", "claims", "row_hash", "rows_hash", "provenance", "check_run",
            "original"]
 
 #: The protocol's file, beside this module.
@@ -121,8 +121,10 @@ class Row:
         if self.panels and len(self.panels) != len(self.history):
             raise ProtocolError(f"{where}: panels={self.panels!r} is not allowed: one panel name per history "
                                 f"field ({len(self.history)})")
-        if self.kind not in KINDS:
-            raise ProtocolError(f"{where}: kind={self.kind!r} is not allowed: kind must be one of {tuple(KINDS)}")
+        if self.kind not in KINDS or ("." in self.kind and not self.kind.startswith(self.experiment + ".")):
+            raise ProtocolError(f"{where}: kind={self.kind!r} is not allowed: kind must be one of the shared "
+                                f"{tuple(k for k in KINDS if '.' not in k)} or its experiment's own "
+                                f"{tuple(k for k in KINDS if k.startswith(self.experiment + '.'))}")
         if self.metric not in METRICS:
             raise ProtocolError(f"{where}: metric={self.metric!r} is not allowed: metric must be one of {METRICS}")
         for f in ("margin", "value"):
@@ -339,11 +341,12 @@ def check_run(record: Mapping, source: Protocol | None = None) -> None:
 
 
 class Kind(NamedTuple):
-    """A rule: which fields a row of this kind needs, and ``evaluate(row, results) -> Claim``
-    (words from the row; measured, verdict and the rule's wording from the results)."""
+    """A rule: which fields a row of this kind needs, and ``evaluate(row, results)``, which returns
+    what was measured, the verdict and the rule's wording, as ``(measured, holds, rule)`` or as a
+    :class:`~iterlin.claims.Claim` whose other fields are ignored (the words come from the row)."""
 
     needs: tuple[str, ...]
-    evaluate: Callable[[Row, Any], Claim]
+    evaluate: Callable[[Row, Any], Claim | tuple[str, str, str]]
 
 
 def _on_par(row: Row, results) -> Claim:
@@ -369,16 +372,15 @@ def _paper_value(row: Row, results) -> Claim:
 
 
 def _stable(row: Row, results) -> Claim:
-    c = sharpness_claim(getattr(results, row.history[0]), row.margin)
-    return c._replace(claim=row.claim, paper=row.paper)
+    return sharpness_claim(getattr(results, row.history[0]), row.margin)
 
 
 def _finite(row: Row, results) -> Claim:
     histories = {p: getattr(results, f) for p, f in zip(row.panels or ("runs",), row.history)}
-    return divergence_claim(histories)._replace(claim=row.claim, paper=row.paper)
+    return divergence_claim(histories)
 
 
-#: The rules by name: ``on_par`` (K = 1 against the largest finite K at the last evaluation, within
+#: The rules by name (an experiment adds its own with :func:`rule`): ``on_par`` (K = 1 against the largest finite K at the last evaluation, within
 #: ±margin, :func:`iterlin.claims.on_par_claim`; with ``max_relin``, also at most that many
 #: re-linearisations), ``paper_value`` (K = 1's mean within ±margin of the paper's ``value``,
 #: judged only at scale ``judged_at``), ``stable`` (η·λ_max/2 ≤ margin along every large-K run,
@@ -392,11 +394,26 @@ KINDS: dict[str, Kind] = {
 }
 
 
+def rule(name: str, needs: tuple[str, ...] = ()) -> Callable:
+    """Register an experiment's own rule kind ``name`` (``"<experiment>.<rule>"``), a decorator of
+    its ``evaluate(row, results)`` (:class:`Kind`); ``needs``: the row fields it requires."""
+    def register(evaluate: Callable) -> Callable:
+        if name in KINDS and KINDS[name].evaluate is not evaluate:
+            raise ValueError(f"kind={name!r} is already registered")
+        KINDS[name] = Kind(tuple(needs), evaluate)
+        return evaluate
+    return register
+
+
 def evaluate(rows: Iterable[Row], results) -> list[Claim]:
     """The claims rows of ``rows`` on ``results``, in order, each keyed by its row's id
     (``Claim.id``); a ``check`` row is of kind ``"check"``."""
-    return [KINDS[row.kind].evaluate(row, results)._replace(id=row.id, kind="check" if row.check else "claim")
-            for row in rows]
+    out = []
+    for row in rows:
+        got = KINDS[row.kind].evaluate(row, results)
+        measured, holds, wording = (got.measured, got.holds, got.rule) if isinstance(got, Claim) else got
+        out.append(Claim(row.claim, row.paper, measured, holds, wording, "check" if row.check else "claim", row.id))
+    return out
 
 
 def claims(experiment: str, results, source: Protocol | None = None) -> list[Claim]:
