@@ -125,8 +125,9 @@ class Row:
             raise ProtocolError(f"{where}: kind={self.kind!r} is not allowed: kind must be one of the shared "
                                 f"{tuple(k for k in KINDS if '.' not in k)} or its experiment's own "
                                 f"{tuple(k for k in KINDS if k.startswith(self.experiment + '.'))}")
-        if self.metric not in METRICS:
-            raise ProtocolError(f"{where}: metric={self.metric!r} is not allowed: metric must be one of {METRICS}")
+        allowed = METRICS + KINDS[self.kind].metrics
+        if self.metric not in allowed:
+            raise ProtocolError(f"{where}: metric={self.metric!r} is not allowed: metric must be one of {allowed}")
         for f in ("margin", "value"):
             v = getattr(self, f)
             if v is not None:
@@ -347,6 +348,7 @@ class Kind(NamedTuple):
 
     needs: tuple[str, ...]
     evaluate: Callable[[Row, Any], Claim | tuple[str, str, str]]
+    metrics: tuple[str, ...] = ()  #: the experiment's own records a row of this kind may name as its metric
 
 
 def _on_par(row: Row, results) -> Claim:
@@ -394,13 +396,14 @@ KINDS: dict[str, Kind] = {
 }
 
 
-def rule(name: str, needs: tuple[str, ...] = ()) -> Callable:
+def rule(name: str, needs: tuple[str, ...] = (), metrics: tuple[str, ...] = ()) -> Callable:
     """Register an experiment's own rule kind ``name`` (``"<experiment>.<rule>"``), a decorator of
-    its ``evaluate(row, results)`` (:class:`Kind`); ``needs``: the row fields it requires."""
+    its ``evaluate(row, results)`` (:class:`Kind`); ``needs``: the row fields it requires;
+    ``metrics``: the experiment's own records its rows may name besides :data:`METRICS`."""
     def register(evaluate: Callable) -> Callable:
         if name in KINDS and KINDS[name].evaluate is not evaluate:
             raise ValueError(f"kind={name!r} is already registered")
-        KINDS[name] = Kind(tuple(needs), evaluate)
+        KINDS[name] = Kind(tuple(needs), evaluate, tuple(metrics))
         return evaluate
     return register
 
