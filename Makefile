@@ -1,7 +1,7 @@
 # iterlin: the single entry point.
 #   make env    create .venv (from python3) and install iterlin with its test, book and site extras
-#   make test   unit tests, the docstrings' examples (doctests), then the notebooks' stored outputs
-#               checked with nbval
+#   make test   the package's layers (lint-imports), unit tests, the docstrings' examples (doctests),
+#               then the notebooks' stored outputs checked with nbval
 #   make book   execute the notebooks at default scale (papermill), then build the site into _build/html
 #               (needs npm, for the MathJax served with the site)
 #   make check-site  open every page of _build/html in headless Chromium (images, maths, local files)
@@ -42,7 +42,7 @@ EXECUTED_DIR := book/executed
 NBVAL_OPTS ?=
 PAPERMILL_OPTS ?=
 
-.PHONY: help env test test-unit test-doctest test-notebooks book notebooks pages mathjax check-site results \
+.PHONY: help env test test-imports test-unit test-doctest test-notebooks book notebooks pages mathjax check-site results \
 	claims-refresh bench clean distclean
 
 help:
@@ -59,7 +59,11 @@ $(STAMP): pyproject.toml
 
 env: $(STAMP)
 
-test: test-unit test-doctest test-notebooks
+test: test-imports test-unit test-doctest test-notebooks
+
+# The layers of the package: import-linter's contract in pyproject.toml ([tool.importlinter]).
+test-imports: env
+	$(VENV)/bin/lint-imports --no-cache
 
 # PYTEST_OPTS: extra pytest arguments (CI passes --ignore=tests/test_site.py, run in its own phase).
 PYTEST_OPTS ?=
@@ -93,7 +97,7 @@ endif
 # A notebook is re-executed when it, the library or the environment changed; `make -B notebooks`
 # forces it (e.g. after changing PAPERMILL_OPTS). Output goes to a partial file first, so a failed
 # run leaves nothing that looks up to date.
-# Each notebook publishes its claims table to $(CLAIMS_DIR)/<name>.json (iterlin.claims), so the
+# Each notebook publishes its claims table to $(CLAIMS_DIR)/<name>.json (iterlin.repro.claims), so the
 # claims page shows exactly the executed copies' claims.
 # Every module of the library, subpackages included (a moved module must not be invisible here).
 LIBRARY := $(shell find iterlin -name '*.py' -not -path '*/__pycache__/*')

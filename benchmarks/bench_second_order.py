@@ -34,7 +34,7 @@ import numpy as np
 
 import iterlin
 from iterlin.experiments import limit
-from iterlin.jacobian import example_jacobians
+from iterlin.analysis.jacobian import example_jacobians
 from iterlin.models import make_model, resolve_conv
 
 

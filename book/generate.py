@@ -1,7 +1,7 @@
 """The generated parts of the book: the claims page's tables, the reference runs and the runtimes.
 
 Run by ``make pages`` (part of ``make book``) after the notebooks were executed into
-``book/executed/`` by papermill, each publishing its claims table (``iterlin.claims.publish_claims``)
+``book/executed/`` by papermill, each publishing its claims table (``iterlin.repro.claims.publish_claims``)
 to ``book/executed/claims/<name>.json`` (the Makefile sets ``ITERLIN_CLAIMS`` there, so these are
 exactly the claims of the executed copies, never those of another run). It also reads the committed
 reference runs, ``results/<name>/`` (:mod:`iterlin.experiments.reference`: ``claims.json`` and
@@ -11,7 +11,7 @@ reference runs, ``results/<name>/`` (:mod:`iterlin.experiments.reference`: ``cla
   per notebook its reference run's provenance line and claims), then those of this build's runs
   (the executed notebooks, at the scale they ran at), each notebook in the order of ``_toc.yml``;
   included by ``book/claims.md``. Rows of kind ``"check"`` (consistency checks that hold by
-  construction) are listed in a separate table under :data:`iterlin.claims.CHECKS_HEADING` and
+  construction) are listed in a separate table under :data:`iterlin.repro.claims.CHECKS_HEADING` and
   never counted with the claims' verdicts;
 * ``book/executed/references.md``: per notebook, its reference run's provenance (scale, device,
   seeds, date, commit, wall time, whether the library has changed since); included by
@@ -59,12 +59,12 @@ from pathlib import Path
 import yaml
 
 from iterlin.checkpoint import CheckpointError
-from iterlin.claims import CHECKS_HEADING, COLUMNS, HOLDS, KINDS
+from iterlin.repro.claims import CHECKS_HEADING, COLUMNS, HOLDS, KINDS
 from iterlin.experiments import protocol, reference, scales_table
 from iterlin.experiments.findings import FINDINGS, NO_RATE, findings, shared_runs
 
 EXECUTED = "book/executed"
-#: What ``iterlin.cache.cached`` prints (stdout) when it computes or loads an experiment's results.
+#: What ``iterlin.repro.cache.cached`` prints (stdout) when it computes or loads an experiment's results.
 COMPUTED, LOADED = "computed and cached", "loaded cached results"
 # ASCII punctuation that Markdown/MyST could read as syntax inside a table cell (`$` would open
 # maths, `{` a role, `|` a new cell): each is written with a backslash, which CommonMark allows
@@ -107,8 +107,8 @@ def toc_notebooks(toc_path: Path) -> list[str]:
 
 def check_rows(rows, where: str) -> list[dict]:
     """Claims rows (dicts) checked and normalised: ``claim``, ``paper``, ``measured``, ``holds``
-    strings, ``holds`` in :data:`iterlin.claims.HOLDS`, ``rule`` (default ``""``), ``kind`` in
-    :data:`iterlin.claims.KINDS` (default ``"claim"``); GenerateError naming ``where`` and the row."""
+    strings, ``holds`` in :data:`iterlin.repro.claims.HOLDS`, ``rule`` (default ``""``), ``kind`` in
+    :data:`iterlin.repro.claims.KINDS` (default ``"claim"``); GenerateError naming ``where`` and the row."""
     if not isinstance(rows, list):
         raise GenerateError(f"{where}: its rows are not a list")
     out = []
@@ -134,7 +134,7 @@ def read_claims(path: Path, name: str) -> dict:
     except (OSError, ValueError) as e:
         raise GenerateError(f"{path}: unreadable claims file ({type(e).__name__}: {e})") from e
     if not isinstance(doc, dict) or not isinstance(doc.get("rows"), list) or "scale" not in doc:
-        raise GenerateError(f"{path}: not a claims file of iterlin.claims.publish_claims")
+        raise GenerateError(f"{path}: not a claims file of iterlin.repro.claims.publish_claims")
     if doc.get("name") != name:
         raise GenerateError(f"{path}: holds the claims of {doc.get('name')!r}, expected {name!r}")
     return {**doc, "rows": check_rows(doc["rows"], str(path))}
@@ -181,7 +181,7 @@ def claims_table(rows: list[dict]) -> str:
 
 def claims_tables(rows: list[dict], empty: str) -> str:
     """The claims as a Markdown table, then the consistency checks in their own table under
-    :data:`iterlin.claims.CHECKS_HEADING`; ``empty`` when there is neither."""
+    :data:`iterlin.repro.claims.CHECKS_HEADING`; ``empty`` when there is neither."""
     claims, checks = split(rows)
     parts = [claims_table(claims)] if claims else []
     if checks:

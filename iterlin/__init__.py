@@ -1,9 +1,10 @@
 """iterlin: iterative linearisation in JAX (Goldwaser & Ge), the executable edition."""
 
-from . import data, jacobian, models, precision, relin
-from .adam_solve import train_adam_solved
+from . import data, models, precision, relin
+from .analysis import jacobian
+from .solvers.adam_solve import train_adam_solved
 from .checkpoint import CheckpointError
-from .closed_form import (
+from .solvers.closed_form import (
     equivalent_damping,
     flow_filter,
     gd_filter,
@@ -15,18 +16,18 @@ from .closed_form import (
     residual_spectrum,
 )
 from .data import DataError, Dataset, load_cifar10, quintic
-from .gauss_newton import (
+from .solvers.gauss_newton import (
     GaussNewtonState,
     gauss_newton_step,
     gauss_newton_train,
     init_gauss_newton_state,
     make_gauss_newton_step,
 )
-from .jacobian import flat_jacobian
+from .analysis.jacobian import flat_jacobian
 from .linearise import linearise, linearised_apply
 from .losses import get_loss, mse_targets
 from .models import CNN, MLP, Model, ResNet18, cnn_features, count_params, make_model, quintic_model, torch_default_init
-from .ntk import (
+from .analysis.ntk import (
     empirical_ntk,
     empirical_ntk_fn,
     kernel_distance,
@@ -35,7 +36,7 @@ from .ntk import (
     relinearisation_steps,
 )
 from .precision import x64
-from .probes import (
+from .analysis.probes import (
     ProbeResult,
     filter_tracker,
     filters_to_image,
@@ -43,7 +44,7 @@ from .probes import (
     fit_linear_probe,
     probe_tracker,
 )
-from .stability import (
+from .analysis.stability import (
     BoundRecord,
     bound_record,
     ggn_matvec,

@@ -15,7 +15,7 @@ infinity, a comma-separated value as a list (``K=1,50`` is ``[1, 50]``), anythin
 
 ``run`` computes through the result cache and the training checkpoints (an interrupted run resumes
 when rerun), prints the claims table and writes ``results.npz`` (the results, config and digest,
-:func:`iterlin.cache.save_results`) and ``<name>.json`` (the claims rows) to ``--out``.
+:func:`iterlin.repro.cache.save_results`) and ``<name>.json`` (the claims rows) to ``--out``.
 
 ``sweep`` makes one job per point of the grid: the cartesian product of ``--seeds`` (each job one
 seed, ``n_seeds = 1``) and every ``-p`` value list (in a sweep ``-p K=1,100,inf`` is three jobs,
@@ -48,10 +48,10 @@ import tempfile
 from pathlib import Path
 from typing import Any, Mapping, NamedTuple, Sequence
 
-from .cache import default_cache_dir, load_results, save_results
+from .repro.cache import default_cache_dir, load_results, save_results
 from .checkpoint import CheckpointError, atomic_write_bytes
-from .claims import HOLDS, UNSTABLE, Claim, ClaimsTable, publish_claims
-from .config import SCALE_NAMES
+from .repro.claims import HOLDS, UNSTABLE, Claim, ClaimsTable, publish_claims
+from .repro.config import SCALE_NAMES
 
 __all__ = ["parse_value", "parse_params", "parse_seeds", "grid", "Job", "Batch", "JobResult", "submit", "collect",
            "summary_table", "writable_folder", "main"]
@@ -166,7 +166,7 @@ def parse_seeds(text: str) -> list[int]:
 
 def grid(name: str, scale: str, params: Sequence[str] = (), seeds: Sequence[int] | None = None) -> list[dict]:
     """The resolved configs of a sweep, as the JSON-able dicts the jobs and ``sweep.json`` hold
-    (:meth:`iterlin.config.ExperimentConfig.to_dict`): one per point of ``seeds`` × every ``-p``
+    (:meth:`iterlin.repro.config.ExperimentConfig.to_dict`): one per point of ``seeds`` × every ``-p``
     value list.
 
     Every config goes through :func:`iterlin.experiments.resolve`, so a bad value fails here, before

@@ -31,7 +31,7 @@ network with this max-pool (``jax.linearize``) applied to a tangent that is zero
 compiled into a YNNPACK library fusion that mishandles it (with
 ``XLA_FLAGS=--xla_cpu_experimental_ynn_fusion_type=dot,individual_dot`` it does not occur). A tangent
 that is an argument, or computed from one, is unaffected. The library never applies a linearisation
-to a constant zero (:func:`iterlin.gauss_newton.conjugate_gradient` starts from r₀ = b for this
+to a constant zero (:func:`iterlin.solvers.gauss_newton.conjugate_gradient` starts from r₀ = b for this
 reason); code of one's own that does should pass the zero in as an argument.
 """
 

@@ -17,7 +17,7 @@ Jacobians, the NTK's vector products, the Gauss–Newton step) it is traced insi
 convolution traced in its block to :data:`KERNEL_PRECISION`. Whether a GPU uses TF32 for a
 default-precision convolution is otherwise the autotuner's choice, which can differ from one process
 to the next. Training (the network's forward pass and its gradient, the linearised model's JVP) and
-the sharpness estimates of :mod:`iterlin.stability` (a largest eigenvalue, which no filter reads) keep
+the sharpness estimates of :mod:`iterlin.analysis.stability` (a largest eigenvalue, which no filter reads) keep
 JAX's default precision.
 
 float64. :func:`x64` is a context manager that sets ``jax_enable_x64`` inside a block and restores

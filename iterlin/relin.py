@@ -440,7 +440,7 @@ def until_solved(*, target_acc=1.0, check_every=100, plateau_tol=1e-4, max_perio
     3. ``K``: k = ``max_period``, the most steps one linearisation may take (``math.inf``: no limit).
 
     Used with ``reset_optimizer=True`` (a fresh optimizer, e.g. Adam's moments, for each convex
-    problem) it is :func:`iterlin.adam_solve.train_adam_solved`. With the test never passing
+    problem) it is :func:`iterlin.solvers.adam_solve.train_adam_solved`. With the test never passing
     (``target_acc=None, plateau_tol=0``) it is ``every(max_period)``. Once the network itself fits
     the training set every new linear model starts at 100 % (f_lin_s(θ_s) = f(θ_s)) and test 1
     fires at its first check: the run re-linearises every ``check_every`` steps.

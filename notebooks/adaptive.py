@@ -29,9 +29,14 @@ n_train = None  # training images ("all": every installed image)
 n_test = None  # test images
 batch_size = None  # mini-batch size (at most n_train)
 n_eval_train = None  # training images the training metrics are measured on ("all": every one)
+augment = None  # random flips and crops of each training batch (True) or none (False)
+n_evals = None  # evaluation points along training (each a full pass over the training and test metrics)
+n_sharpness = None  # training images lambda_max of the linear model is measured on (the first ones)
+sharpness_every = None  # record lambda_max every this many steps (at evaluation points)
+sharpness_iters = None  # power iterations per measurement (warm-started; at most)
 
 # %% tags=["hide-cell"]
-from iterlin.config import describe
+from iterlin.repro.config import describe
 from iterlin.experiments import adaptive, claims, reference, resolve_notebook, run
 from iterlin.experiments.adaptive import timing
 

@@ -27,9 +27,14 @@ n_seeds = None  # seeds per K: each its own initialisation (shared by every K an
 damping = None  # the lambdas of the damped Gauss-Newton runs, a list (lambda 0, plain Gauss-Newton, always runs)
 n_train = None  # training points (the paper's Fig. 9: 20)
 n_test = None  # test points (1000)
+gn_steps = None  # Gauss-Newton steps of the damped and plain Gauss-Newton runs
+max_relin = None  # the most linearisations a closed-form run may take (beyond it, literal GD steps)
+n_evals = None  # evaluation points along training (each a full pass over the training and test metrics)
+n_relin = None  # R: the least number of linearisations of a closed-form run
+x64 = None  # float64 (True) or float32 (False)
 
 # %% tags=["hide-cell"]
-from iterlin.config import describe
+from iterlin.repro.config import describe
 from iterlin.experiments import claims, fig1, reference, resolve_notebook, run
 
 # Every parameter is checked here, before anything is computed (None: the scale's default);
@@ -91,7 +96,7 @@ ref = reference.show("fig1", fig1.plot, table=False)
 #   linearisations $T/(2K)$ (the closed form's own runs, $\ge$ `n_relin` linearisations of $K$ steps,
 #   would take up to $5\cdot 10^5$ literal steps at $K = 1000$). At each evaluation point the
 #   stability bound of the current linearisation is measured, $2/\lambda_{\max}(G(\theta_s))$ with
-#   $G = J_s^\top J_s/N$ the linear model's Hessian (`iterlin.stability.max_stable_lr`): gradient
+#   $G = J_s^\top J_s/N$ the linear model's Hessian (`iterlin.analysis.stability.max_stable_lr`): gradient
 #   descent on a linearisation diverges exactly when the rate is above it.
 #
 #   **What the reader sees** (triangles in the first figure, and the figure under it): where literal
@@ -123,7 +128,7 @@ ref = reference.show("fig1", fig1.plot, table=False)
 #
 # Both are $\approx 1/\sigma$ (the direction is solved: Gauss–Newton) for large $\sigma$ and
 # $\ll 1/\sigma$ for small $\sigma$, and they switch at $\sigma \approx 1/(K\eta)$ and $\sigma \approx \lambda$
-# respectively: $\lambda \approx 1/(K\eta)$ (`iterlin.closed_form.equivalent_damping`). The second
+# respectively: $\lambda \approx 1/(K\eta)$ (`iterlin.solvers.closed_form.equivalent_damping`). The second
 # figure shows the filters on the NTK spectrum of this network at initialisation (ticks: its 20
 # eigenvalues), for several $K$, with $\lambda = 1/(K\eta)$ (solid) and the $\lambda$ that best matches
 # the fraction of the training residual removed along the eigen-directions (dotted). **What it

@@ -29,9 +29,14 @@ n_train_full = None  # the full-batch panel's training images, the first of n_tr
 n_test = None  # test images
 batch_size = None  # mini-batch size of the centre panel (at most n_train)
 n_eval_train = None  # training images the training metrics are measured on ("all": every one)
+factor = None  # the mini-batch runs' factor: lr / factor, steps * factor and K * factor
+n_evals = None  # evaluation points along training (each a full pass over the training and test metrics)
+n_sharpness = None  # training images lambda_max of the linear model is measured on (the first ones)
+sharpness_every = None  # record lambda_max every this many steps (at evaluation points)
+sharpness_iters = None  # power iterations per measurement (warm-started; at most)
 
 # %% tags=["hide-cell"]
-from iterlin.config import describe
+from iterlin.repro.config import describe
 from iterlin.experiments import claims, fig2, reference, resolve_notebook, run
 
 # Every parameter is checked here, before anything is computed (None: the scale's default);
@@ -138,7 +143,7 @@ reference.show_claims(ref)
 # number, what this run measured and whether it holds at this scale, by the rule in the last
 # column. "Large K" is the largest finite $K$ of the sweep; the paper gives no number for "on
 # par", so the rule is an equivalence test within 2 points, through the shared noise rule
-# (`iterlin.stats.difference`: seeds and the test images, paired).
+# (`iterlin.repro.stats.difference`: seeds and the test images, paired).
 
 # %%
 # NBVAL_IGNORE_OUTPUT

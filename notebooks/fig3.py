@@ -31,9 +31,11 @@ n_eval_train = None  # training images the training metrics are measured on ("al
 n_sharpness = None  # training images lambda_max of the linear model is measured on (the first ones)
 sharpness_iters = None  # power iterations per measurement (warm-started; at most)
 sharpness_every = None  # record lambda_max every this many steps (at evaluation points)
+augment = None  # random flips and crops of each training batch (True) or none (False)
+n_evals = None  # evaluation points along training (each a full pass over the training and test metrics)
 
 # %% tags=["hide-cell"]
-from iterlin.config import describe
+from iterlin.repro.config import describe
 from iterlin.experiments import claims, fig3, reference, resolve_notebook, run
 
 # Every parameter is checked here, before anything is computed (None: the scale's default);
@@ -126,7 +128,7 @@ ref = reference.show("fig3", fig3.plot, table=False)
 # cross-entropy on the linearised logits (the loss is not linearised), plain SGD; the runs of one
 # seed start from the same initialisation and see the same batches, so $K = 1$ and large $K$ are
 # compared seed by seed and on the same test images (the claims' noise rule,
-# `iterlin.stats.difference`).
+# `iterlin.repro.stats.difference`).
 #
 # </details>
 

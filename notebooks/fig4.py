@@ -31,9 +31,14 @@ n_train = None  # training images ("all": every installed image)
 n_test = None  # test images
 batch_size = None  # mini-batch size (at most n_train)
 n_eval_train = None  # training images the training metrics are measured on ("all": every one)
+augment_bn = None  # BatchNorm panel: random flips and crops of each training batch (True) or none (False)
+n_evals = None  # evaluation points along training (each a full pass over the training and test metrics)
+n_sharpness = None  # training images lambda_max of the linear model is measured on (the first ones)
+sharpness_every = None  # record lambda_max every this many steps (at evaluation points)
+sharpness_iters = None  # power iterations per measurement (warm-started; at most)
 
 # %% tags=["hide-cell"]
-from iterlin.config import describe
+from iterlin.repro.config import describe
 from iterlin.experiments import claims, fig4, reference, resolve_notebook, run
 
 # Every parameter is checked here, before anything is computed (None: the scale's default);
@@ -152,7 +157,7 @@ ref = reference.show("fig4", fig4.plot, table=False)
 # Shared details: Flax default initialisation, softmax cross-entropy on the linearised logits (the
 # loss is not linearised), plain SGD. In each panel the runs of one seed start from the same
 # initialisation and see the same batches, so $K = 1$ and the large $K$ are compared seed by seed
-# and on the same test images (the claims' noise rule, `iterlin.stats.difference`). Each panel's
+# and on the same test images (the claims' noise rule, `iterlin.repro.stats.difference`). Each panel's
 # runs are one sweep (one compilation; on a CPU stepped one after the other). The test set is
 # evaluated for the network only (the paper's Fig. 4 shows the network's test accuracy; the linear
 # model is evaluated on the training images).

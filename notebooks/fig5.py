@@ -30,9 +30,13 @@ n_test = None  # test images
 n_val = None  # training images held out to choose each run's early-stopping point ("none": the best test accuracy, as the paper)
 batch_size = None  # mini-batch size (at most the smallest n_train); None: full batch
 n_eval_train = None  # training images the training metrics are measured on ("all": every one)
+n_evals = None  # evaluation points along training (each a full pass over the training and test metrics)
+n_sharpness = None  # training images lambda_max of the linear model is measured on (the first ones)
+sharpness_every = None  # record lambda_max every this many steps (at evaluation points)
+sharpness_iters = None  # power iterations per measurement (warm-started; at most)
 
 # %% tags=["hide-cell"]
-from iterlin.config import describe
+from iterlin.repro.config import describe
 from iterlin.experiments import claims, fig5, reference, resolve_notebook, run
 
 # Every parameter is checked here, before anything is computed (None: the scale's default);
@@ -156,7 +160,7 @@ reference.show_claims(ref)
 # the pipeline works, not a reproduction), then its claims: the paper's claim, the paper's
 # statement, what this run measured and whether it holds at this scale, by the rule in the last
 # column (the paper gives no numbers for this figure). Every comparison goes through the shared
-# noise rule (`iterlin.stats.difference`); a scaling row is judged only when every run it compares
+# noise rule (`iterlin.repro.stats.difference`); a scaling row is judged only when every run it compares
 # fitted its training set, as the paper's runs did.
 
 # %%

@@ -29,9 +29,14 @@ n_test = None  # test images (the probes are scored on them)
 batch_size = None  # mini-batch size (at most n_train)
 n_probe = None  # training images the probes are fitted on (the first ones; "all": every one, at most 2000)
 n_eval_train = None  # training images the training metrics are measured on ("all": every one)
+augment = None  # random flips and crops of each training batch (True) or none (False)
+n_evals = None  # evaluation points along training (each a full pass over the training and test metrics)
+n_sharpness = None  # training images lambda_max of the linear model is measured on (the first ones)
+sharpness_every = None  # record lambda_max every this many steps (at evaluation points)
+sharpness_iters = None  # power iterations per measurement (warm-started; at most)
 
 # %% tags=["hide-cell"]
-from iterlin.config import describe
+from iterlin.repro.config import describe
 from iterlin.experiments import claims, fig6, reference, resolve_notebook, run
 
 # Every parameter is checked here, before anything is computed (None: the scale's default);
@@ -64,7 +69,7 @@ ref = reference.show("fig6", fig6.plot, table=False)
 # "increasing $K$ reduces the amount of feature learning, not simply the frequency". The paper
 # gives no numbers for this figure.
 #
-# **The probe** (the paper does not describe its own; ours: `iterlin.probes`). Ridge regression
+# **The probe** (the paper does not describe its own; ours: `iterlin.analysis.probes`). Ridge regression
 # onto one-hot labels, closed form, on features standardised with the training mean and standard
 # deviation; the ridge penalty is chosen from $10^{-4}, \dots, 10^2$ by accuracy on a held-out
 # fifth of the probe's training images, then the probe is refitted on all of them. Deterministic:
@@ -117,7 +122,7 @@ ref = reference.show("fig6", fig6.plot, table=False)
 # Shared details: CNN of Appendix C (2×2 max-pooling after each convolution), Flax default
 # initialisation, softmax cross-entropy on the linearised logits, plain SGD; the runs of one seed
 # start from the same initialisation and see the same batches, so $K = 1$ and the large $K$ are
-# compared seed by seed (the claims' noise rule, `iterlin.stats.difference`, combines the spread
+# compared seed by seed (the claims' noise rule, `iterlin.repro.stats.difference`, combines the spread
 # over seeds and the test set's noise). The probes read the *network*'s hidden activations at
 # $\theta_t$ (not the linear model's), as the paper: "this measure of features looks at hidden
 # layer activations rather than the Jacobian of the network".

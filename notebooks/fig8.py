@@ -29,9 +29,10 @@ n_train = None  # training images ("all": every installed image)
 n_test = None  # test images
 batch_size = None  # mini-batch size (at most n_train); None: full batch
 n_eval_train = None  # training images the training metrics are measured on ("all": every one)
+n_evals = None  # evaluation points along training (each a full pass over the training and test metrics)
 
 # %% tags=["hide-cell"]
-from iterlin.config import describe
+from iterlin.repro.config import describe
 from iterlin.experiments import claims, fig8, reference, resolve_notebook, run
 
 # Every parameter is checked here, before anything is computed (None: the scale's default);
@@ -66,7 +67,7 @@ ref = reference.show("fig8", fig8.plot, table=False)
 # rather than a varying $K$, intended to make sure that it reaches 100 % train accuracy with each
 # re-linearisation and that these are spaced regularly in the graph".
 #
-# **Our choice of the re-linearisation rule.** `iterlin.adam_solve.train_adam_solved` can also
+# **Our choice of the re-linearisation rule.** `iterlin.solvers.adam_solve.train_adam_solved` can also
 # re-linearise as soon as the linear model reaches 100 % train accuracy (its default). We use the
 # paper's constant $K$ (`target_acc=None, plateau_tol=0`): with the accuracy rule, once the
 # *network* itself classifies the training set, every new linear model starts at 100 % and the
@@ -125,7 +126,7 @@ ref = reference.show("fig8", fig8.plot, table=False)
 # Shared details: CNN of Appendix C, Flax default initialisation, softmax cross-entropy on the
 # linearised logits (the loss is not linearised); the three runs of one seed start from the same
 # initialisation and see the same batches, so they are compared seed by seed and on the same test
-# images (the claims' noise rule, `iterlin.stats.difference`).
+# images (the claims' noise rule, `iterlin.repro.stats.difference`).
 #
 # </details>
 

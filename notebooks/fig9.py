@@ -27,9 +27,11 @@ n_seeds = None  # seeds per λ: each its own initialisation (the same initialisa
 n_train = None  # training points (the paper: 20)
 n_test = None  # test points (the paper: 1000)
 x64 = None  # float64 (True) or float32 (False)
+n_evals = None  # evaluation points along training (each a full pass over the training and test metrics)
+n_functions = None  # target functions (each its own random quintic)
 
 # %% tags=["hide-cell"]
-from iterlin.config import describe
+from iterlin.repro.config import describe
 from iterlin.experiments import claims, fig9, reference, resolve_notebook, run
 
 # Every parameter is checked here, before anything is computed (None: the scale's default);
@@ -105,7 +107,7 @@ ref = reference.show("fig9", fig9.plot, table=False)
 # biases, which puts every ReLU kink of the initial network at $x = 0$: the initial NTK on the 20
 # points then has rank 4 and the first linearisation can only fit two straight pieces. The step is
 # computed in kernel form ($\phi^\top(\phi\phi^\top + \lambda I)^{-1}$, a 20 × 20 eigendecomposition; the
-# same step as `iterlin.gauss_newton.gauss_newton_step`), all seeds and $\lambda$ in one compiled
+# same step as `iterlin.solvers.gauss_newton.gauss_newton_step`), all seeds and $\lambda$ in one compiled
 # program. **float64** (`x64=True`): in float32 most runs with $\lambda \le 10^{-2}$ stall at a train
 # RMSE of about 0.78 (measured on 10 seeds; the network ends with a few linear pieces over the
 # data), in float64 they do not. Step size $\alpha = 1$ (the undamped step is the exact Gauss–Newton step).

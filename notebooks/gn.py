@@ -32,9 +32,11 @@ n_eval_train = None  # training images the training metrics are measured on ("al
 n_sharpness = None  # training images lambda_max of the K runs' linear model is measured on (the first ones)
 sharpness_iters = None  # power iterations per measurement (warm-started; at most)
 sharpness_every = None  # record lambda_max every this many steps (at evaluation points)
+augment = None  # random flips and crops of each training batch (True) or none (False)
+n_evals = None  # evaluation points along training (each a full pass over the training and test metrics)
 
 # %% tags=["hide-cell"]
-from iterlin.config import describe
+from iterlin.repro.config import describe
 from iterlin.experiments import claims, gn, reference, resolve_notebook, run
 from iterlin.experiments.gn import timing
 

@@ -34,7 +34,7 @@ long_R = None  # the long R grid doubles up to this R
 n_long_seeds = None  # the first this many seeds run the long R grid
 
 # %% tags=["hide-cell"]
-from iterlin.config import describe
+from iterlin.repro.config import describe
 from iterlin.experiments import claims, limit, reference, resolve_notebook, run
 
 config = resolve_notebook("limit", globals())
@@ -76,7 +76,7 @@ ref = reference.show("limit", limit.plot, table=False)
 # the doubling grid up to `long_R` at a smaller $N$ (`n_long`) for the first seeds (`n_long_seeds`),
 # where re-linearising hundreds of times is affordable. Every installed test image is scored.
 #
-# **Claims, stated before the run** (decided by the shared noise rule of `iterlin.claims`: $\Delta$ ± 2
+# **Claims, stated before the run** (decided by the shared noise rule of `iterlin.repro.claims`: $\Delta$ ± 2
 # standard errors over seeds and test images, paired):
 #
 # 1. *How few feature updates suffice*: the smallest $R$ whose test accuracy is on par (within 2 points)

@@ -31,9 +31,11 @@ n_sharpness = None  # training images the bound 2/lambda_max is measured on (at 
 sharpness_iters = None  # power iterations per measurement
 sharpness_every = None  # record lambda_max along training every this many steps (at evaluation points)
 n_eval_train = None  # training images the training metrics are measured on ("all": every one)
+augment = None  # random flips and crops of each training batch (True) or none (False)
+n_evals = None  # evaluation points along training (each a full pass over the training and test metrics)
 
 # %% tags=["hide-cell"]
-from iterlin.config import describe
+from iterlin.repro.config import describe
 from iterlin.experiments import claims, reference, resolve_notebook, run
 from iterlin.experiments import lr as lr_experiment
 from iterlin.experiments.lr import timing
@@ -58,7 +60,7 @@ ref = reference.show("lr", lr_experiment.plot, table=False)
 # reason to expect it may not: between re-linearisations the linear model
 # $f^{\mathrm{lin}}_{s}(\theta) = f_{\theta_s} + \nabla_\theta f_{\theta_s}^\top (\theta - \theta_s)$
 # is trained by gradient descent on a loss whose Hessian is the Gauss–Newton matrix $G$ at
-# $\theta_s$, which is stable only for $\eta < 2/\lambda_{\max}(G)$ (`iterlin.stability`), while
+# $\theta_s$, which is stable only for $\eta < 2/\lambda_{\max}(G)$ (`iterlin.analysis.stability`), while
 # the network itself ($K = 1$) is not bound that way and can train at rates where the linear model
 # diverges.
 #

@@ -29,9 +29,10 @@ n_test = None  # test images
 batch_size = None  # mini-batch size (at most n_train)
 n_probe = None  # probe images for the kernel (the first training images; "all": at most 100); kernels are (10 n_probe)^2
 n_eval_train = None  # training images the training metrics are measured on ("all": every one)
+n_evals = None  # evaluation points along training (each a full pass over the training and test metrics)
 
 # %% tags=["hide-cell"]
-from iterlin.config import describe
+from iterlin.repro.config import describe
 from iterlin.experiments import claims, ntk, reference, resolve_notebook, run
 
 # Every parameter is checked here, before anything is computed (None: the scale's default);
@@ -60,7 +61,7 @@ ref = reference.show("ntk", ntk.plot, table=False)
 # linearisation (Algorithm 1) with $K = 1$ (ordinary SGD) and with a large $K$. Kernels are
 # compared with the kernel distance of Fort et al. (2020),
 # $d(\Theta_1, \Theta_2) = 1 - \langle\Theta_1, \Theta_2\rangle_F / (\lVert\Theta_1\rVert_F
-# \lVert\Theta_2\rVert_F)$, 0 for kernels equal up to scale (`iterlin.ntk`):
+# \lVert\Theta_2\rVert_F)$, 0 for kernels equal up to scale (`iterlin.analysis.ntk`):
 #
 # * **distance from initialisation** $d(\hat\Theta_{\theta_t}, \hat\Theta_{\theta_0})$ of the
 #   network's kernel;
@@ -115,7 +116,7 @@ ref = reference.show("ntk", ntk.plot, table=False)
 # Shared details: CNN of Appendix C, Flax default initialisation, softmax cross-entropy on the
 # linearised logits, plain SGD, no augmentation; the runs of one seed start from the same
 # initialisation and see the same batches. Kernels are exact (per-example Jacobians,
-# `iterlin.ntk.empirical_ntk`). The claim that the kernel moves is decided on the 95 %
+# `iterlin.analysis.ntk.empirical_ntk`). The claim that the kernel moves is decided on the 95 %
 # Student's t interval over seeds; that the linear model's kernel is exactly fixed between
 # re-linearisations and moves at each one holds by construction, and is listed apart as a
 # consistency check.

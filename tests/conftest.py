@@ -4,7 +4,7 @@
 - ``ITERLIN_CIFAR10`` and ``cifar_subset_path``: the repository's ``conftest.py`` (shared with
   the notebooks' nbval run).
 - ``ITERLIN_DOWNLOAD=0`` for the session: no test downloads CIFAR-10 from the network.
-- JAX's persistent compilation cache (:mod:`iterlin.compilation`) is on for the whole suite, so a
+- JAX's persistent compilation cache (:mod:`iterlin.repro.compilation`) is on for the whole suite, so a
   rerun on a warm machine skips XLA's compilations; ``ITERLIN_COMPILATION_CACHE=0`` turns it off.
 - After a test module, JAX's in-memory caches are cleared (``jax.clear_caches``) when the process
   holds over half the kernel's memory maps per process. Every executable XLA compiles on the CPU
@@ -53,7 +53,7 @@ def _compile_at_level_0() -> None:
 _compile_at_level_0()  # before iterlin is imported: nothing may compile before it
 
 from iterlin import precision  # noqa: E402
-from iterlin.compilation import enable_compilation_cache  # noqa: E402
+from iterlin.repro.compilation import enable_compilation_cache  # noqa: E402
 
 enable_compilation_cache()
 

@@ -1,4 +1,4 @@
-"""Tests for iterlin.adam_solve: each linearisation solved by Adam until a convergence test passes."""
+"""Tests for iterlin.solvers.adam_solve: each linearisation solved by Adam until a convergence test passes."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numpy as np
 import optax
 import pytest
 
-from iterlin.adam_solve import train_adam_solved
+from iterlin.solvers.adam_solve import train_adam_solved
 from iterlin.relin import RELIN_REASONS, SolveState
 from iterlin.checkpoint import CheckpointError
 from iterlin.linearise import linearised_apply

@@ -353,7 +353,7 @@ def _fake_book(root: Path, names, *, claims=True, duration=12.3, output="fig3: c
             (root / "book" / "executed" / "claims" / f"{n}.json").write_text(json.dumps(doc))
 
 
-#: Rows of every verdict and kind, as iterlin.claims.Claim writes them.
+#: Rows of every verdict and kind, as iterlin.repro.claims.Claim writes them.
 MIXED_ROWS = [
     {"claim": "K = 1 ≈ large K", "paper": "82.3 % vs 81.4 %", "measured": "Δ +0.4 pts", "holds": "yes", "rule": "r1", "kind": "claim"},
     {"claim": "better", "paper": "p", "measured": "m", "holds": "undecided", "rule": "r2", "kind": "claim"},
@@ -372,10 +372,10 @@ def _fake_reference(results: Path, name: str, rows, *, current_code: bool, seeds
     """results/<name>/ as iterlin.experiments.reference.write leaves it; its code fingerprint is
     today's (current_code) or another one (the library has changed since). The experiment's claims
     code is made to derive ``rows`` from the stored results (the book checks claims.json against it)."""
-    from iterlin.cache import save_results
-    from iterlin.claims import Claim
+    from iterlin.repro.cache import save_results
+    from iterlin.repro.claims import Claim
     from iterlin.experiments import registry
-    from iterlin.fingerprint import code_fingerprint
+    from iterlin.repro.fingerprint import code_fingerprint
 
     d = results / name
     d.mkdir(parents=True)
@@ -423,7 +423,7 @@ def test_generate_writes_claims_and_runtimes(tmp_path, generate, no_results_env)
 def test_generate_shows_reference_runs_first_with_their_provenance(tmp_path, generate, no_results_env, monkeypatch):
     from collections import Counter
 
-    from iterlin.claims import CHECKS_HEADING, HOLDS
+    from iterlin.repro.claims import CHECKS_HEADING, HOLDS
     from iterlin.experiments.reference import provenance_line
 
     from iterlin.experiments.findings import Evidence, Finding
@@ -514,7 +514,7 @@ def _forge(d: Path, how: str) -> str:
         claims_path.write_text(json.dumps(doc))
         return "claims.json"
     elif how == "another experiment's results":
-        from iterlin.cache import save_results
+        from iterlin.repro.cache import save_results
 
         save_results(d / "results.npz", {"x": np.zeros(2)}, key="reference:ntk:cpu:" + prov["code_fingerprint"],
                      config={**prov["config"], "experiment": "ntk"})

@@ -9,21 +9,21 @@ import os
 import numpy as np
 import pytest
 
-from iterlin import cache as cache_mod
-from iterlin.cache import (
+from iterlin.repro import cache as cache_mod
+from iterlin.repro.cache import (
     CacheWarning,
     cache_key,
     cache_paths,
     cached,
     canonical_json,
-    code_fingerprint,
+    package_digest,
     default_cache_dir,
     load_results,
     save_results,
 )
 from iterlin.checkpoint import CheckpointError
-from iterlin.claims import NA, Claim, claims_markdown, claims_table, collect_claims, fmt_K, publish_claims, verdict
-from iterlin.stats import num, pct
+from iterlin.repro.claims import NA, Claim, claims_markdown, claims_table, collect_claims, fmt_K, publish_claims, verdict
+from iterlin.repro.stats import num, pct
 
 CONFIG = {"experiment": "figX", "K": [1, math.inf], "lr": 0.1, "n_train": None}
 
@@ -65,7 +65,7 @@ def test_key_changes_with_name_config_code_and_data_only():
     assert k != cache_key("fig3", CONFIG, data_fingerprint="d1", code="c2")
     # the default code fingerprint is that of the installed package
     assert cache_key("fig3", CONFIG, data_fingerprint="d1") == cache_key(
-        "fig3", CONFIG, data_fingerprint="d1", code=code_fingerprint()
+        "fig3", CONFIG, data_fingerprint="d1", code=package_digest()
     )
 
 
@@ -73,11 +73,11 @@ def test_code_fingerprint_follows_every_py_file(tmp_path):
     (tmp_path / "a.py").write_text("x = 1\n")
     (tmp_path / "b.py").write_text("y = 2\n")
     (tmp_path / "notes.txt").write_text("ignored")
-    h = code_fingerprint(tmp_path)
+    h = package_digest(tmp_path)
     (tmp_path / "notes.txt").write_text("changed")
-    assert code_fingerprint(tmp_path) == h
+    assert package_digest(tmp_path) == h
     (tmp_path / "b.py").write_text("y = 3\n")
-    assert code_fingerprint(tmp_path) != h
+    assert package_digest(tmp_path) != h
 
 
 def test_code_fingerprint_sees_subpackages(tmp_path):
@@ -86,37 +86,37 @@ def test_code_fingerprint_sees_subpackages(tmp_path):
     (tmp_path / "experiments" / "fig3.py").write_text("K = 1\n")
     (tmp_path / "__pycache__").mkdir()
     (tmp_path / "__pycache__" / "stale.py").write_text("ignored")
-    h = code_fingerprint(tmp_path)
+    h = package_digest(tmp_path)
     (tmp_path / "__pycache__" / "stale.py").write_text("still ignored")
-    assert code_fingerprint(tmp_path) == h
+    assert package_digest(tmp_path) == h
     (tmp_path / "experiments" / "fig3.py").write_text("K = 2\n")
-    h2 = code_fingerprint(tmp_path)
+    h2 = package_digest(tmp_path)
     assert h2 != h
     # a module moved into a subpackage is a different file: a new key
     (tmp_path / "experiments" / "fig3.py").rename(tmp_path / "fig3.py")
-    assert code_fingerprint(tmp_path) not in (h, h2)
+    assert package_digest(tmp_path) not in (h, h2)
     (tmp_path / "experiments" / "deeper").mkdir()
     (tmp_path / "experiments" / "deeper" / "x.py").write_text("")
-    assert code_fingerprint(tmp_path) not in (h, h2)
+    assert package_digest(tmp_path) not in (h, h2)
 
 
 def test_cached_uses_the_callers_code_fingerprint(tmp_path, monkeypatch):
     f = Counter()
     cached("figX", f, CONFIG, data_fingerprint="d", code="fig-code-1", cache_dir=tmp_path, verbose=False)
     # the package-wide fingerprint plays no part once the caller gives one
-    monkeypatch.setattr(cache_mod, "code_fingerprint", lambda package_dir=None: "edited elsewhere")
+    monkeypatch.setattr(cache_mod, "package_digest", lambda package_dir=None: "edited elsewhere")
     cached("figX", f, CONFIG, data_fingerprint="d", code="fig-code-1", cache_dir=tmp_path, verbose=False)
     assert f.calls == 1
     key = cache_key("figX", CONFIG, data_fingerprint="d", code="fig-code-1")
     side = json.loads(cache_paths("figX", key, tmp_path)["sidecar"].read_text())
-    assert side["code_fingerprint"] == "fig-code-1" and side["key"] == key
+    assert side["package_digest"] == "fig-code-1" and side["key"] == key
     cached("figX", f, CONFIG, data_fingerprint="d", code="fig-code-2", cache_dir=tmp_path, verbose=False)
     assert f.calls == 2
     # with no code given, the default (package-wide) fingerprint is used and recorded
     cached("figX", f, CONFIG, data_fingerprint="d", cache_dir=tmp_path, verbose=False)
     assert f.calls == 3
     key = cache_key("figX", CONFIG, data_fingerprint="d", code="edited elsewhere")
-    assert json.loads(cache_paths("figX", key, tmp_path)["sidecar"].read_text())["code_fingerprint"] == "edited elsewhere"
+    assert json.loads(cache_paths("figX", key, tmp_path)["sidecar"].read_text())["package_digest"] == "edited elsewhere"
     with pytest.raises(TypeError, match="code=3"):
         cache_key("figX", CONFIG, data_fingerprint="d", code=3)
 
@@ -124,7 +124,7 @@ def test_cached_uses_the_callers_code_fingerprint(tmp_path, monkeypatch):
 def test_code_change_invalidates_cached_results(tmp_path, monkeypatch):
     f = Counter()
     cached("figX", f, CONFIG, data_fingerprint="d", cache_dir=tmp_path, verbose=False)
-    monkeypatch.setattr(cache_mod, "code_fingerprint", lambda package_dir=None: "edited code")
+    monkeypatch.setattr(cache_mod, "package_digest", lambda package_dir=None: "edited code")
     cached("figX", f, CONFIG, data_fingerprint="d", cache_dir=tmp_path, verbose=False)
     assert f.calls == 2
 
@@ -146,7 +146,7 @@ def test_default_cache_dir(monkeypatch, tmp_path):
 def test_default_cache_dir_outside_a_checkout_is_the_users(monkeypatch, tmp_path):
     """Installed from a wheel there is no checkout: results go to $XDG_CACHE_HOME/iterlin (else
     ~/.cache/iterlin), never beside the package in site-packages."""
-    import iterlin.cache as cache_module
+    import iterlin.repro.cache as cache_module
 
     monkeypatch.delenv("ITERLIN_CACHE", raising=False)
     monkeypatch.setattr(cache_module, "repo_root", lambda: None)

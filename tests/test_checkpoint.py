@@ -308,7 +308,7 @@ def _tanh_params(seed):
 
 
 def test_interrupted_gauss_newton_sweep_resumes_with_its_damping(tmp_path):
-    from iterlin.gauss_newton import gauss_newton_train, init_gauss_newton_state
+    from iterlin.solvers.gauss_newton import gauss_newton_train, init_gauss_newton_state
 
     x, y = _problem()
     params = tree_stack([_tanh_params(0), _tanh_params(1)])
@@ -334,7 +334,7 @@ def test_interrupted_gauss_newton_sweep_resumes_with_its_damping(tmp_path):
 
 
 def test_interrupted_adam_solved_run_resumes_with_its_criterion_state(tmp_path):
-    from iterlin.adam_solve import train_adam_solved
+    from iterlin.solvers.adam_solve import train_adam_solved
 
     x, _ = _problem(n=16)
     y = (x[:, 0] + 0.5 * x[:, 1] > 0).astype(jnp.int32)
@@ -429,7 +429,7 @@ def test_a_checkpoint_whose_progress_disagrees_with_its_contents_is_refused(tmp_
 def test_an_edited_counter_is_not_returned_as_a_truncated_final_history(tmp_path):
     # The issue: done set to "finished" after a kill gave steps [0, 2] of 6 as the final result.
     # Through the result cache, the refused checkpoint is deleted and the run restarted from scratch.
-    from iterlin.cache import CacheWarning, cached
+    from iterlin.repro.cache import CacheWarning, cached
 
     ref_params, ref = _train(None, steps=6)
     cache_dir = tmp_path / "cache"

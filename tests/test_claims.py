@@ -1,4 +1,4 @@
-"""iterlin.claims: rows, verdicts and formatting, the tables, and the rows shared by every experiment
+"""iterlin.repro.claims: rows, verdicts and formatting, the tables, and the rows shared by every experiment
 (test-set noise, on-par comparisons, divergence, a sweep without K > 1)."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from _toy import fake_history
 
-from iterlin import claims
-from iterlin.claims import (
+from iterlin.repro import claims
+from iterlin.repro.claims import (
     pooled_runs,
     COLUMNS,
     HOLDS,
@@ -36,8 +36,8 @@ from iterlin.claims import (
     sharpness_claim,
     verdict,
 )
-from iterlin.failures import exploded_runs, unstable_runs
-from iterlin.stats import Difference, seed_interval
+from iterlin.repro.failures import exploded_runs, unstable_runs
+from iterlin.repro.stats import Difference, seed_interval
 
 # ----------------------------------------------------------------------------------------------
 # Rows, verdicts, formatting

@@ -84,7 +84,7 @@ def test_run_writes_results_and_claims_and_resumes_from_the_cache(tmp_path, caps
     out = capsys.readouterr().out
     assert "fig9: computed" in out and "Claims of fig9 at scale 'smoke'" in out
     assert f"results: {tmp_path / 'out' / 'results.npz'}" in out
-    from iterlin.cache import load_results
+    from iterlin.repro.cache import load_results
 
     results = load_results(tmp_path / "out" / "results.npz")
     doc = json.loads((tmp_path / "out" / "fig9.json").read_text())
@@ -345,7 +345,7 @@ def test_run_outside_a_checkout_with_xdg_cache_home_a_file_warns_and_runs(tmp_pa
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ITERLIN_CACHE", "ITERLIN_COMPILATION_CACHE",
                                                                     "JAX_COMPILATION_CACHE"))}
     env["XDG_CACHE_HOME"] = str(a_file)
-    code = ("import sys, iterlin.cache as c; c.repo_root = lambda: None; from iterlin.cli import main; "
+    code = ("import sys, iterlin.repro.cache as c; c.repo_root = lambda: None; from iterlin.cli import main; "
             "sys.exit(main(sys.argv[1:]))")
     proc = subprocess.run([sys.executable, "-c", code, "run", "fig9", *TINY, "--out", str(tmp_path / "out")],
                           capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)

@@ -12,7 +12,7 @@ import optax
 import pytest
 from jax.flatten_util import ravel_pytree
 
-from iterlin.closed_form import (
+from iterlin.solvers.closed_form import (
     equivalent_damping,
     flow_filter,
     gd_filter,
@@ -24,7 +24,7 @@ from iterlin.closed_form import (
     residual_spectrum,
     spectral_update,
 )
-from iterlin.gauss_newton import flat_jacobian, gauss_newton_step
+from iterlin.solvers.gauss_newton import flat_jacobian, gauss_newton_step
 from iterlin.linearise import linearised_apply
 from iterlin.training import train
 

@@ -1,4 +1,4 @@
-"""JAX's persistent compilation cache (iterlin/compilation.py): where it lives (per user), off switch,
+"""JAX's persistent compilation cache (iterlin/repro/compilation.py): where it lives (per user), off switch,
 that a second process reads back what the first compiled, and that a broken, foreign or forged entry
 never crashes a run, never persists and never gives a run another program's results."""
 
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from iterlin import compilation
-from iterlin.cache import user_cache_dir
+from iterlin.repro import compilation
+from iterlin.repro.cache import user_cache_dir
 
 #: A fresh process: turn the cache on, compile one program (slow enough to be written), report the
 #: folder and JAX's cache-hit events. The input and the sum are NumPy's, so that ``f`` is the only
@@ -26,7 +26,7 @@ warnings.simplefilter("always")
 step = float(sys.argv[1]) if len(sys.argv) > 1 else 1.0
 hits = []
 jax.monitoring.register_event_listener(lambda event, **kw: hits.append(event) if "cache_hits" in event else None)
-from iterlin.compilation import enable_compilation_cache
+from iterlin.repro.compilation import enable_compilation_cache
 path = enable_compilation_cache()
 @jax.jit
 def f(x):

@@ -25,8 +25,8 @@ import pytest
 from _compiles import compilations
 from _toy import init_params, tiny_problem
 
-from iterlin.adam_solve import train_adam_solved
-from iterlin.gauss_newton import gauss_newton_train, make_gauss_newton_step
+from iterlin.solvers.adam_solve import train_adam_solved
+from iterlin.solvers.gauss_newton import gauss_newton_train, make_gauss_newton_step
 from iterlin.training import make_step, train, train_sweep
 from iterlin.tree import tree_stack
 
@@ -197,9 +197,9 @@ def test_no_array_is_baked_into_the_programs(problem):
 def test_the_jitted_single_calls_compile_once(problem):
     """flat_jacobian, gauss_newton_step and the closed forms jit through ``jacobian.maybe_jit`` (jit's
     own cache, no memo of ours): a second call with other values of θ and the data traces nothing."""
-    from iterlin.closed_form import gradient_flow_limit
-    from iterlin.gauss_newton import gauss_newton_step
-    from iterlin.jacobian import flat_jacobian
+    from iterlin.solvers.closed_form import gradient_flow_limit
+    from iterlin.solvers.gauss_newton import gauss_newton_step
+    from iterlin.analysis.jacobian import flat_jacobian
 
     apply_fn, ((x, y), _), ((x2, y2), _) = problem
     targets, targets2 = jax.nn.one_hot(y, 3), jax.nn.one_hot(y2, 3)

@@ -1,4 +1,4 @@
-"""iterlin.config: the typed configs (:class:`~iterlin.config.ExperimentConfig`, validated in
+"""iterlin.repro.config: the typed configs (:class:`~iterlin.repro.config.ExperimentConfig`, validated in
 their constructor), the pure ``resolve(Config, scales, scale, overrides)``, every knob's validator,
 and every bad parameter named up front.
 
@@ -17,7 +17,8 @@ import pytest
 
 import dataclasses
 
-from iterlin.config import (
+from iterlin.repro.config import (
+    format_value,
     MAX_RUNS,
     SCALE_NAMES,
     Damping,
@@ -83,7 +84,7 @@ def config_type(name, scales, expand=None):
 
 
 def r(overrides=None, scale="smoke", scales=SWEEP, name="fig3", expand=None):
-    """The resolved config as its dict (:meth:`~iterlin.config.ExperimentConfig.to_dict`)."""
+    """The resolved config as its dict (:meth:`~iterlin.repro.config.ExperimentConfig.to_dict`)."""
     return resolve(config_type(name, scales, expand), scales, scale, overrides).to_dict()
 
 
@@ -280,6 +281,13 @@ def test_resolve_returns_a_fresh_copy():
 
 def test_describe():
     assert describe({"K": [1, math.inf], "lr": 0.001, "n": None}) == "K=[1, inf], lr=0.001, n=None"
+
+
+def test_format_value_spells_infinity_and_none_as_asked():
+    """One formatter for the command line's ``describe`` and the book's scales table."""
+    assert format_value([1, 5e6, math.inf]) == "[1, 5e+06, inf]"
+    assert format_value([None, 1000], inf="∞", none="all") == "[all, 1000]"
+    assert format_value(math.inf, inf="∞") == "∞" and format_value(0.0008) == "0.0008" and format_value(3) == "3"
 
 
 def test_held_out_images_or_none():

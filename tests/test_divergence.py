@@ -1,7 +1,7 @@
 """Divergence is a result, not a crash: a diverging run is frozen at its last state before it.
 
 Contract (:func:`iterlin.training.commit_step`, through which every step function commits once:
-:func:`iterlin.training.make_step`, :func:`iterlin.gauss_newton.make_gauss_newton_step` with either
+:func:`iterlin.training.make_step`, :func:`iterlin.solvers.gauss_newton.make_gauss_newton_step` with either
 filter, and with :func:`iterlin.relin.until_solved`, the Adam-solved step): at step t the loss is L(θ_t); if it is not
 finite or its magnitude exceeds :func:`iterlin.training.divergence_bound` (√ of the dtype's largest
 finite value), or the update it produces is not finite, the run is frozen at that state (θ_t, θ_s,
@@ -183,7 +183,7 @@ def _overflow_problem():
 
 def _step_kinds(x, y):
     """(name, step_fn, fresh state) for every kind of step function in the library."""
-    from iterlin.gauss_newton import init_gauss_newton_state, make_gauss_newton_step
+    from iterlin.solvers.gauss_newton import init_gauss_newton_state, make_gauss_newton_step
     from iterlin.relin import until_solved
     from iterlin.training import init_state, make_step
 
@@ -268,7 +268,7 @@ def test_a_finite_but_exploding_loss_is_divergence_with_its_step(precision, requ
 def test_fig9_like_gauss_newton_runs_whose_rmse_explodes_are_marked_diverged(x64):
     # Damped Gauss–Newton with λ = 0 and step size 11 on f(w, x) = x w, J = I: r ← −10 r. The RMSE grows
     # to 10^{t} (10^128 and beyond in float64) without ever becoming infinite in the run's 100 steps.
-    from iterlin.gauss_newton import gauss_newton_train
+    from iterlin.solvers.gauss_newton import gauss_newton_train
 
     x, y = jnp.eye(3, dtype=jnp.float64), jnp.zeros((3, 1), jnp.float64)
     params = tree_stack([{"w": jnp.ones((3, 1), jnp.float64)}] * 2)

@@ -1,4 +1,4 @@
-"""iterlin.failures: every way a run of a sweep failed, found once and worded for the claims."""
+"""iterlin.repro.failures: every way a run of a sweep failed, found once and worded for the claims."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import math
 import numpy as np
 from _toy import fake_history
 
-from iterlin.claims import divergence_claim
-from iterlin.failures import failed_runs, failures
+from iterlin.repro.claims import divergence_claim
+from iterlin.repro.failures import failed_runs, failures
 
 
 def test_failed_runs_report_the_first_failure():

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from iterlin.fingerprint import PACKAGE_DIR, code_dependencies, code_fingerprint, normalised_source
+from iterlin.repro.fingerprint import PACKAGE_DIR, code_dependencies, code_fingerprint, normalised_source
 
 ENTRY = ("compute", "load")
 
@@ -230,6 +230,10 @@ SAME = {
         "def f(x: 'Array', *rest) -> 'list[Array]':\n    y = x\n    return [y, *rest]\n",
     ),
     "an f-string written in pieces": ("def f(x):\n    return f'a{x:.1f}b' 'c'\n", "def f(x):\n    return f'a{x:.1f}bc'\n"),
+    "an error's message": (
+        "def f(x):\n    if x < 0:\n        raise ValueError(f'x={x!r} is not allowed: see iterlin.repro.config')\n    return x\n",
+        "def f(x):\n    if x < 0:\n        raise ValueError(f'{x} must be >= 0 (iterlin.repro.config)', x)\n    return x\n",
+    ),
 }
 
 DIFFERENT = {
@@ -240,6 +244,10 @@ DIFFERENT = {
                                                             "def f(x, eta):\n    return x - eta\n"),
     "a local made a global": ("def f(x):\n    y = x\n    return y\n", "def f(x):\n    y = x\n    return Y\n"),
     "which global is declared": ("def f():\n    global A\n    A = 1\n", "def f():\n    global B\n    B = 1\n"),
+    "the error raised": ("def f(x):\n    if x < 0:\n        raise ValueError('no')\n    return x\n",
+                         "def f(x):\n    if x < 0:\n        raise TypeError('no')\n    return x\n"),
+    "when an error is raised": ("def f(x):\n    if x < 0:\n        raise ValueError('no')\n    return x\n",
+                                "def f(x):\n    if x <= 0:\n        raise ValueError('no')\n    return x\n"),
     "a class's field": ("class M:\n    features: int = 8\n", "class M:\n    features: int = 16\n"),
     "a class field's annotation": ("class M:\n    features: int = 8\n", "class M:\n    features: float = 8\n"),
     "a shadowing inner local made a closure": (
@@ -293,7 +301,7 @@ def test_dependencies_of_a_figure(tree):
         "iterlin.experiments.figb:compute",
         "iterlin.models:Net",
         "iterlin.models:make",
-        "iterlin.ntk:kernel_distance",
+        "iterlin.analysis.ntk:kernel_distance",
         "iterlin.sub.kernels:kernel",
         "iterlin.training:SCALE",
         "iterlin.training:fit",
@@ -318,7 +326,7 @@ def test_the_same_on_every_machine_and_python(tree):
     """Pinned: the serialisation is our own (no positions, no ``ast.dump``), so this value is the
     same on every machine and Python >= 3.10. A deliberate change of the normal form or of the
     records changes every key: bump ``_VERSION`` and update this value in the same commit."""
-    assert fp(tree) == "ae0aeb53d96a01ff7fcb4118a1ac51234f8fb51d51849c60d71cb8136376e777"
+    assert fp(tree) == "69ed9f31146071001ca8ffba016f28ead35ac297aa7abef0f289c0303ffc825f"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -634,8 +642,8 @@ def test_real_tree_experiment(real):
     h = code_fingerprint(module, ENTRY, root=real)
     deps = code_dependencies(module, ENTRY, root=real)
     assert f"{module}:compute" in deps and "iterlin.training._loop:fit" in deps
-    assert not [d for d in deps if d.startswith(("iterlin.plotting", "iterlin.claims", "iterlin.experiments.fig2"))]
-    for rel, mod in [("plotting.py", "iterlin.plotting"), ("claims.py", "iterlin.claims"), ("cache.py", "iterlin.cache"),
+    assert not [d for d in deps if d.startswith(("iterlin.repro.plotting", "iterlin.repro.claims", "iterlin.experiments.fig2"))]
+    for rel, mod in [("plotting.py", "iterlin.repro.plotting"), ("claims.py", "iterlin.repro.claims"), ("cache.py", "iterlin.repro.cache"),
                      ("experiments/fig2.py", "iterlin.experiments.fig2")]:
         tree = ast.parse((pkg / rel).read_text())
         for fn in [n.name for n in tree.body if isinstance(n, ast.FunctionDef)]:
@@ -656,13 +664,13 @@ def test_real_tree_experiment(real):
 
 def test_no_figure_key_follows_its_plot():
     """Compute and plotting stay apart in every figure: the code its key follows reaches neither its
-    module's ``plot`` nor :mod:`iterlin.plotting`, so a change to a plot recomputes nothing."""
+    module's ``plot`` nor :mod:`iterlin.repro.plotting`, so a change to a plot recomputes nothing."""
     from iterlin.experiments import get, names
 
     for name in names():
         module = get(name).module
         deps = code_dependencies(module, ENTRY)
         assert f"{module}:compute" in deps, name
-        drawn = [d for d in deps if d == f"{module}:plot" or d.startswith("iterlin.plotting:")]
+        drawn = [d for d in deps if d == f"{module}:plot" or d.startswith("iterlin.repro.plotting:")]
         assert not drawn, f"{name}'s key follows {drawn}"
 

@@ -15,8 +15,8 @@ import optax
 import pytest
 from jax.flatten_util import ravel_pytree
 
-from iterlin.closed_form import gradient_flow_limit, gradient_flow_params
-from iterlin.gauss_newton import (
+from iterlin.solvers.closed_form import gradient_flow_limit, gradient_flow_params
+from iterlin.solvers.gauss_newton import (
     KERNEL_MAX_OUTPUTS,
     conjugate_gradient,
     flat_jacobian,
@@ -540,7 +540,7 @@ def test_conjugate_gradient_vmapped_over_systems_equals_each_solve(x64):
 def test_gauss_newton_config_validates_once_and_is_a_static_value():
     """The typed config: options normalised on construction (a Loss by name, the flow's solver resolved),
     equal options give equal, hashable configs (one jit cache entry), bad options raise naming the option."""
-    from iterlin.gauss_newton import GaussNewtonConfig
+    from iterlin.solvers.gauss_newton import GaussNewtonConfig
     from iterlin.losses import get_loss
 
     a = GaussNewtonConfig(loss=get_loss("ce"), solver="primal_cg")

@@ -1,4 +1,4 @@
-"""iterlin.jacobian: the one per-example Jacobian, PSD eigendecomposition and spectral solve, each
+"""iterlin.analysis.jacobian: the one per-example Jacobian, PSD eigendecomposition and spectral solve, each
 against an independent dense route (float64)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from jax.flatten_util import ravel_pytree
 
-from iterlin.jacobian import (
+from iterlin.analysis.jacobian import (
     contract,
     eigh_psd,
     example_jacobians,
@@ -22,7 +22,7 @@ from iterlin.jacobian import (
     spectral_filter,
     spectral_solve,
 )
-from iterlin.ntk import empirical_ntk
+from iterlin.analysis.ntk import empirical_ntk
 
 N = 7  # chunks of 3 do not divide it
 

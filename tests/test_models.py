@@ -397,7 +397,7 @@ def test_quintic_model_is_stacked_over_seeds(x64):
 
 def test_quintic_model_ntk_has_full_rank_on_the_quintic_data(x64):
     """Why this initialisation: the NTK on the 20 training points has rank 20 (Flax's default: 4)."""
-    from iterlin.closed_form import residual_spectrum
+    from iterlin.solvers.closed_form import residual_spectrum
     from iterlin.data import quintic
 
     d = quintic(20, 10, dtype=np.float64)

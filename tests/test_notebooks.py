@@ -143,7 +143,7 @@ def test_a_figure_page_opens_with_its_reference_figure_and_verdict(stem):
 # --- nbval's comparison (notebooks/conftest.py, notebooks/nbval_sanitize.cfg) -------------------
 #
 # The plain `pytest --nbval notebooks/` must pass on any machine and fail when behaviour changes.
-# A synthetic notebook shows a claims table (rendered by iterlin.claims, text and HTML, as the
+# A synthetic notebook shows a claims table (rendered by iterlin.repro.claims, text and HTML, as the
 # figure notebooks' last cells do) and writes to standard error; its stored outputs are made by
 # running it with other values (another machine's numbers, a planted regression), then nbval runs
 # it, collected from a folder holding copies of notebooks/conftest.py and nbval_sanitize.cfg, with
@@ -152,7 +152,7 @@ def test_a_figure_page_opens_with_its_reference_figure_and_verdict(stem):
 
 def _table(K1="25.5 %", delta="-8.0", interval="[-15.6, -0.4]", verdict="undecided", claim="large K on par with K = 1",
            check="yes"):
-    from iterlin.claims import Claim, ClaimsTable
+    from iterlin.repro.claims import Claim, ClaimsTable
 
     rows = [
         Claim(claim, "82.3 % vs 81.4 %", f"K=1: {K1}; K=3: 17.5 %; Δ {delta} pts, 2 s.e. interval {interval}",

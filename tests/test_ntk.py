@@ -10,7 +10,7 @@ import pytest
 from jax.flatten_util import ravel_pytree
 
 import iterlin
-from iterlin.ntk import (
+from iterlin.analysis.ntk import (
     empirical_ntk,
     empirical_ntk_fn,
     kernel_distance,
@@ -18,7 +18,7 @@ from iterlin.ntk import (
     ntk_vector_product,
     relinearisation_steps,
 )
-import iterlin.ntk as ntk_module
+import iterlin.analysis.ntk as ntk_module
 from iterlin.tree import tree_stack
 
 from _toy import tiny_problem

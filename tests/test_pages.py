@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from iterlin.experiments import reference
-from iterlin.stats import sweep_difference, runs_of
+from iterlin.repro.stats import sweep_difference, runs_of
 
 ROOT = Path(__file__).resolve().parents[1]
 #: a scale where reference runs are computed, named in the singular ("the `cpu` scales" describe settings)
@@ -204,7 +204,7 @@ def seed_share(d) -> float:
 def differences(name: str) -> list:
     """The K = 1 against large-K differences a reference run's undecided rows rest on."""
     from iterlin.experiments import fig6
-    from iterlin.stats import difference
+    from iterlin.repro.stats import difference
 
     res = reference.load(name, check_claims=False).results
     if name == "fig3":

@@ -1,4 +1,4 @@
-"""The plotting helpers the figures share (``iterlin.plotting``), drawn with the Agg backend."""
+"""The plotting helpers the figures share (``iterlin.repro.plotting``), drawn with the Agg backend."""
 
 import math
 import re
@@ -12,7 +12,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 from matplotlib.colors import to_rgba  # noqa: E402
 
-from iterlin.plotting import (  # noqa: E402
+from iterlin.repro.plotting import (  # noqa: E402
     accuracy_against_K,
     as_1d,
     as_runs,
@@ -330,7 +330,7 @@ def test_k1_and_largest():
 
 
 def test_plot_bound_one_line_per_run_the_rates_and_the_rises(ax):
-    from iterlin.stability import BoundRecord
+    from iterlin.analysis.stability import BoundRecord
 
     nan = np.nan
     rec = BoundRecord(np.array([0, 2, 4]), np.array([[0.2, nan, 0.4], [0.4, nan, 0.1], [0.3, nan, 0.3]]),

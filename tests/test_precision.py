@@ -9,8 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from iterlin.gauss_newton import gauss_newton_step
-from iterlin.jacobian import contract, example_jacobians, spectral_solve
+from iterlin.solvers.gauss_newton import gauss_newton_step
+from iterlin.analysis.jacobian import contract, example_jacobians, spectral_solve
 from iterlin import precision
 from iterlin.precision import KERNEL_PRECISION, einsum, matmul
 
@@ -108,8 +108,8 @@ def test_full_precision_sets_and_restores_the_default():
 
 
 def test_every_jacobian_route_runs_the_networks_products_at_full_precision():
-    from iterlin.jacobian import jacobian_matrix
-    from iterlin.ntk import empirical_ntk_fn, ntk_vector_product
+    from iterlin.analysis.jacobian import jacobian_matrix
+    from iterlin.analysis.ntk import empirical_ntk_fn, ntk_vector_product
 
     k = jax.random.split(jax.random.PRNGKey(0), 3)
     params = {"w": jax.random.normal(k[0], (3, 3, 2, 2)), "v": jax.random.normal(k[1], (72, 3))}

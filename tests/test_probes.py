@@ -10,7 +10,7 @@ import optax
 import pytest
 
 import iterlin
-from iterlin.probes import (
+from iterlin.analysis.probes import (
     DEFAULT_LAMBDAS,
     _ridge_scores,
     filter_tracker,

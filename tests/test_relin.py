@@ -21,7 +21,7 @@ from _compiles import compilations
 from _toy import init_params, tiny_problem
 
 from iterlin import relin
-from iterlin.adam_solve import train_adam_solved
+from iterlin.solvers.adam_solve import train_adam_solved
 from iterlin.checkpoint import CheckpointError
 from iterlin.linearise import linearised_apply
 from iterlin.losses import get_loss

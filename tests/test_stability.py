@@ -1,4 +1,4 @@
-"""iterlin.stability: the GGN matvec against the explicit matrix, λ_max against eigvalsh, and the
+"""iterlin.analysis.stability: the GGN matvec against the explicit matrix, λ_max against eigvalsh, and the
 bound 2/λ_max deciding whether gradient descent on the linear model diverges (MSE, exact)."""
 
 import jax
@@ -9,7 +9,7 @@ from _toy import tiny_problem
 from jax.flatten_util import ravel_pytree
 
 import iterlin
-from iterlin import stability
+from iterlin.analysis import stability
 
 
 def _explicit_ggn(apply_fn, params, x, y, loss):

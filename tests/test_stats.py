@@ -1,4 +1,4 @@
-"""iterlin.stats: the difference of two accuracies with its Student's t interval, and how numbers print."""
+"""iterlin.repro.stats: the difference of two accuracies with its Student's t interval, and how numbers print."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from iterlin.claims import UNDECIDED, on_par
-from iterlin.stats import Difference, difference, num, pct, runs_difference, seed_interval
+from iterlin.repro.claims import UNDECIDED, on_par
+from iterlin.repro.stats import Difference, difference, num, pct, runs_difference, seed_interval
 
 
 def test_pct_and_num():

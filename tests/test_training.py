@@ -469,7 +469,7 @@ def test_evaluation_sums_are_keyed_by_model_split_and_metric_and_named_only_in_t
 def test_K_is_checked_once_from_a_typed_config_to_the_step(monkeypatch):
     """A period passes ``check_K`` once where the experiment layer takes it (the typed config) and
     once where the core's public API takes it (``relin.every``), and nowhere below them."""
-    import iterlin.config
+    import iterlin.repro.config
     import iterlin.relin
     import iterlin.training._state
     from iterlin.experiments import fig3
@@ -483,10 +483,10 @@ def test_K_is_checked_once_from_a_typed_config_to_the_step(monkeypatch):
             return check_K(K, name)
         return check
 
-    for module in (iterlin.config, iterlin.relin, iterlin.training._state):
+    for module in (iterlin.repro.config, iterlin.relin, iterlin.training._state):
         monkeypatch.setattr(module, "check_K", counting(module.__name__))
     config = fig3.get_config("smoke", K=[5e6])
-    assert calls == [("iterlin.config", 5e6)]
+    assert calls == [("iterlin.repro.config", 5e6)]
     calls.clear()
     apply_fn, params, x, y = tiny_problem()
     iterlin.train_sweep(apply_fn, tree_stack([params] * len(config.K)), (x, y), K=list(config.K), steps=2,

@@ -15,8 +15,8 @@ import numpy as np
 import optax
 import pytest
 
-from iterlin.adam_solve import train_adam_solved
-from iterlin.gauss_newton import gauss_newton_train
+from iterlin.solvers.adam_solve import train_adam_solved
+from iterlin.solvers.gauss_newton import gauss_newton_train
 from iterlin.training import fit, init_state, make_step, train, train_sweep
 from iterlin.tree import tree_stack
 from iterlin.validate import check_choice, check_int, check_K, check_nonnegative, check_positive, check_xy

@@ -68,7 +68,7 @@ def _run(installed, *args, timeout=600):
 
 def test_the_wheel_holds_the_package_and_the_script(installed):
     names = zipfile.ZipFile(installed["wheel"]).namelist()
-    for module in ("iterlin/cli.py", "iterlin/__main__.py", "iterlin/experiments/fig3.py", "iterlin/stability.py"):
+    for module in ("iterlin/cli.py", "iterlin/__main__.py", "iterlin/experiments/fig3.py", "iterlin/analysis/stability.py"):
         assert module in names
     assert not [n for n in names if n.startswith(("tests/", "notebooks/", "results/"))]
     (entry,) = [n for n in names if n.endswith("entry_points.txt")]

@@ -7,7 +7,7 @@ claims (``claims``) and its plot (``plot(results)``, which the notebook calls; d
 result cache's code fingerprint follows ``load`` and ``compute``, so a change to the plot recomputes
 nothing). :mod:`iterlin.experiments.registry` lists them and provides the calls a notebook makes;
 shared computing helpers are in :mod:`iterlin.experiments._common`, shared plotting helpers in
-:mod:`iterlin.plotting`.
+:mod:`iterlin.repro.plotting`.
 """
 
 from ._common import Experiment, Sweep, stored

@@ -18,7 +18,7 @@ Conventions shared by the CIFAR-10 experiments
 
 Nothing here is about claims or plots: only what computes results (the result cache's code
 fingerprint follows exactly the definitions a figure's computation uses, see
-:mod:`iterlin.fingerprint`).
+:mod:`iterlin.repro.fingerprint`).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ import numpy as np
 import optax
 
 from ..columns import FlatColumns
-from ..config import (
+from ..repro.config import (
     Evals, Every, ExperimentConfig, Flag, Images, Period, PowerIterations, Rate, RunCount, Seed,
     SharpnessImages, Steps, TestImages,
 )
@@ -44,10 +44,10 @@ from ..data import Dataset, load_cifar10, quintic
 from ..linearise import linearised_apply
 from ..models import make_model
 from ..relin import RelinPolicy
-from ..stability import sharpness_recorder
+from ..analysis.stability import sharpness_recorder
 from ..training import History, train_sweep
 from ..tree import tree_stack
-from ..stats import runs_of
+from ..repro.stats import runs_of
 from ..validate import check_seed
 
 __all__ = [
@@ -122,17 +122,11 @@ class SweepConfig(Seeds, Sharpness):
     n_test: TestImages | None
 
 
-#: The CIFAR-10 setting where the linear model stays stable to the end (issue 25): 1,000 training
-#: images and every test image, batches of 100 at lr 0.001 with augmentation for T = 3,200 steps,
-#: K = 320 (10 re-linearisations), λ_max of the linear model's curvature on 256 training images
-#: every 320 steps. At lr 0.002 and T = 1,600 (the same progress lr·T = 3.2: the gpu runs of Figs.
-#: 3 and 6, ksweep and adaptive, 2026-11-26) η·λ_max/2 reached 0.48-0.57, over the third the
-#: stability rows ask. Three pilots on the 2-core CPU (Fig. 3's seeds 0-1 at lr 0.00125, ksweep's
-#: worst seed 4 and Fig. 2's seed 7 at lr 0.001) found λ_max following the progress lr·t, not the
-#: step (0.86-1.12 times lr 0.002's at equal lr·t), so halving η halved η·λ_max/2: 0.27 along
-#: K = 1 and 0.28 along the large K of ksweep's worst seed, at the same final test accuracy
-#: (within a point). The cpu and gpu scales of Figs. 3 and 6, ksweep and adaptive are this setting
-#: with their own seeds, evaluation points and K grid (``{**STABLE, ...}``).
+#: The CIFAR-10 setting where the linear model stays stable to the end: 1,000 training images and
+#: every test image, batches of 100 at lr 0.001 with augmentation for T = 3,200 steps, K = 320
+#: (10 re-linearisations), λ_max on 256 training images every 320 steps. The cpu and gpu scales of
+#: Figs. 3 and 6, ksweep and adaptive are this setting with their own seeds, evaluation points and
+#: K grid (``{**STABLE, ...}``); why this rate, and its pilots: the pages' "What each scale runs".
 STABLE = dict(
     K=[1, 320], lr=0.001, steps=3200, batch_size=100, augment=True, n_train=1000, n_test=None, seed=0,
     n_eval_train=None, n_sharpness=256, sharpness_iters=30, sharpness_every=320,
@@ -151,7 +145,7 @@ class Experiment(NamedTuple):
     (``results.config`` is the config).
     module: the defining module's name; the result cache fingerprints the code that ``load`` and
     ``compute`` reach from it.
-    config: the experiment's typed config, an :class:`iterlin.config.ExperimentConfig` subclass
+    config: the experiment's typed config, an :class:`iterlin.repro.config.ExperimentConfig` subclass
     (``load`` and ``compute`` receive one, validated).
     results: the experiment's typed results, a NamedTuple of NumPy arrays, :class:`Sweep` s (or
     mappings of them) and mappings of arrays, whose last field is ``config`` (default None). A
@@ -283,7 +277,7 @@ def check_sharpness(config: ExperimentConfig, data: Dataset) -> Dataset:
 
 def sharpness_callback(config: ExperimentConfig, data: Dataset, lr: float | Sequence[float]) -> Callable:
     """The ``callback`` of :func:`cnn_sweep` that records the linear model's sharpness along training
-    (:func:`iterlin.stability.sharpness_recorder`): λ_max of (1/M) J_sᵀ H J_s on the first
+    (:func:`iterlin.analysis.stability.sharpness_recorder`): λ_max of (1/M) J_sᵀ H J_s on the first
     M = ``n_sharpness`` training images, at most ``sharpness_iters`` warm-started power iterations,
     at the evaluation points that are multiples of ``sharpness_every``; ``lr`` one rate, or one per
     setting of the sweep (its ``K``), which every seed runs (the runs are seed-major, :func:`sweep`).
@@ -402,7 +396,7 @@ def sweep(
       policies other than :func:`iterlin.relin.every`, each policy's ``K``: its cap, ∞ for none),
       ``lr`` (R,) float64 and ``seed_index`` (R,) int; with ``eval_data``, ``net_test_correct`` and
       ``lin_test_correct`` (R, n_test) bool: whether each run's final network and linear model
-      classify each test image correctly, for paired comparisons (:func:`iterlin.stats.difference`).
+      classify each test image correctly, for paired comparisons (:func:`iterlin.repro.stats.difference`).
       With such policies, the settings ``policy`` (R,) str (the kind) and one (R,) float64 array per
       hyperparameter (``tol``, ``min_period``, …), and the history the policy's log
       (:func:`iterlin.relin.history`: ``relin_step`` (R, J), padded with −1, …).
@@ -543,7 +537,7 @@ def trained_final(history: Mapping) -> dict:
     is never the model being trained; Figs. 1 and 5 score it so).
 
     Returns ``final_test_acc`` (R,) float64 and, when the history records per-image correctness,
-    ``final_test_correct`` (R, n_test) bool (for paired comparisons, :func:`iterlin.stats.difference`).
+    ``final_test_correct`` (R, n_test) bool (for paired comparisons, :func:`iterlin.repro.stats.difference`).
     """
     fixed = np.isinf(np.asarray(history["K"], np.float64))
     out = {"final_test_acc": np.where(fixed, np.asarray(history["lin_test_acc"], np.float64)[:, -1],

@@ -20,7 +20,7 @@ def main(argv):
     import numpy as np
 
     import iterlin
-    from iterlin.cache import save_results
+    from iterlin.repro.cache import save_results
     from iterlin.experiments import registry
 
     config = registry.resolve(name, scale, **json.loads(overrides))

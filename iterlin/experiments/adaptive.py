@@ -46,7 +46,7 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.lines import Line2D
 
-from ..claims import (
+from ..repro.claims import (
     NA,
     ON_PAR,
     UNDECIDED,
@@ -60,14 +60,14 @@ from ..claims import (
     pooled_runs,
     sharpness_claim,
 )
-from ..config import (
+from ..repro.config import (
     Every, ExperimentConfig, Flag, Images, Period, PowerIterations, Rate, SharpnessImages, Steps, TestImages,
     Tolerance, resolve,
 )
 from ..data import Dataset
-from ..plotting import CROSS_SIZE, as_1d, bad_argument, bound_panel, check_axes, legend, mean_se, panels, real_array
+from ..repro.plotting import CROSS_SIZE, as_1d, bad_argument, bound_panel, check_axes, legend, mean_se, panels, real_array
 from ..relin import adaptive
-from ..stats import Difference, final_difference, pct, runs_of, seed_interval
+from ..repro.stats import Difference, final_difference, pct, runs_of, seed_interval
 from ._common import (
     Experiment,
     STABLE,
@@ -100,7 +100,7 @@ class _OptionalSharpness(ExperimentConfig):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Config(Seeds, _OptionalSharpness):
-    """adaptive's knobs (the module docstring says what each does; :mod:`iterlin.config` checks them)."""
+    """adaptive's knobs (the module docstring says what each does; :mod:`iterlin.repro.config` checks them)."""
 
     experiment: ClassVar[str] = "adaptive"
 
@@ -114,39 +114,20 @@ class Config(Seeds, _OptionalSharpness):
     n_test: TestImages | None
 
 
+# The scales (smoke, cpu, gpu, paper): what each runs, why, and what it changes is told on the page
+# (notebooks/adaptive.py, "What each scale runs").
 SCALES = {
-    # smoke: ksweep's smoke run (256 images, 24 steps of 16, lr 0.05, one seed): fixed K = 1, 3, 8
-    # (24, 8, 3 re-linearisations) and three tolerances; training metrics on 128 images; λ_max on
-    # 32 images at steps 0 and 24.
     "smoke": dict(
         K=[1, 3, 8], tol=[0.003, 0.01, 0.03], lr=0.05, steps=24, batch_size=16, augment=False, n_train=256,
         n_test=200, seed=0, n_seeds=1, n_evals=3, n_eval_train=128, n_sharpness=32, sharpness_iters=10,
         sharpness_every=24,
     ),
-    # cpu: the K sweep's stable setting (_common.STABLE: 1,000 training images, every test image,
-    # batches of 100 at lr 0.001 with augmentation, T = 3,200), 3 seeds, λ_max of the linear model
-    # every 320 steps: fixed K = 1 and 320 (10 re-linearisations, on par with K = 1 in the K sweep's
-    # cpu run) and tolerances 0.003 and 0.01. The tolerances from fig3's 8-seed gpu run at lr 0.002
-    # and T = 1,600: the relative gap |L_lin − L_net| / L_net of K = 160's linear model (its
-    # training images, median over seeds) was 0.003, 0.007, 0.011 at 40, 80, 120 steps into the
-    # first block and 0.0002-0.003 in the later ones; the run at lr 0.002 made 15-19 updates at
-    # tol 0.003, more than K = 160's 10, so 0.01 asks whether a few early updates suffice. At half
-    # the rate the same progress lr·t takes twice the steps (λ_max follows lr·t: _common.STABLE),
-    # so the same tolerances should fall at the same progress. 12 runs, sized to end inside one
-    # session: ESTIMATED at about 6,800 s of the 2-core CPU (the K sweep's cpu run, 12 runs of
-    # this setting, computed in about 5,900 s; an adaptive run costs about 1.3 fixed ones). The run
-    # at lr 0.002 (8 seeds, K = 1, 40, 160, 400) reached η·λ_max/2 = 0.55.
     "cpu": dict(
         STABLE, K=[1, 320], tol=[0.003, 0.01], n_seeds=3, n_evals=20,
     ),
-    # gpu: the cpu setting with a finer grid, K = 1, 80, 320, 800 (40, 10 and 4 updates) and
-    # tolerances 0.0003, 0.001, 0.003, 0.01, and 8 seeds (t(7) = 2.36 against t(2) = 4.30).
-    # ESTIMATED: about three times the 220 s of one H100 that the run at lr 0.002 took.
     "gpu": dict(
         STABLE, K=[1, 80, 320, 800], tol=[0.0003, 0.001, 0.003, 0.01], n_seeds=8, n_evals=20,
     ),
-    # paper: all of CIFAR-10 at the paper's mini-batch rate 1e-4 and batch 256, T = 1e6 steps (our
-    # choice, as ksweep's; the paper ran no adaptive rule). An ESTIMATE of hundreds of GPU-hours.
     "paper": dict(
         K=[1, 100, 1000, 10_000, 100_000], tol=[0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0], lr=1e-4,
         steps=1_000_000, batch_size=256, augment=False, n_train=50_000, n_test=10_000, seed=0, n_seeds=3,
@@ -242,13 +223,13 @@ class Setting(NamedTuple):
     #: the most re-linearisations any of its seeds made (a setting "uses fewer" only if it does in every seed)
     relin: int
     diff: Difference  #: its final test accuracy minus K = 1's, paired by seed and test image
-    #: :func:`~iterlin.claims.on_par` within :data:`~iterlin.claims.ON_PAR` ("no" when a run of it or
+    #: :func:`~iterlin.repro.claims.on_par` within :data:`~iterlin.repro.claims.ON_PAR` ("no" when a run of it or
     #: of K = 1 diverged)
     par: str
 
 
 def per_policy(results: Results) -> tuple[list[Setting], list[Setting]]:
-    """Each setting against K = 1, paired by seed and test image (:func:`~iterlin.stats.final_difference`
+    """Each setting against K = 1, paired by seed and test image (:func:`~iterlin.repro.stats.final_difference`
     of the final test accuracies): ``(fixed, adaptive)``, every fixed K > 1 (∞ included) in
     increasing K and every tolerance in increasing order; ``([], [])`` without a K = 1 run.
     """
@@ -280,8 +261,8 @@ def fewer_updates(fixed: Sequence[Setting], adapt: Sequence[Setting]) -> str:
       such K, an adaptive run on par is enough);
     * ``"no"`` when every tolerance a either has par(a) = no, or some fixed K with par(K) = yes has
       n(K) ≤ n(a) (decided: no adaptive run on par uses fewer updates than a fixed period on par);
-    * :data:`~iterlin.claims.UNDECIDED` otherwise (the noise rule left a relevant row undecided);
-    * :data:`~iterlin.claims.NA` without a fixed K > 1 or without a tolerance.
+    * :data:`~iterlin.repro.claims.UNDECIDED` otherwise (the noise rule left a relevant row undecided);
+    * :data:`~iterlin.repro.claims.NA` without a fixed K > 1 or without a tolerance.
     """
     if not fixed or not adapt:
         return NA
@@ -515,7 +496,7 @@ def accuracy_against_updates(
       label, color, marker, plot_kwargs: of the line of means.
 
     Each seed is a dot at its own (updates, accuracy); each setting's mean over seeds
-    (:func:`iterlin.plotting.mean_se`) a marker at its mean number of updates, with ± one standard
+    (:func:`iterlin.repro.plotting.mean_se`) a marker at its mean number of updates, with ± one standard
     error of the accuracy, joined in order of updates. The x axis is symlog (0 updates allowed).
     Returns the Line2D of the means.
     """
@@ -619,7 +600,7 @@ def plot(results: Results):
     every adaptive run; dotted lines at T/4 and T/2. Right: the share of each adaptive run's
     updates made by T/4 and T/2 (dots, per seed) against the even placement of the same number
     of updates (open circles). Fourth, when the runs recorded the sharpness: the linear model's
-    bound 2/λ_max(θ_s) along the fixed periods' runs (:func:`iterlin.plotting.bound_panel`)."""
+    bound 2/λ_max(θ_s) along the fixed periods' runs (:func:`iterlin.repro.plotting.bound_panel`)."""
     s = by_policy(results)  # per setting and seed: updates made and final test accuracy
     labels, rows = raster(results)  # the steps of each run's re-linearisations
     p = placement(results)  # the shares made early, and the even placement's

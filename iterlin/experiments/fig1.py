@@ -7,7 +7,7 @@ measured on the paper's 1-d regression of Fig. 9 (quintic, MLP 5×50, MSE, full 
 K → ∞ end is exactly Gauss–Newton: final test RMSE against K on a log grid from 1 to ∞, every run
 trained to convergence, with gradient descent (K = 1), Gauss–Newton (λ = 0, Eq. 5) and damped
 Gauss–Newton runs (Eq. 6) at several λ, each drawn at K = 1/(λη), marked; plus the K ↔ λ bridge of Sec. 3.3 on the model's own NTK
-spectrum (:func:`iterlin.closed_form.residual_spectrum`, ``gd_filter``, ``gn_filter``,
+spectrum (:func:`iterlin.solvers.closed_form.residual_spectrum`, ``gd_filter``, ``gn_filter``,
 ``equivalent_damping``). Every value of the setting is ours (the paper has no experiment for
 this figure). The paper does not say how it initialised the MLP: this edition draws every weight
 and bias from U(−1/√fan_in, 1/√fan_in) (:func:`iterlin.models.torch_default_init`, the scheme of
@@ -17,10 +17,10 @@ PyTorch's ``nn.Linear``; see there why not Flax's zero biases), and computes in 
 Iterative linearisation in the small-learning-rate limit
 ---------------------------------------------------------
 With MSE and full batch, K steps of gradient descent with step η on one linearisation act on the
-NTK eigen-directions as the filter φ_K(σ) = (1 − (1 − ησ)^K)/σ (:func:`iterlin.closed_form.gd_filter`);
+NTK eigen-directions as the filter φ_K(σ) = (1 − (1 − ησ)^K)/σ (:func:`iterlin.solvers.closed_form.gd_filter`);
 for ησ ≪ 1 this is gradient flow for the time τ = Kη, φ(σ) = (1 − e^{−στ})/σ (Eq. 18), and for
 τ → ∞ the minimum-norm solution of the linearised problem, i.e. exactly the Gauss–Newton step
-(Eq. 5, 19). :func:`iterlin.gauss_newton.gauss_newton_train` with ``filter="flow"`` performs one
+(Eq. 5, 19). :func:`iterlin.solvers.gauss_newton.gauss_newton_train` with ``filter="flow"`` performs one
 such linearisation per step in closed form (one Jacobian and one N×N eigendecomposition, whatever
 K), so "each linearisation trained for K steps" costs the same for K = 10 and K = 10⁷ and can
 never overshoot. Literal gradient descent at a fixed learning rate is different at large K: the
@@ -35,7 +35,7 @@ and at most T/2 (10, 100, 1000 at every scale but gpu/paper), literal full-batch
 T/2 steps at ``lr`` and ``lr``/4 (:data:`LITERAL_RATES`), every seed, next to the closed form at the same
 τ = K·lr'/N and R = T/(2K) linearisations (the closed form's own runs, R ≥ n_relin linearisations of K steps,
 are out of literal reach: 5·10⁵ steps at K = 1000). The stability bound 2/λ_max(G(θ_s)) of each run's current
-linearisation (:func:`iterlin.stability.max_stable_lr`) is measured at every evaluation point, so the results
+linearisation (:func:`iterlin.analysis.stability.max_stable_lr`) is measured at every evaluation point, so the results
 say which runs diverged, at which step, and on a linearisation with what bound.
 
 Losses in the Gauss–Newton steps are summed over examples (Eq. 6 literally); the gradient-descent
@@ -46,7 +46,7 @@ Claims
 ------
 Every comparison between runs is paired by seed (the runs of one seed share θ₀) and decided on the
 95 % t interval over seeds of the mean difference (:func:`seed_difference`, then
-:func:`iterlin.claims.on_par` or :func:`iterlin.claims.exceeds`; undecided with one seed). The
+:func:`iterlin.repro.claims.on_par` or :func:`iterlin.repro.claims.exceeds`; undecided with one seed). The
 K ↔ λ row pairs each damped run with the K nearest 1/(λη) (:func:`damping_pairs`) and holds only
 when the wrong pairings K = 10/(λη) and 1/(10λη) are refuted by the same rule: on a flat stretch of
 the K curve no pairing can be told from another. Rows true by construction here (the closed form
@@ -78,18 +78,18 @@ import optax
 from jax.flatten_util import ravel_pytree
 from matplotlib.axes import Axes
 
-from ..claims import NA, UNDECIDED, Claim, all_verdicts, divergence_row, exceeds, fmt_K, on_par, verdict
-from ..closed_form import equivalent_damping, gd_filter, gn_filter, gradient_flow_limit, residual_spectrum
+from ..repro.claims import NA, UNDECIDED, Claim, all_verdicts, divergence_row, exceeds, fmt_K, on_par, verdict
+from ..solvers.closed_form import equivalent_damping, gd_filter, gn_filter, gradient_flow_limit, residual_spectrum
 from ..columns import Record
-from ..config import (
+from ..repro.config import (
     Damping, Evals, ExperimentConfig, Flag, GaussNewtonSteps, Images, Period, Rate, RunCount, Seed, Steps,
     TestImages, resolve,
 )
 from ..data import Dataset
-from ..gauss_newton import gauss_newton_step, gauss_newton_train
+from ..solvers.gauss_newton import gauss_newton_step, gauss_newton_train
 from ..linearise import linearised_apply
 from ..models import quintic_model
-from ..plotting import (
+from ..repro.plotting import (
     as_1d,
     band,
     check_axes,
@@ -104,8 +104,8 @@ from ..plotting import (
     set_K_axis,
 )
 from ..precision import x64
-from ..stability import max_stable_lr
-from ..stats import Difference, num, pct
+from ..analysis.stability import max_stable_lr
+from ..repro.stats import Difference, num, pct
 from ..training import train_sweep
 from ..tree import tree_index
 from ._common import Experiment, checkpoint_path, eval_points, index_of_K, load_quintic, rmse
@@ -124,7 +124,7 @@ INF = math.inf
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Config(ExperimentConfig):
-    """fig1's knobs (the module docstring says what each does; :mod:`iterlin.config` checks them)."""
+    """fig1's knobs (the module docstring says what each does; :mod:`iterlin.repro.config` checks them)."""
 
     experiment: ClassVar[str] = "fig1"
 
@@ -143,35 +143,19 @@ class Config(ExperimentConfig):
     x64: Flag
 
 
+# The scales (smoke, cpu, gpu, paper): what each runs, why, and what it changes is told on the page
+# (notebooks/fig1.py, "What each scale runs").
+_CPU = dict(
+    K=[1, 3, 10, 30, 100, 300, 1000, 3000, 10**4, 10**5, 10**6, 10**7, 10**8, 10**9, INF], lr=0.02,
+    steps=10_000, n_relin=500, max_relin=1000, damping=[0.01, 0.1, 1.0, 10.0], gn_steps=500, seed=0,
+    n_seeds=40, n_train=20, n_test=1000, n_evals=10, x64=True,
+)
+_LONGER = dict(_CPU, steps=20_000, n_relin=1000, max_relin=2000, gn_steps=2000, n_evals=20)
 SCALES = {
-    "smoke": dict(
-        K=[1, 3, 10, 30, 100, 300, 1000, 10**4, 10**5, 10**6, 10**7, 10**8, 10**9, INF], lr=0.02,
-        steps=10_000, n_relin=500, max_relin=1000, damping=[0.01, 0.1, 1.0, 10.0], gn_steps=500, seed=0, n_seeds=1,
-        n_train=20, n_test=1000, n_evals=10, x64=True,
-    ),
-    # The committed reference run: smoke's grid and training (every run converged at 1, 3 and 4 seeds),
-    # with K = 3000 added (the gpu grid) and 40 seeds (seed 0..39), so that every comparison has a
-    # seed-to-seed spread: 45 s of CPU time per seed and 45 s fixed (measured at 3 seeds), so about
-    # 15 minutes of a 2-core CPU. Ten seeds (251 s) left the damping row undecided: λ = 0.1 against
-    # K = 10⁴ differed by +0.139 [+0.035, +0.244], just inside the ±25 % (0.036) of a decision, and
-    # λ = 0.01 against K = 10⁵ by −0.077 [−0.280, +0.126]. Forty (3,169 s beside two other jobs) still
-    # leave it undecided, with λ = 0.1 now on K = 10⁴ (notebooks/fig1.py).
-    "cpu": dict(
-        K=[1, 3, 10, 30, 100, 300, 1000, 3000, 10**4, 10**5, 10**6, 10**7, 10**8, 10**9, INF], lr=0.02,
-        steps=10_000, n_relin=500, max_relin=1000, damping=[0.01, 0.1, 1.0, 10.0], gn_steps=500, seed=0,
-        n_seeds=40, n_train=20, n_test=1000, n_evals=10, x64=True,
-    ),
-    # No GPU needed (the model is tiny; the cost is seeds × runs): longer training, the cpu scale's 40 seeds.
-    "gpu": dict(
-        K=[1, 3, 10, 30, 100, 300, 1000, 3000, 10**4, 10**5, 10**6, 10**7, 10**8, 10**9, INF], lr=0.02,
-        steps=20_000, n_relin=1000, max_relin=2000, damping=[0.01, 0.1, 1.0, 10.0], gn_steps=2000, seed=0,
-        n_seeds=40, n_train=20, n_test=1000, n_evals=20, x64=True,
-    ),
-    "paper": dict(
-        K=[1, 3, 10, 30, 100, 300, 1000, 3000, 10**4, 10**5, 10**6, 10**7, 10**8, 10**9, INF], lr=0.02,
-        steps=20_000, n_relin=1000, max_relin=2000, damping=[0.01, 0.1, 1.0, 10.0], gn_steps=2000, seed=0,
-        n_seeds=40, n_train=20, n_test=1000, n_evals=20, x64=True,
-    ),
+    "smoke": dict(_CPU, K=[k for k in _CPU["K"] if k != 3000], n_seeds=1),
+    "cpu": _CPU,
+    "gpu": _LONGER,
+    "paper": _LONGER,
 }
 
 
@@ -181,7 +165,7 @@ class GaussNewtonRuns(Record):
 
     damping: np.ndarray  #: (L,) [0, λ₁, …] (:func:`gn_damping`)
     #: (L,) [∞, 1/(λ₁η), …], the K whose GD filter switches where 1/(σ + λ) does (the scale rule of
-    #: :func:`iterlin.closed_form.equivalent_damping`)
+    #: :func:`iterlin.solvers.closed_form.equivalent_damping`)
     equiv_K: np.ndarray
     net_train_rmse: np.ndarray  #: (L, S) the final train RMSE
     net_test_rmse: np.ndarray  #: (L, S) the final test RMSE
@@ -202,7 +186,7 @@ class Bridge(Record):
     #: (M,) the λ whose residual filter best matches K GD steps on this spectrum (weights c²)
     damping_fit: np.ndarray
     sigma_grid: np.ndarray  #: (G,)
-    gd_filter: np.ndarray  #: (M, G) K steps of GD (:func:`iterlin.closed_form.gd_filter`)
+    gd_filter: np.ndarray  #: (M, G) K steps of GD (:func:`iterlin.solvers.closed_form.gd_filter`)
     gn_filter: np.ndarray  #: (M, G) damped Gauss–Newton at λ = 1/(Kη)
     gn_filter_fit: np.ndarray  #: (M, G) damped Gauss–Newton at the fitted λ
 
@@ -330,7 +314,7 @@ LITERAL_RATES = (1.0, 0.25)
 #: run and step on the 2-core CPU, vmapped); 2 rates × 3 K × 10 seeds × 5000 steps is about 4 minutes there. The
 #: comparison is with the closed form at the literal runs' own (τ = K·lr'/N, R = T'/K), computed beside them.
 LITERAL_STEPS = 0.5
-#: Power iterations for λ_max of the linear model's Hessian (:func:`iterlin.stability.max_stable_lr`).
+#: Power iterations for λ_max of the linear model's Hessian (:func:`iterlin.analysis.stability.max_stable_lr`).
 SHARPNESS_ITERS = 50
 
 
@@ -354,12 +338,12 @@ def literal_runs(apply_fn, params, data, config: Config, *, checkpoint_dir=None,
     T' steps of full-batch gradient descent at lr' on the mean loss of the linearisation at θ_s,
     re-linearising every K steps (:func:`iterlin.training.train_sweep`, one program per rate, K-major
     then seeds), and the same R = ⌊T'/K⌋ linearisations each trained by gradient flow for
-    τ = K·lr'/N in closed form (Eq. 18, :func:`iterlin.gauss_newton.gauss_newton_train` with
+    τ = K·lr'/N in closed form (Eq. 18, :func:`iterlin.solvers.gauss_newton.gauss_newton_train` with
     ``filter="flow"``): the limit lr' → 0 of the literal run at the same (τ, R), from which it differs
     by O(lr') while it is stable.
 
     Stability: with MSE each linearisation is a quadratic whose Hessian is G(θ_s) = J_sᵀJ_s/N (the
-    GGN, :mod:`iterlin.stability`); gradient descent on it diverges iff lr' > 2/λ_max(G(θ_s)) (along
+    GGN, :mod:`iterlin.analysis.stability`); gradient descent on it diverges iff lr' > 2/λ_max(G(θ_s)) (along
     the top direction, given error there), by a factor |1 − lr'λ_max| per step. The bound is measured
     at the linearisation point θ_s of every run at each evaluation point (``SHARPNESS_ITERS`` power
     iterations); a diverged run is frozen (:func:`iterlin.training.commit_step`) with the θ_s on which
@@ -745,11 +729,11 @@ def seed_difference(a, b) -> Difference:
 
     ``a``, ``b``: (S,) one value per seed (a test RMSE, a distance), seed s of ``a`` paired with
     seed s of ``b`` (the same initialisation). Seeds where either is non-finite are left out. The
-    s.e. is std_s(b_s − a_s)/√n over the n seeds left (ddof 1; :func:`iterlin.plotting.mean_se`),
+    s.e. is std_s(b_s − a_s)/√n over the n seeds left (ddof 1; :func:`iterlin.repro.plotting.mean_se`),
     NaN for n < 2, with n − 1 degrees of freedom (the interval is Student's t); there is no
     test-sampling term: the test grid is fixed (evenly spaced points).
-    Returns a :class:`iterlin.stats.Difference` (``n_test`` 0, ``paired``) for
-    :func:`iterlin.claims.on_par` and :func:`iterlin.claims.exceeds` (through :func:`decide`).
+    Returns a :class:`iterlin.repro.stats.Difference` (``n_test`` 0, ``paired``) for
+    :func:`iterlin.repro.claims.on_par` and :func:`iterlin.repro.claims.exceeds` (through :func:`decide`).
     """
     a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
     if a.shape != b.shape or a.ndim != 1 or a.size == 0:
@@ -761,8 +745,8 @@ def seed_difference(a, b) -> Difference:
 
 
 def decide(diff: Difference, test, *args) -> str:
-    """``test(diff, *args)`` (:func:`~iterlin.claims.on_par` or :func:`~iterlin.claims.exceeds`)
-    when at least 2 seeds give the difference; :data:`~iterlin.claims.UNDECIDED` otherwise (one
+    """``test(diff, *args)`` (:func:`~iterlin.repro.claims.on_par` or :func:`~iterlin.repro.claims.exceeds`)
+    when at least 2 seeds give the difference; :data:`~iterlin.repro.claims.UNDECIDED` otherwise (one
     seed has no spread to estimate the noise from)."""
     return test(diff, *args) if diff.n_seeds >= 2 else UNDECIDED
 

@@ -29,10 +29,10 @@ from typing import ClassVar, NamedTuple
 import matplotlib.pyplot as plt
 import numpy as np
 
-from ..claims import Claim
-from ..config import Factor, Images, Period, Rate, Steps, TestImages, resolve
+from ..repro.claims import Claim
+from ..repro.config import Factor, Images, Period, Rate, Steps, TestImages, resolve
 from ..data import Dataset
-from ..plotting import bound_panel, legend, panels, plot_sweep
+from ..repro.plotting import bound_panel, legend, panels, plot_sweep
 from . import protocol
 from ._common import Experiment, Seeds, Sharpness, Sweep, check_sharpness, checkpoint_path, cnn_sweep, load_data
 from ._common import sharpness_callback
@@ -45,7 +45,7 @@ INF = math.inf
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Config(Seeds, Sharpness):
-    """fig2's knobs (the module docstring says what each does; :mod:`iterlin.config` checks them)."""
+    """fig2's knobs (the module docstring says what each does; :mod:`iterlin.repro.config` checks them)."""
 
     experiment: ClassVar[str] = "fig2"
 
@@ -67,45 +67,15 @@ _STABLE = dict(
     sharpness_every=400,
 )
 
+# The scales (smoke, cpu, gpu, paper): what each runs, why, and what it changes is told on the page
+# (notebooks/fig2.py, "What each scale runs").
 SCALES = {
     "smoke": dict(
         K=[1, 4, INF], lr=0.05, steps=8, factor=2, batch_size=32, n_train=128, n_train_full=None, n_test=150,
         seed=0, n_seeds=1, n_evals=4, n_eval_train=None, n_sharpness=32, sharpness_iters=10, sharpness_every=4,
     ),
-    # cpu: where the linear model stays stable (issue 25; Fig. 3's cpu scale says why a network at
-    # rate η sharpens towards 2/η, which a fixed linearisation cannot follow). One rate for both
-    # panels (factor 1): measured first (seed 0, full batch on the first 250 images at lr 0.004 for
-    # 800 steps, λ_max on them every 80 steps), η·λ_max/2 rose to 0.79 along K = 1 and to 0.98
-    # along K = 80 (0.16 at step 240, 0.47 at step 400) although the network fitted the images
-    # (99 % by step 800): the full-batch rate Fig. 2's factor would ask for is not stable. So both
-    # panels at lr 0.002 for T = 1,000 steps (τ = 2, where that run was at λ_max ≈ 300, a third
-    # of 2/0.002), K = 100 (10 re-linearisations): mini-batch on the first 1,000 training images in
-    # batches of 100 (Fig. 3's setting without augmentation), full batch on the first 250 of them
-    # (n_train_full). Every test image, 3 seeds, 21 evaluations per run, λ_max on the 250
-    # full-batch images every 100 steps. The earlier cpu scale (every image at 0.01 mini-batch,
-    # 1,024 images at 0.03 full batch, 2 seeds) put η near the bound: its large K blew up.
-    # That run (d2bacee, 4,943 s of the 2-core CPU) reached η·λ_max/2 = 0.43 along the full-batch
-    # K = 100. So now halved, as Fig. 3's setting was (the gpu scale's comment gives the pilot, whose
-    # η·λ_max/2 stayed under 0.29): lr 0.001 for T = 2,000 steps, K = 200 (still 10
-    # re-linearisations), λ_max every 400 steps (6 points, against 11 before, to keep the run inside
-    # one session). MEASURED: 7,265 s of the 2-core CPU (results/fig2, commit 326dff4; other jobs beside
-    # it for about 40 minutes; estimated at 7,700 s before it ran), so start it first in a session.
     "cpu": dict(_STABLE),
-    # gpu: the cpu setting (lr 0.001, T = 2,000) with 8 seeds, K = 20 and ∞ beside, and λ_max every
-    # 200 steps. ESTIMATED at about twice the 196 s of one H100 (JAX 0.11.2, beside two other runs)
-    # that the earlier gpu setting took: lr 0.002, T = 1,000, K = 1, 10, 100, ∞, λ_max every 100
-    # steps (commit 9adf822). That run's η·λ_max/2 reached 0.57 (full batch, K = 10, seed 7) and
-    # 0.50 (mini-batch, K = 10, seed 4), over the third the stability rows ask. Two CPU pilots in
-    # Fig. 3's setting (this mini-batch panel's with augmentation; see Fig. 3's and the K sweep's
-    # scales) found λ_max following the progress lr·t, so that η·λ_max/2 falls with the rate at the
-    # same accuracy. Piloted for both panels (this CPU, 2026-11-28, 4,906 s beside two other jobs):
-    # seed 7 at lr 0.001, T = 2,000, K = [1, 20]. λ_max at equal lr·t was 0.93-1.07 times lr 0.002's
-    # (40 points, median 1.00, 36 within 5 %), so η·λ_max/2 halved: full batch 0.56 → 0.28 (K = 1)
-    # and 0.57 → 0.29 (K = 10 → 20), mini-batch 0.31 → 0.15 and 0.33 → 0.16; final test accuracy
-    # 27.8 → 27.6 and 28.1 → 27.8 % (full), 36.3 → 35.9 and 36.3 → 35.5 % (mini-batch), one seed.
     "gpu": dict(_STABLE, K=[1, 20, 200, INF], n_seeds=8, sharpness_every=200),
-    # paper: lr 1e-3 full batch, 1e-4 mini-batch of 256, K x 10 (the paper); the K values and
-    # T are ours (the paper's legend and step counts are not in the text).
     "paper": dict(
         K=[1, 100, 1000, 10_000, INF], lr=1e-3, steps=100_000, factor=10, batch_size=256,
         n_train=50_000, n_train_full=None, n_test=10_000, seed=0, n_seeds=3, n_evals=100, n_eval_train=10_000,

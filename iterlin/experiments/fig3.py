@@ -21,10 +21,10 @@ from typing import ClassVar, NamedTuple
 import matplotlib.pyplot as plt
 import numpy as np
 
-from ..claims import Claim
-from ..config import resolve
+from ..repro.claims import Claim
+from ..repro.config import resolve
 from ..data import Dataset
-from ..plotting import bound_panel, legend, panels, plot_sweep
+from ..repro.plotting import bound_panel, legend, panels, plot_sweep
 from . import protocol
 from ._common import (
     STABLE,
@@ -48,29 +48,15 @@ class Config(SweepConfig):
     experiment: ClassVar[str] = "fig3"
 
 
+# The scales (smoke, cpu, gpu, paper): what each runs, why, and what it changes is told on the page
+# (notebooks/fig3.py, "What each scale runs").
 SCALES = {
     "smoke": dict(
         K=[1, 3], lr=0.05, steps=24, batch_size=32, augment=True, n_train=256, n_test=200,
         seed=0, n_seeds=1, n_evals=6, n_eval_train=None, n_sharpness=32, sharpness_iters=10, sharpness_every=12,
     ),
-    # cpu: the stable setting (_common.STABLE: 1,000 training images, every test image (932),
-    # batches of 100 at lr 0.001 with augmentation, T = 3,200 steps, K = 320: 10 re-linearisations,
-    # the paper's "8-12 feature updates"), 3 seeds. Evaluations every 80 steps (4 inside each block:
-    # the linear model's loss within a block), λ_max at every re-linearisation (both K). This scale
-    # buys stability with fewer images and half the rate of the earlier gpu run (lr 0.002,
-    # T = 1,600, 24 seeds: η·λ_max/2 reached 0.48 in one seed), whose pilot at lr 0.00125 (seeds 0
-    # and 1) measured 0.20-0.22 along K = 1 and 0.15-0.20 along K = 256 at the same accuracy
-    # (within a point). On every image at lr 0.002 K = 1 crossed 1/3 of the bound by step 2,000 and
-    # reached 0.52 by step 4,000 (sharpening continues towards 2/η), and at fig3's earliest rate
-    # 0.01 it reached the bound by step 300, where the earliest K = 50 runs fell apart. Accuracies
-    # are lower (~36-38 %) than with every image.
     "cpu": dict(STABLE, n_seeds=3, n_evals=40),
-    # gpu: the cpu setting with 24 seeds, so that the interval of Δ can decide the ±1 point
-    # question (the 24-seed run at lr 0.002, 278 s of one H100, found Δ −0.7 [−1.2, −0.1], a
-    # per-seed s.d. of 0.9 points: 3 seeds cannot decide it). ESTIMATED: twice that run's time.
     "gpu": dict(STABLE, n_seeds=24, n_evals=40),
-    # paper: K = 5e6 (the paper); lr and T ours: lr 1e-4 as Fig. 2's mini-batch runs, T = 12 K
-    # so that the large-K run makes 12 feature updates (Sec. 4.1: 8-12 suffice).
     "paper": dict(
         K=[1, 5_000_000], lr=1e-4, steps=60_000_000, batch_size=256, augment=True,
         n_train=50_000, n_test=10_000, seed=0, n_seeds=3, n_evals=200, n_eval_train=10_000,

@@ -53,14 +53,14 @@ import matplotlib.pyplot as plt
 import numpy as np
 import optax
 
-from ..claims import NA, UNDECIDED, Claim, beyond
-from ..config import BNMode, Flag, Images, Period, Positive, Rate, Steps, TestImages, resolve
+from ..repro.claims import NA, UNDECIDED, Claim, beyond
+from ..repro.config import BNMode, Flag, Images, Period, Positive, Rate, Steps, TestImages, resolve
 from ..data import Dataset
-from ..failures import EXPLODING, exploded_runs
+from ..repro.failures import EXPLODING, exploded_runs
 from ..losses import get_loss
 from ..models import make_model
-from ..plotting import bound_panel, legend, panels, plot_sweep
-from ..stats import seed_interval
+from ..repro.plotting import bound_panel, legend, panels, plot_sweep
+from ..repro.stats import seed_interval
 from ..training import train_sweep
 from ..tree import tree_index, tree_stack
 from . import protocol
@@ -89,7 +89,7 @@ INF = math.inf
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Config(Seeds, Sharpness):
-    """fig4's knobs (the module docstring says what each does; :mod:`iterlin.config` checks them)."""
+    """fig4's knobs (the module docstring says what each does; :mod:`iterlin.repro.config` checks them)."""
 
     experiment: ClassVar[str] = "fig4"
 
@@ -105,47 +105,25 @@ class Config(Seeds, Sharpness):
     n_test: TestImages | None
 
 
+# The scales (smoke, cpu, gpu, paper): what each runs, why, and what it changes is told on the page
+# (notebooks/fig4.py, "What each scale runs").
 SCALES = {
     "smoke": dict(
         K=[1, 2], lr=0.01, K_bn=[1, 2], lr_bn=0.01, augment_bn=True, bn_mode="batch", steps=4,
         batch_size=4, n_train=16, n_test=16, seed=0, n_seeds=1, n_evals=4, n_eval_train=None,
         n_sharpness=4, sharpness_iters=2, sharpness_every=2,
     ),
-    # cpu (issue 25: where the linear model is stable): λ_max of the linear model's curvature at θ₀,
-    # measured on 128 training images (seeds 0 and 1): 191 and 148 without BN, 152 and 150 with BN
-    # (batch statistics), so 2/λ_max = 0.010-0.013, and the earlier rate 0.01 was 0.74-0.96 of it:
-    # the no-BN K = 20 runs blew up. Now lr 0.003 in both panels (0.22-0.29 of the bound at θ₀),
-    # 3 seeds, λ_max on the first 64 training images (10 warm-started power iterations: a lower
-    # bound on λ_max, so the recorded η·λ_max/2 can only be low) every 40 steps; the rest as before.
-    # MEASURED: the committed run (dda2441) took 5,828 s on this CPU, other jobs beside it part of the time.
-    # Before (the run at lr 0.01, 2 seeds): measured on the quiet 2-core CPU: a
-    # step costs 26 ms per image plain (K = 1) and 37 ms linearised (batch 32). 2 panels x 2 seeds
-    # x 2 K x 120 steps of 64 (1.6 epochs), lr 0.01 and K = 20 (6 re-linearisations) in both
-    # panels, so that the divergence counts compare like with like; 3 evaluations per run (the
-    # network on every test image, both models on 64 training images). ESTIMATE ~40 minutes;
-    # measured (results/fig4): 3,834 s with other jobs beside it.
-    # One-seed pilots, no BN, 60 steps of 64 (test accuracy on the 932 test images): K = 1 24.9 %
-    # at lr 0.01, 22.2 % at 0.03; K = 20 at 0.01 13.9 %, its loss 4.8 at step 60 (the linear model
-    # at θ_s is unstable at this rate, as the earlier scale's K = 12 was: its linearised loss rose
-    # from 2.4 to ~14 at 0.01, and it reached 11 % at 0.003). The paper's rate (7e-7) is a
-    # million times smaller; at a stable rate 120 steps would leave K = 1 at chance.
     "cpu": dict(
         K=[1, 20], lr=0.003, K_bn=[1, 20], lr_bn=0.003, augment_bn=True, bn_mode="batch", steps=120,
         batch_size=64, n_train=None, n_test=None, seed=0, n_seeds=3, n_evals=3, n_eval_train=64,
         n_sharpness=64, sharpness_iters=10, sharpness_every=40,
     ),
-    # gpu: 8 seeds (t(7) = 2.36 against t(2) = 4.30) at a third of the cpu rate for three times the
-    # steps (the same lr x T): the cpu setting with 8 seeds (commit 9adf822, H100) put two no-BN
-    # K = 20 runs above 2/λ_max(θ_s) at step 120 (η·λ_max/2 up to 1.19), so its no-BN row read
-    # "no (unstable)". λ_max every 120 steps, 3 evaluations per run. MEASURED: 241 s of one H100
-    # (JAX 0.11.2; results/fig4, commit da69f21).
     "gpu": dict(
         K=[1, 60], lr=0.001, K_bn=[1, 60], lr_bn=0.001, augment_bn=True, bn_mode="batch", steps=360,
         batch_size=64, n_train=None, n_test=None, seed=0, n_seeds=8, n_evals=3, n_eval_train=64,
         n_sharpness=64, sharpness_iters=10, sharpness_every=120,
     ),
     "paper": dict(  # lr 7e-7, K = 1e6 (no BN); lr 1e-5, K = 1e5 (BN + augmentation): the paper's.
-        # T, batch size, seeds and evaluation points ours (T = 10 K of the no-BN run).
         K=[1, 1_000_000], lr=7e-7, K_bn=[1, 100_000], lr_bn=1e-5, augment_bn=True, bn_mode="batch",
         steps=10_000_000, batch_size=256, n_train=50_000, n_test=10_000, seed=0, n_seeds=3, n_evals=100,
         n_eval_train=10_000, n_sharpness=1000, sharpness_iters=30, sharpness_every=1_000_000,
@@ -285,7 +263,7 @@ def fisher_one_sided(a: int, n_a: int, b: int, n_b: int) -> float:
 
 def divergence_counts(results: Results) -> tuple[int, int, int, int]:
     """``(diverged with BN, BN runs, diverged without BN, no-BN runs)``, counted over every seed and K:
-    a run diverged when the guard stopped it or its loss exploded (:func:`iterlin.failures.exploded_runs`)."""
+    a run diverged when the guard stopped it or its loss exploded (:func:`iterlin.repro.failures.exploded_runs`)."""
     d_b, d_nb = (np.asarray(h["diverged"], bool) | exploded_runs(h) for h in (results.bn, results.no_bn))
     return int(d_b.sum()), int(d_b.size), int(d_nb.sum()), int(d_nb.size)
 
@@ -337,7 +315,7 @@ def bn_bound(row, results: Results) -> tuple[str, str, str]:
     by seed through the largest λ_max each seed's runs recorded (:func:`sharpest_per_seed`) at the
     linearisations they trained on (every record but the last step's, on which no step was taken). Per
     seed d = log₁₀(λ_max with BN / λ_max without); decided by the 95 % t interval of the mean of d
-    over the seeds both panels recorded (:func:`iterlin.claims.beyond`): "yes" above 0 (BatchNorm's
+    over the seeds both panels recorded (:func:`iterlin.repro.claims.beyond`): "yes" above 0 (BatchNorm's
     bound lower), "no" below, else undecided; n/a without a record in both panels."""
     rule = ("per seed d = log₁₀ of the largest λ_max recorded along its BN runs over that along its no-BN runs "
             "(every K; only the linearisations trained on: the record at the last step, a linearisation no step "
@@ -383,7 +361,7 @@ def plot(results: Results):
     (solid) and of the linear model being trained (dashed, large K), on the first n_eval_train
     training images. Mean over seeds ± one standard error; a cross marks a run that diverged (its
     curve stays at its last finite state). Bottom (when the run records the sharpness): the linear
-    model's bound 2/λ_max(θ_s) per run against η (:func:`iterlin.plotting.bound_panel`)."""
+    model's bound 2/λ_max(θ_s) per run against η (:func:`iterlin.repro.plotting.bound_panel`)."""
     titles = {"no_bn": "no BatchNorm, no augmentation",
               "bn": f"BatchNorm ({results.config.bn_mode} statistics) + augmentation"}
     bounds = all("lr_over_bound" in getattr(results, key) for key in titles)

@@ -29,7 +29,7 @@ from typing import ClassVar, Mapping, NamedTuple
 import matplotlib.pyplot as plt
 import numpy as np
 
-from ..claims import (
+from ..repro.claims import (
     CONVERGED,
     EXCEEDS_RULE,
     NA,
@@ -45,11 +45,11 @@ from ..claims import (
     sharpness_claim,
     verdict,
 )
-from ..config import Images, ImagesOrNone, Period, Positive, Rate, Steps, TestImages, halvings, resolve
+from ..repro.config import Images, ImagesOrNone, Period, Positive, Rate, Steps, TestImages, halvings, resolve
 from ..data import Dataset, load_cifar10
-from ..plotting import bound_panel, legend, panels, plot_sweep, set_log_ticks
-from ..probes import heldout_tracker
-from ..stats import Difference, difference, num, pct, runs_of
+from ..repro.plotting import bound_panel, legend, panels, plot_sweep, set_log_ticks
+from ..analysis.probes import heldout_tracker
+from ..repro.stats import Difference, difference, num, pct, runs_of
 from ._common import (
     Experiment,
     Seeds,
@@ -70,7 +70,7 @@ __all__ = ["Config", "Results", "get_config", "SCALES", "EXPERIMENT", "SizedData
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Config(Seeds, Sharpness):
-    """fig5's knobs (the module docstring says what each does; :mod:`iterlin.config` checks them)."""
+    """fig5's knobs (the module docstring says what each does; :mod:`iterlin.repro.config` checks them)."""
 
     experiment: ClassVar[str] = "fig5"
     EXPAND: ClassVar[Mapping] = {"n_train": halvings}
@@ -85,55 +85,24 @@ class Config(Seeds, Sharpness):
     n_val: ImagesOrNone | None
 
 
+# The scales (smoke, cpu, gpu, paper): what each runs, why, and what it changes is told on the page
+# (notebooks/fig5.py, "What each scale runs").
 SCALES = {
     "smoke": dict(
         K=[1, 4], lr=0.1, lr_inf=0.1, steps=10, batch_size=None, n_train=[16, 32, 64],
         n_test=100, n_val=32, seed=0, n_seeds=1, n_evals=2, n_eval_train=None,
         n_sharpness=8, sharpness_iters=4, sharpness_every=10,
     ),
-    # cpu: where the linear model stays under a third of its bound (issue 25) on this project's
-    # 2-core CPU: two sets a factor 4 apart, 32 and 128 images (the gpu run's largest, 512, took
-    # K = 160 to 0.93 of the bound at lr 0.002 with batches of 100, and 128 images 0.44), batches of
-    # 32 (the whole of the 32-image set), T = 4,500 steps; K = 1 and 450 (10 re-linearisations) at
-    # lr 0.0008, K = ∞ and its K = 1 control at 0.01 (12.5×); early stopping on 500 held-out
-    # training images, 3 seeds; λ_max on the whole of each set (n_sharpness 128) every 360 steps.
-    # History: the run at lr 0.001, T = 3,750, K = 375 (commit f5cf098, 6,528 s) fitted every set,
-    # but its record, on the first 32 images of each set, took K = 375 at 128 images to 0.22, 0.45
-    # and 0.21 of the bound (seeds 0-2); a pilot of seed 1 measuring on all 128 images read 0.32
-    # (step 2,250; K = 1 0.16). This scale measures on the set the linear model is trained on (the
-    # full-batch bound) and lowers the rate by a fifth for a margin (η·λ_max/2 scales with η at a
-    # like point of training), with T raised so that η·T (3.6) still fits the sets (the pilot's
-    # K = 375 reached 100 % at η·t = 3.0). Before it: lr 0.00125, T = 3,000, K = 300 (43089c6:
-    # 0.41 at 128 images, seed 1); 100-400 images at lr 0.01, K = 30: every K = 30 run diverged
-    # (2a6699e). MEASURED (results/fig5, 6,823 s, the gn run beside it for its first 30 minutes):
-    # every run fits its set; η·λ_max/2 along K = 450 at most 0.09 at 32 images and 0.12, 0.22,
-    # 0.12 at 128 images (seeds 0-2, step 3,600), K = ∞ at most 0.18 (θ₀).
     "cpu": dict(
         K=[1, 450], lr=0.0008, lr_inf=0.01, steps=4500, batch_size=32, n_train=[32, 128],
         n_test=None, n_val=500, seed=0, n_seeds=3, n_evals=25, n_eval_train=None,
         n_sharpness=128, sharpness_iters=20, sharpness_every=360,
     ),
-    # gpu: fig3's stable rate (lr 0.002, batches of 100; issue 25's measurement) for K = 1 and
-    # K = 160, and K = ∞ with its K = 1 control at 5× that rate (the paper's is 100×: 1e-3 against
-    # 1e-5; λ_max of the linear model at θ₀ was 15-41 on 256 of fig3's images over 8 seeds, so 0.01
-    # puts η·λ_max/2 near 0.2 at θ₀). Three sizes a factor 2.8 apart, 128, 362 and 1,024, and
-    # 4,000 steps without augmentation, so that the runs can fit them (the paper trains to
-    # convergence; the row "trained to convergence" checks it); early stopping on 500 held-out
-    # training images; 4 seeds (t(3) = 3.18); λ_max of the linear model on the first 128 training
-    # images every 400 steps (the row "stays stable" judges K = 160 and ∞). Measured (results/fig5,
-    # 194 s of one H100): the 128- and 362-image sets are fitted (99.2-100 %) with η·λ_max/2 ≤ 0.70
-    # along K = 160 and ≤ 0.18 along K = ∞; at 1,024 images K = 1 ends at 98 %, K = 160 at 89-96 %,
-    # K = ∞ at 88-94 %, and K = 160 crosses the bound (up to 1.51, from steps 2,400-4,000).
-    # The design that followed it, fixed before it ran: sizes a factor 2 apart up to 512 (where the
-    # 362-image set stayed under the bound), fresh seeds 4-9 (six: t(5) = 2.57), the rest unchanged.
-    # Its run (commit cb3765b, 424 s of one H100) took K = 160 to 0.93 of the bound at 512 images.
     "gpu": dict(
         K=[1, 160], lr=0.002, lr_inf=0.01, steps=4000, batch_size=100,
         n_train=[128, 256, 512], n_test=None, n_val=500, seed=4, n_seeds=6, n_evals=40, n_eval_train=None,
         n_sharpness=128, sharpness_iters=20, sharpness_every=400,
     ),
-    # paper: lr 1e-5, K = inf at 1e-3 with a K = 1 control, optimal early stopping on the test set
-    # (n_val None: all 50,000 images train; the paper); K, sizes, T ours.
     "paper": dict(
         K=[1, 1000, 100_000], lr=1e-5, lr_inf=1e-3, steps=2_000_000, batch_size=256,
         n_train=[1000, 2000, 5000, 10_000, 20_000, 50_000], n_test=10_000, n_val=None, seed=0, n_seeds=3,
@@ -322,7 +291,7 @@ def _gain(best: np.ndarray) -> np.ndarray:
 
 
 def gain_difference(results: Results, ia, ib) -> Difference:
-    """The shared noise rule (:func:`iterlin.stats.difference`) for gain_B − gain_A, runs ``ia``
+    """The shared noise rule (:func:`iterlin.repro.stats.difference`) for gain_B − gain_A, runs ``ia``
     and ``ib`` paired by seed: the seed spread of the per-seed differences, and the test-set noise.
     With ``stopped_test_correct`` the runs are paired on the test images too: each image's gain,
     right at the largest size minus right at the smallest (−1, 0 or 1), is compared as a paired
@@ -346,7 +315,7 @@ def claims(results: Results) -> list[Claim]:
     Every comparison goes through the shared noise rule, over seeds; a scaling row is judged only
     when every run it compares fitted its training set at every size (the paper trains to
     convergence): else n/a. The stability row judges the linear models of every size's K > 1 runs
-    together (:func:`~iterlin.claims.sharpness_claim` of :func:`~iterlin.claims.pooled_runs`)."""
+    together (:func:`~iterlin.repro.claims.sharpness_claim` of :func:`~iterlin.repro.claims.pooled_runs`)."""
     K, lr = np.asarray(results.K), np.asarray(results.lr)
     best, how = stopped(results)  # (N, R)
     sizes = np.asarray(results.n_train)
@@ -428,7 +397,7 @@ EXPERIMENT = Experiment("fig5", SCALES, load, compute, claims, __name__, Config,
 
 def by_size(results: Results, values: np.ndarray, metric: str) -> dict:
     """``values`` (N sizes, R runs: e.g. ``results.final_train_acc``) as a sweep-like history over
-    sizes, for :func:`iterlin.plotting.plot_sweep`: ``step`` = the sizes (N,), ``metric`` (R, N),
+    sizes, for :func:`iterlin.repro.plotting.plot_sweep`: ``step`` = the sizes (N,), ``metric`` (R, N),
     ``K``, ``lr``, ``seed_index`` of ``results``' runs, and ``diverged``/``diverged_step`` (R,):
     whether, and at which size first, each run diverged."""
     div = np.asarray(results.diverged, bool).T  # (R, N)
@@ -450,7 +419,7 @@ def plot(results: Results):
     the final training accuracy of the same runs, to see how close to convergence they are. A
     cross marks a run that diverged (at the first size where it did). Third, when the runs recorded
     the sharpness: the linear model's bound 2/λ_max(θ_s) along the runs of the largest training set
-    (:func:`iterlin.plotting.bound_panel`)."""
+    (:func:`iterlin.repro.plotting.bound_panel`)."""
     n = results.n_train
     acc, how = stopped(results)
     largest = results.histories[str(int(n[-1]))]

@@ -1,6 +1,6 @@
 """Fig. 6: linear probes on the CNN's layer-1 and layer-2 features over training (Sec. 4.1).
 
-A ridge classifier (:func:`iterlin.probes.probe_tracker`) is fitted on the activations
+A ridge classifier (:func:`iterlin.analysis.probes.probe_tracker`) is fitted on the activations
 (:func:`iterlin.models.cnn_features`) of the first ``n_probe`` training images at each evaluation
 point and scored on the test images, for K = 1 and a large K, every seed. The paper: the probes'
 accuracy improves over training, the large-K features improving slower and levelling off lower.
@@ -29,14 +29,14 @@ from typing import ClassVar, Mapping, NamedTuple
 import matplotlib.pyplot as plt
 import numpy as np
 
-from ..claims import EXCEEDS_RULE, NA, UNSTABLE, Claim, divergence_claim, exceeds, fmt_K, only_k1_rows, sharpness_claim
-from ..config import Flag, Images, Period, Rate, Steps, TestImages, resolve
+from ..repro.claims import EXCEEDS_RULE, NA, UNSTABLE, Claim, divergence_claim, exceeds, fmt_K, only_k1_rows, sharpness_claim
+from ..repro.config import Flag, Images, Period, Rate, Steps, TestImages, resolve
 from ..data import Dataset
-from ..failures import unstable_among
+from ..repro.failures import unstable_among
 from ..models import cnn_features
-from ..plotting import legend, panels, plot_sweep
-from ..probes import probe_tracker
-from ..stats import difference, pct, runs_of
+from ..repro.plotting import legend, panels, plot_sweep
+from ..analysis.probes import probe_tracker
+from ..repro.stats import difference, pct, runs_of
 from ._common import (
     Experiment,
     STABLE,
@@ -65,7 +65,7 @@ PROBE_CAP = 2000
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Config(Seeds, Sharpness):
-    """fig6's knobs (the module docstring says what each does; :mod:`iterlin.config` checks them)."""
+    """fig6's knobs (the module docstring says what each does; :mod:`iterlin.repro.config` checks them)."""
 
     experiment: ClassVar[str] = "fig6"
 
@@ -79,20 +79,14 @@ class Config(Seeds, Sharpness):
     n_probe: Images | None
 
 
+# The scales (smoke, cpu, gpu, paper): what each runs, why, and what it changes is told on the page
+# (notebooks/fig6.py, "What each scale runs").
 SCALES = {
     "smoke": dict(
         K=[1, 8], lr=0.05, steps=24, batch_size=32, augment=False, n_train=256, n_test=200, n_probe=None,
         seed=0, n_seeds=1, n_evals=6, n_eval_train=None, n_sharpness=32, sharpness_iters=10, sharpness_every=8,
     ),
-    # cpu: Fig. 3's cpu setting, where the linear model stays stable to the end (_common.STABLE:
-    # 1,000 training images, every test image (932), batches of 100 at lr 0.001 with augmentation,
-    # T = 3,200 steps, K = 320: 10 re-linearisations), 3 seeds; probes on all 1,000 training images
-    # at 10 points (one per re-linearisation) and λ_max of the linear model's curvature on 256
-    # training images at each.
     "cpu": dict(STABLE, n_probe=None, n_seeds=3, n_evals=10),
-    # gpu: the cpu setting with 8 seeds (t(7) = 2.36 against t(2) = 4.30). The same at lr 0.002 and
-    # T = 1,600 (K = 160) took 155 s of one H100 (JAX 0.11.2, beside two other runs; commit
-    # 9adf822), and its η·λ_max/2 reached 0.48. ESTIMATED: twice that.
     "gpu": dict(STABLE, n_probe=None, n_seeds=8, n_evals=10),
     "paper": dict(  # K = 5e6 (the paper's); lr, T, augmentation as our Fig. 3 paper settings
         K=[1, 5_000_000], lr=1e-4, steps=60_000_000, batch_size=256, augment=True, n_train=50_000,
@@ -202,13 +196,13 @@ def _diverged(h: Mapping, *idx) -> bool:
 
 def claims(results: Results) -> list[Claim]:
     """Per layer: K = 1's probe improves over training; the large K's improves slower and levels off
-    lower. Each is the shared noise rule (:func:`iterlin.stats.difference` then
-    :func:`~iterlin.claims.exceeds`) over the seeds (paired by seed) and the test images: paired on
+    lower. Each is the shared noise rule (:func:`iterlin.repro.stats.difference` then
+    :func:`~iterlin.repro.claims.exceeds`) over the seeds (paired by seed) and the test images: paired on
     the images where the history records each probe's per-image correctness (:func:`probe_correct`;
     for the average over evaluation points, the per-image fraction of points right), else two
     independent binomials (runs made before it was recorded); a comparison involving a diverged
     K = 1 run is n/a (its probes read a frozen state), one whose large-K run's
-    linear model was unstable (:func:`iterlin.failures.unstable_among`) is :data:`~iterlin.claims.UNSTABLE`."""
+    linear model was unstable (:func:`iterlin.repro.failures.unstable_among`) is :data:`~iterlin.repro.claims.UNSTABLE`."""
     h = results.runs
     if (rows := only_k1_rows("fig6", h)) is not None:
         return rows

@@ -1,9 +1,9 @@
 """Fig. 7: the change of the first-layer filters from initialisation over training (Sec. 4.1).
 
 ΔW_t = W_t − W_0 of all 50 first-layer filters (5 × 5 × 3 each) at each evaluation point
-(:func:`iterlin.probes.filter_tracker`), for K = 1 and a large K, every seed; the notebook shows
+(:func:`iterlin.analysis.probes.filter_tracker`), for K = 1 and a large K, every seed; the notebook shows
 the first three of the first seed, mapped [−0.5, 0.5] → [0, 1]
-(:func:`iterlin.probes.filters_to_image`), and :func:`filter_match` measures, seed by seed, how
+(:func:`iterlin.analysis.probes.filters_to_image`), and :func:`filter_match` measures, seed by seed, how
 far the large-K filters got compared with K = 1's. The paper: K = 1 evolves much faster, and the
 final large-K filters look like K = 1's at about 10 % of training.
 
@@ -31,12 +31,12 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.figure import Figure
 
-from ..claims import NA, UNDECIDED, UNSTABLE, Claim, beyond, fmt_K, only_k1_rows
+from ..repro.claims import NA, UNDECIDED, UNSTABLE, Claim, beyond, fmt_K, only_k1_rows
 from ..columns import Record
-from ..config import resolve
+from ..repro.config import resolve
 from ..data import Dataset
-from ..failures import unstable_among
-from ..plotting import (
+from ..repro.failures import unstable_among
+from ..repro.plotting import (
     as_1d,
     bad_argument,
     bound_panel,
@@ -47,8 +47,8 @@ from ..plotting import (
     plot_sweep,
     real_array,
 )
-from ..probes import filter_tracker, filters_to_image
-from ..stats import num, pct, runs_of, seed_interval
+from ..analysis.probes import filter_tracker, filters_to_image
+from ..repro.stats import num, pct, runs_of, seed_interval
 from . import protocol
 from ._common import (
     Experiment,
@@ -77,19 +77,14 @@ class Config(SweepConfig):
     experiment: ClassVar[str] = "fig7"
 
 
+# The scales (smoke, cpu, gpu, paper): what each runs, why, and what it changes is told on the page
+# (notebooks/fig7.py, "What each scale runs").
 SCALES = {
     "smoke": dict(
         K=[1, 8], lr=0.05, steps=24, batch_size=32, augment=False, n_train=256, n_test=200, seed=0,
         n_seeds=1, n_evals=12, n_eval_train=None, n_sharpness=32, sharpness_iters=10, sharpness_every=8,
     ),
-    # cpu: Fig. 3's cpu setting, where the linear model stays stable to the end (issue 25): 1,000
-    # training images, every test image (932), batches of 100 at lr 0.002 with augmentation,
-    # T = 1,600 steps, K = 160 (10 re-linearisations), 3 seeds; a column every 160 steps (one per
-    # re-linearisation) and λ_max of the linear model's curvature on 256 training images at each.
-    # The earlier cpu scale (every image, lr 0.01, K = 25, 250 steps, 2 seeds) sat near the bound
-    # that Fig. 3's K = 50 crossed; its runs did not record it.
     "cpu": dict(STABLE, n_seeds=3, n_evals=10),
-    # gpu: NOT MEASURED on a GPU. The cpu setting with 8 seeds (t(7) = 2.36 against t(2) = 4.30).
     "gpu": dict(STABLE, n_seeds=8, n_evals=10),
     "paper": dict(  # K = 5e6 (the paper's); 6e7 steps of 256 = 30 columns of ~10 000 epochs
         K=[1, 5_000_000], lr=1e-4, steps=60_000_000, batch_size=256, augment=True, n_train=50_000,
@@ -159,7 +154,7 @@ def filter_match(history: Mapping) -> FilterMatch:
     """How far the large-K filters moved, measured against K = 1's trajectory, seed by seed (Fig. 7).
 
     With ΔW_t = W_t − W_0 (all first-layer filters) and ‖·‖ the Frobenius norm, for each seed s
-    (its K = 1 run and its largest-K run, :func:`iterlin.stats.runs_of`):
+    (its K = 1 run and its largest-K run, :func:`iterlin.repro.stats.runs_of`):
 
     * ``norm`` (R, E): ‖ΔW_t‖ of each run at each evaluation point;
     * ``ratio`` (S,): ‖ΔW_T^{large}‖ / ‖ΔW_T^{K=1}‖ at the last step (< 1: the large-K filters
@@ -220,7 +215,7 @@ def filters_slower(row, results: Results) -> tuple[str, str, str]:
         f"the ratio of the final filter changes (all 50 filters): yes when its 95 % t interval over seeds lies "
         f"below {num(row.margin, 1)} (\"much\" slower: at least 10 % less), no when wholly at or above it, else "
         "undecided (also with one seed: no spread to estimate); n/a when K = 1's filters did not move; "
-        f"'{UNSTABLE}' when a large-K run's linear model was unstable (iterlin.failures.unstable_runs)",
+        f"'{UNSTABLE}' when a large-K run's linear model was unstable (iterlin.repro.failures.unstable_runs)",
     )
 
 
@@ -339,7 +334,7 @@ def filter_grid(
       K: ``(R,)`` the runs' periods (row labels, ``fmt_K``).
       runs: the runs to show, in order (default all): for each filter one row per run.
       filters: how many of the first filters (an int), or their indices.
-      vrange: ``[−vrange, vrange] → [0, 1]`` (:func:`iterlin.probes.filters_to_image`; grey = no
+      vrange: ``[−vrange, vrange] → [0, 1]`` (:func:`iterlin.analysis.probes.filters_to_image`; grey = no
         change); ``"max"``: the largest ``|change|`` among the drawn images (at least 1e-12).
       title: the figure's title; may use ``{vrange}`` (e.g. ``"range ±{vrange:.3g}"``).
 

@@ -13,7 +13,7 @@ Three runs per seed (:func:`iterlin.experiments._common.seeds`; each seed its ow
 and batches, :func:`~iterlin.experiments._common.seed_keys`, shared by its three runs, so that the
 runs are compared seed by seed and on the same test images):
 
-* ``"solved"``: :func:`iterlin.adam_solve.train_adam_solved` with ``target_acc=None,
+* ``"solved"``: :func:`iterlin.solvers.adam_solve.train_adam_solved` with ``target_acc=None,
   plateau_tol=0``: every linearisation runs exactly K Adam steps (moments reset at each
   re-linearisation), the paper's "large constant K … intended to make sure that it reaches 100 %
   train accuracy with each re-linearisation and that these are spaced regularly". (With the
@@ -39,13 +39,13 @@ import matplotlib.pyplot as plt
 import numpy as np
 import optax
 
-from ..adam_solve import train_adam_solved
-from ..claims import CONVERGED, EXCEEDS_RULE, NA, Claim, divergence_row, exceeds, fmt_K, verdict
-from ..config import Images, Period, Positive, Rate, Steps, TestImages, resolve
+from ..solvers.adam_solve import train_adam_solved
+from ..repro.claims import CONVERGED, EXCEEDS_RULE, NA, Claim, divergence_row, exceeds, fmt_K, verdict
+from ..repro.config import Images, Period, Positive, Rate, Steps, TestImages, resolve
 from ..data import Dataset
 from ..models import make_model
-from ..plotting import band, legend, mark_steps, panels, plot_sweep
-from ..stats import difference, pct
+from ..repro.plotting import band, legend, mark_steps, panels, plot_sweep
+from ..repro.stats import difference, pct
 from ..training import History, train
 from ._common import Experiment, Seeds, Sweep, checkpoint_path, eval_points, load_data, network_correct, seed_keys, seeds
 
@@ -55,7 +55,7 @@ __all__ = ["Config", "Results", "get_config", "SCALES", "EXPERIMENT", "RUNS", "K
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Config(Seeds):
-    """fig8's knobs (the module docstring says what each does; :mod:`iterlin.config` checks them)."""
+    """fig8's knobs (the module docstring says what each does; :mod:`iterlin.repro.config` checks them)."""
 
     experiment: ClassVar[str] = "fig8"
 
@@ -68,33 +68,17 @@ class Config(Seeds):
     n_test: TestImages | None
 
 
+# The scales (smoke, cpu, gpu, paper): what each runs, why, and what it changes is told on the page
+# (notebooks/fig8.py, "What each scale runs").
 SCALES = {
     "smoke": dict(
         K=15, lr_adam=1e-3, lr=0.05, steps=30, batch_size=None, n_train=12, n_test=60, seed=0,
         n_seeds=1, n_evals=4, n_eval_train=None,
     ),
-    # cpu: 500 training images, 3 seeds x 3 runs x 3,000 steps of 100 at the paper's Adam rate 1e-3.
-    # K = 200 (12 linearisations of 40 epochs each) is the smallest K here that solves every
-    # linearisation as the paper asks (measured in a one-seed probe, 400 steps: the linear model at
-    # 99.8 % and 100 % train accuracy just before its two re-linearisations); the row "K is large
-    # enough" checks it on every run. T: the paper compares converged runs, and after 800 steps (a
-    # 3-seed run, 2,360 s) the Adam-solved network was still at 52-60 % train accuracy and rising, so
-    # T = 2,400 gave it 12 linearisations; the row "trained to convergence" checks it. The
-    # earlier cpu scale (every installed image, K = 80, 2 seeds) left each linearisation at 46-61 %
-    # train accuracy, so it did not test the paper's "solved". Measured: about 1 s per step of the
-    # three runs on the 2-core CPU (the 800-step run: 2,360 s). T = 3,000 (15 linearisations): at
-    # T = 2,400 (results/fig8 before, 3,019 s) one seed's Adam-solved network ended at 98.6 % train
-    # accuracy, under the 99 % of "trained to convergence", so the comparisons were not judged.
-    # Measured at T = 3,000 (results/fig8, 53 s of one H100): 99.0, 98.8 and 98.8 %; the network
-    # right after each late re-linearisation sits at 97.4-99.8 % instead of settling. Nor does it
-    # settle on 250 images (80 epochs per linearisation; a trial of seed 0 and seed 1's solved run
-    # on the CPU): 93.6-99.2 % after the late re-linearisations, 98.0 % and 100 % at T.
     "cpu": dict(
         K=200, lr_adam=1e-3, lr=0.05, steps=3000, batch_size=100, n_train=500, n_test=None, seed=0,
         n_seeds=3, n_evals=15, n_eval_train=None,
     ),
-    # gpu: ESTIMATE (not measured): 3 seeds x 3 runs x 20k steps of 256, K = 2000 (10
-    # linearisations); about 1.5e15 FLOP per seed.
     "gpu": dict(
         K=2000, lr_adam=1e-3, lr=1e-2, steps=20_000, batch_size=256, n_train=None, n_test=None,
         seed=0, n_seeds=3, n_evals=40, n_eval_train=5000,
@@ -113,10 +97,10 @@ class Results(NamedTuple):
     (:func:`stack_runs`): ``step`` (E,); ``n_relin``, ``{net,lin}_{train,test}_{loss,acc}`` (S, E);
     ``diverged``, ``diverged_step``, ``seed``, ``K``, ``lr`` (S,) (``K``: the run's period, 1 for
     the K = 1 runs; ``lr``: its learning rate) and ``seed_index`` (S,) 0..S−1, so that
-    :func:`iterlin.plotting.plot_sweep` draws each kind as the mean over seeds;
+    :func:`iterlin.repro.plotting.plot_sweep` draws each kind as the mean over seeds;
     ``net_test_correct`` (S, n_test) bool, whether each run's final network classifies each test
     image correctly (:func:`network_correct`, for the paired comparisons of
-    :func:`iterlin.stats.difference`).
+    :func:`iterlin.repro.stats.difference`).
     """
 
     #: the Adam-solved runs (K = ``config.K``); besides the layout above ``inner_steps`` (S, E) and
@@ -229,7 +213,7 @@ def _final(h: Mapping, key: str = "net_test_acc") -> np.ndarray:
 
 
 def _diff(a: Mapping, b: Mapping, n_test: int):
-    """:func:`iterlin.stats.difference` of B's final network test accuracy against A's, paired by
+    """:func:`iterlin.repro.stats.difference` of B's final network test accuracy against A's, paired by
     seed, and on the test images when both record ``net_test_correct``."""
     pair = {}
     if "net_test_correct" in a and "net_test_correct" in b:

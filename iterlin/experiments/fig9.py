@@ -1,7 +1,7 @@
 """Fig. 9: damped Gauss–Newton (Eq. 6) on the quintic: test RMSE against λ, learned functions (Sec. 3.3).
 
 Every (λ, seed) run is full-batch damped Gauss–Newton with step size α for ``steps`` steps,
-θ ← θ − α(JᵀJ + λI)⁻¹Jᵀ(f(θ, X) − Y) (:func:`iterlin.gauss_newton.gauss_newton_train`, λ traced
+θ ← θ − α(JᵀJ + λI)⁻¹Jᵀ(f(θ, X) − Y) (:func:`iterlin.solvers.gauss_newton.gauss_newton_train`, λ traced
 per run, so every λ and seed run in ONE compiled program). The paper: more damping gives lower,
 more consistent test RMSE ("note the number of high RMSE runs") and smoother functions, despite
 similar minima; runs with train RMSE > 2.5 are removed.
@@ -44,15 +44,15 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.lines import Line2D
 
-from ..claims import UNDECIDED, Claim, divergence_row, exceeds, verdict
+from ..repro.claims import UNDECIDED, Claim, divergence_row, exceeds, verdict
 from ..columns import Record
-from ..config import (
+from ..repro.config import (
     Damping, Evals, ExperimentConfig, Flag, Images, Positive, RunCount, Seed, Steps, TestImages, resolve,
 )
 from ..data import Dataset
-from ..gauss_newton import gauss_newton_train
+from ..solvers.gauss_newton import gauss_newton_train
 from ..models import quintic_model
-from ..plotting import (
+from ..repro.plotting import (
     as_1d,
     as_runs,
     bad_argument,
@@ -66,7 +66,7 @@ from ..plotting import (
     set_log_ticks,
 )
 from ..precision import x64
-from ..stats import Difference, num, t_quantile
+from ..repro.stats import Difference, num, t_quantile
 from ._common import Experiment, checkpoint_path, eval_points, load_quintic
 
 __all__ = [
@@ -78,7 +78,7 @@ __all__ = [
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Config(ExperimentConfig):
-    """fig9's knobs (the module docstring says what each does; :mod:`iterlin.config` checks them)."""
+    """fig9's knobs (the module docstring says what each does; :mod:`iterlin.repro.config` checks them)."""
 
     experiment: ClassVar[str] = "fig9"
 
@@ -94,19 +94,17 @@ class Config(ExperimentConfig):
     x64: Flag
 
 
+# The scales (smoke, cpu, gpu, paper): what each runs, why, and what it changes is told on the page
+# (notebooks/fig9.py, "What each scale runs").
 SCALES = {
     "smoke": dict(
         damping=[0.0, 1e-3, 1e-2, 1e-1, 1.0, 10.0], steps=200, step_size=1.0, seed=0, n_seeds=10,
         n_functions=10, n_train=20, n_test=1000, n_evals=10, x64=True,
     ),
-    # The committed reference run: the gpu grid of λ (up to 100) with 500 steps (measured: every λ's
-    # median train RMSE has stopped changing by then, λ = 100 included) and 40 seeds (seed 0..39):
-    # about 8 minutes of a 2-core CPU (measured at 10 and 20 seeds: 11 s per seed, see notebooks/fig9.py).
     "cpu": dict(
         damping=[0.0, 1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0], steps=500, step_size=1.0, seed=0,
         n_seeds=40, n_functions=10, n_train=20, n_test=1000, n_evals=10, x64=True,
     ),
-    # No GPU needed (the network is tiny; the cost is λ × seeds × steps): 50 seeds, 2000 steps.
     "gpu": dict(
         damping=[0.0, 1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0], steps=2000, step_size=1.0, seed=0,
         n_seeds=50, n_functions=10, n_train=20, n_test=1000, n_evals=20, x64=True,
@@ -229,7 +227,7 @@ class GeometricMeans(NamedTuple):
     """Per λ (:func:`geometric_means`): (L,) each; NaN where no seed was kept (``lo``/``hi`` with fewer than 2)."""
 
     mean: np.ndarray  #: 10^m, m the mean of log₁₀ test RMSE over the kept finite seeds
-    lo: np.ndarray  #: 10^(m − se), se its standard error (:func:`iterlin.plotting.mean_se`)
+    lo: np.ndarray  #: 10^(m − se), se its standard error (:func:`iterlin.repro.plotting.mean_se`)
     hi: np.ndarray  #: 10^(m + se)
 
 
@@ -247,7 +245,7 @@ def geometric_means(test_rmse, kept) -> GeometricMeans:
 
 def log_lambda(damping) -> np.ndarray:
     """(L,) the positions of the λ grid on the trend rows' axis: log₁₀ λ, with λ = 0 one decade left
-    of the smallest λ > 0 (where the figure draws it, :func:`iterlin.plotting.log_positions`); 0
+    of the smallest λ > 0 (where the figure draws it, :func:`iterlin.repro.plotting.log_positions`); 0
     for λ = 0 when the grid has no λ > 0."""
     lams = np.asarray(damping, np.float64).reshape(-1)
     if np.any(~np.isfinite(lams)) or np.any(lams < 0):
@@ -284,7 +282,7 @@ class Trend(NamedTuple):
 
     def falls(self) -> str:
         """"Falls as λ grows": ``"yes"`` when the 95 % t interval of the slope lies below 0, ``"no"``
-        when above, else :data:`~iterlin.claims.UNDECIDED`: :func:`iterlin.claims.exceeds` of the
+        when above, else :data:`~iterlin.repro.claims.UNDECIDED`: :func:`iterlin.repro.claims.exceeds` of the
         decrease −slope."""
         return exceeds(Difference(-self.slope, self.se, int(self.used.sum()), 0, True,
                                   self.df if self.df >= 1 else None))
@@ -300,7 +298,7 @@ def trend(x, values, where=None) -> Trend:
 
     ``x`` (L,), ``values`` (L, S) (λ × seed), ``where`` (L, S) bool: the entries included (Fig. 9's
     ``kept``; non-finite values are always left out). Per λ, the mean m_i and s.e. over its n_i
-    included seeds (:func:`iterlin.plotting.mean_se`); the λ with n_i ≥ 2 enter the fit, each with
+    included seeds (:func:`iterlin.repro.plotting.mean_se`); the λ with n_i ≥ 2 enter the fit, each with
     equal weight: slope b = Σ_i c_i m_i, c_i = (x_i − x̄)/Σ_j (x_j − x̄)². The seeds are shared by
     every λ (seed s is one initialisation), so the means are correlated: Var b = cᵀCc with
     C_ii = Var_i/n_i and C_ij = n_ij·Cov_ij/(n_i n_j) over the n_ij seeds included at both λ (sample

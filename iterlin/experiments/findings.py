@@ -19,7 +19,7 @@ from typing import Any, Iterator, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
-from ..claims import NA
+from ..repro.claims import NA
 from ..relin import fmt_K
 
 __all__ = ["Evidence", "Finding", "FINDINGS", "STABILITY_ROW", "NO_RATE", "Found", "findings", "stability_row", "Run",
@@ -102,7 +102,7 @@ FINDINGS: tuple[Finding, ...] = (
 NO_RATE = ("limit", "fig9")
 
 #: The start of the claims row that records whether a run's linear model stayed stable
-#: (:func:`iterlin.claims.sharpness_claim`).
+#: (:func:`iterlin.repro.claims.sharpness_claim`).
 STABILITY_ROW = "the linear model stays stable"
 
 

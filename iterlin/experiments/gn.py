@@ -9,7 +9,7 @@ gradients: N·O < P on a batch, and the CE kernel system is not symmetric) at th
 that corresponds to each finite K > 1 of the grid, with batches of the same size and the same
 number of steps T, i.e. the same passes over the data. The GN runs of seed s start from the same
 θ_0 and see the same batches as the K runs of seed s (paired comparisons), and every λ × seed is
-ONE compiled program (:func:`~iterlin.gauss_newton.gauss_newton_train` with stacked parameters
+ONE compiled program (:func:`~iterlin.solvers.gauss_newton.gauss_newton_train` with stacked parameters
 and one batch key per run).
 
 The λ ↔ K correspondence (our derivation, in our loss conventions)
@@ -22,7 +22,7 @@ linearised loss is the quadratic q(δ) = gᵀδ + ½δᵀAδ (for MSE it is exac
 * The K runs take K SGD steps of size η on the MEAN cross-entropy, L_mean = L_sum/B, i.e. steps
   of size η/B on L_sum. In the small-step limit K steps are gradient flow on q for the time
   τ = Kη/B:  δ_K = −A⁻¹(I − e^{−τA}) g  (Eq. 18 of the paper, with its ϕ and z).
-* The damped GN step (Eq. 6, summed loss as :mod:`iterlin.gauss_newton` uses) is
+* The damped GN step (Eq. 6, summed loss as :mod:`iterlin.solvers.gauss_newton` uses) is
   δ_λ = −(A + λI)⁻¹ g.
 
 In A's eigenbasis both filter the gradient: φ_K(σ) = (1 − e^{−στ})/σ and φ_λ(σ) = 1/(σ + λ). For
@@ -33,7 +33,7 @@ same to within the factor 2 of the curvature correction) when
     λ = 1/τ = B/(Kη)   (summed loss),   i.e.   λ_mean = λ/B = 1/(Kη)   (mean loss),
 
 the "λ ≈ 1/(Kη)" of the issue, read for the MEAN loss; this module passes the summed λ = B/(Kη) to
-:func:`~iterlin.gauss_newton.gauss_newton_train` and draws a GN run at its equivalent
+:func:`~iterlin.solvers.gauss_newton.gauss_newton_train` and draws a GN run at its equivalent
 K(λ) = B/(λη). ``tests/experiments/test_gn.py`` checks it in float64 (many small linearised GD steps
 on the mean CE against one damped GGN step at λ = B/(Kη), and that λ = 1/(Kη) does not match).
 
@@ -75,13 +75,13 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.lines import Line2D
 
-from ..claims import NA, ON_PAR, UNSTABLE, Claim, divergence_claim, fmt_K, on_par, on_par_rule, sharpness_claim
-from ..config import CGIterations, Flag, Images, Period, Rate, Steps, TestImages, resolve
+from ..repro.claims import NA, ON_PAR, UNSTABLE, Claim, divergence_claim, fmt_K, on_par, on_par_rule, sharpness_claim
+from ..repro.config import CGIterations, Flag, Images, Period, Rate, Steps, TestImages, resolve
 from ..data import Dataset
-from ..failures import run_label, unstable_among
-from ..gauss_newton import gauss_newton_train
+from ..repro.failures import run_label, unstable_among
+from ..solvers.gauss_newton import gauss_newton_train
 from ..models import make_model
-from ..plotting import (
+from ..repro.plotting import (
     accuracy_against_K,
     as_1d,
     bad_argument,
@@ -93,7 +93,7 @@ from ..plotting import (
     seed_curve,
     seed_groups,
 )
-from ..stats import Difference, num, pct, runs_difference, runs_of
+from ..repro.stats import Difference, num, pct, runs_difference, runs_of
 from ..tree import tree_index, tree_stack
 from ._common import (
     Experiment,
@@ -122,7 +122,7 @@ INF = math.inf
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Config(Seeds, Sharpness):
-    """gn's knobs (the module docstring says what each does; :mod:`iterlin.config` checks them)."""
+    """gn's knobs (the module docstring says what each does; :mod:`iterlin.repro.config` checks them)."""
 
     experiment: ClassVar[str] = "gn"
 
@@ -136,50 +136,23 @@ class Config(Seeds, Sharpness):
     n_test: TestImages | None
 
 
+# The scales (smoke, cpu, gpu, paper): what each runs, why, and what it changes is told on the page
+# (notebooks/gn.py, "What each scale runs").
 SCALES = {
-    # smoke: ksweep's smoke data (256 images, 24 steps of 16 at lr 0.05), K = 1, 8 (3 re-linearisations)
-    # and ∞; GN at λ(8) = 16/(8 · 0.05) = 40 with 2 CG iterations; one seed. About a minute.
     "smoke": dict(
         K=[1, 8, INF], lr=0.05, steps=24, batch_size=16, cg_maxiter=2, augment=False, n_train=256, n_test=200,
         seed=0, n_seeds=1, n_evals=3, n_eval_train=128, n_sharpness=32, sharpness_iters=10, sharpness_every=8,
     ),
-    # cpu: every installed image (4,660 / 932), 3 seeds (2 before 2026-11-28: t(1) = 12.7), lr 0.01 (ksweep's cpu rate), batches of 128,
-    # K = 1, 10 (7 re-linearisations), 35 (2), ∞; GN at λ(10) = 128/(10 · 0.01) = 1280 and
-    # λ(35) ≈ 366 (summed loss), ONE CG iteration per GN step. T = 70 steps, not 200: cost forces it.
-    # MEASURED on this 2-core CPU (load average ~5, batch 128, inside fit): a linearised SGD step 0.54 s;
-    # a GN step 0.5 + 3.1 s per CG iteration (6.7 s at cg_maxiter 2, 12.9 s at 4: a CG iteration
-    # costs ~6 linearised steps here, the convolutions' jvp/vjp inside the CG loop run far slower
-    # than at top level). ESTIMATE: K sweep 2 seeds × 70 × (0.26 + 3 × 0.54) ≈ 265 s; GN 4 runs ×
-    # 70 × 3.6 s ≈ 1010 s; 4 evaluations × 10 runs × ~3 s ≈ 120 s; ~120 s compilation and loading:
-    # ≈ 1500 s (25 min). T = 200 would take ≈ 4000 s, and 2 CG iterations nearly double GN's share.
-    # MEASURED since: the committed run at 43cb5cc took 396 s (matrix-product convolutions, and CG no
-    # longer spends a product on A·0), against 2,992 s for the run at 64a0729. Since 2026-11-29 the
-    # K runs record λ_max of their linear model on the first 256 training images (20 power
-    # iterations) at every evaluation point, one every 14 steps (n_evals 5, 3 before). MEASURED
-    # (results/gn, 1,402 s beside another run; the same accuracies as the run before it, to the
-    # digit): η·λ_max/2 at most 0.18 along K = 35 and 0.19 along K = ∞; along K = 10 it rose to
-    # 0.25, 0.23 and 0.36 (seeds 0-2) at step 70, seed 2 over the third. So since then: lr 0.007
-    # and T = 100 (η·T 0.7 as before; η·λ_max/2 scales with η at a like point of training, 0.36 ×
-    # 0.7 ≈ 0.25), K = 10 (9 re-linearisations) and 35 (2), GN at λ(10) = 128/(10 · 0.007) ≈ 1829
-    # and λ(35) ≈ 522, evaluations and the record every 20 steps. MEASURED (results/gn, 1,597 s
-    # beside the fig5 run): η·λ_max/2 at most 0.26 along K = 10 (seed 2, step 100), 0.10 along
-    # K = 35, 0.13 along K = ∞; GN 6.0 and 9.0 points above K = 10 and K = 35.
     "cpu": dict(
         K=[1, 10, 35, INF], lr=0.007, steps=100, batch_size=128, cg_maxiter=1, augment=False, n_train=None,
         n_test=None, seed=0, n_seeds=3, n_evals=5, n_eval_train=500, n_sharpness=256, sharpness_iters=20,
         sharpness_every=20,
     ),
-    # gpu: ESTIMATE (not measured): 3 seeds, T = 2000 steps of 256, K = 1, 100, 300, 1000 and ∞ (15
-    # cheap runs) and GN at λ(100), λ(300), λ(1000) with 10 CG iterations: 9 runs × 2000 steps × ~20
-    # jvp/vjp of the CNN at batch 256 (~2 ms each on one H100) ≈ 720 s: about ten minutes.
     "gpu": dict(
         K=[1, 100, 300, 1000, INF], lr=1e-2, steps=2000, batch_size=256, cg_maxiter=10, augment=False,
         n_train=None, n_test=None, seed=0, n_seeds=3, n_evals=10, n_eval_train=5000, n_sharpness=256,
         sharpness_iters=20, sharpness_every=200,
     ),
-    # paper: all of CIFAR-10 (fails clearly on the small installed copy), the paper's mini-batch rate
-    # 1e-4, T = 1e6 steps of 256 (our choice), K up to 1e6 and ∞, GN with 20 CG iterations. An
-    # ESTIMATE of hundreds of GPU-hours.
     "paper": dict(
         K=[1, 10_000, 100_000, 1_000_000, INF], lr=1e-4, steps=1_000_000, batch_size=256, cg_maxiter=20,
         augment=False, n_train=50_000, n_test=10_000, seed=0, n_seeds=3, n_evals=100, n_eval_train=10_000,
@@ -291,7 +264,7 @@ def compute(config: Config, data: Dataset, *, checkpoint_dir=None, progress: boo
 
 def _combined(results: Results) -> tuple[np.ndarray, np.ndarray | None, int]:
     """K runs then GN runs: the final test accuracies (R + G,) float64 and, when both record it,
-    the per-image correctness (R + G, n_test), else None (for :func:`~iterlin.stats.runs_difference`);
+    the per-image correctness (R + G, n_test), else None (for :func:`~iterlin.repro.stats.runs_difference`);
     and the offset R of the GN runs."""
     R = len(np.asarray(results.final_test_acc))
     gn_acc = np.zeros(0) if results.gn_final_test_acc is None else results.gn_final_test_acc
@@ -310,9 +283,9 @@ class PerK(NamedTuple):
     relin: int  #: its re-linearisations at the end, ⌊T/K⌋
     damping: float | None  #: λ(K) on the summed loss (None without a GN partner)
     diff: Difference | None  #: GN at λ(K) minus K, paired by seed and test image (None without a partner)
-    #: :func:`~iterlin.claims.on_par` within :data:`~iterlin.claims.ON_PAR`; "no" when a run of either
-    #: diverged, :data:`~iterlin.claims.UNSTABLE` when a K run's linear model was unstable
-    #: (:func:`~iterlin.failures.unstable_among`), :data:`~iterlin.claims.NA` without a partner
+    #: :func:`~iterlin.repro.claims.on_par` within :data:`~iterlin.repro.claims.ON_PAR`; "no" when a run of either
+    #: diverged, :data:`~iterlin.repro.claims.UNSTABLE` when a K run's linear model was unstable
+    #: (:func:`~iterlin.repro.failures.unstable_among`), :data:`~iterlin.repro.claims.NA` without a partner
     par: str
 
 
@@ -339,7 +312,7 @@ def per_K(results: Results) -> list[PerK]:
 def claims(results: Results) -> list[Claim]:
     """Per finite K > 1: "K ends on par with damped GN (c CG iterations per step) at λ = B/(Kη)" by the
     shared noise rule (GN minus K, paired over seeds and test images; a diverged GN run is 'no', a K
-    run that was unstable, :func:`~iterlin.failures.unstable_among`, 'no (unstable)'); the sharpness
+    run that was unstable, :func:`~iterlin.repro.failures.unstable_among`, 'no (unstable)'); the sharpness
     record; divergence."""
     h = results.runs
     T = int(np.asarray(h["step"])[-1])
@@ -426,10 +399,10 @@ def timing(results: Results) -> str:
 def gn_baseline(ax: Axes, K_equiv: Any, acc: Any, *, damping: Any = None, diverged: Any = None,
                 offset: float = 1.12, color: Any = "C2",
                 label: str | None = "damped Gauss–Newton at K(λ) = B/(λη)") -> Line2D | None:
-    """Damped Gauss–Newton runs on a K axis (:func:`iterlin.plotting.set_K_axis`): at their
+    """Damped Gauss–Newton runs on a K axis (:func:`iterlin.repro.plotting.set_K_axis`): at their
     equivalent K(λ) = B/(λη) ``K_equiv`` ``(L,)`` finite > 0, × ``offset`` (drawn just right of the K
     run they match), the final test accuracy ``acc`` ``(L, S)`` (fractions) as
-    :func:`iterlin.plotting.seed_curve` (mean ± one s.e. over seeds, each seed a dot, diamonds), each
+    :func:`iterlin.repro.plotting.seed_curve` (mean ± one s.e. over seeds, each seed a dot, diamonds), each
     point labelled ``λ=…`` when ``damping`` ``(L,)`` is given; ``diverged`` ``(L,)`` marks points
     where a seed diverged. Returns the mean's Line2D, or None when L = 0 (nothing drawn)."""
     check_axes(ax)
@@ -452,8 +425,8 @@ def gn_baseline(ax: Axes, K_equiv: Any, acc: Any, *, damping: Any = None, diverg
 
 
 def sweep_colors(h: Mapping[str, Any], lines: Sequence[Any], K: Any) -> list[Any]:
-    """The colours of :func:`iterlin.plotting.plot_sweep`'s ``lines`` (one per group of the sweep
-    history ``h``, :func:`iterlin.plotting.seed_groups`) at each period of ``K`` ``(M,)``, so that
+    """The colours of :func:`iterlin.repro.plotting.plot_sweep`'s ``lines`` (one per group of the sweep
+    history ``h``, :func:`iterlin.repro.plotting.seed_groups`) at each period of ``K`` ``(M,)``, so that
     another method's lines match the K run they correspond to; a K the sweep does not have gets
     ``"gray"``."""
     groups = seed_groups(h)

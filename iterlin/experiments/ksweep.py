@@ -31,7 +31,7 @@ from typing import ClassVar, NamedTuple
 import matplotlib.pyplot as plt
 import numpy as np
 
-from ..claims import (
+from ..repro.claims import (
     EXCEEDS_RULE,
     NA,
     ON_PAR,
@@ -46,11 +46,11 @@ from ..claims import (
     on_par_rule,
     sharpness_claim,
 )
-from ..config import resolve
+from ..repro.config import resolve
 from ..data import Dataset
-from ..failures import unstable_among
-from ..plotting import accuracy_against_K, band, legend, panels, plot_sweep
-from ..stats import Difference, final_difference, pct, runs_of
+from ..repro.failures import unstable_among
+from ..repro.plotting import accuracy_against_K, band, legend, panels, plot_sweep
+from ..repro.stats import Difference, final_difference, pct, runs_of
 from ._common import (
     STABLE,
     Experiment,
@@ -79,36 +79,15 @@ class Config(SweepConfig):
     experiment: ClassVar[str] = "ksweep"
 
 
+# The scales (smoke, cpu, gpu, paper): what each runs, why, and what it changes is told on the page
+# (notebooks/ksweep.py, "What each scale runs").
 SCALES = {
-    # smoke: 256 images, 24 steps of 16 at lr 0.05 (fig3's smoke rate): K = 3 (8 re-linearisations),
-    # 10 (2), 30 ≥ T (none) and ∞; one seed; training metrics on 128 images.
     "smoke": dict(
         K=[1, 3, 10, 30, INF], lr=0.05, steps=24, batch_size=16, augment=False, n_train=256, n_test=200,
         seed=0, n_seeds=1, n_evals=3, n_eval_train=128, n_sharpness=32, sharpness_iters=10, sharpness_every=24,
     ),
-    # cpu: the stable setting (_common.STABLE: 1,000 training images, every test image, batches of
-    # 100 at lr 0.001 with augmentation, T = 3,200 steps); K = 320 and 800 (10 and 4
-    # re-linearisations, the two the "few feature updates" row asks about) and ∞; 3 seeds (12 runs,
-    # t(2) = 4.30). Sized to end inside one 3-hour session of a 2-core CPU (about 0.17 s a run-step,
-    # so about 6,500 s), since a session's caches do not outlive it: 5 seeds of K = 1, 80, 320, 800
-    # and ∞ would take about 3.7 hours. K = 80 (40 re-linearisations) is left to the gpu scale.
-    # MEASURED: the reference run (397d03e) took 8,724 s of wall time with a 16-minute pause and
-    # other runs beside it; alone, a 160-step chunk of the 12 runs took 255-300 s (about 5,900 s).
-    # Evaluations every 160 steps, λ_max of the linear model every 320 steps on 256 training
-    # images. No K ≥ T (the consistency check is n/a: fig3 and the tests cover it).
     "cpu": dict(STABLE, K=[1, 320, 800, INF], n_seeds=3, n_evals=20),
-    # gpu: the cpu setting with the full grid up to T (and so the K ≥ T check) and 8 seeds:
-    # 8 K × 8 seeds = 64 runs. The same grid at lr 0.002 and T = 1,600 (every K halved) took 113 s
-    # of one H100 (JAX 0.11.2), and its η·λ_max/2 reached 0.56 (seed 4, K = 16, at the last step;
-    # 0.48 along seed 4's K = 1), over the third the stability rows ask. Its pilot at this setting
-    # (seed 4, K = [1, 32], the 2-core CPU, 29 min, 2026-11-28) found λ_max following the progress
-    # lr·t (0.98-1.12 times lr 0.002's at equal lr·t, median 1.04, 20 points), so η·λ_max/2 halved,
-    # to 0.27 along K = 1 and 0.28 along K = 32, at the same accuracy (final test accuracy 38.6 and
-    # 38.3 % against 38.7 and 38.9 %). ESTIMATED: twice that run's time.
     "gpu": dict(STABLE, K=[1, 32, 80, 160, 320, 800, 3200, INF], n_seeds=8, n_evals=20),
-    # paper: all of CIFAR-10, lr 1e-4 (the paper's mini-batch rate of Fig. 2), T = 1e6 steps of 256
-    # (our choice: the paper states no T for such a sweep) and the grid up to 1e6 ≥ T. An ESTIMATE
-    # of hundreds of GPU-hours, as the paper's own runs.
     "paper": dict(
         K=[1, 10, 100, 1000, 10_000, 100_000, 1_000_000, INF], lr=1e-4, steps=1_000_000, batch_size=256,
         augment=False, n_train=50_000, n_test=10_000, seed=0, n_seeds=3, n_evals=100, n_eval_train=10_000,
@@ -168,9 +147,9 @@ class PerK(NamedTuple):
     K: float  #: the period
     relin: int  #: its re-linearisations at the end (seed 0's run)
     diff: Difference  #: its final test accuracy minus K = 1's, paired by seed and test image
-    #: :func:`~iterlin.claims.on_par` within :data:`~iterlin.claims.ON_PAR`; "no" when a run of K = 1
-    #: diverged, :data:`~iterlin.claims.UNSTABLE` when a run of K was unstable
-    #: (:func:`~iterlin.failures.unstable_runs`)
+    #: :func:`~iterlin.repro.claims.on_par` within :data:`~iterlin.repro.claims.ON_PAR`; "no" when a run of K = 1
+    #: diverged, :data:`~iterlin.repro.claims.UNSTABLE` when a run of K was unstable
+    #: (:func:`~iterlin.repro.failures.unstable_runs`)
     par: str
 
 

@@ -11,7 +11,7 @@ cross-entropy; this is the limit of its Sec. 3 for the squared loss.)
 One re-linearisation at θ_s (:func:`linearise_at`): the Jacobian J = ∂f(θ_s, X)/∂θ (N·O × P),
 the empirical NTK Θ = JJᵀ (N·O × N·O, Eq. 2), its eigendecomposition Θ = U diag(σ) Uᵀ and the
 residual r₀ = f(θ_s, X) − Y. Every update here is a spectral filter φ applied to r₀
-(:func:`update`, the maths of :mod:`iterlin.closed_form`):
+(:func:`update`, the maths of :mod:`iterlin.solvers.closed_form`):
 
     θ = θ_s − Jᵀ U diag(φ(σ)) Uᵀ r₀,
 
@@ -19,7 +19,7 @@ residual r₀ = f(θ_s, X) − Y. Every update here is a spectral filter φ appl
 * Gauss–Newton, τ = ∞ (Eq. 5, 19):                            φ(σ) = 1/σ (minimum-norm step);
 * damped Gauss–Newton (Eq. 6):                                 φ(σ) = 1/(σ + λ), with λ = 1/τ, the
   value at which both filters switch from "leave this direction" to "solve it" (book/method.md,
-  :func:`iterlin.closed_form.equivalent_damping` with Kη = τ).
+  :func:`iterlin.solvers.closed_form.equivalent_damping` with Kη = τ).
 
 Runs (each from the same θ₀ per seed; the first linearisation at θ₀ is shared by every run):
 
@@ -47,7 +47,7 @@ inside the network at HIGHEST precision, never TF32 on a GPU: :func:`compute` ru
 U diag(φ) Uᵀ r₀ in float64 on the host: for τ → ∞ the filter is 1/σ over a spectrum that spans several decades, where a float32
 eigensolver loses the small eigenvalues. Directions with
 σ ≤ N·O·ε₃₂·max σ (below the rounding of a float32 Θ) are treated as null (the pseudo-inverse
-semantics of :mod:`iterlin.jacobian`).
+semantics of :mod:`iterlin.analysis.jacobian`).
 
 Cost. The kernel route (per-example Jacobians, JJᵀ, eigh) costs O(N·O·P) for J, O((N·O)²·P) for
 Θ and O((N·O)³) for the eigendecomposition per re-linearisation, and then gives every filter at
@@ -87,22 +87,22 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 
 from ..checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from ..claims import NA, ON_PAR, Claim, all_verdicts, exceeds, on_par, verdict
-from ..closed_form import flow_filter, gn_filter
+from ..repro.claims import NA, ON_PAR, Claim, all_verdicts, exceeds, on_par, verdict
+from ..solvers.closed_form import flow_filter, gn_filter
 from ..columns import Record
-from ..config import (
+from ..repro.config import (
     ExperimentConfig, GaussNewtonSteps, ImageSubset, Images, ImagesOrNone, Positive, Relins, RelinsOrNone,
     RunCount, RunCountOrNone, Seed, Steps, TestImages, resolve,
 )
 from ..data import Dataset, load_cifar10
-from ..gauss_newton import gauss_newton_step
-from ..jacobian import flat_jacobian, rcond
+from ..solvers.gauss_newton import gauss_newton_step
+from ..analysis.jacobian import flat_jacobian, rcond
 from ..linearise import linearised_apply
 from ..memo import memoise
 from ..models import make_model
-from ..plotting import band, legend, panels
+from ..repro.plotting import band, legend, panels
 from ..precision import full_precision, matmul, x64
-from ..stats import Difference, difference, num, pct
+from ..repro.stats import Difference, difference, num, pct
 from ._common import Experiment, network_correct, seed_keys
 
 __all__ = ["Config", "Results", "Runs", "RelinSeconds", "Checks", "get_config", "SCALES", "EXPERIMENT", "load", "compute", "precompute", "Scores",
@@ -115,7 +115,7 @@ INF = math.inf
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Config(ExperimentConfig):
-    """limit's knobs (the module docstring says what each does; :mod:`iterlin.config` checks them)."""
+    """limit's knobs (the module docstring says what each does; :mod:`iterlin.repro.config` checks them)."""
 
     experiment: ClassVar[str] = "limit"
 
@@ -134,47 +134,16 @@ class Config(ExperimentConfig):
     n_long_seeds: RunCountOrNone | None
 
 
+# The scales (smoke, cpu, gpu, paper): what each runs, why, and what it changes is told on the page
+# (notebooks/limit.py, "What each scale runs").
 SCALES = {
-    # T = 0.5 at every scale: the NTK's eigenvalues at θ₀ span about σ ≈ 5 … 5·10⁴ (N = 128), so the
-    # flow at θ₀ has fitted the training set by T ≈ 0.5 (e^{−5·0.5} ≈ 0.08 left along the smallest σ),
-    # and τ = T/R ≥ 1/σ for most directions only when R is large: the R grid reaches as far as cost allows.
-    # smoke: N = 8 and 16, R ∈ {1, 2, 4}, GN / damped GN / scaling at R = 2, one seed: about a minute
-    # and a half on a 2-core CPU (a check that the pipeline works; the accuracies are near chance).
     "smoke": dict(n_train=[8, 16], n_main=None, n_test=None, total_time=0.5, relins=[1, 2, 4], n_relin=2, seed=0,
                   n_seeds=1, n_check=8, gd_steps=40, n_long=8, long_R=8, n_long_seeds=1),
-    # cpu: the R grid {1, 2, 4, 8, 16}, GN and damped GN at N = 128, R = 8; the scaling runs (K = ∞ and
-    # R = 8) at N = 32, 64, 128 and 256; twenty seeds (three left every interval too wide, t(2) = 4.30;
-    # eight left the scaling, GN and damping rows undecided, each interval about ±1.3 points wide; sixteen
-    # left them undecided, the GN and damping intervals ±0.8 to ±0.9 points, each touching 0, and the
-    # four more seeds moved both differences towards 0). Thirty-two since: at twenty the GN row's
-    # s.e. (0.39 points) split into 0.29 from the seeds and 0.26 from the test images, so about 31
-    # seeds decide it if Δ stays at −0.6 (t(31) = 2.04); seeds 0-19 are the twenty-seed run's scores
-    # (computed at 7502949; today's code attested to compute the same, bit for bit at smoke, in
-    # results/limit's provenance), read from its results into the checkpoint folder (each run's
-    # Scores: per-image correctness, train accuracy and RMSE), and seeds 20-31 are computed.
-    # MEASURED: seeds 20-31 in 7,891 s (commit 0d081dd; the first 30 minutes beside a CI run). Both
-    # differences moved towards zero again (GN −0.3 [−0.9, +0.3], damped −0.5 [−1.2, +0.2]): undecided.
-    # Per seed: 27 + 14 re-linearisations at N = 128 (6.4 s each on a 2-core CPU,
-    # `bench_second_order.py --n-relin 128 256`), 8 at N = 256 (23.7 s: the Gram JJᵀ of a
-    # 2,560 × 227,484 Jacobian dominates) and 16 at N ≤ 64: about 9 minutes a seed, 2.4 hours in all.
-    # The R grid continued to 128 at N = 64 for seeds 0-4 (does R = 16 stand for τ → 0?): R = 1 … 128,
-    # 255 re-linearisations a seed, 2.5-4 s each at N = 64 here (R = 256 would double it; seed 0's R = 32,
-    # 64 and 128 ended at 16.7, 16.7 and 17.2 %, its training RMSE at 2e-4 to 4e-5). Three seeds
-    # (t(2) = 4.30) left every R from 2 to 16 undecided; five (t(4) = 2.78) left R = 2 and R = 8 undecided
-    # (R = 4 and every R >= 16 on par), so the scale runs six (t(5) = 2.57).
     "cpu": dict(n_train=[32, 64, 128, 256], n_main=128, n_test=None, total_time=0.5, relins=[1, 2, 4, 8, 16],
                 n_relin=8, seed=0, n_seeds=32, n_check=32, gd_steps=200, n_long=64, long_R=128, n_long_seeds=6),
-    # gpu: the R grid {1, …, 32} and GN / damped GN at N = 256, the scaling runs at N = 128, 256 and
-    # 512, eight seeds (three left every interval too wide: t(2) = 4.30 against t(7) = 2.36); the
-    # eigendecompositions on the GPU (float64). At full precision on one H100 (JAX 0.11.2, 2026-11-27)
-    # one process computed seed 0's 11 runs at N = 256 and 512 in 224 s, four side by side seeds 1-4's
-    # in 331 s: the eight seeds need about 13 minutes of the device, more than one session lends, so
-    # the run is split across sessions by carrying precompute's folder (N = 1,000, R in the hundreds:
-    # far more).
     "gpu": dict(n_train=[128, 256, 512], n_main=256, n_test=None, total_time=0.5,
                 relins=[1, 2, 4, 8, 16, 32], n_relin=8, seed=0, n_seeds=8, n_check=64, gd_steps=2000,
                 n_long=None, long_R=None, n_long_seeds=None),
-    # paper: the paper's training sets are far larger; the kernel route ends near N = 1,000 on one GPU.
     "paper": dict(n_train=[250, 500, 1000], n_main=None, n_test=None, total_time=0.5,
                   relins=[1, 2, 4, 8, 16, 32, 64, 128, 256], n_relin=8, seed=0, n_seeds=3, n_check=64, gd_steps=2000,
                   n_long=None, long_R=None, n_long_seeds=None),
@@ -290,12 +259,12 @@ def linearise_at(apply_fn: Callable, params: Any, x, y) -> Linearisation:
 
 
 def flow_phi(tau: float) -> Callable:
-    """φ(σ) = (1 − e^{−στ})/σ (Eq. 18; τ = ∞: 1/σ, Eq. 19), in float64 (:func:`iterlin.closed_form.flow_filter`)."""
+    """φ(σ) = (1 − e^{−στ})/σ (Eq. 18; τ = ∞: 1/σ, Eq. 19), in float64 (:func:`iterlin.solvers.closed_form.flow_filter`)."""
     return lambda s: np.asarray(flow_filter(jnp.asarray(s), tau, 1.0), np.float64)
 
 
 def damped_phi(damping: float) -> Callable:
-    """φ(σ) = 1/(σ + λ) (Eq. 6), in float64 (:func:`iterlin.closed_form.gn_filter`)."""
+    """φ(σ) = 1/(σ + λ) (Eq. 6), in float64 (:func:`iterlin.solvers.closed_form.gn_filter`)."""
     return lambda s: np.asarray(gn_filter(jnp.asarray(s), damping), np.float64)
 
 
@@ -325,7 +294,7 @@ def update(apply_fn: Callable, params: Any, x, lin: Linearisation, phi: Callable
 def lanczos_apply(mv: Callable, r, phi: Callable, iters: int) -> np.ndarray:
     """f(Θ)r ≈ ‖r‖ V_m f(T_m) e₁ by ``iters`` Lanczos steps on Θ (the matrix-free route).
 
-    ``mv(v) = Θv`` for v (M,) (:func:`iterlin.ntk.ntk_vector_product`: one VJP and one JVP), ``r``
+    ``mv(v) = Θv`` for v (M,) (:func:`iterlin.analysis.ntk.ntk_vector_product`: one VJP and one JVP), ``r``
     (M,), ``phi`` the filter f (float64). Full re-orthogonalisation (float64 on the host); stops early
     at an invariant subspace. With φ = :func:`flow_phi`, −Jᵀ of the result is the flow update.
     """
@@ -652,7 +621,7 @@ def consistency_checks(config: Config, x_all, y_all) -> Checks:
       iterated closed-form flow with period τ: ‖θ_lit − θ_flow‖/‖θ_flow − θ₀‖;
     * ``network_gd_vs_flow``: 2K GD steps on the network (gradient flow for 2τ) against the same
       iterated flow (R = 2) and against one flow of 2τ (R = 1): the relative distances;
-    * ``gn_vs_flow_inf``: the flow at τ = ∞ against :func:`iterlin.gauss_newton.gauss_newton_step`
+    * ``gn_vs_flow_inf``: the flow at τ = ∞ against :func:`iterlin.solvers.gauss_newton.gauss_newton_step`
       (λ = 0, kernel solver).
     """
     with full_precision():  # as compute: both routes at full precision
@@ -760,7 +729,7 @@ def flow_runs(results: Results, n: int) -> dict[int, np.ndarray]:
 
 def _few_updates(results: Results, n: int, claim: str) -> Claim:
     """"How few feature updates suffice" at N = ``n``: each R of the iterated flow against the
-    largest R there (gradient flow, τ → 0), over the seeds that ran it, by :func:`iterlin.claims.on_par`;
+    largest R there (gradient flow, τ → 0), over the seeds that ran it, by :func:`iterlin.repro.claims.on_par`;
     "yes" if some R ≤ 12 is on par, "no" if every R ≤ 12 is not."""
     runs = results.runs
     flow = flow_runs(results, n)
@@ -787,7 +756,7 @@ def _few_updates(results: Results, n: int, claim: str) -> Claim:
 
 def claims(results: Results) -> list[Claim]:
     """The claims stated before the run (module docstring of the notebook), decided by the shared
-    noise rule (:func:`iterlin.stats.difference`: a 95 % t interval of Δ, paired on the test images)."""
+    noise rule (:func:`iterlin.repro.stats.difference`: a 95 % t interval of Δ, paired on the test images)."""
     runs = results.runs
     n_main = ran_main_size(results)
     flow = flow_runs(results, n_main)

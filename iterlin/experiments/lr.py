@@ -2,7 +2,7 @@
 
 The paper's rates are small (1e-5 to 1e-3); its reviewers asked about larger ones. Training the
 linearisation at θ_s by gradient descent is stable only below 2/λ_max of the Gauss–Newton matrix at
-θ_s (:mod:`iterlin.stability`), while the network (K = 1) is not bound that way, so a large K may
+θ_s (:mod:`iterlin.analysis.stability`), while the network (K = 1) is not bound that way, so a large K may
 need a smaller rate than K = 1. Here the paper's CNN is trained with K = 1 and one large K at each
 rate of a grid spanning at least an order of magnitude, every (K, lr) and seed in ONE sweep (the
 runs of one seed share the initialisation and the batches), and the bound 2/λ_max(θ_0) is measured
@@ -15,7 +15,7 @@ state and recorded; a run that blows up without tripping that guard shows in its
 Config keys: ``K`` (list: 1 and the large K), ``lr`` (list of rates; a single rate η means
 [η/10, 0.3 η, η]), ``steps``, ``batch_size``, ``augment``, ``n_train``, ``n_test``, ``seed``,
 ``n_seeds``, ``n_evals``, ``n_eval_train``, ``n_sharpness`` (training images λ_max is measured on,
-the first ones), ``sharpness_iters`` (power iterations, :func:`iterlin.stability.ggn_sharpness`)
+the first ones), ``sharpness_iters`` (power iterations, :func:`iterlin.analysis.stability.ggn_sharpness`)
 and ``sharpness_every`` (λ_max of the linear model recorded along every run every this many steps,
 :func:`~iterlin.experiments._common.sharpness_callback`).
 
@@ -31,14 +31,14 @@ from typing import ClassVar, Mapping, NamedTuple, Sequence
 import matplotlib.pyplot as plt
 import numpy as np
 
-from ..claims import NA, ON_PAR, UNDECIDED, Claim, all_verdicts, divergence_claim, exceeds, fmt_K, on_par, on_par_rule
-from ..config import Flag, Images, Period, Rate, Steps, TestImages, resolve
+from ..repro.claims import NA, ON_PAR, UNDECIDED, Claim, all_verdicts, divergence_claim, exceeds, fmt_K, on_par, on_par_rule
+from ..repro.config import Flag, Images, Period, Rate, Steps, TestImages, resolve
 from ..data import Dataset
-from ..failures import BLOCK_RISE, failed_runs
+from ..repro.failures import BLOCK_RISE, failed_runs
 from ..models import make_model
-from ..plotting import legend, panels, plot_bound, plot_sweep, run_colors, seed_curve, set_log_ticks
-from ..stability import bound_record, first_unstable_step, max_stable_lr
-from ..stats import Difference, final_difference, num, run_seeds, runs_of
+from ..repro.plotting import legend, panels, plot_bound, plot_sweep, run_colors, seed_curve, set_log_ticks
+from ..analysis.stability import bound_record, first_unstable_step, max_stable_lr
+from ..repro.stats import Difference, final_difference, num, run_seeds, runs_of
 from ._common import (
     Experiment,
     Seeds,
@@ -57,34 +57,22 @@ from ._common import (
 __all__ = ["Config", "Results", "get_config", "SCALES", "EXPERIMENT", "load", "compute", "claims", "decade", "plan", "large_K",
            "PerRate", "per_lr", "Crossing", "failures", "crossing_claim", "RateGrid", "by_lr", "timing", "plot"]
 
+# The scales (smoke, cpu, gpu, paper): what each runs, why, and what it changes is told on the page
+# (notebooks/lr.py, "What each scale runs").
 SCALES = {
-    # smoke: 256 images, 24 steps of 16, K = 1 and 3 (8 re-linearisations), rates 0.01-0.1; λ_max
-    # on 32 images with 10 power iterations; training metrics on 128 images.
     "smoke": dict(
         K=[1, 3], lr=[0.01, 0.03, 0.1], steps=24, batch_size=16, augment=False, n_train=256, n_test=200,
         seed=0, n_seeds=1, n_evals=6, n_eval_train=128, n_sharpness=32, sharpness_iters=10, sharpness_every=12,
     ),
-    # cpu: every installed image, 3 seeds, no augmentation, K = 1 and 50 (6 re-linearisations) at
-    # 0.01, 0.03 and 0.1, T = 300 steps of 128 (the earlier fig3 scale's rates: K = 50 on par for
-    # 375 steps at 0.01, blown up at 0.03, diverged at 0.1, while K = 1 trained at all three).
-    # The sharpness is recorded at every re-linearisation (every 50 steps: λ_max of the linear
-    # model's curvature on 256 training images) and the linear model's loss 4 times per block
-    # (evaluations every 12-13 steps), so that each failure of K = 50 can be set against η and
-    # 2/λ_max(θ_s) (the claim "large K fails where η crosses 2/λ_max(θ_s)").
     "cpu": dict(
         K=[1, 50], lr=[0.01, 0.03, 0.1], steps=300, batch_size=128, augment=False, n_train=None, n_test=None,
         seed=0, n_seeds=3, n_evals=24, n_eval_train=500, n_sharpness=256, sharpness_iters=30, sharpness_every=50,
     ),
-    # gpu: the cpu setting with 8 seeds (t(7) = 2.36 against t(2) = 4.30) and a fourth, smaller rate,
-    # 0.003 (under a third of the bound at θ_0), so that "large K needs a smaller rate" can find a
-    # rate where K = 50 is on par. The earlier estimate (10,000 steps of 256 at rates up to 0.3) was
-    # never run.
     "gpu": dict(
         K=[1, 50], lr=[0.003, 0.01, 0.03, 0.1], steps=300, batch_size=128, augment=False, n_train=None,
         n_test=None, seed=0, n_seeds=8, n_evals=24, n_eval_train=500, n_sharpness=256, sharpness_iters=30,
         sharpness_every=50,
     ),
-    # paper: the paper's rates and ten times larger ones (ours), K = 1e5 and T = 1e6 steps (ours).
     "paper": dict(
         K=[1, 100_000], lr=[1e-5, 1e-4, 1e-3, 1e-2], steps=1_000_000, batch_size=256, augment=False,
         n_train=50_000, n_test=10_000, seed=0, n_seeds=3, n_evals=100, n_eval_train=10_000, n_sharpness=1000,
@@ -100,7 +88,7 @@ def decade(lr: float) -> list[float]:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Config(Seeds, Sharpness):
-    """lr's knobs (the module docstring says what each does; :mod:`iterlin.config` checks them)."""
+    """lr's knobs (the module docstring says what each does; :mod:`iterlin.repro.config` checks them)."""
 
     experiment: ClassVar[str] = "lr"
     EXPAND: ClassVar[Mapping] = {"lr": decade}
@@ -185,7 +173,7 @@ class PerRate(NamedTuple):
     diff: Difference  #: large K minus K = 1, the shared noise rule, paired by seed and test image
     div1: bool  #: whether a seed of K = 1 diverged
     div_large: bool  #: whether a seed of the large K diverged
-    #: :func:`~iterlin.claims.on_par` within :data:`~iterlin.claims.ON_PAR` ("no" when either diverged)
+    #: :func:`~iterlin.repro.claims.on_par` within :data:`~iterlin.repro.claims.ON_PAR` ("no" when either diverged)
     par: str
     #: K = 1 better than large K beyond noise ("yes" also when only large K diverged, "no" when K = 1 diverged)
     worse: str
@@ -277,9 +265,9 @@ class Crossing(NamedTuple):
     run: int  #: its index in the history
     lr: float  #: its rate
     seed: int  #: its seed
-    #: the step its linear model's training failed (:func:`~iterlin.failures.failed_runs`), −1 if never
+    #: the step its linear model's training failed (:func:`~iterlin.repro.failures.failed_runs`), −1 if never
     failed: int
-    #: the first recorded step with η above 2/λ_max(θ_s) (:func:`iterlin.stability.first_unstable_step`), −1 if never
+    #: the first recorded step with η above 2/λ_max(θ_s) (:func:`iterlin.analysis.stability.first_unstable_step`), −1 if never
     crossed: int
 
 

@@ -1,10 +1,10 @@
 """The empirical NTK over training, K = 1 against a large K (no figure in the paper; Sec. 1 and 5).
 
 The empirical NTK Θ̂_θ(X_p, X_p) = ϕϕᵀ (Eq. 2) on ``n_probe`` fixed training images
-(:func:`iterlin.ntk.kernel_tracker`): the kernel distance of the network's kernel from its initial
+(:func:`iterlin.analysis.ntk.kernel_tracker`): the kernel distance of the network's kernel from its initial
 value, its velocity, and the change of the linear model's kernel Θ̂_{θ_s} made by the
 re-linearisations between evaluation points (evaluated at every re-linearisation of the large K,
-:func:`iterlin.ntk.relinearisation_steps`, so each is seen alone), for every seed. Between
+:func:`iterlin.analysis.ntk.relinearisation_steps`, so each is seen alone), for every seed. Between
 re-linearisations θ_s, hence the linear model's kernel, does not change at all: that distance is
 exactly 0 (a consistency check, not evidence).
 
@@ -14,7 +14,7 @@ Config keys: ``K`` (list: 1 and the large period), ``lr``, ``steps``, ``batch_si
 must fit :data:`KERNEL_BYTES`, :func:`probe_size`), ``seed``, ``n_seeds``, ``n_evals``,
 ``n_eval_train``.
 
-Results: :class:`Results`; d is the kernel distance of Fort et al. (:func:`iterlin.ntk.kernel_distance`).
+Results: :class:`Results`; d is the kernel distance of Fort et al. (:func:`iterlin.analysis.ntk.kernel_distance`).
 
 Conventions: :mod:`iterlin.experiments._common` (the paper's CNN, softmax cross-entropy on the
 linearised logits, plain SGD at ``lr`` for every K; the runs of one seed start from one
@@ -32,12 +32,12 @@ from typing import ClassVar, Mapping, NamedTuple
 import matplotlib.pyplot as plt
 import numpy as np
 
-from ..claims import Claim, beyond, fmt_K, only_k1_rows, verdict
-from ..config import Images, Period, Rate, Steps, TestImages, resolve
+from ..repro.claims import Claim, beyond, fmt_K, only_k1_rows, verdict
+from ..repro.config import Images, Period, Rate, Steps, TestImages, resolve
 from ..data import Dataset
-from ..ntk import kernel_tracker, relinearisation_steps
-from ..plotting import legend, mark_steps, panels, plot_sweep
-from ..stats import num, runs_of, seed_interval
+from ..analysis.ntk import kernel_tracker, relinearisation_steps
+from ..repro.plotting import legend, mark_steps, panels, plot_sweep
+from ..repro.stats import num, runs_of, seed_interval
 from . import protocol
 from ._common import Experiment, Seeds, Sweep, checkpoint_path, cnn_sweep, eval_points, load_data, seeds
 
@@ -54,7 +54,7 @@ KERNEL_BYTES = 4 * 2**30
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Config(Seeds):
-    """ntk's knobs (the module docstring says what each does; :mod:`iterlin.config` checks them)."""
+    """ntk's knobs (the module docstring says what each does; :mod:`iterlin.repro.config` checks them)."""
 
     experiment: ClassVar[str] = "ntk"
 
@@ -67,28 +67,17 @@ class Config(Seeds):
     n_probe: Images | None
 
 
+# The scales (smoke, cpu, gpu, paper): what each runs, why, and what it changes is told on the page
+# (notebooks/ntk.py, "What each scale runs").
 SCALES = {
     "smoke": dict(
         K=[1, 6], lr=0.05, steps=24, batch_size=32, n_train=256, n_test=200, n_probe=8, seed=0,
         n_seeds=1, n_evals=8, n_eval_train=None,
     ),
-    # cpu: every installed image (4,660 / 932 of the shared subset), 3 seeds (2 before 2026-11-28:
-    # t(1) = 12.7) x 2 K x 180 steps of 128
-    # (about 5 epochs) as Fig. 3's cpu scale; K = 30: 6 re-linearisations, each seen alone
-    # between evaluation points every 15 steps (13 points); kernels on 20 probe images (200 x 200);
-    # training metrics on 1,000 training images. Measured on a loaded machine, a 20-step run with 2
-    # and with 3 evaluation points: XLA single-threaded on one core, 190 s and 214 s of CPU time
-    # (~24 s per point, ~87 s fixed); multi-threaded, 208 s and 246 s (~38 s per point, inflated by
-    # threads waiting); ~2.8 s per step of the 4 runs: about 87 + 13 x 24 + 180 x 2.8 = 900 s to
-    # 77 + 13 x 38 + 180 x 2.8 = 1075 s (15-18 minutes).
-    # lr 0.01, as Fig. 3's cpu scale: there, large K diverged at 0.1 and blew up at 0.03, although
-    # 0.03 is under the linear model's stability bound at initialisation (iterlin.stability).
     "cpu": dict(
         K=[1, 30], lr=0.01, steps=180, batch_size=128, n_train=None, n_test=None, n_probe=20, seed=0,
         n_seeds=3, n_evals=12, n_eval_train=1000,
     ),
-    # gpu: ESTIMATE (not measured): 3 seeds x 2 runs x 20 000 steps of 256, ~30 kernels 1000 x 1000 per
-    # run (n_probe=None: every installed image up to PROBE_CAP = 100)
     "gpu": dict(
         K=[1, 2000], lr=1e-2, steps=20_000, batch_size=256, n_train=None, n_test=None, n_probe=None,
         seed=0, n_seeds=3, n_evals=20, n_eval_train=5000,
@@ -119,9 +108,9 @@ def get_config(scale: str = "smoke", **overrides) -> Config:
 
 
 def kernel_bytes(n_probe: int, runs: int, n_outputs: int = 10) -> int:
-    """Memory of the kernels :func:`iterlin.ntk.kernel_tracker` holds for ``runs`` runs: per run the
+    """Memory of the kernels :func:`iterlin.analysis.ntk.kernel_tracker` holds for ``runs`` runs: per run the
     initial, current and linear model's kernels and the two being computed, 5 float32 matrices of
-    (n_outputs · n_probe)² numbers (the Jacobians are chunked apart, :mod:`iterlin.jacobian`)."""
+    (n_outputs · n_probe)² numbers (the Jacobians are chunked apart, :mod:`iterlin.analysis.jacobian`)."""
     return 5 * int(runs) * (int(n_outputs) * int(n_probe)) ** 2 * 4
 
 
@@ -163,7 +152,7 @@ def load(config: Config) -> Dataset:
 
 def eval_steps(config: Config, max_points: int = 50) -> list[int]:
     """``eval_points(steps, n_evals)`` and every re-linearisation of every finite K > 1 (at most
-    ``max_points`` per K, :func:`iterlin.ntk.relinearisation_steps`)."""
+    ``max_points`` per K, :func:`iterlin.analysis.ntk.relinearisation_steps`)."""
     pts = set(eval_points(config.steps, config.n_evals))
     for k in config.K:
         if k > 1 and math.isfinite(k):

@@ -5,7 +5,7 @@ experiment and the comparison (which runs, which metric, read when), the rule (`
 margin and why the margin is that size, the seeds, the stability and convergence conditions, and
 whether the row is ``exploratory`` (a pilot's row, which never counts) or ``confirmatory`` (then
 with the date it was registered, committed before its runs). :func:`claims` turns an experiment's
-rows and its results into the claims rows a notebook prints (:class:`iterlin.claims.Claim`, keyed
+rows and its results into the claims rows a notebook prints (:class:`iterlin.repro.claims.Claim`, keyed
 by the row's ``id``): the rule's wording and its n/a cases come from the row's kind
 (:data:`KINDS`), the words from the row.
 
@@ -33,8 +33,8 @@ from typing import Any, Callable, Iterable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
-from ..claims import UNDECIDED, UNSTABLE, Claim, divergence_claim, on_par_claim, sharpness_claim, verdict
-from ..stats import pct, runs_of
+from ..repro.claims import UNDECIDED, UNSTABLE, Claim, divergence_claim, on_par_claim, sharpness_claim, verdict
+from ..repro.stats import pct, runs_of
 from ..training import METRIC_NAMES
 
 if sys.version_info >= (3, 11):
@@ -344,7 +344,7 @@ def check_run(record: Mapping, source: Protocol | None = None) -> None:
 class Kind(NamedTuple):
     """A rule: which fields a row of this kind needs, and ``evaluate(row, results)``, which returns
     what was measured, the verdict and the rule's wording, as ``(measured, holds, rule)`` or as a
-    :class:`~iterlin.claims.Claim` whose other fields are ignored (the words come from the row)."""
+    :class:`~iterlin.repro.claims.Claim` whose other fields are ignored (the words come from the row)."""
 
     needs: tuple[str, ...]
     evaluate: Callable[[Row, Any], Claim | tuple[str, str, str]]
@@ -383,11 +383,11 @@ def _finite(row: Row, results) -> Claim:
 
 
 #: The rules by name (an experiment adds its own with :func:`rule`): ``on_par`` (K = 1 against the largest finite K at the last evaluation, within
-#: ±margin, :func:`iterlin.claims.on_par_claim`; with ``max_relin``, also at most that many
+#: ±margin, :func:`iterlin.repro.claims.on_par_claim`; with ``max_relin``, also at most that many
 #: re-linearisations), ``paper_value`` (K = 1's mean within ±margin of the paper's ``value``,
 #: judged only at scale ``judged_at``), ``stable`` (η·λ_max/2 ≤ margin along every large-K run,
-#: :func:`iterlin.claims.sharpness_claim`) and ``finite`` (no run diverged,
-#: :func:`iterlin.claims.divergence_claim`).
+#: :func:`iterlin.repro.claims.sharpness_claim`) and ``finite`` (no run diverged,
+#: :func:`iterlin.repro.claims.divergence_claim`).
 KINDS: dict[str, Kind] = {
     "on_par": Kind(("margin",), _on_par),
     "paper_value": Kind(("margin", "value", "judged_at"), _paper_value),

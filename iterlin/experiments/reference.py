@@ -4,16 +4,16 @@
 each notebook, the run the book shows above this build's own (smoke) run:
 
 * ``results.npz``: the results the notebook plots from (histories, filters, summaries: never
-  parameters or checkpoints), in the result cache's format (:func:`iterlin.cache.save_results`:
+  parameters or checkpoints), in the result cache's format (:func:`iterlin.repro.cache.save_results`:
   flattened keys, the config and a digest that detects a changed file);
 * ``claims.json``: that run's claims rows, ``{"name", "scale", "rows": [...]}`` as
-  :func:`iterlin.claims.publish_claims` writes them (the book's claims page reads them);
+  :func:`iterlin.repro.claims.publish_claims` writes them (the book's claims page reads them);
 * ``provenance.json``: ``scale``, ``device`` (``"cpu: 2 cores"``, ``"NVIDIA H100 80GB HBM3"``),
   ``seeds``, ``iterlin_commit`` (``+dirty`` when the checkout had uncommitted changes),
   ``jax_version``, ``date`` (UTC), ``wall_seconds`` (of the computation, this invocation),
   ``resumed`` (whether it resumed from checkpoints), ``config``, ``data_fingerprint`` and
   ``code_fingerprint`` (of the code that computes the figure,
-  :func:`iterlin.fingerprint.code_fingerprint`), from which a page says "the library has changed
+  :func:`iterlin.repro.fingerprint.code_fingerprint`), from which a page says "the library has changed
   since" when today's code differs; and ``equivalent_code`` (written by ``--attest``): the later
   code fingerprints shown to compute the same results, each with its ``iterlin_commit``, ``date``,
   ``probe`` (the config that was compared) and ``arrays`` (how many were compared); and
@@ -37,7 +37,7 @@ with today's claims code (a changed rule needs no new run). Files are written at
 ``--refingerprint`` re-derives each run's code fingerprint with today's fingerprint rules from the
 code at the run's commit (``git archive`` of ``iterlin/``), compares it with today's code, and
 prints which runs read as changed with the recorded fingerprints and with the re-derived ones (after
-a change of :mod:`iterlin.fingerprint`'s rules every recorded one reads as changed); ``--write``
+a change of :mod:`iterlin.repro.fingerprint`'s rules every recorded one reads as changed); ``--write``
 then stores the re-derived fingerprints in ``provenance.json`` and the key of ``results.npz`` (the
 same arrays; runs whose commit had uncommitted changes, ``+dirty``, are left as they are: the code
 that ran is not known).
@@ -73,10 +73,10 @@ from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
-from ..cache import ResultsMismatch, load_results, repo_root, save_results
+from ..repro.cache import ResultsMismatch, load_results, repo_root, save_results
 from ..checkpoint import atomic_write_bytes
-from ..claims import Claim, ClaimsTable
-from ..fingerprint import code_fingerprint
+from ..repro.claims import Claim, ClaimsTable
+from ..repro.fingerprint import code_fingerprint
 from . import protocol, registry
 from ._common import stored as stored_arrays
 
@@ -319,7 +319,7 @@ def _display(obj) -> None:
 
 def show(name: str, plot: Callable[[Any], Any], *, base=None, table: bool = True) -> Reference | None:
     """A notebook's reference-run cell, the first thing its page shows: ``plot(results)`` of the
-    committed run, the one-line verdict of its claims (:meth:`~iterlin.claims.ClaimsTable.verdict`),
+    committed run, the one-line verdict of its claims (:meth:`~iterlin.repro.claims.ClaimsTable.verdict`),
     its provenance line (:meth:`Reference.caption`) and, unless ``table=False`` (then
     :func:`show_claims` shows it further down), its claims table (HTML in a notebook); or one line
     saying that none is committed. Returns the :class:`Reference` (None without one)."""
@@ -469,7 +469,7 @@ _PROBE_META = ("__key__", "__digest__", "__package__")
 
 
 def compare_results(a: str | os.PathLike, b: str | os.PathLike) -> tuple[bool, str]:
-    """Whether two result files (:func:`iterlin.cache.save_results`) hold the same config and the
+    """Whether two result files (:func:`iterlin.repro.cache.save_results`) hold the same config and the
     same arrays bit for bit (keys, dtypes, shapes and bytes), wall-clock measurements
     (:data:`WALL_CLOCK`) excepted; and a sentence saying so, or naming the first difference."""
     with np.load(a, allow_pickle=False) as za, np.load(b, allow_pickle=False) as zb:

@@ -6,7 +6,7 @@ A notebook resolves its parameters, makes ONE call, plots, and prints the claims
 
     config = resolve("fig3", scale, K=K, lr=lr, steps=steps)   # every parameter checked here
     results = run(config)                                       # computed once, then cached
-    ...                                                         # plots (iterlin.plotting)
+    ...                                                         # plots (iterlin.repro.plotting)
     print(claims(results))                                      # the final claims cell
 
 In a notebook run by papermill, ``config = resolve_notebook("fig3", globals())`` takes the
@@ -15,9 +15,9 @@ only logs "Passed unknown parameter": ``-p step 50`` would otherwise run the def
 
 :func:`run` = :func:`resolve` (validate every parameter, before anything else) → the experiment's
 ``load`` (``n_train`` larger than what is installed fails here, with a message naming it) →
-:func:`iterlin.cache.cached`, keyed by the config, the data's fingerprint and the fingerprint of
+:func:`iterlin.repro.cache.cached`, keyed by the config, the data's fingerprint and the fingerprint of
 exactly the code that the experiment's ``load`` and ``compute`` reach
-(:func:`iterlin.fingerprint.code_fingerprint`), so a change to a plot, a claim or another figure
+(:func:`iterlin.repro.fingerprint.code_fingerprint`), so a change to a plot, a claim or another figure
 recomputes nothing, and a change to the library code a figure uses recomputes that figure.
 
 Every experiment lives in its own module, ``iterlin/experiments/<name>.py``, which defines
@@ -32,16 +32,15 @@ from __future__ import annotations
 import ast
 import hashlib
 import inspect
-import math
 from typing import Any, Mapping
 
-from .. import config as _config
-from ..config import ExperimentConfig
-from ..cache import cached
-from ..claims import ClaimsTable, publish_claims
-from ..compilation import enable_compilation_cache
+from ..repro import config as _config
+from ..repro.config import ExperimentConfig, format_value
+from ..repro.cache import cached
+from ..repro.claims import ClaimsTable, publish_claims
+from ..repro.compilation import enable_compilation_cache
 from ..data import Dataset
-from ..fingerprint import code_fingerprint
+from ..repro.fingerprint import code_fingerprint
 from ..validate import check_choice
 from . import adaptive, fig1, fig2, fig3, fig4, fig5, fig6, fig7, fig8, fig9, gn, ksweep, limit, lr, ntk
 from ._common import Experiment, stored
@@ -73,7 +72,7 @@ def resolve(name: str, scale: str = "smoke", /, **overrides: Any) -> ExperimentC
     """The typed config of experiment ``name`` at ``scale`` with ``overrides`` applied, every value
     checked (the experiment's ``Config``).
 
-    ``None`` for an override keeps the scale's default. See :func:`iterlin.config.resolve`.
+    ``None`` for an override keeps the scale's default. See :func:`iterlin.repro.config.resolve`.
     """
     exp = get(name)
     return _config.resolve(exp.config, exp.scales, scale, overrides)
@@ -143,7 +142,7 @@ def resolve_notebook(name: str, namespace: Mapping[str, Any]) -> ExperimentConfi
 
     Raises ValueError before anything is computed: naming every unknown name (e.g. ``step`` given
     for ``steps``, or ``foo``) and listing the parameters that exist; ``scale`` missing; or any
-    value not allowed (see :func:`iterlin.config.resolve`).
+    value not allowed (see :func:`iterlin.repro.config.resolve`).
     """
     allowed = notebook_parameters(name)
     if not isinstance(namespace, Mapping):
@@ -172,7 +171,7 @@ def resolve_notebook(name: str, namespace: Mapping[str, Any]) -> ExperimentConfi
 
 
 def revalidate(config: ExperimentConfig | Mapping) -> ExperimentConfig:
-    """The typed config of a resolved config, or of its dict (:meth:`~iterlin.config.ExperimentConfig.to_dict`,
+    """The typed config of a resolved config, or of its dict (:meth:`~iterlin.repro.config.ExperimentConfig.to_dict`,
     e.g. read from a file), checked again (idempotent: ``revalidate(c) == c`` for a valid one)."""
     if isinstance(config, ExperimentConfig):
         config = config.to_dict()
@@ -204,17 +203,18 @@ def run(experiment: str | ExperimentConfig | Mapping, scale: str = "smoke", *, p
     """Resolve, validate, load, compute (or load from the cache) and return an experiment's results.
 
     Args:
-      experiment: an experiment's name (``"fig2"``, ``"fig3"``, ...), or a config from
-        :func:`resolve` (then ``overrides`` must not be given; the config is validated again).
-      scale: ``"smoke"`` (default), ``"cpu"``, ``"gpu"`` or ``"paper"`` (see :mod:`iterlin.config`).
+      experiment: an experiment's name (``"fig2"``, ``"fig3"``, ...), a config from :func:`resolve`
+        (checked when it was built, so used as it is), or its dict (checked here); with a config or
+        a dict, ``overrides`` must not be given.
+      scale: ``"smoke"`` (default), ``"cpu"``, ``"gpu"`` or ``"paper"`` (see :mod:`iterlin.repro.config`).
       progress: None (default) or True: report the training's progress on stderr, as a bar on a
         terminal and a plain line a minute elsewhere, e.g. under papermill
         (:func:`iterlin.progress.progress_bar`; the book's pages drop stderr); False: nothing.
-      cache_dir: default :func:`iterlin.cache.default_cache_dir`.
+      cache_dir: default :func:`iterlin.repro.cache.default_cache_dir`.
       verbose: print the resolved config and whether the results were computed or loaded.
       **overrides: the experiment's knobs; ``None`` means the scale's default.
 
-    JAX's persistent compilation cache is turned on first (:func:`iterlin.compilation.enable_compilation_cache`).
+    JAX's persistent compilation cache is turned on first (:func:`iterlin.repro.compilation.enable_compilation_cache`).
 
     Returns:
       The experiment's typed results (its module's ``Results``: NumPy arrays, and each sweep a
@@ -226,7 +226,8 @@ def run(experiment: str | ExperimentConfig | Mapping, scale: str = "smoke", *, p
     if isinstance(experiment, (ExperimentConfig, Mapping)):
         if overrides:
             raise ValueError(f"pass either a config or overrides, not both (got {sorted(overrides)})")
-        config = revalidate(experiment)
+        # a typed config was checked when it was built (it is frozen); a dict (read from a file) is checked here
+        config = experiment if isinstance(experiment, ExperimentConfig) else revalidate(experiment)
     else:
         config = resolve(experiment, scale, **overrides)
     exp = get(config.experiment)
@@ -252,23 +253,11 @@ def claims(results: Any, *, directory=None) -> ClaimsTable:
     table as a notebook's last expression, fixed-width text when printed).
 
     ``results`` as returned by :func:`run` (its ``config`` names the experiment and the scale).
-    See :func:`iterlin.claims.publish_claims` for where the JSON goes.
+    See :func:`iterlin.repro.claims.publish_claims` for where the JSON goes.
     """
     config = results.config
     exp = get(config.experiment)
     return publish_claims(exp.name, exp.claims(results), scale=config.scale, directory=directory)
-
-
-def _fmt(v: Any) -> str:
-    if isinstance(v, float) and math.isinf(v):
-        return "∞"
-    if isinstance(v, list):
-        return "[" + ", ".join(_fmt(x) for x in v) + "]"
-    if v is None:
-        return "all"
-    if isinstance(v, float):
-        return f"{v:g}"
-    return str(v)
 
 
 def scales_table(name: str | None = None) -> str:
@@ -283,7 +272,7 @@ def scales_table(name: str | None = None) -> str:
         rows = [f"### {exp.name}", "", "| parameter | " + " | ".join(scales) + " |",
                 "|---|" + "---|" * len(scales)]
         for k in keys:
-            cells = [_fmt(exp.scales[s][k]).replace("|", "\\|") for s in scales]
+            cells = [format_value(exp.scales[s][k], inf="∞", none="all").replace("|", "\\|") for s in scales]
             rows.append(f"| `{k}` | " + " | ".join(cells) + " |")
         parts.append("\n".join(rows) + "\n")
     return "\n".join(parts)

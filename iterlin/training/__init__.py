@@ -47,7 +47,7 @@ Design:
   step, ``n_relin``, K, the divergence flags). Each algorithm has its own typed state:
   :class:`TrainState` for iterative linearisation, whose per-algorithm state (the re-linearisation
   policy's) rides in ``TrainState.policy``, beside the optimizer state, never inside it; and
-  :class:`iterlin.gauss_newton.GaussNewtonState` for Gauss–Newton (its damping λ or flow time τ,
+  :class:`iterlin.solvers.gauss_newton.GaussNewtonState` for Gauss–Newton (its damping λ or flow time τ,
   no optimizer).
 * With ``checkpoint=path`` the whole state (every field: for a :class:`TrainState` θ, θ_s, the
   optimizer state, the policy, the step), the history and the key are saved atomically at

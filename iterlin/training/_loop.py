@@ -273,8 +273,8 @@ def fit(
 
     Used by :func:`train`, :func:`train_sweep`, the Gauss–Newton loop and the Adam-solved loop.
     ``state`` is any :class:`RunState` (a :class:`TrainState` from :func:`init_state`, a
-    :class:`iterlin.gauss_newton.GaussNewtonState` from
-    :func:`iterlin.gauss_newton.init_gauss_newton_state`), ``step_fn`` a step for it that commits
+    :class:`iterlin.solvers.gauss_newton.GaussNewtonState` from
+    :func:`iterlin.solvers.gauss_newton.init_gauss_newton_state`), ``step_fn`` a step for it that commits
     through :func:`commit_proposal`.
     Batches come from :func:`make_batch_fn` on device; at evaluation points the network and the
     current linear model are evaluated on the whole train (and test) split, ``callback`` is run, and

@@ -26,7 +26,7 @@ class RunState(Protocol):
     An algorithm's state is a NamedTuple (a pytree; a sweep stacks runs on a leading axis of every
     leaf) with at least these attributes; each algorithm keeps its own state beside them:
     :class:`TrainState` (iterative linearisation, Eq. 3–4: θ_s, K, the optimizer's state, the
-    re-linearisation policy's) or :class:`iterlin.gauss_newton.GaussNewtonState` (the damping λ or
+    re-linearisation policy's) or :class:`iterlin.solvers.gauss_newton.GaussNewtonState` (the damping λ or
     flow time τ; θ_s = θ, K = 1 and ``n_relin`` derived from its fields). The attributes are read,
     never set: each is a field or a property; ``step``, ``diverged`` and ``diverged_step`` must be
     fields (the guard replaces them with ``_replace``).
@@ -54,7 +54,7 @@ class TrainState(NamedTuple):
     :class:`iterlin.relin.SolveState` for :func:`iterlin.relin.until_solved` (the Adam-solved
     linearisations). It is frozen with the rest of the run on divergence (:func:`commit_step`) and
     saved in checkpoints with the rest of the state. (Gauss–Newton runs have their own state,
-    :class:`iterlin.gauss_newton.GaussNewtonState`.)
+    :class:`iterlin.solvers.gauss_newton.GaussNewtonState`.)
     """
 
     params: Any  #: θ_t

@@ -12,7 +12,7 @@ import pytest
 from _toy import fake_cifar, flat_mlp, tiny_problem
 
 from iterlin import relin
-from iterlin.claims import NA, UNDECIDED
+from iterlin.repro.claims import NA, UNDECIDED
 from iterlin.experiments import _common, adaptive, resolve
 from iterlin.experiments.adaptive import accuracy_against_updates, placement_dots, relin_raster
 

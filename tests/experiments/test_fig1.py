@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from iterlin.claims import CHECKS_HEADING, NA, UNDECIDED, claims_table, exceeds
+from iterlin.repro.claims import CHECKS_HEADING, NA, UNDECIDED, claims_table, exceeds
 from iterlin.experiments import claims, fig1, resolve, run
 from iterlin.experiments.fig1 import (
     bridge_curves,

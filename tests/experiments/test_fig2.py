@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from _toy import FakeSweep, fake_cifar, fake_history, null_model
 
-from iterlin.claims import NA, UNDECIDED, UNSTABLE
+from iterlin.repro.claims import NA, UNDECIDED, UNSTABLE
 from iterlin.experiments import _common, fig2, resolve
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from _toy import FakeSweep, fake_cifar, fake_history, null_model
 
-from iterlin.claims import NA, UNDECIDED, UNSTABLE, Claim
+from iterlin.repro.claims import NA, UNDECIDED, UNSTABLE, Claim
 from iterlin.experiments import _common, fig3, resolve
 
 BIG = 100_000  # test images: 2 s.e. of Δ ≈ 0.4 points, so "under 1 point" is decided

@@ -11,7 +11,7 @@ import optax
 import pytest
 from _toy import fake_history, flat_mlp
 
-from iterlin.claims import NA, UNDECIDED, UNSTABLE
+from iterlin.repro.claims import NA, UNDECIDED, UNSTABLE
 from iterlin.experiments import _common, fig4, resolve
 from iterlin.training import train, train_sweep
 from iterlin.tree import tree_stack
@@ -172,7 +172,7 @@ def test_bn_divergence_is_counted_and_tested():
     assert rows[2].holds == "no"
     rows = fig4.claims(_results(nb4, nb4, S=2, div_b=[False, True, False, False]))
     assert rows[2].holds == UNDECIDED and rows[4].holds == "no"  # 1 of 4 against 0 of 4: p = 0.5
-    # finite runs whose training loss exploded count as diverged (iterlin.failures.exploded_runs)
+    # finite runs whose training loss exploded count as diverged (iterlin.repro.failures.exploded_runs)
     res = _results(nb4, nb4, S=2)
     res.no_bn["net_train_loss"] = np.array([[2.3, 2.1]] * 4) * np.array([[1, 1], [1, 30], [1, 1], [1, 30]])
     res.no_bn["step"] = np.array([0, 200])

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from _toy import FakeSweep, fake_cifar, fake_sweep, null_model, with_losses
 
-from iterlin.claims import NA, UNDECIDED, pooled_runs
+from iterlin.repro.claims import NA, UNDECIDED, pooled_runs
 from iterlin.experiments import _common, fig5, resolve, revalidate
 from iterlin.experiments._common import Sweep
-from iterlin.stats import runs_of
+from iterlin.repro.stats import runs_of
 
 SCALE = "every finite K scales with data like K = 1"
 INF_WORSE = "K = ∞ (no feature learning) scales worse"

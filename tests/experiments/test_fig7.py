@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 from _toy import fake_history
 
-from iterlin.claims import NA, UNDECIDED, UNSTABLE
+from iterlin.repro.claims import NA, UNDECIDED, UNSTABLE
 from iterlin.experiments import fig7, resolve
 from iterlin.experiments.fig7 import filter_grid, filter_match, match_marks, match_report
-from iterlin.probes import filters_to_image
-from iterlin.stats import seed_interval
+from iterlin.analysis.probes import filters_to_image
+from iterlin.repro.stats import seed_interval
 
 
 def test_scales():

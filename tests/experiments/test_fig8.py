@@ -10,7 +10,7 @@ import optax
 import pytest
 from _toy import flat_mlp
 
-from iterlin.claims import NA, UNDECIDED
+from iterlin.repro.claims import NA, UNDECIDED
 from iterlin.data import Dataset, load_cifar10
 from iterlin.experiments import _common, fig8, resolve
 from iterlin.training import train

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from iterlin.claims import NA, UNDECIDED
+from iterlin.repro.claims import NA, UNDECIDED
 from iterlin.experiments import claims, fig9, resolve, run
 from iterlin.experiments.fig9 import function_panels, kept_means, plot_functions
 

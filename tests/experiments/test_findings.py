@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from iterlin.claims import HOLDS
+from iterlin.repro.claims import HOLDS
 from iterlin.experiments import names
 from iterlin.experiments.findings import FINDINGS, STABILITY_ROW, Evidence, Finding, findings
 

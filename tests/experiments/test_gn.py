@@ -13,10 +13,10 @@ import pytest
 from _toy import fake_cifar, fake_history, flat_mlp, tiny_problem
 from jax.flatten_util import ravel_pytree
 
-from iterlin.claims import NA, UNDECIDED, UNSTABLE
+from iterlin.repro.claims import NA, UNDECIDED, UNSTABLE
 from iterlin.experiments import _common, gn, resolve
 from iterlin.experiments.gn import gn_baseline, sweep_colors
-from iterlin.gauss_newton import gauss_newton_step
+from iterlin.solvers.gauss_newton import gauss_newton_step
 from iterlin.linearise import linearised_apply
 
 INF = math.inf
@@ -273,7 +273,7 @@ def test_gn_baseline_draws_each_lambda_right_of_its_K_with_seeds_and_labels(ax):
 
 
 def test_sweep_colors_match_the_K_runs_and_grey_for_a_K_without_one(ax):
-    from iterlin.plotting import plot_sweep
+    from iterlin.repro.plotting import plot_sweep
 
     h = {**fake_history([1.0, 8.0, 1.0, 8.0], 0.1, 8, [0.5, 0.4, 0.5, 0.4]), "seed_index": np.array([0, 0, 1, 1])}
     lines = plot_sweep(ax, h, "net_test_acc", color=["C3", "C5"])

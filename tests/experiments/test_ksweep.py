@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from _toy import FakeSweep, fake_cifar, fake_history, flat_mlp, null_model
 
-from iterlin.claims import NA, UNDECIDED, UNSTABLE
+from iterlin.repro.claims import NA, UNDECIDED, UNSTABLE
 from iterlin.experiments import _common, ksweep, resolve
 
 INF = math.inf

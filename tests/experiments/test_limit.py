@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 from jax.flatten_util import ravel_pytree
 
-from iterlin.closed_form import gd_filter
+from iterlin.solvers.closed_form import gd_filter
 from iterlin.experiments import claims, limit, resolve, run
-from iterlin.jacobian import flat_jacobian
+from iterlin.analysis.jacobian import flat_jacobian
 from iterlin.linearise import linearised_apply
 from iterlin.models import make_model
-from iterlin.ntk import empirical_ntk, ntk_vector_product
+from iterlin.analysis.ntk import empirical_ntk, ntk_vector_product
 
 
 def _tiny(n=4, seed=0):

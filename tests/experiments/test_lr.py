@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from _toy import FakeSweep, fake_cifar, fake_history, flat_mlp, null_model
 
-from iterlin.claims import NA, UNDECIDED
+from iterlin.repro.claims import NA, UNDECIDED
 from iterlin.experiments import _common, lr, resolve
-from iterlin.stability import max_stable_lr
+from iterlin.analysis.stability import max_stable_lr
 
 BIG = 100_000  # test images: 2 s.e. of Δ ≈ 0.4 points
 

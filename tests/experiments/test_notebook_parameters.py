@@ -150,3 +150,23 @@ def test_every_parameter_of_every_notebook_refuses_a_wrong_type_naming_itself(na
         with pytest.raises((ValueError, TypeError)) as info:
             resolve_notebook(name, _kernel_globals(**{"scale": "smoke", key: bad}))
         assert str(info.value).startswith(f"{key}="), str(info.value)
+
+
+def _parameters_cell(name: str) -> set[str]:
+    """The names the parameters cell of ``notebooks/<name>.py`` (the cell tagged ``parameters``) assigns."""
+    import ast
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "notebooks" / f"{name}.py").read_text(encoding="utf-8")
+    cells = re.split(r"(?m)^# %%", text)
+    cell = [c for c in cells if re.match(r'[^\n]*tags=\[[^\]]*"parameters"', c)]
+    assert len(cell) == 1, f"notebooks/{name}.py has {len(cell)} cells tagged parameters"
+    return {t.id for n in ast.parse(cell[0].split("\n", 1)[1]).body if isinstance(n, ast.Assign) for t in n.targets}
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_notebooks_parameters_cell_lists_every_knob(name):
+    """A reader sees every knob of the experiment in its notebook's parameters cell (papermill's
+    ``-p`` takes each of them), and the cell sets nothing else."""
+    assert _parameters_cell(name) == set(notebook_parameters(name))

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from _toy import fake_cifar, fake_history
 
-from iterlin.claims import NA, UNDECIDED
+from iterlin.repro.claims import NA, UNDECIDED
 from iterlin.experiments import ntk, resolve
 from iterlin.experiments.ntk import kernel_bytes, probe_size, relin_steps, relin_table
 

@@ -11,11 +11,11 @@ from typing import ClassVar, NamedTuple
 import numpy as np
 import pytest
 
-from iterlin.cache import load_results, save_results
-from iterlin.claims import Claim
-from iterlin.config import ExperimentConfig, RunCount, Seed, Steps
+from iterlin.repro.cache import load_results, save_results
+from iterlin.repro.claims import Claim
+from iterlin.repro.config import ExperimentConfig, RunCount, Seed, Steps
 from iterlin.experiments import _common, reference, registry
-from iterlin.fingerprint import code_fingerprint
+from iterlin.repro.fingerprint import code_fingerprint
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -157,7 +157,7 @@ def test_command_line(toy, tmp_path, monkeypatch, capsys):
 
 
 def _fake_write(name, scale, base):
-    from iterlin.cache import save_results
+    from iterlin.repro.cache import save_results
 
     out = base / name
     config = {"experiment": name, "scale": scale, "steps": 3, "seed": 0, "n_seeds": 1}
@@ -185,7 +185,7 @@ def _two_commits(tmp_path):
     differs (commit ``other``): (repo, same, other)."""
     import shutil
 
-    from iterlin.fingerprint import PACKAGE_DIR
+    from iterlin.repro.fingerprint import PACKAGE_DIR
 
     repo = tmp_path / "repo"
     shutil.copytree(PACKAGE_DIR, repo / "iterlin", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))

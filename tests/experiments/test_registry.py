@@ -17,8 +17,8 @@ from _toy import fake_cifar, fake_sweep
 
 import iterlin
 import iterlin.experiments as ex
-from iterlin.claims import HOLDS, UNDECIDED
-from iterlin.config import SCALE_NAMES, knob_check
+from iterlin.repro.claims import HOLDS, UNDECIDED
+from iterlin.repro.config import SCALE_NAMES, knob_check
 from iterlin.experiments import fig3, registry
 from iterlin.experiments._common import Sweep
 
@@ -323,7 +323,7 @@ def _find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 def test_import_graph_parser_sees_relative_and_function_level_imports():
     g = _import_graph()
     assert {f"iterlin.experiments.{m}" for m in MODULES} <= g["iterlin.experiments.registry"]  # from . import fig1
-    assert {"iterlin.config", "iterlin.cache", "iterlin.experiments._common"} <= g["iterlin.experiments.registry"]
+    assert {"iterlin.repro.config", "iterlin.repro.cache", "iterlin.experiments._common"} <= g["iterlin.experiments.registry"]
     assert "iterlin.experiments.registry" in g["iterlin.experiments"]
     assert "iterlin.training" in g["iterlin.experiments._common"]  # from ..training import fit
     assert _find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]

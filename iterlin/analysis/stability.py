@@ -42,10 +42,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .linearise import linearised_apply
-from .losses import Loss, get_loss
-from .tree import tree_index
-from .validate import check_int, check_xy
+from ..linearise import linearised_apply
+from ..losses import Loss, get_loss
+from ..tree import tree_index
+from ..validate import check_int, check_xy
 
 __all__ = ["ggn_matvec", "ggn_top_eig", "ggn_sharpness", "max_stable_lr", "linear_model_sharpness",
            "SharpnessRecorder", "sharpness_recorder", "first_unstable_step", "block_loss_rise", "BoundRecord",
@@ -302,8 +302,8 @@ def block_loss_rise(history, rtol: float = 0.1):
 
 
 #: The share of the linear model's bound 2/λ_max(θ_s) that the rate of a reference run is meant to
-#: stay under along training (:func:`iterlin.claims.sharpness_claim` judges it,
-#: :func:`iterlin.plotting.plot_bound` draws it): a margin for the sharpening between records.
+#: stay under along training (:func:`iterlin.repro.claims.sharpness_claim` judges it,
+#: :func:`iterlin.repro.plotting.plot_bound` draws it): a margin for the sharpening between records.
 STABLE_FRACTION = 1 / 3
 
 

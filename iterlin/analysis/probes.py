@@ -34,10 +34,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from .jacobian import eigh_psd
-from .linearise import linearised_apply
-from .precision import matmul
-from .tree import tree_index
-from .validate import check_int, check_positive, check_xy
+from ..linearise import linearised_apply
+from ..precision import matmul
+from ..tree import tree_index
+from ..validate import check_int, check_positive, check_xy
 
 __all__ = [
     "ProbeResult",
@@ -57,7 +57,7 @@ DEFAULT_LAMBDAS = tuple(float(v) for v in np.logspace(-4, 2, 7))
 class ProbeResult(NamedTuple):
     """A fitted linear probe's accuracies (fractions in [0, 1]), the chosen ridge penalty λ, and
     whether it classifies each test example correctly ((M,) bool; ``test_acc`` is its mean), so that
-    two probes scored on the same examples can be compared paired (:func:`iterlin.stats.difference`)."""
+    two probes scored on the same examples can be compared paired (:func:`iterlin.repro.stats.difference`)."""
 
     train_acc: float
     test_acc: float

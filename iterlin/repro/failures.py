@@ -1,10 +1,10 @@
 """How a run failed: it diverged, its loss exploded, or its linear model's convex loss rose inside a block.
 
 :func:`failures` is the one finder of these events in a sweep history (the histories of
-:func:`iterlin.training.train_sweep`); the claims word them (:func:`iterlin.claims.divergence_claim`)
+:func:`iterlin.training.train_sweep`); the claims word them (:func:`iterlin.repro.claims.divergence_claim`)
 and decide from them whether a large-K run's linear model was unstable (:func:`unstable_runs`), in
 which case a comparison with K = 1 is not evidence about the paper's claim. Where a history records
-the sharpness (``lr_over_bound``, :func:`iterlin.stability.sharpness_recorder`), each failure says
+the sharpness (``lr_over_bound``, :func:`iterlin.analysis.stability.sharpness_recorder`), each failure says
 whether η was above the linear model's bound 2/λ_max(θ_s) before it (:func:`unstable_note`).
 """
 
@@ -15,8 +15,8 @@ from typing import Callable, Mapping, NamedTuple
 
 import numpy as np
 
-from .relin import fmt_K
-from .stability import block_loss_rise, first_unstable_step
+from ..relin import fmt_K
+from ..analysis.stability import block_loss_rise, first_unstable_step
 from .stats import run_seeds
 
 __all__ = ["EXPLODING", "BLOCK_RISE", "Failure", "failures", "exploded_runs", "failed_runs", "unstable_runs",
@@ -28,19 +28,19 @@ def _fmt_lr(v: float) -> str:
 
 
 #: A run whose training loss (``net_train_loss`` of its history) rises above this many times its value
-#: at step 0 has an exploding loss although it stayed finite (:func:`~iterlin.claims.divergence_claim`): the guard of
+#: at step 0 has an exploding loss although it stayed finite (:func:`~iterlin.repro.claims.divergence_claim`): the guard of
 #: :func:`iterlin.training.commit_step` stops only NaN, ±∞ and losses near the float range.
 EXPLODING = 10.0
 
 
 #: The relative rise of the linear model's training loss inside one linearisation block beyond
-#: which the block counts as unstable (:func:`iterlin.stability.block_loss_rise`): that loss is
+#: which the block counts as unstable (:func:`iterlin.analysis.stability.block_loss_rise`): that loss is
 #: convex in θ, so a rise beyond SGD's noise means the step was too large for that linearisation.
 BLOCK_RISE = 0.1
 
 
 def run_label(panel: str, h: Mapping, i: int) -> str:
-    """The default name of run ``i`` of a sweep history in :func:`~iterlin.claims.divergence_claim`: ``K=…`` and,
+    """The default name of run ``i`` of a sweep history in :func:`~iterlin.repro.claims.divergence_claim`: ``K=…`` and,
     when the history has one, ``lr=…``."""
     lr = f", lr={_fmt_lr(h['lr'][i])}" if "lr" in h else ""
     return f"K={fmt_K(h['K'][i])}{lr}"
@@ -81,7 +81,7 @@ class Failure(NamedTuple):
 
     def describe(self, name: str, *, headed: bool = False) -> str:
         """``name`` (the run) and what happened: the step, and the losses where there are some;
-        ``headed``: under a heading that names the kind (:func:`~iterlin.claims.divergence_row`), so without it."""
+        ``headed``: under a heading that names the kind (:func:`~iterlin.repro.claims.divergence_row`), so without it."""
         if self.kind == "diverged":
             return f"{name} at step {self.step}" if headed else f"{name} diverged at step {self.step}"
         losses = f"{self.low:.3g} → {self.high:.3g} at step {self.step}"
@@ -98,7 +98,7 @@ def failures(h: Mapping) -> list[Failure]:
     ``diverged_step``); it stayed finite but its ``net_train_loss`` rose above :data:`EXPLODING`
     times its value at the first evaluation ("exploded": its first and largest value, at the
     largest's step); its linear model's training loss (``lin_train_loss``, blocks by ``n_relin``)
-    rose inside a block by over :data:`BLOCK_RISE` ("rose": :func:`iterlin.stability.block_loss_rise`);
+    rose inside a block by over :data:`BLOCK_RISE` ("rose": :func:`iterlin.analysis.stability.block_loss_rise`);
     and, for K > 1 runs with none of these, its ``net_train_loss`` rose by over :data:`BLOCK_RISE`
     between two evaluations across a re-linearisation ("jumped": :func:`_net_rises`)."""
     div, at = np.atleast_1d(np.asarray(h["diverged"], bool)), np.atleast_1d(h["diverged_step"])
@@ -144,7 +144,7 @@ def _net_rises(h: Mapping, skip) -> list:
 
 
 def _block_rises(h: Mapping):
-    """:func:`iterlin.stability.block_loss_rise` of a sweep history, (R,) each; None without
+    """:func:`iterlin.analysis.stability.block_loss_rise` of a sweep history, (R,) each; None without
     ``lin_train_loss`` and ``n_relin`` of shape (R, E)."""
     loss, relin = np.asarray(h.get("lin_train_loss", ())), np.asarray(h.get("n_relin", ()))
     if loss.ndim != 2 or loss.shape != relin.shape or loss.shape[0] != np.size(h["diverged"]):
@@ -196,7 +196,7 @@ def failed_runs(h: Mapping, label: Callable | None = None) -> dict[int, tuple[in
 def unstable_runs(h: Mapping, label: Callable | None = None) -> dict[int, str]:
     """``{i: why}``: the runs with K > 1 of a sweep history whose linear model was unstable: those
     of :func:`failed_runs`, and, where the history records the sharpness, those with η above
-    2/λ_max(θ_s) at a recorded point (:func:`iterlin.stability.first_unstable_step`)."""
+    2/λ_max(θ_s) at a recorded point (:func:`iterlin.analysis.stability.first_unstable_step`)."""
     out = {i: why for i, (_, why) in failed_runs(h, label).items()}
     ratio = np.asarray(h.get("lr_over_bound", ()), np.float64)
     K = np.atleast_1d(np.asarray(h["K"], np.float64))

@@ -1,6 +1,6 @@
 """Code fingerprints: a hash of what an experiment's computation runs, normalised, and only that.
 
-The result cache (:mod:`iterlin.cache`) keys results on a code fingerprint, and a reference run
+The result cache (:mod:`iterlin.repro.cache`) keys results on a code fingerprint, and a reference run
 records one (``iterlin.experiments.reference``). Hashing whole files would recompute every figure
 after any edit (a docstring, a plot, a claim's wording, another figure); :func:`code_fingerprint`
 hashes instead the **definitions** that the experiment's entry points (``compute`` and ``load``) can
@@ -18,6 +18,8 @@ hashed: record their versions elsewhere.
 
 **What is hashed.** Each reached definition's **normal form**: its syntax tree with docstrings and
 other bare string statements removed (comments are not in the tree), imports inside it removed,
+the arguments of a raised exception removed (what an error says is not what a run computes; which
+error is raised, and when, stays),
 function parameter and return annotations removed (class-level annotations stay: they are a
 dataclass's or a Flax module's fields), and every local name of a function, lambda or comprehension
 (its parameters where the body uses them, assigned names, loop and ``with`` targets, nested
@@ -31,7 +33,7 @@ labels of what its slots refer to. The fingerprint is the sha256 of the sorted l
 the entry points refer to).
 
 So neither the name nor the module of a definition of the package is hashed, only what it does and
-what it uses: a docstring or comment edit, a reformatting, a renamed local, a reordering of
+what it uses: a docstring or comment edit, an error message's wording, a reformatting, a renamed local, a reordering of
 definitions, a definition moved to another module, a module split into a package, a module-level
 name renamed everywhere it is used, ``from m import f; f()`` for ``m.f()``, all leave it unchanged;
 any change to the tree of a reached definition (an operator, a constant, a called function's body, a
@@ -64,10 +66,10 @@ from typing import Iterable, Iterator, NamedTuple, Sequence
 
 __all__ = ["code_fingerprint", "code_dependencies", "PACKAGE", "PACKAGE_DIR"]
 
-PACKAGE_DIR = Path(__file__).resolve().parent
+PACKAGE_DIR = Path(__file__).resolve().parent.parent
 #: The top-level package whose modules are hashed; imports of anything else are recorded by name.
 PACKAGE = PACKAGE_DIR.name
-_VERSION = b"iterlin.fingerprint/3"
+_VERSION = b"iterlin.fingerprint/4"
 _BUILTINS = frozenset(dir(builtins))
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
@@ -87,9 +89,10 @@ def _is_bare_string(stmt: ast.stmt) -> bool:
 
 
 class _Strip(ast.NodeTransformer):
-    """Remove docstrings and bare strings, function annotations and import statements (what an
-    imported name refers to is recorded apart, so that a move is no change), and merge f-string
-    pieces."""
+    """Remove docstrings and bare strings, function annotations, import statements (what an
+    imported name refers to is recorded apart, so that a move is no change) and the arguments of a
+    raised exception (its message: ``raise ValueError(f"...")`` is hashed as ``raise ValueError``),
+    and merge f-string pieces."""
 
     def __init__(self):
         self.in_function = 0
@@ -131,6 +134,11 @@ class _Strip(ast.NodeTransformer):
         return None
 
     visit_ImportFrom = visit_Import
+
+    def visit_Raise(self, node):  # what an error says is no part of what a run computes
+        if isinstance(node.exc, ast.Call):
+            node.exc = node.exc.func
+        return self.generic_visit(node)
 
     def visit_JoinedStr(self, node):
         self.generic_visit(node)

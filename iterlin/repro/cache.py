@@ -7,9 +7,9 @@ valid cached copy exists. The cache key is
     sha256( name, canonical JSON of config, code fingerprint, data fingerprint )
 
 where the code fingerprint is given by the caller: for an experiment,
-``iterlin.fingerprint.code_fingerprint("iterlin.experiments.fig3", ("compute", "load"))``, a hash
+``iterlin.repro.fingerprint.code_fingerprint("iterlin.experiments.fig3", ("compute", "load"))``, a hash
 of the code its computation can reach (and only that: a plot, a claim's wording or another figure
-does not invalidate it); by default :func:`code_fingerprint`, a hash of every ``.py`` file of the
+does not invalidate it); by default :func:`package_digest`, a hash of every ``.py`` file of the
 package, subpackages included. So changing any knob, any line of the code that computes the
 results or any byte of the data gives a new key (and the old entry is simply never read again);
 rerunning a notebook to replot reads the stored arrays.
@@ -64,8 +64,8 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from .checkpoint import CheckpointError, atomic_write_bytes, check_npz_sizes
-from .data import user_cache_dir
+from ..checkpoint import CheckpointError, atomic_write_bytes, check_npz_sizes
+from ..data import user_cache_dir
 
 __all__ = [
     "CacheWarning",
@@ -75,7 +75,7 @@ __all__ = [
     "cache_key",
     "cache_paths",
     "canonical_json",
-    "code_fingerprint",
+    "package_digest",
     "default_cache_dir",
     "load_results",
     "results_digest",
@@ -85,7 +85,7 @@ __all__ = [
     "repo_root",
 ]
 
-PACKAGE_DIR = Path(__file__).resolve().parent
+PACKAGE_DIR = Path(__file__).resolve().parent.parent
 _SEP = "/"
 _RESERVED = ("__key__", "__config__", "__digest__")
 
@@ -147,12 +147,12 @@ def canonical_json(config: Mapping) -> str:
     return json.dumps(plain, sort_keys=True, separators=(",", ":"), allow_nan=True, ensure_ascii=True)
 
 
-def code_fingerprint(package_dir: str | os.PathLike | None = None) -> str:
+def package_digest(package_dir: str | os.PathLike | None = None) -> str:
     """sha256 of every ``*.py`` file of the iterlin package, subpackages included (recursively).
 
     Each file contributes its path relative to ``package_dir`` (POSIX form) and its bytes, sorted
     by path; ``__pycache__`` and hidden folders are skipped. The coarse default key for callers
-    that give no per-experiment fingerprint (see :func:`iterlin.fingerprint.code_fingerprint`).
+    that give no per-experiment fingerprint (see :func:`iterlin.repro.fingerprint.code_fingerprint`).
     """
     root = Path(package_dir) if package_dir is not None else PACKAGE_DIR
     files = []
@@ -171,7 +171,7 @@ def code_fingerprint(package_dir: str | os.PathLike | None = None) -> str:
 def cache_key(name: str, config: Mapping, *, data_fingerprint: str, code: str | None = None) -> str:
     """The sha256 (hex) of (name, canonical config, code fingerprint, data fingerprint).
 
-    ``code``: the code fingerprint (a string); None: :func:`code_fingerprint` of the package.
+    ``code``: the code fingerprint (a string); None: :func:`package_digest` of the package.
     """
     if not isinstance(name, str) or not name or not all(c.isalnum() or c in "_-." for c in name):
         raise ValueError(f"name={name!r} is not allowed: name must be a non-empty string of letters, digits, _ - .")
@@ -179,7 +179,7 @@ def cache_key(name: str, config: Mapping, *, data_fingerprint: str, code: str | 
         raise TypeError(f"data_fingerprint={data_fingerprint!r} is not allowed: it must be a string (a hash)")
     if code is not None and not isinstance(code, str):
         raise TypeError(f"code={code!r} is not allowed: it must be a string (a hash) or None")
-    code = code_fingerprint() if code is None else code
+    code = package_digest() if code is None else code
     h = hashlib.sha256()
     for part in (name, canonical_json(config), code, data_fingerprint):
         h.update(part.encode())
@@ -312,7 +312,7 @@ def load_results(path: str | os.PathLike, *, key: str | None = None, config: Map
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, zlib.error, MemoryError) as e:
         raise CheckpointError(f"cache file {path} is unreadable or truncated ({type(e).__name__}: {e})") from e
     if "__key__" not in flat:
-        raise CheckpointError(f"cache file {path} has no stored key: not written by iterlin.cache")
+        raise CheckpointError(f"cache file {path} has no stored key: not written by iterlin.repro.cache")
     digest = flat.pop("__digest__", None)
     if digest is None:
         raise CheckpointError(f"cache file {path} has no stored digest of its results: written by an older "
@@ -401,8 +401,8 @@ def cached(
       config: the resolved config (JSON-able); part of the key, and stored beside the results.
       data_fingerprint: a hash of the data the computation reads (``Dataset.fingerprint``).
       code: a hash of the code that computes the results, e.g.
-        ``iterlin.fingerprint.code_fingerprint("iterlin.experiments.fig3", ("compute", "load"))``;
-        default (None): :func:`code_fingerprint`, every ``.py`` file of the package. Recorded in
+        ``iterlin.repro.fingerprint.code_fingerprint("iterlin.experiments.fig3", ("compute", "load"))``;
+        default (None): :func:`package_digest`, every ``.py`` file of the package. Recorded in
         the sidecar.
       cache_dir: default :func:`default_cache_dir`.
       verbose: print one line saying whether the results were loaded or computed (stdout).
@@ -410,7 +410,7 @@ def cached(
     Returns:
       The results as NumPy arrays (the same structure whether computed now or loaded).
     """
-    code = code_fingerprint() if code is None else code
+    code = package_digest() if code is None else code
     key = cache_key(name, config, data_fingerprint=data_fingerprint, code=code)
     paths = cache_paths(name, key, cache_dir)
     path = paths["results"]

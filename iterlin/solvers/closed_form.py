@@ -9,7 +9,7 @@ space of J and act on each NTK eigen-direction independently:
     θ − θ_s = −Jᵀ Σ_i φ(σ_i) u_i u_iᵀ r₀,      f_lin − Y = Σ_i (1 − σ_i φ(σ_i)) u_i u_iᵀ r₀,
 
 with the spectral filter φ (:func:`spectral_update` applies any filter, with the spectral solve of
-:mod:`iterlin.jacobian` that the Gauss–Newton step uses too):
+:mod:`iterlin.analysis.jacobian` that the Gauss–Newton step uses too):
 
 * K steps of GD with step η (:func:`k_step_gd`):    φ(σ) = (1 − (1 − ησ)^K)/σ     (→ Kη as σ → 0)
 * gradient flow for time t (Eq. 18):                φ(σ) = (1 − e^{−ησt})/σ        (→ ηt)
@@ -37,10 +37,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
-from .jacobian import eigh_psd, jacobian_matrix, maybe_jit, spectral_apply, spectral_filter
-from .losses import mse_targets
-from .precision import matmul
-from .validate import check_K, check_nonnegative, check_positive, check_xy
+from ..analysis.jacobian import eigh_psd, jacobian_matrix, maybe_jit, spectral_apply, spectral_filter
+from ..losses import mse_targets
+from ..precision import matmul
+from ..validate import check_K, check_nonnegative, check_positive, check_xy
 
 __all__ = [
     "gd_filter",

@@ -1,12 +1,12 @@
 """The statistics of the claims' noise rule: a difference of two accuracies with its 95 % t interval.
 
-Every comparison of two accuracies in the claims tables (:mod:`iterlin.claims`) goes through ONE noise
+Every comparison of two accuracies in the claims tables (:mod:`iterlin.repro.claims`) goes through ONE noise
 model, :func:`difference`: Δ = the mean over seeds of the per-seed difference, whose standard error
 combines the seed-to-seed spread and the test set's sampling noise (paired on the same test images
 when the runs' per-image correctness is known), with the Welch–Satterthwaite degrees of freedom of
 that combination, and a 95 % Student's t interval (:class:`Difference`). A quantity measured once per
 seed (a ratio, a slope) gets its t interval from :func:`seed_interval`. The verdicts that read these
-intervals ("on par", "better") are rules of the claims, in :mod:`iterlin.claims`.
+intervals ("on par", "better") are rules of the claims, in :mod:`iterlin.repro.claims`.
 
 Also here: how the rows print numbers (:func:`pct`, :func:`num`), and the selection of a sweep
 history's runs that are compared (:func:`runs_of`, :func:`run_seeds`, :func:`sweep_difference`,

@@ -26,7 +26,7 @@ Three solvers give the same δ (``solver=``):
   δ = −Jᵀa. J is materialised from per-example Jacobians (so ``apply_fn`` must treat examples
   independently, as any model in inference mode does), Θ = JJᵀ is eigendecomposed,
   Θ = U diag(σ) Uᵀ, and for MSE a = U diag(1/(σ + λ)) Uᵀg: the spectral solve of
-  :func:`iterlin.jacobian.spectral_solve` with the filter φ(σ) = 1/(σ + λ). For CE (HΘ is not
+  :func:`iterlin.analysis.jacobian.spectral_solve` with the filter φ(σ) = 1/(σ + λ). For CE (HΘ is not
   symmetric) the same δ is computed in the symmetric coordinates of the row space of J:
   a = U Σ^{-1/2} (C + λI)⁺ Σ^{1/2} Uᵀg with C = Σ^{1/2} UᵀHU Σ^{1/2}. Inverses are
   pseudo-inverses (eigenvalues of σ + λ below N·O·ε·(max σ + λ) are dropped), so λ = 0 gives the
@@ -60,13 +60,13 @@ Two spectral filters (``filter=``), one implementation of the step (``_gn_step``
 * ``"flow"``: h is a time τ ≥ 0 (``math.inf`` allowed), MSE and the kernel solver only: the
   linearisation at θ is trained by gradient flow for time τ on ½‖f_lin − Y‖² (summed), in closed
   form, δ = −Jᵀ U diag(φ(σ)) Uᵀ(f − Y) with φ(σ) = (1 − e^{−στ})/σ (Eq. 18;
-  :func:`iterlin.closed_form.gradient_flow_params` with η = 1). τ = ∞ gives φ = 1/σ, the
+  :func:`iterlin.solvers.closed_form.gradient_flow_params` with η = 1). τ = ∞ gives φ = 1/σ, the
   minimum-norm Gauss–Newton step (Eq. 5, 19). K gradient-descent steps of size η on one
   linearisation approach it with τ = Kη (the small-step limit); its cost, one Jacobian and one
   eigendecomposition per step, does not grow with τ.
 
 In both the update is scaled by the step size α (``step_size``), and the MSE kernel path and the
-flow filter share one spectral solve (:func:`iterlin.jacobian.spectral_solve`).
+flow filter share one spectral solve (:func:`iterlin.analysis.jacobian.spectral_solve`).
 
 Training. A run has its own typed state, :class:`GaussNewtonState` (θ, the step counter, the
 divergence flags and h, a scalar array; no optimizer: the step is the solve), made by
@@ -92,7 +92,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
-from .jacobian import (  # noqa: F401 (flat_jacobian re-exported)
+from ..analysis.jacobian import (  # noqa: F401 (flat_jacobian re-exported)
     eigh_psd,
     flat_jacobian,
     jacobian_matrix,
@@ -101,12 +101,12 @@ from .jacobian import (  # noqa: F401 (flat_jacobian re-exported)
     spectral_filter,
     spectral_solve,
 )
-from .losses import Loss, get_loss, mse_targets
-from .precision import full_precision, matmul
-from .memo import memoise
-from .training import check_train_args, commit_proposal, fit
-from .tree import tree_size
-from .validate import check_choice, check_int, check_nonnegative, check_positive, check_xy
+from ..losses import Loss, get_loss, mse_targets
+from ..precision import full_precision, matmul
+from ..memo import memoise
+from ..training import check_train_args, commit_proposal, fit
+from ..tree import tree_size
+from ..validate import check_choice, check_int, check_nonnegative, check_positive, check_xy
 
 __all__ = [
     "SOLVERS",

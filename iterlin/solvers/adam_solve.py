@@ -56,10 +56,10 @@ from typing import Any, Callable
 import numpy as np
 import optax
 
-from .losses import Loss, get_loss
-from .relin import until_solved
-from .training import train
-from .validate import check_int, check_K, check_positive, check_steps, check_xy
+from ..losses import Loss, get_loss
+from ..relin import until_solved
+from ..training import train
+from ..validate import check_int, check_K, check_positive, check_steps, check_xy
 
 __all__ = [
     "train_adam_solved",

@@ -7,8 +7,8 @@ For a network f(θ, x) with O outputs and P parameters, the Jacobian of a batch 
 row ``n·O + o`` holding ∂f_o(θ, x_n)/∂θ, columns in the order of
 :func:`jax.flatten_util.ravel_pytree` (leaves in ``jax.tree.leaves`` order, each raveled). The
 empirical NTK is Θ = JJᵀ (N·O × N·O, Eq. 2). Everything here uses the one precision policy of
-:mod:`iterlin.precision` (``HIGHEST`` for every contraction) and is used by :mod:`iterlin.ntk`,
-:mod:`iterlin.gauss_newton` and :mod:`iterlin.closed_form`:
+:mod:`iterlin.precision` (``HIGHEST`` for every contraction) and is used by :mod:`iterlin.analysis.ntk`,
+:mod:`iterlin.solvers.gauss_newton` and :mod:`iterlin.solvers.closed_form`:
 
 * :func:`example_jacobians`: ∂f(θ, x_n)/∂θ of a chunk of examples (``jax.vmap`` of ``jax.jacrev``
   of ONE example's outputs), as a pytree like θ with leaves (c·O, leaf.size). Examples must be
@@ -26,7 +26,7 @@ empirical NTK is Θ = JJᵀ (N·O × N·O, Eq. 2). Everything here uses the one 
   by :func:`spectral_solve` (= :func:`eigh_psd` of JJᵀ, :func:`spectral_filter`,
   :func:`spectral_apply`). φ(σ) = 1/(σ + λ) is damped Gauss–Newton (Eq. 6; λ = 0, Eq. 5, the
   minimum-norm step), φ(σ) = (1 − e^{−στ})/σ gradient flow for time τ (Eq. 18), and so on
-  (:mod:`iterlin.closed_form`). Directions whose shifted eigenvalue σ + λ is at most
+  (:mod:`iterlin.solvers.closed_form`). Directions whose shifted eigenvalue σ + λ is at most
   N·O·ε·(max σ + λ) are dropped (pseudo-inverse semantics).
 * :func:`maybe_jit`: ``jax.jit`` with ``apply_fn`` and the named options static (jit's own cache:
   one compiled program per function, ``apply_fn``, static values and shapes).
@@ -40,8 +40,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .precision import einsum, full_precision, matmul
-from .tree import tree_size
+from ..precision import einsum, full_precision, matmul
+from ..tree import tree_size
 
 __all__ = [
     "AUTO_CHUNK_NUMBERS",

@@ -35,7 +35,7 @@ import tempfile
 import warnings
 from pathlib import Path
 
-from .data import user_cache_dir
+from ..data import user_cache_dir
 
 __all__ = ["ENV_VAR", "OFF", "MIN_COMPILE_SECONDS", "CompilationCacheWarning", "SignedCache", "compilation_cache_dir",
            "enable_compilation_cache"]

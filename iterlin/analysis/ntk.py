@@ -48,9 +48,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from .jacobian import auto_chunk, contract, example_jacobians, n_outputs
-from .precision import full_precision
-from .tree import tree_index, tree_size
-from .validate import check_choice, check_int, check_K
+from ..precision import full_precision
+from ..tree import tree_index, tree_size
+from ..validate import check_choice, check_int, check_K
 
 __all__ = [
     "NTK_MODES",
@@ -65,7 +65,7 @@ __all__ = [
 NTK_MODES = ("jacobian", "ntvp")
 
 # With ``chunk_size=None`` the chunk is chosen so that one chunk's Jacobian holds at most
-# AUTO_CHUNK_NUMBERS numbers (2**26: 256 MiB in float32; :mod:`iterlin.jacobian`). Contractions use
+# AUTO_CHUNK_NUMBERS numbers (2**26: 256 MiB in float32; :mod:`iterlin.analysis.jacobian`). Contractions use
 # the one precision policy of :mod:`iterlin.precision` (HIGHEST: no TF32 / bf16 passes on GPU).
 
 #: With ``panel_chunks=None``, :func:`empirical_ntk` holds panels of at most this many Jacobian

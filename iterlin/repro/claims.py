@@ -9,13 +9,13 @@ Each notebook ends with one table built from :class:`Claim` rows::
     ]
     print(publish_claims("fig3", rows, scale="smoke"))
 
-* ``measured`` and ``paper`` are strings, rounded by the caller (:func:`~iterlin.stats.pct`,
-  :func:`~iterlin.stats.num`) so that the printed table is stable across reruns (nbval compares it).
+* ``measured`` and ``paper`` are strings, rounded by the caller (:func:`~iterlin.repro.stats.pct`,
+  :func:`~iterlin.repro.stats.num`) so that the printed table is stable across reruns (nbval compares it).
 * ``holds`` is ``"yes"``, ``"no"``, ``"undecided"`` or ``"n/a at this scale"``, decided by the
   ``rule`` written in the row: a claim about an absolute number of the paper (82.3 %) cannot hold at
   the smoke scale's few images and steps, and says so instead of "no".
 * Every comparison of two accuracies goes through ONE noise rule: the statistics of
-  :mod:`iterlin.stats` (:func:`~iterlin.stats.difference`: a 95 % Student's t interval around the
+  :mod:`iterlin.repro.stats` (:func:`~iterlin.repro.stats.difference`: a 95 % Student's t interval around the
   difference Δ, whose standard error combines the seed-to-seed spread and the test set's noise,
   paired on the same test images when the runs' predictions are known, with the
   Welch–Satterthwaite degrees of freedom of that combination; few seeds: wide), then the verdicts
@@ -23,7 +23,7 @@ Each notebook ends with one table built from :class:`Claim` rows::
   within t" holds when the interval lies inside ±t, fails when it lies wholly outside, and is
   otherwise ``"undecided"`` (an equivalence test: not seeing a difference is not evidence of none).
 * A diverged run (a NaN or exploding loss, see :func:`iterlin.training.commit_step`) is a result:
-  say so (:func:`divergence_claim`, from the events that :mod:`iterlin.failures` finds) and let the
+  say so (:func:`divergence_claim`, from the events that :mod:`iterlin.repro.failures` finds) and let the
   rule decide (a diverged run does not match K = 1).
 
 :func:`publish_claims` prints nothing itself: it returns the fixed-width table and saves the rows
@@ -44,10 +44,10 @@ from typing import Callable, Iterable, Mapping, NamedTuple, Sequence
 import numpy as np
 
 from .cache import repo_root
-from .checkpoint import atomic_write_bytes
+from ..checkpoint import atomic_write_bytes
 from .failures import BLOCK_RISE, EXPLODING, failures, run_label, unstable_among, unstable_note
-from .relin import fmt_K
-from .stability import STABLE_FRACTION
+from ..relin import fmt_K
+from ..analysis.stability import STABLE_FRACTION
 from .stats import Difference, num, pct, runs_of, seed_interval, sweep_difference
 
 __all__ = [
@@ -91,7 +91,7 @@ NA = "n/a at this scale"
 UNDECIDED = "undecided"
 #: The verdict of a comparison whose large-K run was unstable (diverged, its loss exploded, its
 #: linear model's loss rose inside a block, or η was above 2/λ_max(θ_s)): a failure of the linear
-#: model's training at that rate, not evidence about the paper's claim (:func:`~iterlin.failures.unstable_runs`).
+#: model's training at that rate, not evidence about the paper's claim (:func:`~iterlin.repro.failures.unstable_runs`).
 UNSTABLE = "no (unstable)"
 #: The allowed values of :attr:`Claim.holds`.
 HOLDS = ("yes", "no", UNSTABLE, UNDECIDED, NA)
@@ -369,7 +369,7 @@ def all_verdicts(verdicts: Iterable[str]) -> str:
 
 def beyond(values, threshold: float, *, above: bool) -> str:
     """Whether a quantity measured once per seed lies above (``above=True``) or below a threshold:
-    ``"yes"`` when the 95 % t interval of :func:`~iterlin.stats.seed_interval` lies strictly on that side, ``"no"``
+    ``"yes"`` when the 95 % t interval of :func:`~iterlin.repro.stats.seed_interval` lies strictly on that side, ``"no"``
     when it lies wholly on the other side (touching the threshold counts as the other side), else
     :data:`UNDECIDED` (it straddles the threshold, or one seed gives no interval). A non-finite
     value is ``"no"``."""
@@ -401,7 +401,7 @@ def divergence_row(bad: Iterable[str], exploded: Iterable[str] = (), rose: Itera
     runs whose linear model's training loss rose inside a block (e.g. ``"K=50: 1.73 → 2.19 at step
     375 (unstable: η above 2/λ_max(θ_s) from step 300)"``), and runs with K > 1 whose network's
     training loss rose between two evaluations across a re-linearisation (``jumped``:
-    :func:`iterlin.failures.failures`).
+    :func:`iterlin.repro.failures.failures`).
     Any of them makes the row "no"."""
     bad, exploded, rose, jumped = list(bad), list(exploded), list(rose), list(jumped)
     parts = ["diverged: " + "; ".join(bad)] if bad else []
@@ -424,13 +424,13 @@ def divergence_row(bad: Iterable[str], exploded: Iterable[str] = (), rose: Itera
 
 def divergence_claim(histories: Mapping[str, Mapping], label: Callable | None = None, *,
                      prefix: bool = True) -> Claim:
-    """:func:`divergence_row` of the :func:`~iterlin.failures.failures` of sweep histories by panel name: each
+    """:func:`divergence_row` of the :func:`~iterlin.repro.failures.failures` of sweep histories by panel name: each
     diverged run as ``"<panel>: <label> at step <t>"`` (the panel only when ``prefix`` and there are
-    several), ``label(panel, history, i) -> str`` naming run ``i`` (default :func:`~iterlin.failures.run_label`); each
+    several), ``label(panel, history, i) -> str`` naming run ``i`` (default :func:`~iterlin.repro.failures.run_label`); each
     run whose loss exploded, with its first and largest value and the step of the largest; each
     run whose linear model's loss rose inside a block (and did neither of those), and each large-K
     run whose network's loss rose across a re-linearisation, with the loss before and after. Where a history
-    records the sharpness (``lr_over_bound`` (R, E), :func:`iterlin.stability.sharpness_recorder`),
+    records the sharpness (``lr_over_bound`` (R, E), :func:`iterlin.analysis.stability.sharpness_recorder`),
     each failing run says whether η was above 2/λ_max(θ_s) before it failed ("unstable: η above
     2/λ_max(θ_s) from step t") or not."""
     label = run_label if label is None else label
@@ -450,7 +450,7 @@ def divergence_claim(histories: Mapping[str, Mapping], label: Callable | None = 
 
 def sharpness_claim(h: Mapping, fraction: float = STABLE_FRACTION, *, panel: str = "") -> Claim:
     """Whether η stayed under ``fraction`` of the linear model's bound 2/λ_max(θ_s) at every point
-    the history records it (``lr_over_bound`` (R, E), :func:`iterlin.stability.sharpness_recorder`)
+    the history records it (``lr_over_bound`` (R, E), :func:`iterlin.analysis.stability.sharpness_recorder`)
     along every run with K > 1, whose linear model is trained for K steps (K = 1 re-linearises
     every step: its record, the network's own sharpness, is reported beside it, not judged). The
     largest η·λ_max/2 of each group with its run (named by ``h["label"]`` (R,) where given, else by
@@ -493,10 +493,10 @@ def on_par_claim(claim: str, paper: str, h: Mapping, *, n_test: int, tol: float 
                  metric: str = "net_test_acc") -> Claim:
     """K = 1 against the largest finite K > 1 of a sweep history, at the last evaluation point.
 
-    The shared rule: :func:`~iterlin.stats.sweep_difference` (over the history's seeds, paired on the test images
+    The shared rule: :func:`~iterlin.repro.stats.sweep_difference` (over the history's seeds, paired on the test images
     when the history records per-image correctness), then :func:`on_par` within ``tol``. A
     diverged K = 1 run is a "no"; a large-K run whose linear model was unstable
-    (:func:`~iterlin.failures.unstable_runs`) makes the row :data:`UNSTABLE`, with what happened and when.
+    (:func:`~iterlin.repro.failures.unstable_runs`) makes the row :data:`UNSTABLE`, with what happened and when.
     """
     K = np.asarray(h["K"], np.float64)
     acc = np.asarray(h[metric], np.float64)[:, -1]

@@ -34,8 +34,8 @@ from matplotlib.figure import Figure
 from matplotlib.legend import Legend
 from matplotlib.lines import Line2D
 
-from .relin import fmt_K
-from .stability import STABLE_FRACTION, bound_record
+from ..relin import fmt_K
+from ..analysis.stability import STABLE_FRACTION, bound_record
 
 __all__ = [
     "mean_se",
@@ -706,7 +706,7 @@ def accuracy_against_K(ax: Axes, K: Any, acc: Any, diverged: Any, relin: Sequenc
 
 def plot_bound(ax: Axes, record: Any, *, fraction: float | None = STABLE_FRACTION, label: str = "K = {K}, lr {lr}",
                select: Callable[[float], bool] | None = None) -> list:
-    """The linear model's bound 2/λ_max(θ_s) along training (a :class:`iterlin.stability.BoundRecord`):
+    """The linear model's bound 2/λ_max(θ_s) along training (a :class:`iterlin.analysis.stability.BoundRecord`):
     one line per run through its recorded points, coloured by (K, lr) setting (seeds share a
     colour; the settings in the order of the runs, as :func:`plot_sweep` colours them), each rate
     η as a dashed horizontal line and ``fraction`` of the bound as a dotted one at η / ``fraction``
@@ -744,10 +744,10 @@ def plot_bound(ax: Axes, record: Any, *, fraction: float | None = STABLE_FRACTIO
 
 def bound_panel(ax: Axes, history: Mapping, *, title: str = "", label: str = "K = {K}") -> list:
     """:func:`plot_bound` of a sweep history that records the sharpness (``lr_over_bound``,
-    :func:`iterlin.stability.bound_record`), one line per run, labelled by ``label`` (a template of
+    :func:`iterlin.analysis.stability.bound_record`), one line per run, labelled by ``label`` (a template of
     :func:`plot_bound`'s; ``"K = {K}, lr {lr}"`` where the runs differ in rate), with the axes
     labelled and the title ``"<title>the linear model's bound (dashed: η; dotted: 3η)"`` (the dotted
-    line: η over :data:`~iterlin.stability.STABLE_FRACTION`). The panel that Figs. 2, 3 and 7 draw
+    line: η over :data:`~iterlin.analysis.stability.STABLE_FRACTION`). The panel that Figs. 2, 3 and 7 draw
     beside their accuracies."""
     lines = plot_bound(ax, bound_record(history), label=label)
     ax.set(xlabel="step", ylabel="2 / λ_max(θ_s)",

@@ -76,7 +76,7 @@ other than by the rules above gets a rule in its Config's ``EXPAND`` (e.g. Fig. 
 
 A resolved config's :meth:`~ExperimentConfig.to_dict` is a JSON-able ``dict`` (ints, floats incl.
 ``math.inf``, bools, strings, ``None`` and lists of these) holding ``experiment`` and ``scale`` and
-every knob; it is what :mod:`iterlin.cache` hashes (so equal configs mean equal computations) and
+every knob; it is what :mod:`iterlin.repro.cache` hashes (so equal configs mean equal computations) and
 what the reference runs store.
 """
 
@@ -89,9 +89,9 @@ import math
 import typing
 from typing import Annotated, Any, Callable, ClassVar, Mapping, NamedTuple
 
-from .validate import MAX_SEED, MAX_STEPS, check_choice, check_int, check_K, check_nonnegative, check_positive
+from ..validate import MAX_SEED, MAX_STEPS, check_choice, check_int, check_K, check_nonnegative, check_positive
 
-__all__ = ["SCALE_NAMES", "Knob", "knob_check", "MAX_TRAIN", "MAX_TEST", "MAX_EVALS", "MAX_RUNS", "ExperimentConfig",
+__all__ = ["SCALE_NAMES", "Knob", "knob_check", "format_value", "MAX_TRAIN", "MAX_TEST", "MAX_EVALS", "MAX_RUNS", "ExperimentConfig",
            "halvings", "resolve", "describe",
            # the knobs' types
            "Period", "Rate", "Positive", "Damping", "Steps", "Every", "Seed", "RunCount", "RunCountOrNone", "Images",
@@ -423,7 +423,7 @@ class ExperimentConfig:
             validator = knob_check(hint)
             if validator is None:  # a programming error in the experiment's Config, not a user error
                 raise KeyError(f"config key {f.name!r} of {self.experiment} has no check: its type must carry "
-                               "one (a knob type of iterlin.config, or Annotated[T, Knob(check)])")
+                               "one (a knob type of iterlin.repro.config, or Annotated[T, Knob(check)])")
             listed, value = _listed(hint), getattr(self, f.name)
             if value is None and not _allows_none(hint):
                 raise ValueError(f"{f.name}=None is not allowed: {f.name} must be given ({_type_name(f, hint)}) in "
@@ -547,18 +547,22 @@ def _cross_check(config: Mapping[str, Any]) -> None:
         )
 
 
+def format_value(v: Any, *, inf: str = "inf", none: str = "None") -> str:
+    """A knob's value as text: floats by ``%g``, ∞ as ``inf`` (the command line's spelling), None as
+    ``none``, lists element by element (``[1, 5e+06]``)."""
+    if isinstance(v, float) and math.isinf(v):
+        return inf
+    if isinstance(v, list):
+        return "[" + ", ".join(format_value(x, inf=inf, none=none) for x in v) + "]"
+    if v is None:
+        return none
+    if isinstance(v, float):
+        return f"{v:g}"
+    return str(v)
+
+
 def describe(config: ExperimentConfig | Mapping) -> str:
     """One line ``key=value, ...`` (K = ∞ written ``inf``) of a resolved config
     (:meth:`~ExperimentConfig.to_dict`)."""
-
-    def fmt(v: Any) -> str:
-        if isinstance(v, float) and math.isinf(v):
-            return "inf"
-        if isinstance(v, list):
-            return "[" + ", ".join(fmt(x) for x in v) + "]"
-        if isinstance(v, float):
-            return f"{v:g}"
-        return str(v)
-
     items = config.to_dict() if isinstance(config, ExperimentConfig) else dict(config)
-    return ", ".join(f"{k}={fmt(v)}" for k, v in items.items())
+    return ", ".join(f"{k}={format_value(v)}" for k, v in items.items())

@@ -1,0 +1,3 @@
+"""Solvers of the linearised problems: damped Gauss–Newton (Sec. 4), the closed-form
+gradient flow of a linear model under the squared loss, the Adam-solved route of Fig. 8,
+and the function-space flow under a general loss."""
