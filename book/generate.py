@@ -55,6 +55,7 @@ import os
 import re
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 import yaml
 
@@ -489,10 +490,75 @@ def _stability(experiment: str, row) -> str:
     return "stability not recorded" if row is None else f"stable: {escape(row['holds'])}"
 
 
-def findings_page(items: list[dict], table=None) -> str:
-    """The front page's table (:func:`iterlin.experiments.findings.findings` of the reference runs'
-    rows, for ``table``, default :data:`~iterlin.experiments.findings.FINDINGS`); GenerateError
-    when a row it names is missing or ambiguous."""
+#: A difference of accuracies as a claims row prints it: ``Δ -0.6 pts, 95 % t interval [-1.7, +0.4]``.
+_DELTA = re.compile(r"Δ ([+\-−]?\d+(?:\.\d+)?) pts,? (?:95 % t interval |2 s\.e\. interval )?"
+                    r"\[([+\-−]?\d+(?:\.\d+)?), ([+\-−]?\d+(?:\.\d+)?)\]")
+#: An on-par rule's margin: ``inside ±2 pts``.
+_MARGIN = re.compile(r"inside ±(\d+(?:\.\d+)?) pts")
+
+
+class Forest(NamedTuple):
+    """One line of the front page's forest plot: a finding's measured difference (points, as its
+    decisive row defines Δ) and 95 % interval, its margin (±, None for a "better" rule read
+    against 0), the paper's difference where it gives one, and the verdict."""
+
+    label: str
+    delta: float
+    lo: float
+    hi: float
+    margin: float | None
+    paper: float | None
+    verdict: str
+
+
+def forest(found) -> list[Forest]:
+    """The :class:`Forest` lines of the findings whose decisive row compares two accuracies (a
+    ``Δ … pts`` with an interval); the others are in the table only."""
+    out = []
+    for f in found:
+        m = _DELTA.search(f.decisive["measured"]) if f.decisive is not None else None
+        if m is None:
+            continue
+        delta, lo, hi = (float(x.replace("−", "-")) for x in m.groups())
+        margin = _MARGIN.search(f.decisive["rule"])
+        out.append(Forest(f"{f.finding.figure}: {f.finding.claim}", delta, lo, hi,
+                          float(margin.group(1)) if margin else None, f.finding.paper_delta, f.decisive["holds"]))
+    return out
+
+
+def forest_plot(lines: list[Forest], path: Path) -> None:
+    """The forest plot of ``lines`` as an SVG at ``path``: per line the interval and Δ, the margin
+    band (grey, ±margin) or the line at 0 for a "better" rule, the paper's difference (a red cross)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(10, 0.45 * len(lines) + 1.4))
+    for y, f in enumerate(reversed(lines)):
+        if f.margin is not None:
+            ax.fill_betweenx([y - 0.35, y + 0.35], -f.margin, f.margin, color="0.85", lw=0)
+        ax.plot([f.lo, f.hi], [y, y], color="k", lw=1.5)
+        ax.plot([f.delta], [y], "o", color={"yes": "tab:green", "no": "tab:red"}.get(f.verdict, "tab:orange"))
+        if f.paper is not None:
+            ax.plot([f.paper], [y], "x", color="tab:red", ms=8)
+    ax.axvline(0, color="k", lw=0.6, ls=":")
+    ax.set_yticks(range(len(lines)), [f.label for f in reversed(lines)], fontsize=8)
+    ax.set_xlabel("Δ in accuracy points (as each claim's row defines it) and its 95 % interval\n"
+                  "grey: the margin of 'on par'; ×: the paper's; dot: green yes, red no, orange undecided", fontsize=8)
+    fig.tight_layout()
+    tmp = path.with_name(f".{path.name}.partial")
+    fig.savefig(tmp, format="svg")
+    plt.close(fig)
+    os.replace(tmp, path)
+
+
+def findings_page(items: list[dict], table=None, figure: Path | None = None) -> str:
+    """The front page (:func:`iterlin.experiments.findings.findings` of the reference runs' rows,
+    for ``table``, default :data:`~iterlin.experiments.findings.FINDINGS`): the forest plot
+    (:func:`forest_plot`, written to ``figure`` when given), a short table (claim, paper, this
+    edition, verdict), and the full table in a collapsed block; GenerateError when a row it names
+    is missing or ambiguous."""
     rows = {it["name"]: (it["reference"] or {}).get("rows") for it in items}
     try:
         found = findings(rows, FINDINGS if table is None else table,
@@ -500,8 +566,23 @@ def findings_page(items: list[dict], table=None) -> str:
     except ValueError as e:
         raise GenerateError(str(e)) from e
     scale = {it["name"]: (it["reference"] or {}).get("scale") for it in items}
-    lines = ["| the paper's claim | the paper | decided by | verdict | what it measured | linear model stable? "
-             "| also measured by |", "|---|---|---|---|---|---|---|"]
+    out = []
+    if figure is not None:
+        forest_plot(forest(found), figure)
+        out += [f"![Each claim's measured difference and 95 % interval against its margin](/{EXECUTED}/{figure.name})",
+                ""]
+    out += ["| the paper's claim | the paper | this edition | verdict |", "|---|---|---|---|"]
+    for f in found:
+        d = f.finding.decisive
+        m = _DELTA.search(f.decisive["measured"]) if f.decisive is not None else None
+        this = ("no reference run yet" if f.decisive is None else
+                f"Δ {m.group(1)} [{m.group(2)}, {m.group(3)}] pts" if m else f.decisive["measured"].split(";")[0])
+        out.append(f"| {escape(f.finding.figure)}: {escape(f.finding.claim)} | {escape(f.finding.paper)} | "
+                   f"{escape(this)} ({_link(d.experiment)}) | **{escape(f.decisive['holds'] if f.decisive else '')}** |")
+    out += ["", "<details><summary>Details: each claim's deciding experiment, what it measured, whether its linear "
+            "model stayed stable, and the other experiments that measure it</summary>", ""]
+    out += ["| the paper's claim | the paper | decided by | verdict | what it measured | linear model stable? "
+            "| also measured by |", "|---|---|---|---|---|---|---|"]
     for f in found:
         d = f.finding.decisive
         if f.decisive is None:
@@ -511,14 +592,15 @@ def findings_page(items: list[dict], table=None) -> str:
         stable = (_stability(d.experiment, f.stability) if d.experiment in NO_RATE or f.stability is None
                   else f"{f.stability['holds']}: {f.stability['measured']}")
         also = "; ".join(
-            f"{_link(e.experiment)} ({escape(e.row)}…): "
+            f"{_link(e.experiment)} ({escape(e.row if r is None else r['claim'])}): "
             + ("no reference run" if r is None else f"**{escape(r['holds'])}** ({_stability(e.experiment, st)})")
             + (f", the same runs as {_link(d.experiment)} for {escape(same)}: not independent evidence" if same else "")
             for e, r, st, same in zip(f.finding.also, f.also, f.also_stability, f.also_shared))
-        lines.append(f"| {escape(f.finding.figure)}: {escape(f.finding.claim)} | {escape(f.finding.paper)} | "
-                     f"{_link(d.experiment)} ({escape(scale.get(d.experiment) or '')}) | **{escape(verdict)}** | "
-                     f"{escape(measured)} | {escape(stable)} | {also} |")
-    return "\n".join(lines) + "\n"
+        out.append(f"| {escape(f.finding.figure)}: {escape(f.finding.claim)} | {escape(f.finding.paper)} | "
+                   f"{_link(d.experiment)} ({escape(scale.get(d.experiment) or '')}) | **{escape(verdict)}** | "
+                   f"{escape(measured)} | {escape(stable)} | {also} |")
+    out += ["", "</details>"]
+    return "\n".join(out) + "\n"
 
 
 def _amendment_row(p, a, refs: dict) -> str:
@@ -589,7 +671,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     executed = root / EXECUTED
     try:
-        front = findings_page(items)
+        front = findings_page(items, figure=executed / "findings.svg")
     except GenerateError as e:
         print(f"book/generate.py: {e}", file=sys.stderr)
         return 1

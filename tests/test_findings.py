@@ -53,9 +53,10 @@ def test_the_front_page_names_a_shared_run_as_the_same_run():
                                                                    "scale": ref.provenance["scale"],
                                                                    "results": ref.results}})
     page = generate.findings_page(items)
-    line = next(x for x in page.splitlines() if x.startswith("| Sec. 4.1"))
-    assert ("{doc}`ksweep <executed/ksweep>` (the largest K within noise of K = 1…): **yes** (stable: yes), the same "
-            "runs as {doc}`fig3 <executed/fig3>` for K = 1, 320 (seeds 0, 1, 2): not independent evidence") in line
+    line = next(x for x in page.splitlines() if x.startswith("| Sec. 4.1") and "ksweep" in x)  # the details table
+    assert ("{doc}`ksweep <executed/ksweep>` (the largest K within noise of K = 1 makes few feature updates (T/K)): "
+            "**yes** (stable: yes), the same runs as {doc}`fig3 <executed/fig3>` for K = 1, 320 (seeds 0, 1, 2): not "
+            "independent evidence") in line
     assert "not independent" not in line.split("{doc}`limit")[1]  # the limit's runs are its own
     rows = {it["name"]: it["reference"]["rows"] for it in items}
     assert all(s == "" for f in findings(rows) for s in f.also_shared)  # without the runs, nothing is claimed shared
@@ -68,7 +69,7 @@ def _words(text: str) -> set[str]:
 
 def _decisive_claim(f) -> str:
     rows = json.loads((ROOT / "results" / f.decisive.experiment / "claims.json").read_text())["rows"]
-    return next(r["claim"] for r in rows if r["claim"].startswith(f.decisive.row))
+    return next(r["claim"] for r in rows if r.get("id") == f.decisive.row or r["claim"].startswith(f.decisive.row))
 
 
 @pytest.mark.parametrize("finding", FINDINGS, ids=lambda f: f"{f.figure}: {f.claim}")
@@ -83,3 +84,31 @@ def test_a_finding_claims_no_more_than_its_decisive_row_tests(finding):
 def test_the_word_check_fails_on_the_old_figure_4_finding():
     old = FINDINGS[3]._replace(claim="ResNet-18: large K ≈ SGD, and BatchNorm runs diverge more easily")
     assert _words(old.claim) - _words(_decisive_claim(old)) == {"resnet-18", "runs", "diverge", "more", "easily"}
+
+
+def test_the_front_page_opens_with_the_forest_plot_and_a_short_table(tmp_path):
+    spec = importlib.util.spec_from_file_location("book_generate_forest", ROOT / "book" / "generate.py")
+    generate = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(generate)
+    items = []
+    for f in FINDINGS:
+        for e in (f.decisive, *f.also):
+            if e.experiment not in [it["name"] for it in items]:
+                ref = reference.load(e.experiment, check_claims=False)
+                items.append({"name": e.experiment, "reference": {"rows": [r.asdict() for r in ref.rows],
+                                                                   "scale": ref.provenance["scale"],
+                                                                   "results": ref.results}})
+    page = generate.findings_page(items, figure=tmp_path / "findings.svg")
+    head, details = page.split("<details>")
+    assert head.startswith("![") and (tmp_path / "findings.svg").read_text().lstrip().startswith("<?xml")
+    short = [x for x in head.splitlines() if x.startswith("| ")]
+    assert short[0] == "| the paper's claim | the paper | this edition | verdict |" and len(short) == len(FINDINGS) + 1
+    assert "| Fig. 3: with augmentation, large K ends under 1 point from K = 1 | 82.3 % vs 81.4 % | Δ -0.6 \\[-1.7, " \
+           "+0.4\\] pts ({doc}`fig3 <executed/fig3>`) | **undecided** |" in short
+    # the plot's lines: every finding whose row compares accuracies, Fig. 3's with its ±1 point and the paper's -0.9
+    found = findings({it["name"]: it["reference"]["rows"] for it in items})
+    lines = generate.forest(found)
+    fig3 = next(x for x in lines if x.label.startswith("Fig. 3"))
+    assert (fig3.delta, fig3.lo, fig3.hi, fig3.margin, fig3.paper) == (-0.6, -1.7, 0.4, 1.0, -0.9)
+    assert {x.label.split(":")[0] for x in lines} >= {"Fig. 2", "Fig. 3", "Sec. 4.1", "Fig. 4", "Fig. 5", "Fig. 8"}
+    assert "| also measured by |" in details  # the full table a click away

@@ -30,7 +30,9 @@ class Evidence(NamedTuple):
     """One claims row of one experiment's reference run."""
 
     experiment: str  #: the notebook (``results/<experiment>/claims.json``)
-    row: str  #: the start of the row's ``claim`` text
+    #: the row's id in the claims protocol (``claims.toml``), or, for an experiment whose claims are
+    #: not yet rows there, the start of the row's ``claim`` text
+    row: str
 
 
 class Finding(NamedTuple):
@@ -41,6 +43,9 @@ class Finding(NamedTuple):
     paper: str  #: the paper's number
     decisive: Evidence
     also: tuple[Evidence, ...] = ()
+    #: the paper's own difference in points, as the decisive row defines Δ (None where the paper
+    #: gives no number, or none comparable)
+    paper_delta: float | None = None
 
 
 #: The paper's claims, in the order of its figures (``SPEC.md``'s table, Figs. 2-9), one claim per
@@ -55,21 +60,18 @@ class Finding(NamedTuple):
 #: under the 99 % its comparisons ask; ``book/intro.md``).
 FINDINGS: tuple[Finding, ...] = (
     Finding("Fig. 2", "large K performs on par with K = 1", "on par (full batch and mini-batch)",
-            Evidence("fig2", "mini-batch: large K performs on par with K = 1"),
-            (Evidence("fig2", "full batch: large K performs on par with K = 1"),)),
+            Evidence("fig2", "fig2.mini_on_par"), (Evidence("fig2", "fig2.full_on_par"),)),
     Finding("Fig. 3", "with augmentation, large K ends under 1 point from K = 1", "82.3 % vs 81.4 %",
-            Evidence("fig3", "SGD + augmentation: large K ends under 1 point from K = 1")),
+            Evidence("fig3", "fig3.gap"), paper_delta=-0.9),
     Finding("Sec. 4.1", "8-12 feature updates suffice to match K = 1", "8-12 re-linearisations",
-            Evidence("fig3", "8-12 feature updates suffice to match K = 1"),
+            Evidence("fig3", "fig3.few_updates"),
             (Evidence("ksweep", "the largest K within noise of K = 1"),
              Evidence("limit", "few feature updates suffice"),
-             Evidence("limit", "with R to the hundreds"))),
+             Evidence("limit", "with R to the hundreds")), paper_delta=-0.9),
     Finding("Fig. 4", "large K ≈ SGD (K = 1), with BatchNorm and augmentation", "similar test accuracy",
-            Evidence("fig4", "BatchNorm + augmentation: large K ≈ SGD (K = 1)"),
-            (Evidence("fig4", "no BatchNorm: large K ≈ SGD (K = 1)"),)),
+            Evidence("fig4", "fig4.bn_on_par"), (Evidence("fig4", "fig4.no_bn_on_par"),)),
     Finding("Fig. 4", "BatchNorm runs diverge more easily", "BN far more likely to diverge",
-            Evidence("fig4", "BatchNorm runs diverge more easily"),
-            (Evidence("fig4", "BatchNorm lowers the linear model's stability bound"),)),
+            Evidence("fig4", "fig4.bn_diverges"), (Evidence("fig4", "fig4.bn_bound"),)),
     Finding("Fig. 5", "K = ∞ scales worse with N", "K = ∞ worse than every finite K",
             Evidence("limit", "K = ∞ scales worse with N"),
             (Evidence("fig5", "K = ∞ (no feature learning) scales worse"),
@@ -83,7 +85,7 @@ FINDINGS: tuple[Finding, ...] = (
             Evidence("fig6", "layer2: large-K features improve slower"),
             (Evidence("fig6", "layer1: large-K features improve slower"),)),
     Finding("Fig. 7", "large-K first-layer filters evolve slower", "K = 1 evolves much faster",
-            Evidence("fig7", "large-K first-layer filters evolve slower")),
+            Evidence("fig7", "fig7.slower")),
     Finding("Fig. 8", "solving each linearisation completely hurts", "61.3 % vs 69.4 %",
             Evidence("limit", "solving each linearisation completely hurts"),
             (Evidence("fig8", "solving every linearisation (large K, Adam) generalises worse"),)),
@@ -123,7 +125,7 @@ class Found(NamedTuple):
 def _row(rows: Sequence[Mapping] | None, evidence: Evidence) -> Mapping | None:
     if rows is None:
         return None
-    hits = [r for r in rows if r["claim"].startswith(evidence.row)]
+    hits = [r for r in rows if r.get("id") == evidence.row] or [r for r in rows if r["claim"].startswith(evidence.row)]
     if len(hits) != 1:
         raise ValueError(f"{evidence.experiment}: {len(hits)} claims rows start with {evidence.row!r} "
                          "(expected exactly one): update iterlin.experiments.findings.FINDINGS")
@@ -137,8 +139,9 @@ def stability_row(rows: Sequence[Mapping] | None, evidence: Evidence | None = No
     (no sharpness record)."""
     rows = list(rows or ())
     hits = []
-    if evidence is not None and ": " in evidence.row:
-        hits = [r for r in rows if r["claim"].startswith(evidence.row.split(": ")[0] + ": " + STABILITY_ROW)]
+    claim = _row(rows, evidence)["claim"] if evidence is not None and rows else ""
+    if ": " in claim:
+        hits = [r for r in rows if r["claim"].startswith(claim.split(": ")[0] + ": " + STABILITY_ROW)]
     hits = hits or [r for r in rows if r["claim"].startswith(STABILITY_ROW)]
     return hits[0] if hits and hits[0]["holds"] != NA else None
 
