@@ -37,8 +37,14 @@ from iterlin.data import (
     load_cifar10,
     quintic,
     quintic_fn,
+    check_heldout,
+    heldout_images,
+    heldout_pool,
+    load_heldout,
+    read_batches,
     read_cifar10,
     safe_unpickle,
+    train_index,
 )
 
 TRAIN = [f"data_batch_{i}" for i in range(1, 6)]
@@ -721,6 +727,126 @@ def test_real_subset(cifar_subset_path):
     np.testing.assert_array_equal(small.x_train[:3], ds.x_train[:3])  # 3 from data_batch_1
     np.testing.assert_array_equal(small.x_train[3], ds.x_train[932])  # then data_batch_2
     np.testing.assert_array_equal(small.x_test, ds.x_test[:5])
+
+
+# ------------------------------------------------------------------------------------------
+# The held-out pool: every installed image a run neither trained nor early-stopped on
+# ------------------------------------------------------------------------------------------
+
+
+def _uneven(seed: int = 6) -> dict[str, dict]:
+    """Batches of 6 images, data_batch_2 cut to 3 (installed counts 6, 3, 6, 6, 6; 6 test images)."""
+    batches = make_batches(6, seed=seed)
+    batches["data_batch_2"] = prefix({"b": batches["data_batch_2"]}, 3)["b"]
+    return batches
+
+
+def _rows(x: np.ndarray) -> set[bytes]:
+    return {im.tobytes() for im in x}
+
+
+def test_heldout_pool_is_every_installed_image_not_trained_on(tmp_path):
+    d = write_dir(tmp_path, _uneven())
+    batches = read_batches(d)
+    assert batches.counts == (6, 3, 6, 6, 6) and batches.test[0].shape == (6, 32, 32, 3)
+    # n_train = 7 takes 2, 2, 1, 1, 1 images (the subset rule), recorded by official index
+    np.testing.assert_array_equal(train_index(7, batches.counts), [0, 1, 10000, 10001, 20000, 30000, 40000])
+    pool = heldout_pool(batches.counts, 6, train=train_index(7, batches.counts))
+    np.testing.assert_array_equal(pool.test_index, np.arange(6))
+    np.testing.assert_array_equal(pool.train_index, [2, 3, 4, 5, 10002, *range(20001, 20006), *range(30001, 30006),
+                                                     *range(40001, 40006)])
+    assert pool.size == 6 + 27 - 7 + 0 and pool.train_index.dtype == np.int64
+    images = heldout_images(batches, pool)
+    trained = read_cifar10(d, 7, 0)
+    every = read_cifar10(d)
+    # the unused images and the training images are disjoint and together every installed one
+    assert not _rows(images.x_unused) & _rows(trained.x_train)
+    assert _rows(images.x_unused) | _rows(trained.x_train) == _rows(every.x_train)
+    assert images.x_unused.shape == (20, 32, 32, 3) and images.y_unused.dtype == np.int32
+    np.testing.assert_array_equal(images.x_test, every.x_test)
+    np.testing.assert_array_equal(images.y_test, every.y_test)
+    # image k of data_batch_{f+1} is official index 10000 f + k, labels too
+    at = list(pool.train_index).index(20003)
+    raw = _uneven()["data_batch_3"]
+    np.testing.assert_array_equal(images.x_unused[at], raw[b"data"][3].reshape(3, 32, 32).transpose(1, 2, 0))
+    assert images.y_unused[at] == raw[b"labels"][3]
+    # the standardised pool of load_heldout: the same images as load_cifar10 standardises them
+    pool2, std = load_heldout(7, root=d)
+    assert pool2.train_index.tolist() == pool.train_index.tolist()
+    np.testing.assert_array_equal(std.x_test, load_cifar10(0, None, root=d).x_test)
+    np.testing.assert_allclose(std.x_unused, data.standardise(images.x_unused))
+    every_image, rest = load_heldout(None, root=d)  # trained on all: the test images only
+    assert (every_image.test_index.size, every_image.train_index.size, rest.x_unused.shape) == (6, 0, (0, 32, 32, 3))
+
+
+def test_heldout_indices_name_the_same_images_on_a_prefix_copy(tmp_path):
+    full_batches = make_batches(9, seed=7)
+    full, short = write_dir(tmp_path / "full", full_batches), write_dir(tmp_path / "short", prefix(full_batches, 5))
+    pool = heldout_pool((5,) * 5, 5, train=train_index(10, (5,) * 5))
+    assert pool.train_index.size == 25 - 10
+    a, b = heldout_images(read_batches(short), pool), heldout_images(read_batches(full), pool)
+    for x, y in zip(a, b):
+        np.testing.assert_array_equal(x, y)
+    archive = tmp_path / "cifar-10-python.tar.gz"
+    md5 = write_archive(archive, short)
+    np.testing.assert_array_equal(heldout_images(read_batches(archive, archive_md5=md5), pool).x_unused, a.x_unused)
+    # a pool of the full copy holds images the short copy does not have
+    with pytest.raises(ValueError, match="pool is not allowed: its training-batch image 5 is not installed"):
+        heldout_images(read_batches(short), heldout_pool((9,) * 5, 5, train=train_index(10, (9,) * 5)))
+
+
+def test_heldout_pool_leaves_out_early_stopping_images_and_refuses_overlaps(tmp_path):
+    counts = (6, 3, 6, 6, 6)
+    used = train_index(7, counts)
+    pool = heldout_pool(counts, 6, train=used, early_stop=[2, 3, 10002], early_stop_test=[0, 5])
+    np.testing.assert_array_equal(pool.test_index, [1, 2, 3, 4])
+    assert {2, 3, 10002}.isdisjoint(pool.train_index.tolist()) and pool.train_index.size == 20 - 3
+    assert check_heldout(pool, train=used, early_stop=[2, 3, 10002], early_stop_test=[0, 5]) is pool
+    # fig5's construction (the images after the largest training set in load_cifar10's order) is
+    # refused: load_cifar10(n + v)'s first n images are not load_cifar10(n)'s
+    with pytest.raises(ValueError, match=r"early_stop is not allowed: 3 image\(s\) \(e.g. 30001, 40000, 40001\) of it "
+                                         "are in train"):
+        heldout_pool(counts, 6, train=train_index(10, counts), early_stop=train_index(15, counts)[10:])
+    # a recorded pool that holds a training or early-stopping image is refused, naming which
+    everything = heldout_pool(counts, 6, train=[])
+    assert everything.size == 27 + 6
+    for kwargs, name in ((dict(train=used), "train"), (dict(train=[], early_stop=[40002]), "early_stop"),
+                         (dict(train=[], early_stop_test=[3]), "early_stop_test")):
+        with pytest.raises(ValueError, match=f"pool is not allowed: 1 image|pool is not allowed: 7 image.* in {name};"):
+            check_heldout(everything, **kwargs)
+    with pytest.raises(TypeError, match="pool of type tuple"):
+        check_heldout((np.arange(3), np.arange(3)), train=[])
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(early_stop=[50000]), r"early_stop holds 50000, which is not allowed: .*\[0, 50000\)"),
+    (dict(early_stop=[-1]), "early_stop holds -1"),
+    (dict(early_stop=[3, 3]), "early_stop is not allowed with repeated indices"),
+    (dict(early_stop=[2.0]), "early_stop of dtype float64 is not allowed"),
+    (dict(early_stop=[5, 10005]), r"early_stop is not allowed: 1 image\(s\) \(e.g. 10005\) of it are not installed"),
+    (dict(early_stop_test=[6]), r"early_stop_test holds 6, .*\[0, 6\)"),
+    (dict(train=[10004]), r"train is not allowed: 1 image\(s\) \(e.g. 10004\) of it are not installed"),
+    (dict(train=[0, 1], n_test=-1), "n_test"),
+    (dict(train=[0], counts=(6, 3, 6)), "counts=.* is not allowed: counts must be 5 numbers"),
+    (dict(train=[0], counts=(6, 3, 6, 6, 10001)), "counts=.* is not allowed"),
+])
+def test_heldout_pool_bad_input(kwargs, match):
+    kwargs = {"counts": (6, 3, 6, 6, 6), "n_test": 6, "train": train_index(7, (6, 3, 6, 6, 6)), **kwargs}
+    with pytest.raises(ValueError, match=match):
+        heldout_pool(kwargs.pop("counts"), kwargs.pop("n_test"), **kwargs)
+    with pytest.raises(ValueError, match=r"n_train=28 is not allowed: this copy holds 6/3/6/6/6"):
+        train_index(28, (6, 3, 6, 6, 6))
+
+
+def test_real_subset_heldout_pool(cifar_subset_path):
+    """A 1,000-image run on the repository's subset: 932 test images and 3,660 unused ones."""
+    pool, images = load_heldout(1000, root=cifar_subset_path)
+    assert (pool.test_index.size, pool.train_index.size, pool.size) == (932, 3660, 4592)
+    source = find_cifar10(cifar_subset_path)
+    trained = read_cifar10(source, 1000, 0)
+    raw = heldout_images(read_batches(source), pool)
+    assert not _rows(raw.x_unused) & _rows(trained.x_train)
+    assert images.x_unused.dtype == np.float32 and images.x_unused.shape == (3660, 32, 32, 3)
 
 
 # ------------------------------------------------------------------------------------------

@@ -103,6 +103,8 @@ __all__ = [
     "CIFAR10_URL",
     "DOWNLOAD_ENV_VAR",
     "ENV_VAR",
+    "TRAIN_FILE_SIZE",
+    "Batches",
     "DataError",
     "DatasetNotFoundError",
     "FileRecord",
@@ -113,9 +115,11 @@ __all__ = [
     "find_cifar10",
     "load_cifar10",
     "md5sum",
+    "read_batches",
     "read_cifar10",
     "safe_unpickle",
     "standardise",
+    "train_index",
     "user_cache_dir",
 ]
 
@@ -746,6 +750,68 @@ def read_cifar10(
     y_train = np.concatenate([parsed[n][1][:t] for n, t in zip(_TRAIN_FILES, take, strict=True)])
     x_test, y_test = parsed[_TEST_FILE][0][:n_test], parsed[_TEST_FILE][1][:n_test]
     return Dataset(x_train, y_train, np.ascontiguousarray(x_test), np.ascontiguousarray(y_test))
+
+
+class Batches(NamedTuple):
+    """The installed batch files, verified and decoded (:func:`read_batches`): ``train`` holds
+    ``(x, y)`` of ``data_batch_1`` .. ``data_batch_5`` in order, ``test`` that of ``test_batch``; ``x``
+    uint8 ``(n, 32, 32, 3)`` NHWC, ``y`` int32 ``(n,)``. Training image ``k`` of ``data_batch_{f+1}`` has
+    the official index ``10000 f + k`` (the same on the full archive and on a per-file-prefix copy)."""
+
+    train: tuple[tuple[np.ndarray, np.ndarray], ...]
+    test: tuple[np.ndarray, np.ndarray]
+
+    @property
+    def counts(self) -> tuple[int, ...]:
+        """The installed images of each training file."""
+        return tuple(int(x.shape[0]) for x, _ in self.train)
+
+
+def read_batches(
+    source: str | os.PathLike,
+    *,
+    archive_md5: str = CIFAR10_MD5,
+    files: Mapping[str, FileRecord] = CIFAR10_FILES,
+) -> Batches:
+    """Every installed image of a batch directory or an archive, per file (:class:`Batches`), verified
+    as :func:`read_cifar10` verifies them (which reads the same files, then takes its subset)."""
+    src = Path(source).expanduser()
+    parsed: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    if src.is_file():
+        _check_md5(src, archive_md5)
+        for base, raw in _iter_archive(src):
+            if base in _BATCH_FILES:
+                parsed[base] = _parse_batch(base, raw, f"{src}:{CIFAR10_DIRNAME}", files)
+        missing = [n for n in _BATCH_FILES if n not in parsed]
+        if missing:
+            raise DataError(f"{src}: archive lacks " + ", ".join(f"{CIFAR10_DIRNAME}/{n}" for n in missing))
+    elif src.is_dir():
+        missing = [n for n in _BATCH_FILES if not (src / n).is_file()]
+        if missing:
+            raise DataError(f"{src}: missing batch file(s) {', '.join(missing)}")
+        for name in _BATCH_FILES:
+            parsed[name] = _parse_batch(name, _read_batch_file(src / name), str(src), files)
+    else:
+        raise DatasetNotFoundError(f"source={str(source)!r}: no such file or directory")
+    return Batches(tuple(parsed[n] for n in _TRAIN_FILES), parsed[_TEST_FILE])
+
+
+#: Images per official training file: training image k of data_batch_{f+1} has the official index
+#: ``TRAIN_FILE_SIZE * f + k``.
+TRAIN_FILE_SIZE = 10000
+
+
+def train_index(n_train: int | None, counts) -> np.ndarray:
+    """The official indices (``TRAIN_FILE_SIZE * f + k``) of the training images that
+    :func:`read_cifar10` takes for ``n_train`` (the subset rule: the first ``n_train // 5`` (+1 for the
+    first ``n_train % 5`` files) of each file, in file order; None: all), from a copy holding
+    ``counts`` images per training file; int64 ``(n_train,)``, in the order of ``x_train``."""
+    counts = [int(c) for c in counts]
+    take = counts if n_train is None else _per_file_counts(check_int(n_train, "n_train", minimum=0))
+    if any(t > c for t, c in zip(take, counts, strict=True)):
+        raise ValueError(f"n_train={n_train} is not allowed: this copy holds {'/'.join(map(str, counts))} images in "
+                         "data_batch_1..5, fewer than the subset rule takes from one of them")
+    return np.concatenate([TRAIN_FILE_SIZE * f + np.arange(t, dtype=np.int64) for f, t in enumerate(take)])
 
 
 def standardise(x: np.ndarray) -> np.ndarray:
