@@ -40,18 +40,20 @@ def test_the_reference_runs_of_fig3_ksweep_fig6_and_adaptive_are_the_same_runs()
     assert ("fig5", "lr") not in shared
 
 
-def test_the_front_page_names_a_shared_run_as_the_same_run():
+def _front_page():
+    """book/generate.py as a module, and the reference runs of every experiment FINDINGS names, as
+    generate.load gives them (rows, scale, typed results)."""
     spec = importlib.util.spec_from_file_location("book_generate_findings", ROOT / "book" / "generate.py")
     generate = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(generate)
-    items = []
-    for f in FINDINGS:
-        for e in (f.decisive, *f.also):
-            if e.experiment not in [it["name"] for it in items]:
-                ref = reference.load(e.experiment, check_claims=False)
-                items.append({"name": e.experiment, "reference": {"rows": [r.asdict() for r in ref.rows],
-                                                                   "scale": ref.provenance["scale"],
-                                                                   "results": ref.results}})
+    names = dict.fromkeys(e.experiment for f in FINDINGS for e in (f.decisive, *f.also))
+    refs = {n: reference.load(n, check_claims=False) for n in names}
+    return generate, [{"name": n, "reference": {"rows": [r.asdict() for r in ref.rows], "scale": ref.provenance["scale"],
+                                                "results": ref.results}} for n, ref in refs.items()]
+
+
+def test_the_front_page_names_a_shared_run_as_the_same_run():
+    generate, items = _front_page()
     page = generate.findings_page(items)
     line = next(x for x in page.splitlines() if x.startswith("| Sec. 4.1") and "ksweep" in x)  # the details table
     assert ("{doc}`ksweep <executed/ksweep>` (the largest K within noise of K = 1 makes few feature updates (T/K)): "
@@ -87,17 +89,7 @@ def test_the_word_check_fails_on_the_old_figure_4_finding():
 
 
 def test_the_front_page_opens_with_the_forest_plot_and_a_short_table(tmp_path):
-    spec = importlib.util.spec_from_file_location("book_generate_forest", ROOT / "book" / "generate.py")
-    generate = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(generate)
-    items = []
-    for f in FINDINGS:
-        for e in (f.decisive, *f.also):
-            if e.experiment not in [it["name"] for it in items]:
-                ref = reference.load(e.experiment, check_claims=False)
-                items.append({"name": e.experiment, "reference": {"rows": [r.asdict() for r in ref.rows],
-                                                                   "scale": ref.provenance["scale"],
-                                                                   "results": ref.results}})
+    generate, items = _front_page()
     page = generate.findings_page(items, figure=tmp_path / "findings.svg")
     head, details = page.split("<details>")
     assert head.startswith("![") and (tmp_path / "findings.svg").read_text().lstrip().startswith("<?xml")

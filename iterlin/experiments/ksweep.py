@@ -196,13 +196,16 @@ def largest_on_par(row, results: Results) -> tuple[str, str, str]:
             f"≤ {row.max_relin} is not; T = {T} steps")
 
 
+def _grid(results: Results):
+    """The sweep's history, each run's K, the steps T and the runs of K = ∞."""
+    h = results.runs
+    return h, np.asarray(h["K"], np.float64), int(np.asarray(h["step"])[-1]), runs_of(h, INF)
+
+
 @protocol.rule("ksweep.inf_below")
 def infinity_below(row, results: Results) -> tuple[str, str, str]:
     """K = ∞ ends below every finite K that re-linearises during training (K < T), each beyond noise."""
-    h = results.runs
-    K = np.asarray(h["K"], np.float64)
-    T = int(np.asarray(h["step"])[-1])
-    iinf = runs_of(h, INF)
+    h, K, T, iinf = _grid(results)
     learning = [k for k in np.unique(K[np.isfinite(K)]) if k < T]
     if iinf.size == 0 or not learning:
         return "needs K = ∞ and a finite K < T", NA, "needs K = ∞ and a finite K < T in the grid"
@@ -222,10 +225,7 @@ def infinity_below(row, results: Results) -> tuple[str, str, str]:
 @protocol.rule("ksweep.late_same")
 def late_same(row, results: Results) -> tuple[str, str, str]:
     """Check: a finite K ≥ T follows K = ∞'s trajectory (the same θ_T, every test image alike)."""
-    h = results.runs
-    K = np.asarray(h["K"], np.float64)
-    T = int(np.asarray(h["step"])[-1])
-    iinf = runs_of(h, INF)
+    h, K, T, iinf = _grid(results)
     late = [k for k in np.unique(K[np.isfinite(K)]) if k >= T]
     if iinf.size == 0 or not late:
         return "no finite K ≥ T (or no K = ∞) in the grid", NA, "needs K = ∞ and a finite K ≥ T"
