@@ -48,6 +48,8 @@ def test_the_project_protocol_parses_with_every_experiment_known():
     (dict(status="confirmatory", registered="5 Dec", seeds=8), "registered"),
     (dict(status="confirmatory", registered="2026-12-05"), "seeds"),  # ... and its seeds
     (dict(colour="red"), "colour"),
+    (dict(value=0.823), "value"),  # contradictory: an on-par row compares two runs, not a paper's value
+    (dict(kind="finite", margin=None, judged_at="paper"), "judged_at"),
 ])
 def test_a_malformed_row_is_refused_naming_its_field(change, field):
     with pytest.raises(ProtocolError, match=rf"row 'fig[23]\.gap': {field}\b"):

@@ -43,8 +43,8 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 __all__ = ["Row", "Amendment", "Protocol", "ProtocolError", "KINDS", "STATUSES", "METRICS", "PROTOCOL_FILE",
-           "parse", "load", "protocol", "rows_of", "rule", "evaluate", "claims", "row_hash", "rows_hash", "provenance", "check_run",
-           "original"]
+           "parse", "load", "protocol", "rows_of", "rule", "evaluate", "claims", "row_hash", "rows_hash",
+           "provenance", "check_run", "original"]
 
 #: The protocol's file, beside this module.
 PROTOCOL_FILE = Path(__file__).with_name("claims.toml")
@@ -147,6 +147,10 @@ class Row:
         for f in needs:
             if getattr(self, f) is None:
                 raise ProtocolError(f"{where}: {f}=None is not allowed: a {self.kind!r} row needs {', '.join(needs)}")
+        takes = set(needs) | ({"max_relin"} if self.kind == "on_par" else set())
+        for f in ("value", "judged_at", "max_relin"):  # a parameter its rule never reads contradicts the row
+            if getattr(self, f) is not None and f not in takes:
+                raise ProtocolError(f"{where}: {f}={getattr(self, f)!r} is not allowed: a {self.kind!r} row takes no {f}")
         if self.margin is not None and not self.margin_why:
             raise ProtocolError(f"{where}: margin_why='' is not allowed: say why the margin is {self.margin:g}")
         if self.status not in STATUSES:
