@@ -51,7 +51,7 @@ PROTOCOL_FILE = Path(__file__).with_name("claims.toml")
 #: A row's status: a pilot's row (never counts) or a preregistered one.
 STATUSES = ("exploratory", "confirmatory")
 #: The metrics a row may compare: a history's evaluations (``net_test_acc``, …) and its records.
-METRICS = tuple(METRIC_NAMES) + ("lr_over_bound", "diverged")
+METRICS = tuple(METRIC_NAMES) + ("n_relin", "lr_over_bound", "diverged")
 
 
 class ProtocolError(ValueError):
