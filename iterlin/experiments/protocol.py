@@ -68,8 +68,9 @@ class Row:
     panel each). panels: the panels' names, one per history (default: none). runs: which runs are
     compared, in words. metric: :data:`METRICS`. read: when the metric is read, in words. margin: the
     rule's margin (a fraction of accuracy, or of the stability bound), ≥ 0; None where the kind
-    takes none. margin_why: why the margin is that size. value: the paper's number a
-    ``paper_value`` row compares with (a fraction). judged_at: the scale at which a ``paper_value``
+    takes none. margin_why: why the margin is that size. value: the number the rule compares
+    with where it is not a margin (a fraction): the paper's number of a ``paper_value`` row, or a
+    threshold of an experiment's own rule. judged_at: the scale at which a ``paper_value``
     row is judged (n/a at every other). max_relin: the most re-linearisations an ``on_par`` row
     allows (None: any). seeds: the seeds the row needs (None: the scale's, exploratory rows only).
     stability, convergence: the conditions under which a verdict counts, in words. status:
