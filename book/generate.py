@@ -26,6 +26,10 @@ reference runs, ``results/<name>/`` (:mod:`iterlin.experiments.reference`: ``cla
   measurement read from that experiment's reference run, and the verdicts of the other experiments
   that measure it; included by ``book/intro.md``, so the front page prints the verdicts the figure
   pages print.
+* ``book/executed/protocol.md``: the claims protocol (``iterlin/experiments/claims.toml``): every
+  row with its status and date, the rows' hash beside what each reference run recorded, and every
+  amendment with the verdict under the original row and the amended one; included by
+  ``book/protocol.md``.
 
 They live in the git-ignored ``book/executed/`` and are rewritten on every build, so nothing
 generated is committed. Everything is read from local files: no network, no notebook execution.
@@ -51,13 +55,14 @@ import os
 import re
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 import yaml
 
 from iterlin.checkpoint import CheckpointError
 from iterlin.repro.claims import CHECKS_HEADING, COLUMNS, HOLDS, KINDS
-from iterlin.experiments import reference, scales_table
-from iterlin.experiments.findings import FINDINGS, NO_RATE, findings
+from iterlin.experiments import protocol, reference, scales_table
+from iterlin.experiments.findings import FINDINGS, NO_RATE, findings, shared_runs
 
 EXECUTED = "book/executed"
 #: What ``iterlin.repro.cache.cached`` prints (stdout) when it computes or loads an experiment's results.
@@ -156,9 +161,9 @@ def read_reference(name: str, results: Path) -> dict | None:
     prov = ref.provenance
     if prov.get("name", name) != name:
         raise GenerateError(f"{where}/provenance.json: is the reference run of {prov.get('name')!r}, expected {name!r}")
-    rows = check_rows([r._asdict() for r in ref.rows], f"{where}/claims.json")
+    rows = check_rows([r.asdict() for r in ref.rows], f"{where}/claims.json")
     return {"scale": str(prov["scale"]), "seeds": list(prov.get("seeds") or []), "provenance": prov,
-            "caption": caption, "changed": changed, "rows": rows}
+            "caption": caption, "changed": changed, "rows": rows, "results": ref.results}
 
 
 def split(rows: list[dict]) -> tuple[list[dict], list[dict]]:
@@ -485,18 +490,99 @@ def _stability(experiment: str, row) -> str:
     return "stability not recorded" if row is None else f"stable: {escape(row['holds'])}"
 
 
-def findings_page(items: list[dict], table=None) -> str:
-    """The front page's table (:func:`iterlin.experiments.findings.findings` of the reference runs'
-    rows, for ``table``, default :data:`~iterlin.experiments.findings.FINDINGS`); GenerateError
-    when a row it names is missing or ambiguous."""
+#: A difference of accuracies as a claims row prints it: ``Δ -0.6 pts, 95 % t interval [-1.7, +0.4]``.
+_DELTA = re.compile(r"Δ ([+\-−]?\d+(?:\.\d+)?) pts,? (?:95 % t interval |2 s\.e\. interval )?"
+                    r"\[([+\-−]?\d+(?:\.\d+)?), ([+\-−]?\d+(?:\.\d+)?)\]")
+#: An on-par rule's margin: ``inside ±2 pts``.
+_MARGIN = re.compile(r"inside ±(\d+(?:\.\d+)?) pts")
+
+
+class Forest(NamedTuple):
+    """One line of the front page's forest plot: a finding's measured difference (points, as its
+    decisive row defines Δ) and 95 % interval, its margin (±, None for a "better" rule read
+    against 0), the paper's difference where it gives one, and the verdict."""
+
+    label: str
+    delta: float
+    lo: float
+    hi: float
+    margin: float | None
+    paper: float | None
+    verdict: str
+
+
+def forest(found) -> list[Forest]:
+    """The :class:`Forest` lines of the findings whose decisive row compares two accuracies (a
+    ``Δ … pts`` with an interval); the others are in the table only."""
+    out = []
+    for f in found:
+        m = _DELTA.search(f.decisive["measured"]) if f.decisive is not None else None
+        if m is None:
+            continue
+        delta, lo, hi = (float(x.replace("−", "-")) for x in m.groups())
+        margin = _MARGIN.search(f.decisive["rule"])
+        out.append(Forest(f"{f.finding.figure}: {f.finding.claim}", delta, lo, hi,
+                          float(margin.group(1)) if margin else None, f.finding.paper_delta, f.decisive["holds"]))
+    return out
+
+
+def forest_plot(lines: list[Forest], path: Path) -> None:
+    """The forest plot of ``lines`` as an SVG at ``path``: per line the interval and Δ, the margin
+    band (grey, ±margin) or the line at 0 for a "better" rule, the paper's difference (a red cross)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(10, 0.45 * len(lines) + 1.4))
+    for y, f in enumerate(reversed(lines)):
+        if f.margin is not None:
+            ax.fill_betweenx([y - 0.35, y + 0.35], -f.margin, f.margin, color="0.85", lw=0)
+        ax.plot([f.lo, f.hi], [y, y], color="k", lw=1.5)
+        ax.plot([f.delta], [y], "o", color={"yes": "tab:green", "no": "tab:red"}.get(f.verdict, "tab:orange"))
+        if f.paper is not None:
+            ax.plot([f.paper], [y], "x", color="tab:red", ms=8)
+    ax.axvline(0, color="k", lw=0.6, ls=":")
+    ax.set_yticks(range(len(lines)), [f.label for f in reversed(lines)], fontsize=8)
+    ax.set_xlabel("Δ in accuracy points (as each claim's row defines it) and its 95 % interval\n"
+                  "grey: the margin of 'on par'; ×: the paper's; dot: green yes, red no, orange undecided", fontsize=8)
+    fig.tight_layout()
+    tmp = path.with_name(f".{path.name}.partial")
+    fig.savefig(tmp, format="svg")
+    plt.close(fig)
+    os.replace(tmp, path)
+
+
+def findings_page(items: list[dict], table=None, figure: Path | None = None) -> str:
+    """The front page (:func:`iterlin.experiments.findings.findings` of the reference runs' rows,
+    for ``table``, default :data:`~iterlin.experiments.findings.FINDINGS`): the forest plot
+    (:func:`forest_plot`, written to ``figure`` when given), a short table (claim, paper, this
+    edition, verdict), and the full table in a collapsed block; GenerateError when a row it names
+    is missing or ambiguous."""
     rows = {it["name"]: (it["reference"] or {}).get("rows") for it in items}
     try:
-        found = findings(rows, FINDINGS if table is None else table)
+        found = findings(rows, FINDINGS if table is None else table,
+                         shared_runs({it["name"]: (it["reference"] or {}).get("results") for it in items}))
     except ValueError as e:
         raise GenerateError(str(e)) from e
     scale = {it["name"]: (it["reference"] or {}).get("scale") for it in items}
-    lines = ["| the paper's claim | the paper | decided by | verdict | what it measured | linear model stable? "
-             "| also measured by |", "|---|---|---|---|---|---|---|"]
+    out = []
+    if figure is not None:
+        forest_plot(forest(found), figure)
+        out += [f"![Each claim's measured difference and 95 % interval against its margin](/{EXECUTED}/{figure.name})",
+                ""]
+    out += ["| the paper's claim | the paper | this edition | verdict |", "|---|---|---|---|"]
+    for f in found:
+        d = f.finding.decisive
+        m = _DELTA.search(f.decisive["measured"]) if f.decisive is not None else None
+        this = ("no reference run yet" if f.decisive is None else
+                f"Δ {m.group(1)} [{m.group(2)}, {m.group(3)}] pts" if m else f.decisive["measured"].split(";")[0])
+        out.append(f"| {escape(f.finding.figure)}: {escape(f.finding.claim)} | {escape(f.finding.paper)} | "
+                   f"{escape(this)} ({_link(d.experiment)}) | **{escape(f.decisive['holds'] if f.decisive else '')}** |")
+    out += ["", "<details><summary>Details: each claim's deciding experiment, what it measured, whether its linear "
+            "model stayed stable, and the other experiments that measure it</summary>", ""]
+    out += ["| the paper's claim | the paper | decided by | verdict | what it measured | linear model stable? "
+            "| also measured by |", "|---|---|---|---|---|---|---|"]
     for f in found:
         d = f.finding.decisive
         if f.decisive is None:
@@ -506,13 +592,69 @@ def findings_page(items: list[dict], table=None) -> str:
         stable = (_stability(d.experiment, f.stability) if d.experiment in NO_RATE or f.stability is None
                   else f"{f.stability['holds']}: {f.stability['measured']}")
         also = "; ".join(
-            f"{_link(e.experiment)} ({escape(e.row)}…): "
+            f"{_link(e.experiment)} ({escape(e.row if r is None else r['claim'])}): "
             + ("no reference run" if r is None else f"**{escape(r['holds'])}** ({_stability(e.experiment, st)})")
-            for e, r, st in zip(f.finding.also, f.also, f.also_stability))
-        lines.append(f"| {escape(f.finding.figure)}: {escape(f.finding.claim)} | {escape(f.finding.paper)} | "
-                     f"{_link(d.experiment)} ({escape(scale.get(d.experiment) or '')}) | **{escape(verdict)}** | "
-                     f"{escape(measured)} | {escape(stable)} | {also} |")
-    return "\n".join(lines) + "\n"
+            + (f", the same runs as {_link(d.experiment)} for {escape(same)}: not independent evidence" if same else "")
+            for e, r, st, same in zip(f.finding.also, f.also, f.also_stability, f.also_shared))
+        out.append(f"| {escape(f.finding.figure)}: {escape(f.finding.claim)} | {escape(f.finding.paper)} | "
+                   f"{_link(d.experiment)} ({escape(scale.get(d.experiment) or '')}) | **{escape(verdict)}** | "
+                   f"{escape(measured)} | {escape(stable)} | {also} |")
+    out += ["", "</details>"]
+    return "\n".join(out) + "\n"
+
+
+def _amendment_row(p, a, refs: dict) -> str:
+    now = p.row(a.id)
+    then = protocol.original(now, a)
+    changed = "; ".join(f"{f}: {escape(repr(v))} → {escape(repr(getattr(now, f)))}" for f, v in a.original.items())
+    ref = refs.get(now.experiment)
+    if ref is None:
+        before = after = "no reference run"
+    else:
+        before, after = (f"**{escape(c.holds)}** ({escape(c.measured)})"
+                         for c in protocol.evaluate([then, now], ref["results"]))
+    return (f"| {escape(a.id)} | {escape(a.date)} | {escape(a.reason)} | {changed} | {before} | {after} |")
+
+
+def protocol_page(items: list[dict], source=None) -> str:
+    """The claims protocol (:mod:`iterlin.experiments.protocol`, default the project's
+    ``claims.toml``): every row with its status and date, each experiment's rows hash beside what
+    its reference run recorded, and every amendment with the verdict under the original row and
+    under the amended one (on the reference run's results)."""
+    p = source or protocol.protocol()
+    refs = {it["name"]: it["reference"] for it in items}
+    out = ["| id | status | the claim | the paper | the test | margin (why that size) | seeds | conditions |",
+           "|---|---|---|---|---|---|---|---|"]
+    for r in p.rows:
+        status = r.status + (f", registered {r.registered}" if r.registered else "")
+        test = f"{r.kind}: {r.runs}; {r.metric} at {r.read}" + (
+            f"; at most {r.max_relin} re-linearisations" if r.max_relin else "") + (
+            f"; the paper's {r.value:g}, judged at scale '{r.judged_at}' only" if r.value is not None else "")
+        margin = "none" if r.margin is None else f"{r.margin:.3g} ({r.margin_why})"
+        seeds = "the scale's" if r.seeds is None else str(r.seeds)
+        cond = "; ".join(c for c in (r.stability, r.convergence) if c) or "none stated"
+        out.append("| " + " | ".join(escape(c) for c in (r.id, status, r.claim, r.paper, test, margin, seeds, cond))
+                   + " |")
+    out += ["", "Each experiment's rows and what its reference run recorded of them:", "",
+            "| experiment | rows | SHA-256 of its rows today | its reference run tested |", "|---|---|---|---|"]
+    for name in sorted({r.experiment for r in p.rows}):
+        rows = protocol.rows_of(name, p)
+        ref = refs.get(name)
+        record = (ref or {}).get("provenance", {}).get("protocol")
+        tested = ("no reference run" if ref is None else "run before the protocol (no record)" if record is None
+                  else f"rows {record['rows_sha256'][:12]} at commit {record['commit'][:10]}")
+        out.append(f"| {_link(name)} | {len(rows)} | {protocol.rows_hash(rows)[:12]} | {escape(tested)} |")
+    missing = [it["name"] for it in items if not protocol.rows_of(it["name"], p)]
+    if missing:
+        out += ["", "Claims still built in code, not yet declared as rows: " + ", ".join(_link(n) for n in missing) + "."]
+    out += ["", "## Amendments", ""]
+    if not p.amendments:
+        out.append("None: no row has changed since it was registered.")
+    else:
+        out += ["| row | date | reason | changed (original → now) | verdict under the original row "
+                "| verdict under the amended row |", "|---|---|---|---|---|---|"]
+        out += [_amendment_row(p, a, refs) for a in p.amendments]
+    return "\n".join(out) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -529,18 +671,20 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     executed = root / EXECUTED
     try:
-        front = findings_page(items)
+        front = findings_page(items, figure=executed / "findings.svg")
     except GenerateError as e:
         print(f"book/generate.py: {e}", file=sys.stderr)
         return 1
     pages = (("claims.md", claims_page(items)), ("references.md", references_page(items)),
-             ("runtimes.md", runtimes_page(items)), ("scales.md", scales_table()), ("findings.md", front))
+             ("runtimes.md", runtimes_page(items)), ("scales.md", scales_table()), ("findings.md", front),
+             ("protocol.md", protocol_page(items)))
     for name, text in pages:
         tmp = executed / f".{name}.partial"
         tmp.write_text(text, encoding="utf-8")
         os.replace(tmp, executed / name)
     n_ref = sum(it["reference"] is not None for it in items)
-    print(f"book/generate.py: wrote {EXECUTED}/claims.md, references.md, runtimes.md, scales.md and findings.md for "
+    print(f"book/generate.py: wrote {EXECUTED}/claims.md, references.md, runtimes.md, scales.md, findings.md and "
+          f"protocol.md for "
           f"{len(items)} notebooks ({n_ref} with a reference run)")
     return 0
 

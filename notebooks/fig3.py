@@ -102,13 +102,17 @@ ref = reference.show("fig3", fig3.plot, table=False)
 #   over 3 seeds and the 932 paired test images; per seed −0.6, −0.9 and −0.4). So "8–12 feature
 #   updates suffice" holds (the interval lies inside the shared ±2 points of "on par", the paper's
 #   "comparable generalisation"; the $K$ sweep judges the same claim so), and "under one point" is
-#   undecided: three seeds ($t(2) = 4.30$) leave the interval reaching −1.7. What it changes: fewer
+#   undecided, and the 932 test images, not the three seeds, set the interval's width: the spread
+#   of the per-seed differences is 5 % of its variance, the test images 95 %, so its quantile is
+#   1.96 (Welch–Satterthwaite: 671 degrees of freedom), not $t(2) = 4.30$; more seeds would barely
+#   narrow it, more held-out images would. What it changes: fewer
 #   images and a shorter horizon give lower accuracies (about 36–37 %) than every image would, and
 #   the networks reach only 42–46 % training accuracy on the 1,000 images, so this is not the end of
 #   training; the question, large $K$ against $K = 1$ after about ten feature updates with
 #   augmentation, is the paper's.
-# * `gpu`: the `cpu` setting with 24 seeds, so that the interval of the difference narrows
-#   ($t(23)/\sqrt{24}$ = 0.42 against $t(2)/\sqrt{3}$ = 2.48 standard deviations). Not yet run at
+# * `gpu`: the `cpu` setting with 24 seeds, which narrows the seed term of the interval
+#   ($t(23)/\sqrt{24}$ = 0.42 against $t(2)/\sqrt{3}$ = 2.48 standard deviations) but not its
+#   test-image term, the larger at `cpu` (above). Not yet run at
 #   this rate. The earlier 24-seed run at twice the rate for half the steps (lr 0.002, 1,600 steps,
 #   $K = 160$; 278 s of one H100 with JAX 0.11.2, commit d24333b) measured Δ −0.7, 95 % t interval
 #   [−1.2, −0.1] (per seed from −2.8 to +1.4): "under one point" undecided there too, the lag real

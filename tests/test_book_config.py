@@ -439,8 +439,8 @@ def test_generate_shows_reference_runs_first_with_their_provenance(tmp_path, gen
     # the front page's table reads the decisive row's verdict and measurement from the reference run
     front = (tmp_path / "book" / "executed" / "findings.md").read_text()
     assert ("| Fig. 2: on par | p | {doc}`fig2 <executed/fig2>` (cpu) | **yes** | Δ +0.4 pts | stability not recorded | "
-            "{doc}`ntk <executed/ntk>` (K = 1…): **yes** (stability not recorded); {doc}`fig5 <executed/fig5>` (x…): "
-            "no reference run; {doc}`limit <executed/limit>` (x…): no reference run |") in front
+            "{doc}`ntk <executed/ntk>` (K = 1 ≈ large K): **yes** (stability not recorded); {doc}`fig5 <executed/fig5>` "
+            "(x): no reference run; {doc}`limit <executed/limit>` (x): no reference run |") in front
     monkeypatch.setattr(generate, "FINDINGS", (Finding("Fig. 2", "on par", "p", Evidence("fig2", "no such row")),))
     assert generate.main(["--root", str(tmp_path)]) == 1  # a row the table names must exist
     monkeypatch.setattr(generate, "FINDINGS", ())

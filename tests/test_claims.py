@@ -103,7 +103,7 @@ def test_publish_and_collect(tmp_path):
     html = table._repr_html_()
     assert html.count("<tr>") == 1 + len(ROWS) and "\\|" not in html and "large K | on par" in html
     doc = json.loads((tmp_path / "fig3.json").read_text(encoding="utf-8"))
-    assert doc == {"name": "fig3", "scale": "smoke", "rows": [r._asdict() for r in ROWS]}
+    assert doc == {"name": "fig3", "scale": "smoke", "rows": [r.asdict() for r in ROWS]}
     (tmp_path / "broken.json").write_text("{")
     md = collect_claims(tmp_path)
     assert md.index("## broken") < md.index("## fig3 (scale: smoke)")

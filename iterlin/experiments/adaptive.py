@@ -68,6 +68,7 @@ from ..data import Dataset
 from ..repro.plotting import CROSS_SIZE, as_1d, bad_argument, bound_panel, check_axes, legend, mean_se, panels, real_array
 from ..relin import adaptive
 from ..repro.stats import Difference, final_difference, pct, runs_of, seed_interval
+from . import protocol
 from ._common import (
     Experiment,
     STABLE,
@@ -228,10 +229,10 @@ class Setting(NamedTuple):
     par: str
 
 
-def per_policy(results: Results) -> tuple[list[Setting], list[Setting]]:
+def per_policy(results: Results, margin: float = ON_PAR) -> tuple[list[Setting], list[Setting]]:
     """Each setting against K = 1, paired by seed and test image (:func:`~iterlin.repro.stats.final_difference`
-    of the final test accuracies): ``(fixed, adaptive)``, every fixed K > 1 (∞ included) in
-    increasing K and every tolerance in increasing order; ``([], [])`` without a K = 1 run.
+    of the final test accuracies), on par within ``margin``: ``(fixed, adaptive)``, every fixed K > 1
+    (∞ included) in increasing K and every tolerance in increasing order; ``([], [])`` without a K = 1 run.
     """
     hf = results.fixed
     i1 = _fixed_runs(results, 1)
@@ -244,7 +245,7 @@ def per_policy(results: Results) -> tuple[list[Setting], list[Setting]]:
     def row(j, K=None, tol=None):
         d = final_difference(results, i1, j)
         return Setting(K, tol, int(n[j].max()), d,
-                       "no" if div[np.concatenate([i1, j])].any() else on_par(d, ON_PAR))
+                       "no" if div[np.concatenate([i1, j])].any() else on_par(d, margin))
 
     fixed = [row(_fixed_runs(results, k), K=float(k)) for k in sorted(set(K[K > 1].tolist()))]
     return fixed, [row(_adaptive_runs(results, t), tol=float(t)) for t in _tolerances(results)]
@@ -322,7 +323,8 @@ def even_fraction(n, f) -> np.ndarray:
         return np.where(n > 0, np.floor(f * n + 1e-9) / n, np.nan)
 
 
-def _divergence(results: Results) -> Claim:
+@protocol.rule("adaptive.finite")
+def runs_finite(row, results: Results) -> Claim:
     """The divergence row, runs named ``K=10`` (fixed) or ``tol=0.01`` (adaptive), with their seed."""
 
     def label(name: str, h: Mapping, i: int) -> str:
@@ -332,16 +334,13 @@ def _divergence(results: Results) -> Claim:
     return divergence_claim({"K": results.fixed, "tol": results.adaptive}, label, prefix=False)
 
 
-def claims(results: Results) -> list[Claim]:
-    """Adaptive placement reaches K = 1 with fewer updates than the fixed period that does
-    (:func:`fewer_updates`); adaptive runs place their updates early (:func:`placement`); divergence.
-    Every accuracy comparison through the shared noise rule."""
-    fixed, adapt = per_policy(results)
+@protocol.rule("adaptive.fewer_updates", needs=("margin",))
+def fewer(row, results: Results) -> tuple[str, str, str]:
+    """Adaptive placement reaches K = 1 within the row's margin with fewer updates than the fixed
+    period that does (:func:`fewer_updates` of :func:`per_policy`)."""
+    fixed, adapt = per_policy(results, row.margin)
     T = int(np.asarray(results.fixed["step"])[-1])
     noise = (fixed or adapt)[0].diff.counts() if (fixed or adapt) else ""
-
-    # 1. fewer feature updates at K = 1's accuracy
-    holds = fewer_updates(fixed, adapt)
     on_f = [f for f in fixed if f.par == "yes"]
     on_a = [a for a in adapt if a.par == "yes"]
     if not fixed or not adapt:
@@ -352,52 +351,55 @@ def claims(results: Results) -> list[Claim]:
         measured = f"{F}, {A}; " + "; ".join(
             [f"K={fmt_K(f.K)} ({f.relin}): {f.diff.short()} {f.par}" for f in fixed]
             + [f"tol={a.tol:g} ({a.relin}): {a.diff.short()} {a.par}" for a in adapt])
-    fewer = Claim(
-        "adaptive placement reaches K = 1's accuracy with fewer feature updates than the fixed period that does",
-        "(not in the paper: its K is a fixed period, T/K updates)", measured, holds,
-        f"per setting: final test acc. minus K = 1, {on_par_rule(ON_PAR)} ({noise}; a diverged run is 'no'); "
-        "updates n = the most re-linearisations over seeds; F, A = the fewest n on par among fixed K > 1, "
-        "among tolerances; 'yes' when a tolerance on par has n below every fixed K on par or undecided; "
-        f"'no' when each tolerance is not on par or uses ≥ n of a fixed K on par; else undecided; T = {T} steps",
-    )
+    return (measured, fewer_updates(fixed, adapt),
+            f"per setting: final test acc. minus K = 1, {on_par_rule(row.margin)} ({noise}; a diverged run is 'no'); "
+            "updates n = the most re-linearisations over seeds; F, A = the fewest n on par among fixed K > 1, "
+            "among tolerances; 'yes' when a tolerance on par has n below every fixed K on par or undecided; "
+            f"'no' when each tolerance is not on par or uses ≥ n of a fixed K on par; else undecided; T = {T} steps")
 
-    # 2. where the adaptive runs put their updates (a measurement, decided over seeds)
+
+@protocol.rule("adaptive.early")
+def early(row, results: Results) -> tuple[str, str, str]:
+    """Where the adaptive runs put their updates (:func:`placement`): the excess of their share by
+    T/2 over an even period's, above 0 beyond noise over seeds for every tolerance."""
+    rule = ("per tolerance that re-linearised in every seed: excess = share of its re-linearisations made by T/2 "
+            "minus ⌊n/2⌋/n (n spread evenly, as a fixed period); 'yes' when the 95 % t interval over seeds lies "
+            "above 0, 'no' when wholly at or below; undecided with one seed; 'yes' overall when every tolerance is")
     p = placement(results)
     half = int(np.flatnonzero(p.fractions == 0.5)[0]) if (p.fractions == 0.5).any() else -1
     usable = [i for i in range(len(p.tol)) if (p.n[i] > 0).all()]
     if half < 0 or not usable:
-        early = Claim("adaptive runs make more of their updates in the first half of training than an even period",
-                      "(not in the paper)", "no adaptive run re-linearised in every seed", NA,
-                      "needs a tolerance that re-linearised in every seed")
-    else:
-        verdicts, parts = [], []
-        for i in usable:
-            ex = p.excess[i, :, half]
-            v = beyond(ex, 0.0, above=True)
-            verdicts.append(v)
-            m, _, lo, hi = seed_interval(ex)
-            interval = "" if not math.isfinite(lo) else f" [{pct(lo)}, {pct(hi)}]"
-            parts.append(f"tol={p.tol[i]:g}: first half {pct(np.nanmean(p.early[i, :, half]))} of "
-                         f"{np.mean(p.n[i]):.0f} (even {pct(np.nanmean(p.even[i, :, half]))}), "
-                         f"excess {pct(m)}{interval} {v}")
-        early = Claim(
-            "adaptive runs make more of their updates in the first half of training than an even period",
-            "(not in the paper; features move fastest early, Figs. 6-7)", "; ".join(parts), all_verdicts(verdicts),
-            "per tolerance that re-linearised in every seed: excess = share of its re-linearisations made by T/2 "
-            "minus ⌊n/2⌋/n (n spread evenly, as a fixed period); 'yes' when the 95 % t interval over seeds lies "
-            "above 0, 'no' when wholly at or below; undecided with one seed; 'yes' overall when every tolerance is",
-        )
-    return [fewer, early, _stability(results), _divergence(results)]
+        return "no adaptive run re-linearised in every seed", NA, "needs a tolerance that re-linearised in every seed"
+    verdicts, parts = [], []
+    for i in usable:
+        ex = p.excess[i, :, half]
+        v = beyond(ex, 0.0, above=True)
+        verdicts.append(v)
+        m, _, lo, hi = seed_interval(ex)
+        interval = "" if not math.isfinite(lo) else f" [{pct(lo)}, {pct(hi)}]"
+        parts.append(f"tol={p.tol[i]:g}: first half {pct(np.nanmean(p.early[i, :, half]))} of "
+                     f"{np.mean(p.n[i]):.0f} (even {pct(np.nanmean(p.even[i, :, half]))}), "
+                     f"excess {pct(m)}{interval} {v}")
+    return "; ".join(parts), all_verdicts(verdicts), rule
 
 
-def _stability(results: Results) -> Claim:
+@protocol.rule("adaptive.stable", needs=("margin",))
+def stable(row, results: Results) -> Claim:
     """The stability row over both sweeps (an adaptive run's history records K = ∞, no fixed
     period; it is named by its tolerance)."""
     fixed, adapt = results.fixed, results.adaptive
     h = pooled_runs([fixed, adapt])
     h["label"] = ([f"K={fmt_K(k)}" for k in np.asarray(fixed["K"], np.float64)]
                   + [f"tol={float(t):g}" for t in np.asarray(adapt["tol"], np.float64)])
-    return sharpness_claim(h)
+    return sharpness_claim(h, row.margin)
+
+
+def claims(results: Results) -> list[Claim]:
+    """The rows of adaptive in ``claims.toml`` (:mod:`~iterlin.experiments.protocol`): adaptive
+    placement reaches K = 1 with fewer updates than the fixed period that does (:func:`fewer`);
+    adaptive runs place their updates early (:func:`early`); stability (:func:`stable`);
+    divergence (:func:`runs_finite`). Every accuracy comparison through the shared noise rule."""
+    return protocol.claims("adaptive", results)
 
 
 EXPERIMENT = Experiment("adaptive", SCALES, load, compute, claims, __name__, Config, Results)

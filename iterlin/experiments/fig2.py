@@ -29,10 +29,11 @@ from typing import ClassVar, NamedTuple
 import matplotlib.pyplot as plt
 import numpy as np
 
-from ..repro.claims import Claim, divergence_claim, on_par_claim, sharpness_claim
+from ..repro.claims import Claim
 from ..repro.config import Factor, Images, Period, Rate, Steps, TestImages, resolve
 from ..data import Dataset
 from ..repro.plotting import bound_panel, legend, panels, plot_sweep
+from . import protocol
 from ._common import Experiment, Seeds, Sharpness, Sweep, check_sharpness, checkpoint_path, cnn_sweep, load_data
 from ._common import sharpness_callback
 
@@ -146,18 +147,10 @@ def compute(config: Config, data: Dataset, *, checkpoint_dir=None, progress: boo
 
 
 def claims(results: Results) -> list[Claim]:
-    """Large K on par with K = 1, full batch and mini-batch (``"no (unstable)"`` where the large
-    K's linear model was unstable); whether each panel's linear model stayed under its bound;
+    """The rows of fig2 in ``claims.toml`` (:mod:`~iterlin.experiments.protocol`): large K on par
+    with K = 1, full batch and mini-batch; whether each panel's linear model stayed under its bound;
     divergence."""
-    n = int(results.n_test)
-    full, mini = results.full, results.mini
-    return [
-        on_par_claim("full batch: large K performs on par with K = 1", "on par (Fig. 2 left)", full, n_test=n),
-        on_par_claim("mini-batch: large K performs on par with K = 1", "on par (Fig. 2 centre)", mini, n_test=n),
-        sharpness_claim(full, panel="full batch"),
-        sharpness_claim(mini, panel="mini-batch"),
-        divergence_claim({"full batch": full, "mini-batch": mini}),
-    ]
+    return protocol.claims("fig2", results)
 
 
 EXPERIMENT = Experiment("fig2", SCALES, load, compute, claims, __name__, Config, Results)

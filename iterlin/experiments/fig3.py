@@ -21,11 +21,11 @@ from typing import ClassVar, NamedTuple
 import matplotlib.pyplot as plt
 import numpy as np
 
-from ..repro.claims import UNDECIDED, UNSTABLE, Claim, divergence_claim, on_par_claim, sharpness_claim, verdict
+from ..repro.claims import Claim
 from ..repro.config import resolve
 from ..data import Dataset
 from ..repro.plotting import bound_panel, legend, panels, plot_sweep
-from ..repro.stats import pct, runs_of
+from . import protocol
 from ._common import (
     STABLE,
     Experiment,
@@ -94,32 +94,9 @@ def compute(config: Config, data: Dataset, *, checkpoint_dir=None, progress: boo
 
 
 def claims(results: Results) -> list[Claim]:
-    """|Δ| < 1 point between K = 1 and large K (the shared noise rule, over seeds, paired on the
-    test images); 82.3 % at paper scale; 8–12 updates suffice (on par within the shared ±2 points,
-    :data:`~iterlin.repro.claims.ON_PAR`, with ≤ 12 re-linearisations)."""
-    h, config = results.runs, results.config
-    K, acc = np.asarray(h["K"]), np.asarray(h["net_test_acc"], np.float64)[:, -1]
-    gap = on_par_claim("SGD + augmentation: large K ends under 1 point from K = 1", "82.3 % vs 81.4 % (Δ 0.9 pts)",
-                       h, n_test=int(results.n_test), tol=0.01)
-    k1 = acc[runs_of(h, 1)].mean()
-    top = Claim(
-        "K = 1 reaches 82.3 % test accuracy", "82.3 %", f"{pct(k1)} (mean over seeds)",
-        verdict(abs(k1 - 0.823) <= 0.02, applicable=config.scale == "paper"),
-        "|Δ| ≤ 2 points; judged only at scale 'paper' (fewer images and steps here)",
-    )
-    j = runs_of(h, K.max())[0]
-    relin = int(np.asarray(h["n_relin"])[j, -1])
-    match = on_par_claim("", "", h, n_test=int(results.n_test))  # "comparable": the shared ±2 points
-    few = Claim(
-        "8-12 feature updates suffice to match K = 1", "8-12 re-linearisations",
-        match.measured,
-        match.holds if match.holds in (UNSTABLE, UNDECIDED) else
-        verdict(match.holds == "yes" and relin <= 12, applicable=match.holds in ("yes", "no")),
-        "≤ 12 re-linearisations, and the large-K run on par with K = 1: " + match.rule
-        + " (the paper's \"comparable generalisation\", judged as the K sweep judges it; the row "
-        f"above is the stricter ±1 point of Fig. 3's own numbers); undecided or '{UNSTABLE}' when that is",
-    )
-    return [gap, top, few, sharpness_claim(h), divergence_claim({"runs": h})]
+    """The rows of fig3 in ``claims.toml`` (:mod:`~iterlin.experiments.protocol`): |Δ| < 1 point
+    between K = 1 and large K; 82.3 % at paper scale; 8–12 updates suffice; stability; divergence."""
+    return protocol.claims("fig3", results)
 
 
 EXPERIMENT = Experiment("fig3", SCALES, load, compute, claims, __name__, Config, Results)

@@ -53,7 +53,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import optax
 
-from ..repro.claims import NA, UNDECIDED, Claim, beyond, divergence_claim, on_par_claim, sharpness_claim
+from ..repro.claims import NA, UNDECIDED, Claim, beyond
 from ..repro.config import BNMode, Flag, Images, Period, Positive, Rate, Steps, TestImages, resolve
 from ..data import Dataset
 from ..repro.failures import EXPLODING, exploded_runs
@@ -63,6 +63,7 @@ from ..repro.plotting import bound_panel, legend, panels, plot_sweep
 from ..repro.stats import seed_interval
 from ..training import train_sweep
 from ..tree import tree_index, tree_stack
+from . import protocol
 from ._common import (
     Experiment,
     Seeds,
@@ -79,8 +80,8 @@ from ._common import (
 )
 
 __all__ = [
-    "Results", "SCALES", "EXPERIMENT", "Panel", "PANELS", "panel_settings", "ALPHA", "load", "compute", "claims", "net_test_callback", "fisher_one_sided", "sharpest_per_seed", "bn_bound_claim",
-    "divergence_counts", "bn_divergence_claim", "plot",
+    "Results", "SCALES", "EXPERIMENT", "Panel", "PANELS", "panel_settings", "load", "compute", "claims", "net_test_callback", "fisher_one_sided", "sharpest_per_seed", "bn_bound",
+    "divergence_counts", "bn_divergence", "plot",
 ]
 
 INF = math.inf
@@ -267,35 +268,32 @@ def divergence_counts(results: Results) -> tuple[int, int, int, int]:
     return int(d_b.sum()), int(d_b.size), int(d_nb.sum()), int(d_nb.size)
 
 
-#: The one-sided level of the BatchNorm divergence test.
-ALPHA = 0.05
-
-
 def _rates(results: Results) -> dict[str, str]:
     """Each panel's learning rates as text (``"0.001"``, or ``"0.001, 0.003"``), for the claims rows."""
     return {p: ", ".join(f"{v:g}" for v in np.unique(np.asarray(getattr(results, p)["lr"], np.float64)))
             for p in PANELS}
 
 
-def bn_divergence_claim(results: Results) -> Claim:
+@protocol.rule("fig4.divergence_count", needs=("margin",))
+def bn_divergence(row, results: Results) -> tuple[str, str, str]:
     """"BatchNorm runs diverge more easily": the counts of diverged runs with and without BatchNorm
-    (every seed and K), decided by Fisher's exact test, one-sided each way at :data:`ALPHA`."""
+    (every seed and K), decided by Fisher's exact test, one-sided each way at the row's margin."""
+    alpha = row.margin
     a, n_a, b, n_b = divergence_counts(results)
     more, less = fisher_one_sided(a, n_a, b, n_b), fisher_one_sided(b, n_b, a, n_a)
-    holds = "yes" if more < ALPHA else ("no" if less < ALPHA else UNDECIDED)
+    holds = "yes" if more < alpha else ("no" if less < alpha else UNDECIDED)
     lr = _rates(results)
     same = lr["bn"] == lr["no_bn"] and np.array_equal(np.unique(np.asarray(results.bn["K"], np.float64)),
                                                       np.unique(np.asarray(results.no_bn["K"], np.float64)))
     setting = ("the same learning rate and K in both panels" if same
                else "learning rates or K differ between the panels (as in the paper)")
-    return Claim(
-        "BatchNorm runs diverge more easily", "far more likely to diverge (no counts given)",
+    return (
         f"diverged or loss exploded: BN {a}/{n_a} runs (lr {lr['bn']}), no BN {b}/{n_b} runs (lr {lr['no_bn']}); "
         f"one-sided Fisher p = {more:.2f} (BN more), {less:.2f} (BN fewer)",
         holds,
         f"Fisher's exact test on the counts of diverged runs (stopped by the guard, or a loss above {EXPLODING:g}× its "
-        f"start): yes when BN diverged more often at p < {ALPHA:g}, "
-        f"no when less often at p < {ALPHA:g}, else undecided (no divergence at all decides nothing); {setting}",
+        f"start): yes when BN diverged more often at p < {alpha:g}, "
+        f"no when less often at p < {alpha:g}, else undecided (no divergence at all decides nothing); {setting}",
     )
 
 
@@ -310,24 +308,28 @@ def sharpest_per_seed(h: Mapping) -> tuple[np.ndarray, np.ndarray]:
     return uniq, top
 
 
-def bn_bound_claim(results: Results) -> Claim:
+@protocol.rule("fig4.bound")
+def bn_bound(row, results: Results) -> tuple[str, str, str]:
     """"BatchNorm lowers the rate at which a linearisation diverges": the stability bound 2/λ_max(θ_s)
     of the linear model (Sec. 3: gradient descent on it diverges once η > 2/λ_max), compared seed
-    by seed through the largest λ_max each seed's runs recorded (:func:`sharpest_per_seed`). Per
+    by seed through the largest λ_max each seed's runs recorded (:func:`sharpest_per_seed`) at the
+    linearisations they trained on (every record but the last step's, on which no step was taken). Per
     seed d = log₁₀(λ_max with BN / λ_max without); decided by the 95 % t interval of the mean of d
     over the seeds both panels recorded (:func:`iterlin.repro.claims.beyond`): "yes" above 0 (BatchNorm's
     bound lower), "no" below, else undecided; n/a without a record in both panels."""
-    claim = "BatchNorm lowers the linear model's stability bound 2/λ_max (the rate at which it diverges)"
-    paper = "BN runs far more likely to diverge, hence a smaller K"
     rule = ("per seed d = log₁₀ of the largest λ_max recorded along its BN runs over that along its no-BN runs "
-            "(every K; λ_max of the linear model's curvature on the first training images, power iteration: a lower "
-            "bound); 'yes' when the 95 % t interval of mean d over seeds lies above 0, 'no' when below, else undecided")
+            "(every K; only the linearisations trained on: the record at the last step, a linearisation no step "
+            "was taken on, is left out; λ_max of the linear model's curvature on the first training images, power "
+            "iteration: a lower bound); 'yes' when the 95 % t interval of mean d over seeds lies above 0, 'no' when "
+            "below, else undecided")
     if any("sharpness" not in getattr(results, p) for p in PANELS):
-        return Claim(claim, paper, "no sharpness record", NA, rule)
-    (s_b, l_b), (s_n, l_n) = (sharpest_per_seed(h) for h in (results.bn, results.no_bn))
+        return "no sharpness record", NA, rule
+    trained = ({"seed_index": h["seed_index"], "sharpness": np.asarray(h["sharpness"], np.float64)[:, :-1]}
+               for h in (results.bn, results.no_bn))  # the record at the last step: never trained on
+    (s_b, l_b), (s_n, l_n) = (sharpest_per_seed(h) for h in trained)
     common = np.intersect1d(s_b[np.isfinite(l_b)], s_n[np.isfinite(l_n)])
     if common.size == 0:
-        return Claim(claim, paper, "no sharpness record in both panels", NA, rule)
+        return "no sharpness record in both panels", NA, rule
     lb, ln = l_b[np.isin(s_b, common)], l_n[np.isin(s_n, common)]
     d = np.log10(lb / ln)
     m, _, lo, hi = seed_interval(d)
@@ -336,25 +338,15 @@ def bn_bound_claim(results: Results) -> Claim:
     measured = (f"largest λ_max per seed, median over {common.size} seeds: BN {np.median(lb):.0f} (lr {lr['bn']}, "
                 f"augmented), no BN {np.median(ln):.0f} (lr {lr['no_bn']}); mean log₁₀ ratio {m:+.2f}, "
                 f"95 % t interval {interval}, i.e. BN/no BN ×{10 ** m:.2f}")
-    return Claim(claim, paper, measured, beyond(d, 0.0, above=True), rule)
+    return measured, beyond(d, 0.0, above=True), rule
 
 
 def claims(results: Results) -> list[Claim]:
-    """Large K on par with SGD without and with BatchNorm (the shared noise rule, over seeds, paired
-    on the test images); BatchNorm runs diverge more easily (counts, Fisher's exact test) and
-    BatchNorm lowers the linear model's stability bound (seeds, t interval); every run finite."""
-    n_test = int(results.n_test)
-    nb, b = results.no_bn, results.bn
-    rows = [
-        on_par_claim("no BatchNorm: large K ≈ SGD (K = 1)", "similar test accuracy (Fig. 4 left)", nb, n_test=n_test),
-        on_par_claim("BatchNorm + augmentation: large K ≈ SGD (K = 1)", "similar test accuracy (Fig. 4 right)", b,
-                     n_test=n_test),
-        bn_divergence_claim(results),
-        bn_bound_claim(results),
-        divergence_claim({"no BN": nb, "BN": b}),
-    ]
-    rows += [sharpness_claim(h, panel=panel) for panel, h in (("no BatchNorm", nb), ("BatchNorm + augmentation", b))]
-    return rows
+    """The rows of fig4 in ``claims.toml`` (:mod:`~iterlin.experiments.protocol`): large K on par
+    with SGD without and with BatchNorm; BatchNorm runs diverge more easily (:func:`bn_divergence`)
+    and BatchNorm lowers the linear model's stability bound (:func:`bn_bound`); every run finite;
+    each panel's linear model stable."""
+    return protocol.claims("fig4", results)
 
 
 EXPERIMENT = Experiment("fig4", SCALES, load, compute, claims, __name__, Config, Results)

@@ -30,10 +30,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from ..repro.claims import (
-    CONVERGED,
     EXCEEDS_RULE,
     NA,
-    ON_PAR,
     UNDECIDED,
     Claim,
     divergence_claim,
@@ -50,6 +48,7 @@ from ..data import Dataset, load_cifar10
 from ..repro.plotting import bound_panel, legend, panels, plot_sweep, set_log_ticks
 from ..analysis.probes import heldout_tracker
 from ..repro.stats import Difference, difference, num, pct, runs_of
+from . import protocol
 from ._common import (
     Experiment,
     Seeds,
@@ -309,84 +308,119 @@ def gain_difference(results: Results, ia, ib) -> Difference:
     return difference(ga, gb, n_test=n, test_var=test_var)
 
 
-def claims(results: Results) -> list[Claim]:
-    """Fig. 5: finite K scale like K = 1; K = ∞ scales worse; the higher lr is not the cause.
+class _Scaling(NamedTuple):
+    """What fig5's rows read from the results: each run's K and rate (as a history), the early-stopped
+    accuracies (N, R) and how they were stopped, the sizes, the gains, the final train accuracies."""
 
-    Every comparison goes through the shared noise rule, over seeds; a scaling row is judged only
-    when every run it compares fitted its training set at every size (the paper trains to
-    convergence): else n/a. The stability row judges the linear models of every size's K > 1 runs
-    together (:func:`~iterlin.repro.claims.sharpness_claim` of :func:`~iterlin.repro.claims.pooled_runs`)."""
-    K, lr = np.asarray(results.K), np.asarray(results.lr)
+    h: dict
+    best: np.ndarray
+    how: str
+    sizes: np.ndarray
+    gain: np.ndarray
+    span: str
+    train: np.ndarray
+
+    def fitted(self, threshold: float, *idx) -> bool:
+        """Whether the runs ``idx`` end at ≥ ``threshold`` train accuracy at every size."""
+        return bool(self.train[:, np.concatenate(idx)].min() >= threshold)
+
+
+def _scaling(results: Results) -> _Scaling:
     best, how = stopped(results)  # (N, R)
     sizes = np.asarray(results.n_train)
-    lr0, lr_inf = results.config.lr, results.config.lr_inf
-    h = {"K": K, "lr": lr}
-    gain = _gain(best)
-    span = f"n={int(sizes[0])}→{int(sizes[-1])}"
+    return _Scaling({"K": np.asarray(results.K), "lr": np.asarray(results.lr)}, best, how, sizes, _gain(best),
+                    f"n={int(sizes[0])}→{int(sizes[-1])}", np.asarray(results.final_train_acc, np.float64))
+
+
+#: the scaling rows' words when a run they compare did not fit its training set
+_NOT_CONVERGED = "; not judged: a run it compares did not fit its training set (row 'trained to convergence')"
+
+
+@protocol.rule("fig5.converged", needs=("value",), metrics=("final_train_acc",))
+def converged(row, results: Results) -> tuple[str, str, str]:
+    """Every run ends at ≥ ``row.value`` train accuracy (the paper trains to convergence)."""
     train = np.asarray(results.final_train_acc, np.float64)
-    converged = bool(train.min() >= CONVERGED)
+    return (f"final train acc. ≥ {pct(train.min())}", verdict(bool(train.min() >= row.value)),
+            f"every run ≥ {pct(row.value, 0)} train accuracy at its last step (of the model it trains)")
 
-    def fitted(*idx) -> bool:
-        """Whether the runs ``idx`` end at ≥ :data:`CONVERGED` train accuracy at every size."""
-        return bool(train[:, np.concatenate(idx)].min() >= CONVERGED)
 
-    conv = Claim(
-        "runs are trained to convergence", "100 % train accuracy", f"final train acc. ≥ {pct(train.min())}",
-        verdict(converged), f"every run ≥ {pct(CONVERGED, 0)} train accuracy at its last step (of the model it trains)",
-    )
-    not_conv = "; not judged: a run it compares did not fit its training set (row 'trained to convergence')"
-    i1 = runs_of(h, 1, lr0)
-    finite = [k for k in np.unique(K[np.isfinite(K) & (K > 1)]) if runs_of(h, k, lr0).size]
-    if len(sizes) < 2:
-        scale_rows = [Claim("data scaling", "Fig. 5", "one training-set size only", verdict(None), "needs ≥ 2 sizes")]
-    else:
-        diffs = {k: gain_difference(results, i1, runs_of(h, k, lr0)) for k in finite}
-        fits = fitted(i1, *(runs_of(h, k, lr0) for k in finite))
-        verdicts = [on_par(d, SCALING_TOL) for d in diffs.values()]
-        holds = ("no" if "no" in verdicts else UNDECIDED if UNDECIDED in verdicts else "yes") if finite else NA
-        measured = f"gain {span}: K=1 {num(100 * gain[i1].mean(), 1)} pts; " + "; ".join(
-            f"K={fmt_K(k)} {num(100 * gain[runs_of(h, k, lr0)].mean(), 1)} pts ({d.describe()})"
-            for k, d in diffs.items()
-        )
-        scale_rows = [Claim(
-            "every finite K scales with data like K = 1", "same rate for all finite K", measured,
-            holds if fits else NA,
-            f"gain = early-stopped test acc. ({how}) at the largest n minus the smallest; "
-            + on_par_rule(SCALING_TOL) + ", for every finite K" + ("" if fits else not_conv),
-        )]
-        iinf, ic = runs_of(h, math.inf, lr_inf), runs_of(h, 1, lr_inf)
-        d = gain_difference(results, iinf, ic)  # gain_1 − gain_∞
-        fits = fitted(iinf, ic)
-        scale_rows.append(Claim(
-            "K = ∞ (no feature learning) scales worse", "worse than every finite K",
-            f"gain {span}: K=∞ (linear model) {num(100 * gain[iinf].mean(), 1)} pts; K=1 (same lr) "
-            f"{num(100 * gain[ic].mean(), 1)} pts; gain_1 − gain_∞: {d.describe()}",
+@protocol.rule("fig5.scales_like", needs=("margin", "value"), metrics=("stopped_test_acc",))
+def scales_like(row, results: Results) -> tuple[str, str, str]:
+    """Every finite K's gain from the smallest to the largest size on par with K = 1's within the
+    row's margin; judged only when every run compared fitted its set (``row.value``)."""
+    s, lr0 = _scaling(results), results.config.lr
+    if len(s.sizes) < 2:
+        return "one training-set size only", verdict(None), "needs ≥ 2 sizes"
+    i1 = runs_of(s.h, 1, lr0)
+    finite = [k for k in np.unique(s.h["K"][np.isfinite(s.h["K"]) & (s.h["K"] > 1)]) if runs_of(s.h, k, lr0).size]
+    diffs = {k: gain_difference(results, i1, runs_of(s.h, k, lr0)) for k in finite}
+    fits = s.fitted(row.value, i1, *(runs_of(s.h, k, lr0) for k in finite))
+    verdicts = [on_par(d, row.margin) for d in diffs.values()]
+    holds = ("no" if "no" in verdicts else UNDECIDED if UNDECIDED in verdicts else "yes") if finite else NA
+    measured = f"gain {s.span}: K=1 {num(100 * s.gain[i1].mean(), 1)} pts; " + "; ".join(
+        f"K={fmt_K(k)} {num(100 * s.gain[runs_of(s.h, k, lr0)].mean(), 1)} pts ({d.describe()})"
+        for k, d in diffs.items())
+    return (measured, holds if fits else NA,
+            f"gain = early-stopped test acc. ({s.how}) at the largest n minus the smallest; "
+            + on_par_rule(row.margin) + ", for every finite K" + ("" if fits else _NOT_CONVERGED))
+
+
+@protocol.rule("fig5.inf_worse", needs=("value",), metrics=("stopped_test_acc",))
+def infinity_worse(row, results: Results) -> tuple[str, str, str]:
+    """K = ∞ gains less than K = 1 at the same rate (lr_inf), beyond noise; judged only when both
+    fitted their sets (``row.value``)."""
+    s, lr_inf = _scaling(results), results.config.lr_inf
+    if len(s.sizes) < 2:
+        return "one training-set size only", verdict(None), "needs ≥ 2 sizes"
+    iinf, ic = runs_of(s.h, math.inf, lr_inf), runs_of(s.h, 1, lr_inf)
+    d = gain_difference(results, iinf, ic)  # gain_1 − gain_∞
+    fits = s.fitted(row.value, iinf, ic)
+    return (f"gain {s.span}: K=∞ (linear model) {num(100 * s.gain[iinf].mean(), 1)} pts; K=1 (same lr) "
+            f"{num(100 * s.gain[ic].mean(), 1)} pts; gain_1 − gain_∞: {d.describe()}",
             exceeds(d) if fits else NA,
-            f"gain_1 − gain_∞ at the same learning rate (lr_inf), {how}: " + EXCEEDS_RULE
-            + ("" if fits else not_conv),
-        ))
-    ic = runs_of(h, 1, lr_inf)
+            f"gain_1 − gain_∞ at the same learning rate (lr_inf), {s.how}: " + EXCEEDS_RULE
+            + ("" if fits else _NOT_CONVERGED))
+
+
+@protocol.rule("fig5.lr_control", needs=("margin",), metrics=("stopped_test_acc",))
+def lr_control(row, results: Results) -> tuple[str, str, str]:
+    """K = 1 at lr and at lr_inf on par at the largest size (the higher rate of K = ∞ is not the cause)."""
+    s, lr0, lr_inf = _scaling(results), results.config.lr, results.config.lr_inf
     if lr_inf == lr0:
-        control = Claim("the higher lr of K = ∞ does not explain the gap", "K = 1 at 1e-3 ≈ K = 1 at 1e-5",
-                        f"lr_inf = lr = {lr0:g}: no separate control", verdict(None), "needs lr_inf ≠ lr")
-    else:
-        hits = results.stopped_test_correct  # None: unpaired on the test images
-        d = difference(best[-1, i1], best[-1, ic], n_test=int(results.n_test),
-                       correct_a=None if hits is None else hits[-1, i1],
-                       correct_b=None if hits is None else hits[-1, ic])
-        control = Claim(
-            "the higher lr of K = ∞ does not explain the gap", "K = 1 at 1e-3 ≈ K = 1 at 1e-5",
-            f"K=1 at n={int(sizes[-1])}: {pct(best[-1, i1].mean())} (lr {lr0:g}) vs {pct(best[-1, ic].mean())} "
-            f"(lr {lr_inf:g}); {d.describe()}",
-            on_par(d, ON_PAR), on_par_rule(ON_PAR) + f" ({how}, at the largest n)",
-        )
-    div = {f"n={n}": results.histories[str(int(n))] for n in sizes}
-    stable = sharpness_claim(pooled_runs([results.histories[str(int(n))] for n in sizes]))
-    return [*scale_rows, control, conv, stable, divergence_claim(div)]
+        return f"lr_inf = lr = {lr0:g}: no separate control", verdict(None), "needs lr_inf ≠ lr"
+    i1, ic = runs_of(s.h, 1, lr0), runs_of(s.h, 1, lr_inf)
+    hits = results.stopped_test_correct  # None: unpaired on the test images
+    d = difference(s.best[-1, i1], s.best[-1, ic], n_test=int(results.n_test),
+                   correct_a=None if hits is None else hits[-1, i1],
+                   correct_b=None if hits is None else hits[-1, ic])
+    return (f"K=1 at n={int(s.sizes[-1])}: {pct(s.best[-1, i1].mean())} (lr {lr0:g}) vs "
+            f"{pct(s.best[-1, ic].mean())} (lr {lr_inf:g}); {d.describe()}",
+            on_par(d, row.margin), on_par_rule(row.margin) + f" ({s.how}, at the largest n)")
 
 
-#: "Scales like K = 1": the gains agree within this many points (fraction).
-SCALING_TOL = 0.03
+@protocol.rule("fig5.stable", needs=("margin",))
+def stable(row, results: Results) -> Claim:
+    """The linear models of every size's K > 1 runs judged together (:func:`~iterlin.repro.claims.sharpness_claim`
+    of :func:`~iterlin.repro.claims.pooled_runs`)."""
+    return sharpness_claim(pooled_runs([results.histories[str(int(n))] for n in np.asarray(results.n_train)]),
+                           row.margin)
+
+
+@protocol.rule("fig5.finite")
+def finite(row, results: Results) -> Claim:
+    """No run of any size diverged (each size a panel ``n=<size>``)."""
+    return divergence_claim({f"n={n}": results.histories[str(int(n))] for n in np.asarray(results.n_train)})
+
+
+def claims(results: Results) -> list[Claim]:
+    """The rows of fig5 in ``claims.toml`` (:mod:`~iterlin.experiments.protocol`): finite K scale
+    like K = 1 (:func:`scales_like`); K = ∞ scales worse (:func:`infinity_worse`); the higher lr is
+    not the cause (:func:`lr_control`); the runs fit their sets (:func:`converged`); stability;
+    divergence. Every comparison goes through the shared noise rule, over seeds; a scaling row is
+    judged only when every run it compares fitted its training set at every size (the paper trains
+    to convergence): else n/a."""
+    return protocol.claims("fig5", results)
+
 
 EXPERIMENT = Experiment("fig5", SCALES, load, compute, claims, __name__, Config, Results)
 

@@ -29,7 +29,7 @@ from typing import ClassVar, Mapping, NamedTuple
 import matplotlib.pyplot as plt
 import numpy as np
 
-from ..repro.claims import EXCEEDS_RULE, NA, UNSTABLE, Claim, divergence_claim, exceeds, fmt_K, only_k1_rows, sharpness_claim
+from ..repro.claims import EXCEEDS_RULE, NA, UNSTABLE, Claim, exceeds, fmt_K, only_k1_rows
 from ..repro.config import Flag, Images, Period, Rate, Steps, TestImages, resolve
 from ..data import Dataset
 from ..repro.failures import unstable_among
@@ -37,6 +37,7 @@ from ..models import cnn_features
 from ..repro.plotting import legend, panels, plot_sweep
 from ..analysis.probes import probe_tracker
 from ..repro.stats import difference, pct, runs_of
+from . import protocol
 from ._common import (
     Experiment,
     STABLE,
@@ -194,62 +195,72 @@ def _diverged(h: Mapping, *idx) -> bool:
     return bool(np.asarray(h["diverged"], bool)[np.concatenate(idx)].any())
 
 
-def claims(results: Results) -> list[Claim]:
-    """Per layer: K = 1's probe improves over training; the large K's improves slower and levels off
-    lower. Each is the shared noise rule (:func:`iterlin.repro.stats.difference` then
-    :func:`~iterlin.repro.claims.exceeds`) over the seeds (paired by seed) and the test images: paired on
-    the images where the history records each probe's per-image correctness (:func:`probe_correct`;
-    for the average over evaluation points, the per-image fraction of points right), else two
-    independent binomials (runs made before it was recorded); a comparison involving a diverged
-    K = 1 run is n/a (its probes read a frozen state), one whose large-K run's
-    linear model was unstable (:func:`iterlin.repro.failures.unstable_among`) is :data:`~iterlin.repro.claims.UNSTABLE`."""
+def _probe_rows(row, results: Results):
+    """What a probe row compares: the layer (the row's panel), K = 1's and the large K's runs, the
+    probes' summary and ``diff(what_a, runs_a, what_b, runs_b)`` (B − A, paired on the images when
+    recorded), the note naming unstable large-K runs and the n/a / unstable verdict of a comparison."""
     h = results.runs
-    if (rows := only_k1_rows("fig6", h)) is not None:
-        return rows
-    K = np.asarray(h["K"], np.float64)
-    Kj = K.max()
+    layer = row.panels[0]
+    Kj = np.asarray(h["K"], np.float64).max()
     i1, j = runs_of(h, 1), runs_of(h, Kj)
-    n_test, n_probe = int(results.n_test), int(results.n_probe)
-    where = f"probes on {n_probe} training images, scored on {n_test} test images"
+    n_test = int(results.n_test)
+    s, c = probe_summary(h, layer), probe_correct(h, layer)
+
+    def diff(what_a, ia, what_b, ib):
+        pair = {} if c is None else {"correct_a": getattr(c, what_a)[ia], "correct_b": getattr(c, what_b)[ib]}
+        return difference(getattr(s, what_a)[ia], getattr(s, what_b)[ib], n_test=n_test, **pair)
+
     unstable = unstable_among(h, j)
     note = "; unstable: " + "; ".join(unstable) if unstable else ""
+    where = f"probes on {int(results.n_probe)} training images, scored on {n_test} test images"
+    k1_diverged = _diverged(h, i1)
+    return h, Kj, i1, j, s, diff, note, where, k1_diverged, bool(unstable)
 
-    def against_k1(diff):  # a row comparing the large K with K = 1
-        return NA if _diverged(h, i1) else UNSTABLE if unstable else exceeds(diff)
 
-    rule = f"n/a when K = 1 diverged, '{UNSTABLE}' when a large-K run's linear model was unstable"
-    rows = []
-    for layer in PROBE_LAYERS:
-        s, c = probe_summary(h, layer), probe_correct(h, layer)
+_AGAINST_K1 = f"n/a when K = 1 diverged, '{UNSTABLE}' when a large-K run's linear model was unstable"
 
-        def diff(what_a, ia, what_b, ib):  # B − A of probe_summary's values, paired on the images when recorded
-            pair = {} if c is None else {"correct_a": getattr(c, what_a)[ia], "correct_b": getattr(c, what_b)[ib]}
-            return difference(getattr(s, what_a)[ia], getattr(s, what_b)[ib], n_test=n_test, **pair)
 
-        rise = diff("initial", i1, "final", i1)
-        rows.append(Claim(
-            f"{layer}: the features' linear separability improves over training (K = 1)",
-            "improves as training progresses (Fig. 6)",
-            f"K=1 probe {pct(s.initial[i1].mean())} → {pct(s.final[i1].mean())} (mean over seeds; "
-            f"{where}); {rise.describe()}",
-            NA if _diverged(h, i1) else exceeds(rise),
-            "Δ = final − initial of K = 1; " + EXCEEDS_RULE + "; n/a when the run diverged",
-        ))
-        slower = diff("mean", j, "mean", i1)
-        rows.append(Claim(
-            f"{layer}: large-K features improve slower", "slower than K = 1 (Fig. 6)",
-            f"probe acc. averaged over training (steps > 0): K=1 {pct(s.mean[i1].mean())} vs "
-            f"K={fmt_K(Kj)} {pct(s.mean[j].mean())}; {slower.describe()}{note}",
-            against_k1(slower), "Δ = K = 1 − large K, averaged over steps > 0; " + EXCEEDS_RULE + "; " + rule,
-        ))
-        lower = diff("final", j, "final", i1)
-        rows.append(Claim(
-            f"{layer}: large-K features level off lower", "lower than K = 1 (Fig. 6)",
-            f"final probe acc.: K=1 {pct(s.final[i1].mean())} vs K={fmt_K(Kj)} {pct(s.final[j].mean())}; "
-            f"{lower.describe()}{note}",
-            against_k1(lower), "Δ = K = 1 − large K, final; " + EXCEEDS_RULE + "; " + rule,
-        ))
-    return [*rows, sharpness_claim(h), divergence_claim({"runs": h})]
+@protocol.rule("fig6.improves", metrics=("probe_acc",))
+def probe_improves(row, results: Results) -> tuple[str, str, str]:
+    """K = 1's probe improves over training: final − initial of K = 1, better beyond noise."""
+    h, Kj, i1, j, s, diff, note, where, k1_diverged, unstable = _probe_rows(row, results)
+    rise = diff("initial", i1, "final", i1)
+    return (f"K=1 probe {pct(s.initial[i1].mean())} → {pct(s.final[i1].mean())} (mean over seeds; {where}); "
+            f"{rise.describe()}", NA if k1_diverged else exceeds(rise),
+            "Δ = final − initial of K = 1; " + EXCEEDS_RULE + "; n/a when the run diverged")
+
+
+@protocol.rule("fig6.slower", metrics=("probe_acc",))
+def probe_slower(row, results: Results) -> tuple[str, str, str]:
+    """The large K's probe improves slower: K = 1 − large K of the probe accuracy averaged over training."""
+    h, Kj, i1, j, s, diff, note, where, k1_diverged, unstable = _probe_rows(row, results)
+    d = diff("mean", j, "mean", i1)
+    return (f"probe acc. averaged over training (steps > 0): K=1 {pct(s.mean[i1].mean())} vs "
+            f"K={fmt_K(Kj)} {pct(s.mean[j].mean())}; {d.describe()}{note}",
+            NA if k1_diverged else UNSTABLE if unstable else exceeds(d),
+            "Δ = K = 1 − large K, averaged over steps > 0; " + EXCEEDS_RULE + "; " + _AGAINST_K1)
+
+
+@protocol.rule("fig6.lower", metrics=("probe_acc",))
+def probe_lower(row, results: Results) -> tuple[str, str, str]:
+    """The large K's probe levels off lower: K = 1 − large K of the final probe accuracy."""
+    h, Kj, i1, j, s, diff, note, where, k1_diverged, unstable = _probe_rows(row, results)
+    d = diff("final", j, "final", i1)
+    return (f"final probe acc.: K=1 {pct(s.final[i1].mean())} vs K={fmt_K(Kj)} {pct(s.final[j].mean())}; "
+            f"{d.describe()}{note}", NA if k1_diverged else UNSTABLE if unstable else exceeds(d),
+            "Δ = K = 1 − large K, final; " + EXCEEDS_RULE + "; " + _AGAINST_K1)
+
+
+def claims(results: Results) -> list[Claim]:
+    """The rows of fig6 in ``claims.toml`` (:mod:`~iterlin.experiments.protocol`), per layer: K = 1's
+    probe improves over training (:func:`probe_improves`); the large K's improves slower
+    (:func:`probe_slower`) and levels off lower (:func:`probe_lower`); stability; divergence. Each is
+    the shared noise rule (:func:`iterlin.repro.stats.difference` then
+    :func:`~iterlin.repro.claims.exceeds`) over the seeds (paired by seed) and the test images,
+    paired on the images where the history records each probe's per-image correctness
+    (:func:`probe_correct`), else two independent binomials (runs made before it was recorded)."""
+    rows = only_k1_rows("fig6", results.runs)
+    return rows if rows is not None else protocol.claims("fig6", results)
 
 
 EXPERIMENT = Experiment("fig6", SCALES, load, compute, claims, __name__, Config, Results)

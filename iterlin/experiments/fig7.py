@@ -31,7 +31,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.figure import Figure
 
-from ..repro.claims import NA, UNDECIDED, UNSTABLE, Claim, beyond, divergence_claim, fmt_K, only_k1_rows, sharpness_claim
+from ..repro.claims import NA, UNDECIDED, UNSTABLE, Claim, beyond, fmt_K, only_k1_rows
 from ..columns import Record
 from ..repro.config import resolve
 from ..data import Dataset
@@ -49,6 +49,7 @@ from ..repro.plotting import (
 )
 from ..analysis.probes import filter_tracker, filters_to_image
 from ..repro.stats import num, pct, runs_of, seed_interval
+from . import protocol
 from ._common import (
     Experiment,
     STABLE,
@@ -63,7 +64,7 @@ from ._common import (
 )
 
 __all__ = [
-    "Results", "FilterMatch", "MatchMarks", "SCALES", "EXPERIMENT", "SLOWER", "load", "compute", "claims",
+    "Results", "FilterMatch", "MatchMarks", "SCALES", "EXPERIMENT", "load", "compute", "claims", "filters_slower", "filters_early",
     "filter_match", "match_marks",
     "match_report", "filter_grid", "plot",
 ]
@@ -120,8 +121,6 @@ def get_config(scale: str = "smoke", **overrides) -> Config:
     """The config at ``scale`` (:data:`SCALES`) with ``overrides`` applied (None keeps the default)."""
     return resolve(Config, SCALES, scale, overrides)
 
-#: "Much slower": the large K's final filter change at most this fraction of K = 1's.
-SLOWER = 0.9
 
 def load(config: Config) -> Dataset:
     """CIFAR-10 as :func:`~iterlin.experiments._common.load_data`, and ``n_sharpness <= n_train`` checked."""
@@ -196,33 +195,38 @@ def _interval_text(values, fmt) -> tuple[str, str]:
     return fmt(m), f"95 % t interval [{fmt(lo)}, {fmt(hi)}], {np.size(values)} seeds"
 
 
-def claims(results: Results) -> list[Claim]:
-    """Large-K filters evolve slower (the ratio's 95 % t interval over seeds below :data:`SLOWER`);
-    its final filters ≈ K = 1's at ~10 % of training (judged at scale 'paper' only)."""
+@protocol.rule("fig7.slower", needs=("margin",), metrics=("filter_change",))
+def filters_slower(row, results: Results) -> tuple[str, str, str]:
+    """Large-K filters evolve slower: the ratio of the final filter changes (large K over K = 1),
+    its 95 % t interval over seeds below the row's margin ("much" slower)."""
     h, m = results.runs, results.match
-    if (rows := only_k1_rows("fig7", h)) is not None:
-        return rows
     Kj = float(np.asarray(h["K"], np.float64).max())
-    config = results.config
     ratio = np.atleast_1d(np.asarray(m.ratio, np.float64))
-    frac = np.atleast_1d(np.asarray(m.fraction, np.float64))
-    cos = np.atleast_1d(np.asarray(m.cosine, np.float64))
     unstable = unstable_among(h, runs_of(h, Kj))
     if unstable:
         holds = UNSTABLE  # a diverged or unstable linear model's filters say nothing about feature learning
     elif not np.all(np.isfinite(ratio)):
         holds = NA  # K = 1's filters did not move (or a ratio is not a number): nothing to compare
     else:
-        holds = beyond(ratio, SLOWER, above=False)
-    slower = Claim(
-        "large-K first-layer filters evolve slower", "K = 1 evolves much faster",
+        holds = beyond(ratio, row.margin, above=False)
+    return (
         "‖ΔW_T‖ K={} / K=1 = {} ({})".format(fmt_K(Kj), *_interval_text(ratio, num))
         + ("; unstable: " + "; ".join(unstable) if unstable else ""), holds,
         f"the ratio of the final filter changes (all 50 filters): yes when its 95 % t interval over seeds lies "
-        f"below {num(SLOWER, 1)} (\"much\" slower: at least 10 % less), no when wholly at or above it, else "
+        f"below {num(row.margin, 1)} (\"much\" slower: at least 10 % less), no when wholly at or above it, else "
         "undecided (also with one seed: no spread to estimate); n/a when K = 1's filters did not move; "
         f"'{UNSTABLE}' when a large-K run's linear model was unstable (iterlin.repro.failures.unstable_runs)",
     )
+
+
+@protocol.rule("fig7.early", needs=("judged_at",), metrics=("filter_change",))
+def filters_early(row, results: Results) -> tuple[str, str, str]:
+    """The final large-K filters look like K = 1's early in training: the fraction of training at
+    which K = 1's filter change reaches the large K's final one, its 95 % t interval over seeds
+    inside [5 %, 20 %] (the paper's "about 10 %"), judged only at scale ``row.judged_at``."""
+    m = results.match
+    frac = np.atleast_1d(np.asarray(m.fraction, np.float64))
+    cos = np.atleast_1d(np.asarray(m.cosine, np.float64))
     if not np.any(np.isfinite(frac)):
         where, reached = "never (within this run)", "no"
     else:
@@ -234,15 +238,19 @@ def claims(results: Results) -> list[Claim]:
             _, se, lo, hi = seed_interval(frac)
             reached = (UNDECIDED if not math.isfinite(se) else "yes" if 0.05 <= lo and hi <= 0.2
                        else "no" if hi < 0.05 or lo > 0.2 else UNDECIDED)
-    similar = Claim(
-        "final large-K filters look like K = 1's early in training", "at about 10 % of training",
-        f"K=1 reaches the final large-K ‖ΔW‖ {where}",
-        reached if config.scale == "paper" else NA,
-        "the fraction's 95 % t interval over seeds inside [5 %, 20 %]: yes; wholly outside: no; else (or one "
-        "seed, or a seed that never reaches it) undecided; judged only at scale 'paper' (it depends on the "
-        "training length)",
-    )
-    return [slower, similar, sharpness_claim(h), divergence_claim({"runs": h})]
+    return (f"K=1 reaches the final large-K ‖ΔW‖ {where}",
+            reached if results.config.scale == row.judged_at else NA,
+            "the fraction's 95 % t interval over seeds inside [5 %, 20 %]: yes; wholly outside: no; else (or one "
+            "seed, or a seed that never reaches it) undecided; judged only at scale "
+            f"'{row.judged_at}' (it depends on the training length)")
+
+
+def claims(results: Results) -> list[Claim]:
+    """The rows of fig7 in ``claims.toml`` (:mod:`~iterlin.experiments.protocol`): large-K filters
+    evolve slower (:func:`filters_slower`); its final filters ≈ K = 1's at ~10 % of training
+    (:func:`filters_early`, judged at scale 'paper' only); stability; divergence."""
+    rows = only_k1_rows("fig7", results.runs)
+    return rows if rows is not None else protocol.claims("fig7", results)
 
 
 EXPERIMENT = Experiment("fig7", SCALES, load, compute, claims, __name__, Config, Results)

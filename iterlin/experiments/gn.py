@@ -310,15 +310,18 @@ def per_K(results: Results) -> list[PerK]:
 
 
 def claims(results: Results) -> list[Claim]:
-    """Per finite K > 1: "K ends on par with damped GN at λ = B/(Kη)" by the shared noise rule
-    (GN minus K, paired over seeds and test images; a diverged GN run is 'no', a K run that was
-    unstable, :func:`~iterlin.repro.failures.unstable_among`, 'no (unstable)'); the sharpness record; divergence."""
+    """Per finite K > 1: "K ends on par with damped GN (c CG iterations per step) at λ = B/(Kη)" by the
+    shared noise rule (GN minus K, paired over seeds and test images; a diverged GN run is 'no', a K
+    run that was unstable, :func:`~iterlin.repro.failures.unstable_among`, 'no (unstable)'); the sharpness
+    record; divergence."""
     h = results.runs
     T = int(np.asarray(h["step"])[-1])
     lr, B = results.config.lr, results.config.batch_size
+    cg = results.config.cg_maxiter
+    gn = f"damped GN ({cg} CG iteration{'s' * (cg != 1)} per step)"  # a truncated solve: say how truncated
     rows = []
     for r in per_K(results):
-        head = f"K={fmt_K(r.K)} ({r.relin} re-linearisations) ends on par with damped GN at λ = B/(Kη)"
+        head = f"K={fmt_K(r.K)} ({r.relin} re-linearisations) ends on par with {gn} at λ = B/(Kη)"
         if r.diff is None:
             rows.append(Claim(head, "large K ≈ damped GN, λ ↔ 1/(Kη) (Sec. 3.3)", "no GN run at this K", NA,
                               "needs a GN run at λ(K) for every seed"))
@@ -334,7 +337,7 @@ def claims(results: Results) -> list[Claim]:
             f"a diverged GN run is 'no'; '{UNSTABLE}' when the K run diverged, exploded, rose inside a block "
             "or had η above 2/λ_max(θ_s)"))
     if not rows:
-        rows.append(Claim("large K ends on par with damped GN at λ = B/(Kη)", "large K ≈ damped GN (Sec. 3.3)",
+        rows.append(Claim(f"large K ends on par with {gn} at λ = B/(Kη)", "large K ≈ damped GN (Sec. 3.3)",
                           "no finite K > 1 was run", NA, "needs a finite K > 1 and its GN run"))
     runs = {"K": h} if results.gn is None else {"K": h, "GN": results.gn}
     return rows + [sharpness_claim(h), divergence_claim(runs, _run_label, prefix=False)]

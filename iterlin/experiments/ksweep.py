@@ -39,18 +39,17 @@ from ..repro.claims import (
     UNSTABLE,
     Claim,
     all_verdicts,
-    divergence_claim,
     exceeds,
     fmt_K,
     on_par,
     on_par_rule,
-    sharpness_claim,
 )
 from ..repro.config import resolve
 from ..data import Dataset
 from ..repro.failures import unstable_among
 from ..repro.plotting import accuracy_against_K, band, legend, panels, plot_sweep
 from ..repro.stats import Difference, final_difference, pct, runs_of
+from . import protocol
 from ._common import (
     STABLE,
     Experiment,
@@ -66,7 +65,7 @@ from ._common import (
     trained_final,
 )
 
-__all__ = ["Config", "Results", "get_config", "SCALES", "EXPERIMENT", "load", "compute", "claims", "FEW", "PerK", "per_K", "by_K",
+__all__ = ["Config", "Results", "get_config", "SCALES", "EXPERIMENT", "load", "compute", "claims", "largest_on_par", "infinity_below", "late_same", "PerK", "per_K", "by_K",
            "timing", "plot"]
 
 INF = math.inf
@@ -123,10 +122,6 @@ def load(config: Config) -> Dataset:
     return check_sharpness(config, load_data(config))
 
 
-#: Sec. 4.1: "8–12 feature updates" suffice; the first claim asks for a K on par with at most this many.
-FEW = 12
-
-
 def compute(config: Config, data: Dataset, *, checkpoint_dir=None, progress: bool = False) -> Results:
     """Every seed × K of ``config.K`` in one sweep (see the module docstring for the results)."""
     started = time.perf_counter()
@@ -153,8 +148,8 @@ class PerK(NamedTuple):
     par: str
 
 
-def per_K(results: Results) -> list[PerK]:
-    """Every finite K > 1 of the sweep against K = 1, in increasing K."""
+def per_K(results: Results, tol: float = ON_PAR) -> list[PerK]:
+    """Every finite K > 1 of the sweep against K = 1, in increasing K, on par within ``tol``."""
     h = results.runs
     K = np.asarray(h["K"], np.float64)
     div1 = bool(np.asarray(h["diverged"], bool)[runs_of(h, 1)].any())
@@ -163,25 +158,21 @@ def per_K(results: Results) -> list[PerK]:
     for k in np.unique(K[np.isfinite(K) & (K > 1)]):
         j = runs_of(h, k)
         d = final_difference(results, i1, j)
-        par = "no" if div1 else UNSTABLE if unstable_among(h, j) else on_par(d, ON_PAR)
+        par = "no" if div1 else UNSTABLE if unstable_among(h, j) else on_par(d, tol)
         out.append(PerK(float(k), int(np.asarray(h["n_relin"])[j[0], -1]), d, par))
     return out
 
 
-def claims(results: Results) -> list[Claim]:
-    """The largest K within noise of K = 1 (and its T/K); K = ∞ below every finite K < T; K ≥ T
-    trains as K = ∞ (a check); divergence. Every comparison through the shared noise rule."""
-    h = results.runs
-    K = np.asarray(h["K"], np.float64)
-    steps = np.asarray(h["step"])
-    T = int(steps[-1])
-    rows = per_K(results)
+@protocol.rule("ksweep.largest_on_par", needs=("margin", "max_relin"))
+def largest_on_par(row, results: Results) -> tuple[str, str, str]:
+    """The largest K within noise of K = 1 (:func:`per_K` within the row's margin), and whether a K
+    with at most ``row.max_relin`` re-linearisations is on par."""
+    T = int(np.asarray(results.runs["step"])[-1])
+    rows = per_K(results, row.margin)
     noise = rows[0].diff.counts() if rows else ""
-
-    # 1. the largest K on par with K = 1
     on = [r for r in rows if r.par == "yes"]
     kstar = on[-1] if on else None
-    few = [r for r in rows if r.relin <= FEW]
+    few = [r for r in rows if r.relin <= row.max_relin]
     if not rows:
         holds, measured = NA, "no finite K > 1 was run"
     else:
@@ -198,62 +189,68 @@ def claims(results: Results) -> list[Claim]:
         head = (f"largest K on par: K={fmt_K(kstar.K)} ({kstar.relin} re-linearisations)" if kstar
                 else "no K > 1 on par")
         measured = head + "; " + "; ".join(f"K={fmt_K(r.K)} ({r.relin}): {r.diff.short()} {r.par}" for r in rows)
-    largest = Claim(
-        "the largest K within noise of K = 1 makes few feature updates (T/K)",
-        "8-12 feature updates match K = 1 (Sec. 4.1)", measured, holds,
-        f"per K: final test acc. of K minus K = 1, {on_par_rule(ON_PAR)} ({noise}; '{UNSTABLE}' when a run of K "
-        "diverged, exploded, rose inside a block or had η above 2/λ_max(θ_s)); "
-        f"'yes' when a K with ≤ {FEW} re-linearisations is on par; 'no' when every K with ≤ {FEW} is not; "
-        f"T = {T} steps",
-    )
+    return (measured, holds,
+            f"per K: final test acc. of K minus K = 1, {on_par_rule(row.margin)} ({noise}; '{UNSTABLE}' when a run "
+            "of K diverged, exploded, rose inside a block or had η above 2/λ_max(θ_s)); "
+            f"'yes' when a K with ≤ {row.max_relin} re-linearisations is on par; 'no' when every K with "
+            f"≤ {row.max_relin} is not; T = {T} steps")
 
-    # 2. K = ∞ below every finite K that re-linearises during training
-    iinf = runs_of(h, INF)
+
+def _grid(results: Results):
+    """The sweep's history, each run's K, the steps T and the runs of K = ∞."""
+    h = results.runs
+    return h, np.asarray(h["K"], np.float64), int(np.asarray(h["step"])[-1]), runs_of(h, INF)
+
+
+@protocol.rule("ksweep.inf_below")
+def infinity_below(row, results: Results) -> tuple[str, str, str]:
+    """K = ∞ ends below every finite K that re-linearises during training (K < T), each beyond noise."""
+    h, K, T, iinf = _grid(results)
     learning = [k for k in np.unique(K[np.isfinite(K)]) if k < T]
     if iinf.size == 0 or not learning:
-        below = Claim("K = ∞ (no feature learning) ends below every finite K", "K = ∞ scales worse (Fig. 5)",
-                      "needs K = ∞ and a finite K < T", NA, "needs K = ∞ and a finite K < T in the grid")
-    else:
-        verdicts, parts = [], []
-        for k in learning:
-            j = runs_of(h, k)
-            d = final_difference(results, iinf, j)  # K minus ∞
-            v = UNSTABLE if unstable_among(h, j) else exceeds(d)
-            verdicts.append(v)
-            parts.append(f"K={fmt_K(k)}: {d.short()} {v}")
-        acc = np.asarray(results.final_test_acc, np.float64)
-        below = Claim(
-            "K = ∞ (no feature learning) ends below every finite K < T", "K = ∞ scales worse (Fig. 5)",
-            f"K=∞ (linear model): {pct(acc[iinf].mean())}; K minus ∞: " + "; ".join(parts), all_verdicts(verdicts),
+        return "needs K = ∞ and a finite K < T", NA, "needs K = ∞ and a finite K < T in the grid"
+    verdicts, parts = [], []
+    for k in learning:
+        j = runs_of(h, k)
+        d = final_difference(results, iinf, j)  # K minus ∞
+        v = UNSTABLE if unstable_among(h, j) else exceeds(d)
+        verdicts.append(v)
+        parts.append(f"K={fmt_K(k)}: {d.short()} {v}")
+    acc = np.asarray(results.final_test_acc, np.float64)
+    return (f"K=∞ (linear model): {pct(acc[iinf].mean())}; K minus ∞: " + "; ".join(parts), all_verdicts(verdicts),
             f"per K < T = {T}: " + EXCEEDS_RULE + f" ({final_difference(results, iinf, runs_of(h, learning[0])).counts()}); "
-            f"'yes' when every K is better; '{UNSTABLE}' for a K whose run was unstable",
-        )
+            f"'yes' when every K is better; '{UNSTABLE}' for a K whose run was unstable")
 
-    # 3. a consistency check: K ≥ T follows K = ∞'s trajectory (same θ_T)
+
+@protocol.rule("ksweep.late_same")
+def late_same(row, results: Results) -> tuple[str, str, str]:
+    """Check: a finite K ≥ T follows K = ∞'s trajectory (the same θ_T, every test image alike)."""
+    h, K, T, iinf = _grid(results)
     late = [k for k in np.unique(K[np.isfinite(K)]) if k >= T]
     if iinf.size == 0 or not late:
-        same = Claim("a finite K ≥ T trains exactly as K = ∞ (the same θ_T)", "(by construction)",
-                     "no finite K ≥ T (or no K = ∞) in the grid", NA, "needs K = ∞ and a finite K ≥ T", kind="check")
-    else:
-        net = np.asarray(h["net_test_acc"], np.float64)[:, -1]
-        correct = h.get("net_test_correct")
-        agree = []
-        for k in late:
-            j = runs_of(h, k)
-            if correct is not None:
-                c = np.asarray(correct)
-                agree.append(bool(np.array_equal(c[j], c[iinf])))
-            else:
-                agree.append(bool(np.allclose(net[j], net[iinf], atol=0.5 / int(results.n_test))))
-        same = Claim(
-            "a finite K ≥ T trains exactly as K = ∞ (the same θ_T)", "(by construction)",
-            f"network f(θ_T): K=∞ {pct(net[iinf].mean())}; " + "; ".join(
-                f"K={fmt_K(k)} {pct(net[runs_of(h, k)].mean())}" for k in late),
+        return "no finite K ≥ T (or no K = ∞) in the grid", NA, "needs K = ∞ and a finite K ≥ T"
+    net = np.asarray(h["net_test_acc"], np.float64)[:, -1]
+    correct = h.get("net_test_correct")
+    agree = []
+    for k in late:
+        j = runs_of(h, k)
+        if correct is not None:
+            c = np.asarray(correct)
+            agree.append(bool(np.array_equal(c[j], c[iinf])))
+        else:
+            agree.append(bool(np.allclose(net[j], net[iinf], atol=0.5 / int(results.n_test))))
+    return (f"network f(θ_T): K=∞ {pct(net[iinf].mean())}; "
+            + "; ".join(f"K={fmt_K(k)} {pct(net[runs_of(h, k)].mean())}" for k in late),
             "yes" if all(agree) else "no",
-            "the networks of K ≥ T and of K = ∞ classify every test image alike, seed by seed",
-            kind="check",
-        )
-    return [largest, below, same, sharpness_claim(h), divergence_claim({"runs": h})]
+            "the networks of K ≥ T and of K = ∞ classify every test image alike, seed by seed")
+
+
+def claims(results: Results) -> list[Claim]:
+    """The rows of ksweep in ``claims.toml`` (:mod:`~iterlin.experiments.protocol`): the largest K
+    within noise of K = 1 and its T/K (:func:`largest_on_par`); K = ∞ below every finite K < T
+    (:func:`infinity_below`); K ≥ T trains as K = ∞ (a check, :func:`late_same`); stability;
+    divergence. Every comparison through the shared noise rule."""
+    return protocol.claims("ksweep", results)
 
 
 EXPERIMENT = Experiment("ksweep", SCALES, load, compute, claims, __name__, Config, Results)

@@ -32,16 +32,17 @@ from typing import ClassVar, Mapping, NamedTuple
 import matplotlib.pyplot as plt
 import numpy as np
 
-from ..repro.claims import Claim, beyond, divergence_claim, fmt_K, only_k1_rows, verdict
+from ..repro.claims import Claim, beyond, fmt_K, only_k1_rows, verdict
 from ..repro.config import Images, Period, Rate, Steps, TestImages, resolve
 from ..data import Dataset
 from ..analysis.ntk import kernel_tracker, relinearisation_steps
 from ..repro.plotting import legend, mark_steps, panels, plot_sweep
 from ..repro.stats import num, runs_of, seed_interval
+from . import protocol
 from ._common import Experiment, Seeds, Sweep, checkpoint_path, cnn_sweep, eval_points, load_data, seeds
 
 __all__ = [
-    "Results", "SCALES", "EXPERIMENT", "PROBE_CAP", "KERNEL_BYTES", "MOVES", "load", "compute", "claims", "eval_steps",
+    "Results", "SCALES", "EXPERIMENT", "PROBE_CAP", "KERNEL_BYTES", "load", "compute", "claims", "kernel_moves", "kernel_fixed", "kernel_each_moves", "eval_steps",
     "probe_size", "kernel_bytes", "KernelChanges", "relin_kernel_changes", "relin_steps", "relin_table", "plot",
 ]
 
@@ -49,8 +50,6 @@ __all__ = [
 PROBE_CAP = 100
 #: The most memory the kernel tracker's kernels may take (:func:`kernel_bytes`): 4 GiB.
 KERNEL_BYTES = 4 * 2**30
-#: The kernel "moves" when d(Θ_T, Θ_0) exceeds this (Fort et al.'s distance is in [0, 1]).
-MOVES = 0.01
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -188,46 +187,57 @@ def relin_kernel_changes(history: Mapping, run: int) -> KernelChanges:
     return KernelChanges(steps, nr[1:], np.diff(nr) > 0, d)
 
 
-def claims(results: Results) -> list[Claim]:
-    """The kernel moves under SGD (d(Θ_T, Θ_0) of K = 1, a 95 % t interval over seeds); checks: the
-    linear model's kernel is exactly fixed between re-linearisations and moves at each one."""
+def _large_runs(h):
+    return runs_of(h, float(np.asarray(h["K"], np.float64).max()))
+
+
+@protocol.rule("ntk.moves", needs=("margin",), metrics=("kernel_distance_init",))
+def kernel_moves(row, results: Results) -> tuple[str, str, str]:
+    """The kernel moves under SGD: d(Θ_T, Θ_0) of K = 1 above the row's margin, a 95 % t interval over seeds."""
     h = results.runs
-    if (rows := only_k1_rows("ntk", h)) is not None:
-        return rows
-    Kj = float(np.asarray(h["K"], np.float64).max())
-    ones, large = runs_of(h, 1), runs_of(h, Kj)
     d_init = np.asarray(h["kernel_distance_init"], np.float64)[:, -1]
-    d1, dj = d_init[ones], d_init[large]
+    d1, dj = d_init[runs_of(h, 1)], d_init[_large_runs(h)]
     m, se, lo, hi = seed_interval(d1)
-    holds = beyond(d1, MOVES, above=True)
     spread = (f", 95 % t interval [{num(lo, 3)}, {num(hi, 3)}] ({d1.size} seeds)" if math.isfinite(se)
               else " (1 seed)")
-    moves = Claim(
-        "the empirical NTK moves during SGD (K = 1)", "changes significantly (no number)",
-        f"d(Θ_T, Θ_0): K=1 {num(m, 3)}{spread}; K={fmt_K(Kj)} network {num(dj.mean(), 3)}",
-        holds,
-        f"d > {num(MOVES)} (kernel distance of Fort et al., in [0, 1]): yes when the 95 % t interval over seeds "
-        f"lies above {num(MOVES)}, no when wholly at or below it, else undecided (also with one seed: no spread "
-        "to estimate)",
-    )
-    changes = [relin_kernel_changes(h, j) for j in large]
+    return (f"d(Θ_T, Θ_0): K=1 {num(m, 3)}{spread}; K={fmt_K(np.max(h['K']))} network {num(dj.mean(), 3)}",
+            beyond(d1, row.margin, above=True),
+            f"d > {num(row.margin)} (kernel distance of Fort et al., in [0, 1]): yes when the 95 % t interval over "
+            f"seeds lies above {num(row.margin)}, no when wholly at or below it, else undecided (also with one seed: "
+            "no spread to estimate)")
+
+
+@protocol.rule("ntk.fixed", metrics=("kernel_distance_relin",))
+def kernel_fixed(row, results: Results) -> tuple[str, str, str]:
+    """Check: the linear model's kernel does not move between re-linearisations."""
+    large = _large_runs(results.runs)
+    changes = [relin_kernel_changes(results.runs, j) for j in large]
     still = np.concatenate([c.distance[~c.relinearised] for c in changes])
-    fixed = Claim(
-        "between re-linearisations the linear model's kernel is fixed", "constant for K steps (Eq. 4)",
-        f"K={fmt_K(Kj)}: max d(Θ_s, Θ_s,prev) = {num(still.max(), 6) if still.size else 'n/a'} "
-        f"over {still.size} intervals without re-linearisation ({len(large)} seed{'s' if len(large) != 1 else ''})",
-        verdict(bool(np.all(still == 0.0)), applicable=still.size > 0),
-        "exactly 0 at every such interval (θ_s is not changed between re-linearisations)", kind="check",
-    )
-    moved = np.concatenate([c.distance[c.relinearised] for c in changes])
-    each = Claim(
-        "each re-linearisation moves the linear model's kernel", "the kernel changes at re-linearisation",
-        (f"K={fmt_K(Kj)}: {moved.size} intervals with re-linearisations, d from {num(moved.min(), 4)} "
-         f"to {num(moved.max(), 4)}") if moved.size else f"K={fmt_K(Kj)}: no re-linearisation",
-        verdict(bool(np.all(moved > 0)), applicable=moved.size > 0),
-        "d > 0 at every interval containing a re-linearisation (θ_s moved to θ_t)", kind="check",
-    )
-    return [moves, divergence_claim({"runs": h}), fixed, each]
+    return (f"K={fmt_K(np.max(results.runs['K']))}: max d(Θ_s, Θ_s,prev) = "
+            f"{num(still.max(), 6) if still.size else 'n/a'} over {still.size} intervals without re-linearisation "
+            f"({len(large)} seed{'s' if len(large) != 1 else ''})",
+            verdict(bool(np.all(still == 0.0)), applicable=still.size > 0),
+            "exactly 0 at every such interval (θ_s is not changed between re-linearisations)")
+
+
+@protocol.rule("ntk.each_moves", metrics=("kernel_distance_relin",))
+def kernel_each_moves(row, results: Results) -> tuple[str, str, str]:
+    """Check: every interval holding a re-linearisation moves the linear model's kernel."""
+    Kj = fmt_K(np.max(results.runs["K"]))
+    moved = np.concatenate([c.distance[c.relinearised]
+                            for c in (relin_kernel_changes(results.runs, j) for j in _large_runs(results.runs))])
+    return ((f"K={Kj}: {moved.size} intervals with re-linearisations, d from {num(moved.min(), 4)} "
+             f"to {num(moved.max(), 4)}") if moved.size else f"K={Kj}: no re-linearisation",
+            verdict(bool(np.all(moved > 0)), applicable=moved.size > 0),
+            "d > 0 at every interval containing a re-linearisation (θ_s moved to θ_t)")
+
+
+def claims(results: Results) -> list[Claim]:
+    """The rows of ntk in ``claims.toml`` (:mod:`~iterlin.experiments.protocol`): the kernel moves
+    under SGD (:func:`kernel_moves`); divergence; checks: the linear model's kernel is exactly fixed
+    between re-linearisations and moves at each one."""
+    rows = only_k1_rows("ntk", results.runs)
+    return rows if rows is not None else protocol.claims("ntk", results)
 
 
 EXPERIMENT = Experiment("ntk", SCALES, load, compute, claims, __name__, Config, Results)

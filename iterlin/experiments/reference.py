@@ -16,7 +16,10 @@ each notebook, the run the book shows above this build's own (smoke) run:
   :func:`iterlin.repro.fingerprint.code_fingerprint`), from which a page says "the library has changed
   since" when today's code differs; and ``equivalent_code`` (written by ``--attest``): the later
   code fingerprints shown to compute the same results, each with its ``iterlin_commit``, ``date``,
-  ``probe`` (the config that was compared) and ``arrays`` (how many were compared).
+  ``probe`` (the config that was compared) and ``arrays`` (how many were compared); and
+  ``protocol``: the rows of ``claims.toml`` the run tests, with the commit and their SHA-256
+  (:func:`iterlin.experiments.protocol.provenance`); :func:`load` refuses the run when a
+  confirmatory one has changed since without an amendment (runs made before the protocol have none).
 
 One command regenerates them (``make results SCALE=cpu``)::
 
@@ -74,7 +77,7 @@ from ..repro.cache import ResultsMismatch, load_results, repo_root, save_results
 from ..checkpoint import atomic_write_bytes
 from ..repro.claims import Claim, ClaimsTable
 from ..repro.fingerprint import code_fingerprint
-from . import registry
+from . import protocol, registry
 from ._common import stored as stored_arrays
 
 __all__ = ["Reference", "ReferenceMismatch", "Refingerprint", "Attestation", "results_dir", "write", "load", "show",
@@ -163,7 +166,7 @@ def _write_json(path: Path, doc: Mapping) -> None:
 
 
 def _claims_doc(name: str, scale: str, rows: Sequence[Claim]) -> dict:
-    return {"name": name, "scale": scale, "rows": [Claim(*r).check()._asdict() for r in rows]}
+    return {"name": name, "scale": scale, "rows": [Claim(*r).check().asdict() for r in rows]}
 
 
 def write(name: str, scale: str = "cpu", *, base=None, checkpoint_root=None, progress: bool = True,
@@ -197,6 +200,7 @@ def write(name: str, scale: str = "cpu", *, base=None, checkpoint_root=None, pro
         "iterlin_commit": commit, "jax_version": jax.__version__, "python": platform.python_version(),
         "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "wall_seconds": round(wall, 1), "resumed": resumed, "config": stored,
+        "protocol": protocol.provenance(name, commit),
         "data_fingerprint": registry.data_fingerprint(data), "code_fingerprint": code,
     })
     shutil.rmtree(ckpt, ignore_errors=True)
@@ -289,6 +293,11 @@ def load(name: str, *, base=None, check_claims: bool = True) -> Reference | None
     if not isinstance(doc, dict) or doc.get("name", name) != name or doc.get("scale") != scale:
         raise ReferenceMismatch(f"{d / 'claims.json'}: is not the claims of {name} at scale {scale!r}")
     rows = [Claim(**r).check() for r in doc["rows"]]
+    if "protocol" in provenance:  # the rows this run tested: a confirmatory one may not have changed since
+        try:
+            protocol.check_run(provenance["protocol"])
+        except protocol.ProtocolError as e:
+            raise ReferenceMismatch(f"{d / 'provenance.json'}: {e}") from None
     if check_claims:
         derived = [Claim(*r).check() for r in exp.claims(results)]
         if rows != derived:

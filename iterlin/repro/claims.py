@@ -111,7 +111,8 @@ class Claim(NamedTuple):
     rule: how ``holds`` was decided (e.g. ``"|Δ| < 1 point"``), or why it is n/a.
     kind: ``"claim"`` (evidence about the paper's claim) or ``"check"``: a consistency check that
     holds by construction (two routes to one computation), listed apart and not counted as
-    evidence.
+    evidence. id: the protocol row it answers (:mod:`iterlin.experiments.protocol`), ``""`` for a
+    row not yet declared there.
     """
 
     claim: str
@@ -120,6 +121,11 @@ class Claim(NamedTuple):
     holds: str
     rule: str = ""
     kind: str = "claim"
+    id: str = ""
+
+    def asdict(self) -> dict:
+        """The row as a dict for JSON, without ``id`` when it has none."""
+        return {k: v for k, v in self._asdict().items() if k != "id" or v}
 
     def check(self) -> "Claim":
         if self.kind not in KINDS:
@@ -283,7 +289,7 @@ def publish_claims(name: str, rows: Iterable[Claim], *, scale: str,
     if not isinstance(name, str) or not name or not all(c.isalnum() or c in "_-." for c in name):
         raise ValueError(f"name={name!r} is not allowed: a non-empty file-name-safe string")
     d = Path(directory) if directory is not None else default_claims_dir()
-    doc = {"name": name, "scale": scale, "rows": [r._asdict() for r in rows]}
+    doc = {"name": name, "scale": scale, "rows": [r.asdict() for r in rows]}
     data = json.dumps(doc, indent=1, ensure_ascii=False).encode()
     atomic_write_bytes(d / f"{name}.json", lambda f: f.write(data))
     return ClaimsTable(name, scale, rows)

@@ -85,7 +85,7 @@ def test_divergence_is_reported_in_claims():
     assert rows[0].holds == UNSTABLE and rows[0].measured.endswith("unstable: K=5 seed 0 diverged at step 3")
     assert rows[2].holds == UNSTABLE
     assert rows[-1] == Claim("every run stays finite (no NaN or exploding loss)", "no divergence reported",
-                             "diverged: K=5, lr=0.2 at step 3", "no", rows[-1].rule)
+                             "diverged: K=5, lr=0.2 at step 3", "no", rows[-1].rule, id="fig3.finite")
 
 
 def test_the_sharpness_row():

@@ -182,9 +182,12 @@ def test_bn_divergence_is_counted_and_tested():
 
 
 def _with_sharpness(res, lam_nb, lam_b):
-    """Give both panels a sharpness record (R, 2): NaN at step 0, ``lam`` (R,) at the last step."""
-    for p, lam in (("no_bn", lam_nb), ("bn", lam_b)):
-        getattr(res, p)["sharpness"] = np.stack([np.full(len(lam), np.nan), np.asarray(lam, np.float64)], axis=1)
+    """Give both panels a sharpness record (R, 3): NaN at step 0, ``lam`` (R,) at a middle step, and
+    at the last step (a linearisation no step was taken on, which the bound row leaves out) a value
+    that would decide it the other way: the no-BN panel's 1e6, the BN panel's 1."""
+    for p, lam, last in (("no_bn", lam_nb, 1e6), ("bn", lam_b, 1.0)):
+        getattr(res, p)["sharpness"] = np.stack([np.full(len(lam), np.nan), np.asarray(lam, np.float64),
+                                                 np.full(len(lam), last)], axis=1)
     return res
 
 

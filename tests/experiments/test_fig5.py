@@ -331,9 +331,10 @@ def test_paired_test_images_narrow_a_difference_of_gains():
 
 
 def test_claims_not_applicable():
-    # One size only: no scaling rows.
+    # One size only: both scaling rows read n/a, each saying why.
     rows = fig5.claims(_results([[0.30, 0.30, 0.30, 0.30]], sizes=(100,)))
-    assert [r.claim for r in rows][:1] == ["data scaling"] and rows[0].holds == NA
+    assert [(r.id, r.holds, r.measured) for r in rows][:2] == [
+        ("fig5.scales_like", NA, "one training-set size only"), ("fig5.inf_worse", NA, "one training-set size only")]
     # lr_inf = lr: the K = ∞ run has no separate K = 1 control.
     res = _results([[0.30, 0.30, 0.30], [0.50, 0.49, 0.35]], lr_inf=0.1, K=[1.0, 4.0, math.inf], lr=[0.1] * 3)
     holds = _holds(res)

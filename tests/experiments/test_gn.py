@@ -199,7 +199,11 @@ def _results(acc, gn_acc, K=(1, 10, 30, INF), gn_K=(10, 30), steps=60, n_test=BI
 def test_on_par_is_yes():
     rows = gn.claims(_results([0.40, 0.39, 0.38, 0.30], [0.392, 0.378]))
     assert [r.holds for r in rows] == ["yes", "yes", NA, "yes"]  # no sharpness record: its row n/a
-    assert rows[0].claim == "K=10 (6 re-linearisations) ends on par with damped GN at λ = B/(Kη)"
+    # the smoke config's GN solves each step with 2 CG iterations: the row says so
+    assert rows[0].claim == "K=10 (6 re-linearisations) ends on par with damped GN (2 CG iterations per step) at λ = B/(Kη)"
+    one = gn.claims(_results([0.40, 0.39, 0.38, 0.30], [0.392, 0.378])._replace(
+        config=gn.get_config("smoke", lr=0.01, batch_size=128, cg_maxiter=1)))
+    assert "damped GN (1 CG iteration per step)" in one[0].claim
     assert rows[0].measured.startswith("K=10: 39.0 %; GN λ=1280.0: 39.2 %; GN minus K: Δ +0.2 pts")
     assert "λ = B/(Kη) on the summed loss (B=128, η=0.01)" in rows[0].rule and "inside ±2 pts" in rows[0].rule
 
