@@ -1,6 +1,6 @@
 """iterlin: iterative linearisation in JAX (Goldwaser & Ge), the executable edition."""
 
-from . import data, jacobian, models, precision, relin
+from . import data, jacobian, models, precision, relin, solvers
 from .adam_solve import train_adam_solved
 from .checkpoint import CheckpointError
 from .closed_form import (
@@ -42,6 +42,17 @@ from .probes import (
     first_layer_filters,
     fit_linear_probe,
     probe_tracker,
+)
+from .solvers import (
+    FlowConfig,
+    FlowResult,
+    FlowRounds,
+    FlowSolveError,
+    IteratedFlow,
+    flow_memory_bytes,
+    flow_outputs,
+    iterated_flow,
+    linearised_flow,
 )
 from .stability import (
     BoundRecord,
@@ -129,5 +140,15 @@ __all__ = [
     "tree_size",
     "tree_stack",
     "x64",
+    "solvers",
+    "FlowConfig",
+    "FlowResult",
+    "FlowRounds",
+    "FlowSolveError",
+    "IteratedFlow",
+    "flow_memory_bytes",
+    "flow_outputs",
+    "iterated_flow",
+    "linearised_flow",
 ]
 __version__ = "0.1.0"
