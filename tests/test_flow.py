@@ -110,6 +110,17 @@ def test_halving_the_tolerances_changes_nothing_that_matters(x64):
     assert _max_diff(loose, ref) > 1e-6
 
 
+def test_explicit_and_implicit_solvers_agree(x64):
+    """Tsit5 (explicit) and Kvaerno5 (implicit) at the default tolerances: one flow, to 1e-7."""
+    apply_fn, params, x, y = _setup()
+    theta = empirical_ntk(apply_fn, params, x)
+    f0 = apply_fn(params, x)
+    f_i, c_i, _ = flow_outputs(theta, f0, y, 20.0)
+    f_e, c_e, _ = flow_outputs(theta, f0, y, 20.0, config=FlowConfig(solver="tsit5"))
+    assert _max_diff(f_i, f0) > 0.1
+    assert _max_diff(f_i, f_e) < 1e-7 and _max_diff(c_i, c_e) < 1e-7
+
+
 def test_iterated_flow_resumed_equals_uninterrupted(x64, tmp_path, monkeypatch):
     apply_fn, params, x, y = _setup(n=6)
     xh, yh = _setup(n=5, seed=1)[2:]
@@ -169,7 +180,7 @@ def test_bad_tau(x64, tau):
 @pytest.mark.parametrize("field, value", [("rtol", 0.0), ("rtol", 1.0), ("rtol", 1e-20), ("rtol", math.nan),
                                           ("atol", 0.0), ("atol", -1e-9), ("atol", math.inf),
                                           ("max_steps", 0), ("max_steps", 2.5), ("max_bytes", 0),
-                                          ("chunk_size", 0)])
+                                          ("chunk_size", 0), ("solver", "euler")])
 def test_bad_config(x64, field, value):
     apply_fn, params, x, y = _setup()
     with pytest.raises(ValueError, match=f"{field}="):

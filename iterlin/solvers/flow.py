@@ -60,7 +60,7 @@ from ..losses import Loss, get_loss
 from ..memo import memoise
 from ..ntk import empirical_ntk
 from ..precision import full_precision, matmul, x64
-from ..validate import check_int, check_positive, check_xy
+from ..validate import check_choice, check_int, check_positive, check_xy
 
 __all__ = [
     "FlowConfig",
@@ -73,6 +73,9 @@ __all__ = [
     "linearised_flow",
     "iterated_flow",
 ]
+
+#: The ODE solvers by name (:attr:`FlowConfig.solver`).
+SOLVERS = {"kvaerno5": diffrax.Kvaerno5, "tsit5": diffrax.Tsit5}
 
 #: The smallest relative tolerance allowed: a few float64 ulps (the ODE is solved in float64).
 MIN_RTOL = 1e-13
@@ -87,13 +90,19 @@ class FlowConfig(NamedTuple):
     max_bytes: the memory the flow may take (:func:`flow_memory_bytes`); None: the host's
       physical memory.
     chunk_size: examples per chunk of the kernel (:func:`iterlin.ntk.empirical_ntk`).
+    solver: ``"kvaerno5"`` (default: implicit, L-stable, order 5; each step one (N·C)² Jacobian of
+      the vector field and one LU factorisation, O((N·C)³)) or ``"tsit5"`` (explicit, order 5, each
+      step seven products with Θ_s, O((N·C)²), but steps bounded by stability, about
+      τ·λ_max(∇²L·Θ_s)/3, where λ_max ≤ σ_max(Θ_s)/(2N) under the mean loss: cheaper at large N
+      when τ·λ_max is moderate).
     """
 
     rtol: float = 1e-8
     atol: float = 1e-10
-    max_steps: int = 10_000
+    max_steps: int = 100_000
     max_bytes: int | None = None
     chunk_size: int | None = None
+    solver: str = "kvaerno5"
 
 
 class FlowResult(NamedTuple):
@@ -144,7 +153,8 @@ def _check_config(config: FlowConfig) -> FlowConfig:
     max_steps = check_int(config.max_steps, "max_steps", minimum=1)
     max_bytes = None if config.max_bytes is None else check_int(config.max_bytes, "max_bytes", minimum=1)
     chunk = None if config.chunk_size is None else check_int(config.chunk_size, "chunk_size", minimum=1)
-    return FlowConfig(rtol, atol, max_steps, max_bytes, chunk)
+    solver = check_choice(config.solver, "solver", tuple(SOLVERS))
+    return FlowConfig(rtol, atol, max_steps, max_bytes, chunk, solver)
 
 
 def _physical_memory() -> int | None:
@@ -186,7 +196,7 @@ _FAILURES = tuple(n for n in ("max_steps_reached", "singular", "breakdown", "non
 
 
 @memoise
-def _solver(per_example: Callable, rtol: float, atol: float, max_steps: int):
+def _solver(per_example: Callable, rtol: float, atol: float, max_steps: int, solver: str):
     """The jitted solve ``(theta, f0, y, tau) -> (c(τ), failure flags, steps)`` for one loss and config."""
 
     def grad_loss(f, y):  # ∇_F of the mean loss (N, C)
@@ -200,7 +210,7 @@ def _solver(per_example: Callable, rtol: float, atol: float, max_steps: int):
     @jax.jit
     def solve(theta, f0, y, tau):
         sol = diffrax.diffeqsolve(
-            diffrax.ODETerm(field), diffrax.Kvaerno5(), 0.0, tau, None, jnp.zeros(f0.size, f0.dtype),
+            diffrax.ODETerm(field), SOLVERS[solver](), 0.0, tau, None, jnp.zeros(f0.size, f0.dtype),
             args=(theta, f0, y), saveat=diffrax.SaveAt(t1=True),
             stepsize_controller=diffrax.PIDController(rtol=rtol, atol=atol), max_steps=max_steps, throw=False)
         flags = jnp.stack([sol.result == getattr(diffrax.RESULTS, n) for n in _FAILURES])
@@ -246,7 +256,7 @@ def flow_outputs(theta_kernel, f0, y, tau, *, loss: str | Loss = "ce", config: F
         raise ValueError("f0 is not allowed: it holds non-finite outputs; the network's outputs must be finite.")
     y = np.asarray(y)
     check_xy(f0, y, "f0", "y")
-    solve = _solver(loss.per_example, config.rtol, config.atol, config.max_steps)
+    solve = _solver(loss.per_example, config.rtol, config.atol, config.max_steps, config.solver)
     with x64(True):
         c, ok, flags, steps = solve(jnp.asarray(theta), jnp.asarray(f0), jnp.asarray(y), jnp.float64(tau))
         c = np.asarray(c)
