@@ -1,6 +1,6 @@
 """iterlin: iterative linearisation in JAX (Goldwaser & Ge), the executable edition."""
 
-from . import data, jacobian, models, precision, relin, solvers
+from . import data, jacobian, models, precision, relin
 from .adam_solve import train_adam_solved
 from .checkpoint import CheckpointError
 from .closed_form import (
@@ -140,7 +140,6 @@ __all__ = [
     "tree_size",
     "tree_stack",
     "x64",
-    "solvers",
     "FlowConfig",
     "FlowResult",
     "FlowRounds",
