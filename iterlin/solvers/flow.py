@@ -21,20 +21,24 @@ Everything here is in τ = ηK: the scale in θ_τ = θ_s − J_sᵀ c is 1. (Fo
 
 The ODE is integrated for c (N·C numbers) with F = F(0) − Θ_s c substituted: the same flow as the
 pair (F, c), with half the unknowns (an implicit solver factorises the ODE's Jacobian, so the pair
-would cost eight times as much per step). Θ_s's large eigenvalues make it stiff (Θ_s's spectrum
-spans several decades), so it is solved by diffrax with Kvaerno5 (an implicit, L-stable ESDIRK
-method of order 5) and a PID step-size controller with error control on c: relative and absolute
-tolerances :attr:`FlowConfig.rtol` (default 1e-8) and :attr:`FlowConfig.atol` (default 1e-10), in
-float64 whatever the model's dtype (Θ_s is computed in the parameters' dtype, then cast).
+would cost eight times as much per step). It is solved by diffrax with a PID step-size controller,
+error control on c with relative and absolute tolerances :attr:`FlowConfig.rtol` (default 1e-8) and
+:attr:`FlowConfig.atol` (default 1e-10), in float64 whatever the model's dtype (Θ_s is computed in
+the parameters' dtype, then cast). Its stiffness is the largest eigenvalue of ∇²_F L·Θ_s, at most
+σ_max(Θ_s)/(2N) under the mean loss (∇²_F of the mean cross-entropy is at most 1/(2N)), against
+the slowest rates near 0. :attr:`FlowConfig.solver` picks Tsit5 (default: explicit, order 5, each
+step seven products with Θ_s, O((N·C)²); the controller keeps it stable on a stiff flow by taking
+more steps) or Kvaerno5 (implicit, L-stable ESDIRK of order 5: steps not bounded by stiffness, but
+each step one Jacobian of the vector field and one LU factorisation, O((N·C)³)). Either stops with
+:class:`FlowSolveError` at :attr:`FlowConfig.max_steps`, never with a silent result.
 
 τ = ∞ is refused: under cross-entropy a separable training set has no minimiser (c(τ) grows
 without bound); for the squared loss use :func:`iterlin.closed_form.gradient_flow_limit`.
 
 Cost of one re-linearisation: the kernel (:func:`iterlin.ntk.empirical_ntk`, O((N·C)²·P)), the
-ODE (each step of the implicit solver a Jacobian of the vector field and an LU factorisation,
-O((N·C)³)), then one VJP for θ_τ (and, for held-out inputs, one JVP and one forward pass).
-Memory: Θ_s in its dtype plus three float64 (N·C)² arrays (Θ_s's copy, the ODE's Jacobian and its
-LU factors), checked against :attr:`FlowConfig.max_bytes` before the kernel is built
+ODE (O((N·C)²) a step for Tsit5, O((N·C)³) for Kvaerno5), then one VJP for θ_τ (and, for held-out inputs, one JVP and one forward pass).
+Memory: Θ_s in its dtype plus at most three float64 (N·C)² arrays (Θ_s's copy, and Kvaerno5's
+Jacobian and LU factors), checked against :attr:`FlowConfig.max_bytes` before the kernel is built
 (:func:`flow_memory_bytes`).
 
 :func:`iterated_flow` runs R re-linearisations at a fixed total time T (τ = T/R each), with
@@ -82,7 +86,7 @@ MIN_RTOL = 1e-13
 
 
 class FlowConfig(NamedTuple):
-    """How the flow is solved (diffrax Kvaerno5 with a PID controller, float64).
+    """How the flow is solved (diffrax, a PID step-size controller, float64).
 
     rtol: relative tolerance of the step-size control on c, in [1e-13, 1).
     atol: absolute tolerance on c, > 0 and finite (c's entries are of order τ·|∇_F L| ≤ τ·√2/N).
@@ -90,11 +94,9 @@ class FlowConfig(NamedTuple):
     max_bytes: the memory the flow may take (:func:`flow_memory_bytes`); None: the host's
       physical memory.
     chunk_size: examples per chunk of the kernel (:func:`iterlin.ntk.empirical_ntk`).
-    solver: ``"kvaerno5"`` (default: implicit, L-stable, order 5; each step one (N·C)² Jacobian of
-      the vector field and one LU factorisation, O((N·C)³)) or ``"tsit5"`` (explicit, order 5, each
-      step seven products with Θ_s, O((N·C)²), but steps bounded by stability, about
-      τ·λ_max(∇²L·Θ_s)/3, where λ_max ≤ σ_max(Θ_s)/(2N) under the mean loss: cheaper at large N
-      when τ·λ_max is moderate).
+    solver: ``"tsit5"`` (default: explicit, order 5, O((N·C)²) a step; the number of steps grows
+      with τ·λ_max(∇²_F L·Θ_s)) or ``"kvaerno5"`` (implicit, L-stable, order 5, for stiff flows:
+      O((N·C)³) a step, an LU factorisation of the (N·C)² Jacobian of the vector field).
     """
 
     rtol: float = 1e-8
@@ -102,7 +104,7 @@ class FlowConfig(NamedTuple):
     max_steps: int = 100_000
     max_bytes: int | None = None
     chunk_size: int | None = None
-    solver: str = "kvaerno5"
+    solver: str = "tsit5"
 
 
 class FlowResult(NamedTuple):
@@ -265,8 +267,8 @@ def flow_outputs(theta_kernel, f0, y, tau, *, loss: str | Loss = "ce", config: F
             if "max_steps_reached" in failed:
                 raise FlowSolveError(
                     f"max_steps={config.max_steps} is not enough: the ODE solve stopped at its step limit before "
-                    f"tau={tau!r} (rtol={config.rtol:g}, atol={config.atol:g}); raise FlowConfig.max_steps, loosen the "
-                    "tolerances or shorten tau.")
+                    f"tau={tau!r} (rtol={config.rtol:g}, atol={config.atol:g}, solver={config.solver!r}); raise "
+                    "FlowConfig.max_steps, loosen the tolerances, shorten tau, or take solver='kvaerno5' for a stiff flow.")
             raise FlowSolveError(
                 f"the ODE solve failed before tau={tau!r} (diffrax: {', '.join(failed) or 'unsuccessful'}; "
                 f"rtol={config.rtol:g}, atol={config.atol:g}, max_steps={config.max_steps}).")
