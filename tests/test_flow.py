@@ -207,13 +207,14 @@ def test_step_limit_is_an_error_naming_max_steps(x64):
         linearised_flow(apply_fn, params, x, y, TAU, config=FlowConfig(max_steps=3))
 
 
-def test_too_large_n_is_refused_before_the_kernel(x64, monkeypatch):
+@pytest.mark.parametrize("solver, copies", [("tsit5", 1), ("kvaerno5", 3)])
+def test_too_large_n_is_refused_before_the_kernel(x64, monkeypatch, solver, copies):
     apply_fn, params, x, y = _setup()
     monkeypatch.setattr(flow, "empirical_ntk", lambda *a, **k: pytest.fail("the kernel was built"))
-    need = flow.flow_memory_bytes(6, 3, np.float64)
-    assert need == 18 * 18 * 32
-    with pytest.raises(ValueError, match=r"N=6 is not allowed.*18 × 18"):
-        linearised_flow(apply_fn, params, x, y, TAU, config=FlowConfig(max_bytes=need - 1))
+    need = flow.flow_memory_bytes(6, 3, np.float64, solver)
+    assert need == 18 * 18 * 8 * (1 + copies)
+    with pytest.raises(ValueError, match=rf"N=6 is not allowed.*18 × 18.*plus {copies} float64"):
+        linearised_flow(apply_fn, params, x, y, TAU, config=FlowConfig(max_bytes=need - 1, solver=solver))
 
 
 def test_bad_iterated_arguments(x64):

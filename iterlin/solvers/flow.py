@@ -166,25 +166,28 @@ def _physical_memory() -> int | None:
         return None
 
 
-def flow_memory_bytes(n: int, n_out: int, kernel_dtype=np.float32) -> int:
+def flow_memory_bytes(n: int, n_out: int, kernel_dtype=np.float32, solver: str = "tsit5") -> int:
     """Bytes the flow holds for N = ``n`` examples of C = ``n_out`` outputs: Θ_s ((N·C)², in
-    ``kernel_dtype``) and three float64 (N·C)² arrays (Θ_s's float64 copy, the implicit solver's
-    Jacobian and its LU factors). The per-example Jacobians of the kernel add at most
-    :data:`iterlin.ntk.PANEL_NUMBERS` numbers on top (a panel)."""
+    ``kernel_dtype``) and its float64 copy, and for ``solver="kvaerno5"`` two more float64 (N·C)²
+    arrays (the Jacobian of the vector field and its LU factors). The per-example Jacobians of the
+    kernel add at most :data:`iterlin.ntk.PANEL_NUMBERS` numbers on top (a panel)."""
     m = int(n) * int(n_out)
-    return m * m * (np.dtype(kernel_dtype).itemsize + 3 * 8)
+    copies = 3 if check_choice(solver, "solver", tuple(SOLVERS)) == "kvaerno5" else 1
+    return m * m * (np.dtype(kernel_dtype).itemsize + copies * 8)
 
 
-def _check_memory(n: int, n_out: int, dtype, max_bytes: int | None) -> None:
-    limit = _physical_memory() if max_bytes is None else max_bytes
-    need = flow_memory_bytes(n, n_out, dtype)
+def _check_memory(n: int, n_out: int, dtype, config: FlowConfig) -> None:
+    limit = _physical_memory() if config.max_bytes is None else config.max_bytes
+    need = flow_memory_bytes(n, n_out, dtype, config.solver)
     if limit is not None and need > limit:
+        m = n * n_out
         raise ValueError(
             f"N={n} is not allowed here: the flow needs about {need / 2**30:.2f} GiB (the kernel Θ_s is "
-            f"{n * n_out} × {n * n_out}, {(n * n_out) ** 2 * np.dtype(dtype).itemsize / 2**30:.2f} GiB in {np.dtype(dtype)}, "
-            f"plus three float64 copies of its size for the ODE), more than max_bytes = {limit / 2**30:.2f} GiB "
-            f"({'the host memory' if max_bytes is None else 'FlowConfig.max_bytes'}); use fewer examples or raise "
-            "FlowConfig.max_bytes."
+            f"{m} × {m}, {m * m * np.dtype(dtype).itemsize / 2**30:.2f} GiB in {np.dtype(dtype)}, plus "
+            f"{(need - m * m * np.dtype(dtype).itemsize) // (8 * m * m)} float64 arrays of its size for the ODE with "
+            f"solver={config.solver!r}), more than max_bytes = {limit / 2**30:.2f} GiB "
+            f"({'the host memory' if config.max_bytes is None else 'FlowConfig.max_bytes'}); use fewer examples or "
+            "raise FlowConfig.max_bytes."
         )
 
 
@@ -320,7 +323,7 @@ def linearised_flow(apply_fn: Callable, params_s: Any, x, y, tau, *, loss: str |
     x = jnp.asarray(x)
     n_out = n_outputs(apply_fn, params_s, x)
     dtype = jax.tree.leaves(params_s)[0].dtype
-    _check_memory(x.shape[0], n_out, dtype, config.max_bytes)
+    _check_memory(x.shape[0], n_out, dtype, config)
     with full_precision():
         f0 = np.asarray(apply_fn(params_s, x), np.float64).reshape(x.shape[0], -1)
         theta = empirical_ntk(apply_fn, params_s, x, chunk_size=config.chunk_size)
