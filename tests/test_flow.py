@@ -122,6 +122,19 @@ def test_explicit_and_implicit_solvers_agree(x64):
     assert _max_diff(f_i, f_e) < 1e-7 and _max_diff(c_i, c_e) < 1e-7
 
 
+def test_the_ode_is_float64_for_a_float32_model():
+    """Without x64 (a float32 model's kernel), F(τ) and c(τ) are still float64, and equal the
+    float64 solve of the same (float32-rounded) kernel."""
+    rng = np.random.default_rng(0)
+    J = rng.normal(size=(12, 40)).astype(np.float32)
+    theta, f0, y = J @ J.T, rng.normal(size=(4, 3)).astype(np.float32), rng.integers(0, 3, 4)
+    f, c, _ = flow_outputs(theta, f0, y, TAU)
+    assert f.dtype == np.float64 and c.dtype == np.float64
+    with flow.x64(True):
+        f64, _, _ = flow_outputs(theta.astype(np.float64), f0.astype(np.float64), y, TAU)
+    assert _max_diff(f, f64) == 0
+
+
 def test_iterated_flow_resumed_equals_uninterrupted(x64, tmp_path, monkeypatch):
     apply_fn, params, x, y = _setup(n=6)
     xh, yh = _setup(n=5, seed=1)[2:]

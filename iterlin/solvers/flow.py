@@ -111,16 +111,16 @@ class FlowResult(NamedTuple):
     """One linearisation's flow for time τ (:func:`linearised_flow`).
 
     params: θ_τ = θ_s − J_sᵀ c(τ), the structure and dtype of θ_s.
-    outputs: F(τ) (N, C) float64, the linear model's training outputs.
-    coeffs: c(τ) (N, C) float64.
-    outputs0: F(0) = f(θ_s, X) (N, C) float64.
+    outputs: F(τ) (N, C) float64 NumPy, the linear model's training outputs.
+    coeffs: c(τ) (N, C) float64 NumPy.
+    outputs0: F(0) = f(θ_s, X) (N, C) float64 NumPy.
     num_steps: () int, the ODE steps taken (accepted and rejected).
     """
 
     params: Any
-    outputs: jax.Array
-    coeffs: jax.Array
-    outputs0: jax.Array
+    outputs: np.ndarray
+    coeffs: np.ndarray
+    outputs0: np.ndarray
     num_steps: np.ndarray
 
 
@@ -236,7 +236,7 @@ def flow_outputs(theta_kernel, f0, y, tau, *, loss: str | Loss = "ce", config: F
       config: :class:`FlowConfig`.
 
     Returns:
-      (F(τ), c(τ), num_steps): (N, C) float64 each, and the ODE steps taken.
+      (F(τ), c(τ), num_steps): (N, C) float64 NumPy arrays, and the ODE steps taken (() int).
 
     Raises:
       ValueError naming the argument for a bad ``tau``, tolerance or kernel;
@@ -278,7 +278,7 @@ def flow_outputs(theta_kernel, f0, y, tau, *, loss: str | Loss = "ce", config: F
         if not np.all(np.isfinite(c)):
             raise FlowSolveError(f"the ODE solve for tau={tau!r} returned non-finite coefficients c(tau).")
         f = f0 - (theta @ c).reshape(f0.shape)
-    return jnp.asarray(f), jnp.asarray(c.reshape(f0.shape)), np.asarray(steps)
+    return f, c.reshape(f0.shape), np.asarray(steps)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -288,7 +288,7 @@ def flow_outputs(theta_kernel, f0, y, tau, *, loss: str | Loss = "ce", config: F
 
 @memoise
 def _pull(apply_fn):
-    """``(θ_s, x, c) -> (f(θ_s, x), θ_s − J_sᵀ c)`` (one forward pass and one VJP), jitted once."""
+    """``(θ_s, x, c) -> θ_s − J_sᵀ c`` (one VJP, c cast to the outputs' dtype), jitted once per ``apply_fn``."""
 
     def pull(params, x, c):
         out, vjp = jax.vjp(lambda p: apply_fn(p, x), params)
@@ -329,8 +329,8 @@ def linearised_flow(apply_fn: Callable, params_s: Any, x, y, tau, *, loss: str |
         theta = empirical_ntk(apply_fn, params_s, x, chunk_size=config.chunk_size)
     f, c, steps = flow_outputs(theta, f0, y, tau, loss=loss, config=config)
     with full_precision():
-        params = _pull(apply_fn)(params_s, x, jnp.asarray(np.asarray(c)))
-    return FlowResult(params, f, c, jnp.asarray(f0), steps)
+        params = _pull(apply_fn)(params_s, x, jnp.asarray(c, dtype))
+    return FlowResult(params, f, c, f0, steps)
 
 
 # ------------------------------------------------------------------------------------------------
