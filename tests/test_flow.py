@@ -164,6 +164,9 @@ def test_iterated_flow_resumed_equals_uninterrupted(x64, tmp_path, monkeypatch):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     with pytest.raises(ValueError, match="checkpoint="):  # another run's checkpoint is refused
         iterated_flow(apply_fn, params, (x, y), (xh, yh), checkpoint=ckpt, total_time=3.0, relins=2)
+    other = jax.tree.map(lambda a: a + 1e-3, params)  # another θ₀ (seed), same shapes
+    with pytest.raises(ValueError, match="another run"):
+        iterated_flow(apply_fn, other, (x, y), (xh, yh), checkpoint=ckpt, **kw)
 
 
 def test_one_round_is_the_linear_model_at_theta0(x64):

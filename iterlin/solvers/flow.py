@@ -47,6 +47,7 @@ per-round scores and a checkpoint after every round (:mod:`iterlin.checkpoint`).
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 from pathlib import Path
@@ -405,7 +406,8 @@ def iterated_flow(apply_fn: Callable, params0: Any, train_data: tuple, held_out:
       checkpoint: a file path, or None. The state (θ, θ_s, the rounds so far) is written there
         atomically after every round (:func:`iterlin.checkpoint.save_checkpoint`); a rerun with the
         same arguments resumes after the last round written and ends exactly where an uninterrupted
-        run does. A checkpoint of a different run (another T, R, N, loss or tolerances) is refused.
+        run does. A checkpoint of a different run (another T, R, loss, tolerances, solver, θ₀ or data)
+        or an unreadable file is refused (ValueError naming ``checkpoint``), never overwritten.
     """
     T = check_positive(total_time, "total_time")
     R = check_int(relins, "relins", minimum=1)
@@ -417,8 +419,11 @@ def iterated_flow(apply_fn: Callable, params0: Any, train_data: tuple, held_out:
     check_xy(x, y, "train_data[0]", "train_data[1]")
     check_xy(xh, yh, "held_out[0]", "held_out[1]")
     x, y, xh, yh = jnp.asarray(x), np.asarray(y), np.asarray(xh), np.asarray(yh)
+    digest = hashlib.sha256()  # θ₀ and the data: a checkpoint of another seed or subset is not resumed
+    for a in (*jax.tree.leaves(params0), x, y, xh, yh):
+        digest.update(np.ascontiguousarray(np.asarray(a)).tobytes())
     key = (f"iterated_flow T={T!r} R={R} N={x.shape[0]} M={xh.shape[0]} loss={loss.name} rtol={config.rtol!r} "
-           f"atol={config.atol!r}")
+           f"atol={config.atol!r} solver={config.solver} data+params0={digest.hexdigest()[:16]}")
     params, params_s, rounds, done = params0, params0, FlowRounds.empty(R, xh.shape[0]), 0
     path = None if checkpoint is None else Path(checkpoint)
     if path is not None and path.exists():
