@@ -44,6 +44,17 @@ from .analysis.probes import (
     fit_linear_probe,
     probe_tracker,
 )
+from .solvers import (
+    FlowConfig,
+    FlowResult,
+    FlowRounds,
+    FlowSolveError,
+    IteratedFlow,
+    flow_memory_bytes,
+    flow_outputs,
+    iterated_flow,
+    linearised_flow,
+)
 from .analysis.stability import (
     BoundRecord,
     bound_record,
@@ -130,5 +141,14 @@ __all__ = [
     "tree_size",
     "tree_stack",
     "x64",
+    "FlowConfig",
+    "FlowResult",
+    "FlowRounds",
+    "FlowSolveError",
+    "IteratedFlow",
+    "flow_memory_bytes",
+    "flow_outputs",
+    "iterated_flow",
+    "linearised_flow",
 ]
 __version__ = "0.1.0"

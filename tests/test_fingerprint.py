@@ -231,7 +231,7 @@ SAME = {
     ),
     "an f-string written in pieces": ("def f(x):\n    return f'a{x:.1f}b' 'c'\n", "def f(x):\n    return f'a{x:.1f}bc'\n"),
     "an error's message": (
-        "def f(x):\n    if x < 0:\n        raise ValueError(f'x={x!r} is not allowed: see iterlin.config')\n    return x\n",
+        "def f(x):\n    if x < 0:\n        raise ValueError(f'x={x!r} is not allowed: see iterlin.repro.config')\n    return x\n",
         "def f(x):\n    if x < 0:\n        raise ValueError(f'{x} must be >= 0 (iterlin.repro.config)', x)\n    return x\n",
     ),
 }
@@ -301,7 +301,7 @@ def test_dependencies_of_a_figure(tree):
         "iterlin.experiments.figb:compute",
         "iterlin.models:Net",
         "iterlin.models:make",
-        "iterlin.ntk:kernel_distance",
+        "iterlin.analysis.ntk:kernel_distance",
         "iterlin.sub.kernels:kernel",
         "iterlin.training:SCALE",
         "iterlin.training:fit",
