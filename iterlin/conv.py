@@ -25,6 +25,20 @@ splits the cotangent evenly between them and ``lax.reduce_window`` gives it to o
 paper's networks a tie follows a ReLU and sits at zero, where the ReLU's derivative is zero, so the
 networks' derivatives agree as well.
 
+A user's own network (``flax.linen.Conv``, ``nn.max_pool``, ``nn.avg_pool``, any
+``lax.conv_general_dilated``) gets the same lowering without being rewritten by hand:
+:func:`as_products` is a function transformation (a jaxpr interpreter) that evaluates the traced
+function with each ``conv_general_dilated`` computed by :func:`matmul_conv_general_dilated` (any
+layout, one or two spatial dimensions, dilations, feature groups) and each ``reduce_window_max`` /
+``reduce_window_sum`` as a max / sum of strided slices. ``train``, ``train_sweep``, ``fit``,
+``empirical_ntk``, ``empirical_ntk_fn``, ``ntk_vector_product`` and the Gauss–Newton functions apply
+it by one documented rule, :func:`lower_convolutions` with their argument ``conv="auto"``: on the CPU
+backend, and nowhere else (``conv="xla"`` turns it off, ``conv="matmul"`` forces it). A function
+with nothing to rewrite (an MLP; ``make_model``'s networks on the CPU, already lowered) is called
+as it is, so its computation does not change. The training loop's own rule covers what remains:
+a step that still holds a convolution on the CPU is dispatched step by step rather than run inside
+the compiled loop (:func:`iterlin.training.fit`, ``compiled_loop=None``).
+
 A known XLA:CPU fault (jaxlib 0.10.2): in a jitted, ``vmap``-ed program, the linearisation of a
 network with this max-pool (``jax.linearize``) applied to a tangent that is zero at compile time
 (``jnp.zeros_like(θ)`` inside the program) can return NaN: the reduction of the max-pool's JVP is
