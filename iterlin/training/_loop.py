@@ -115,7 +115,8 @@ def _run(
     (``vectorise``, the default), or stepped one run after the other between evaluation points;
     the steps between evaluation points run in one ``fori_loop`` (``compiled_loop=True``) or one
     dispatch each (``False``); None (the default): the loop, unless the step pays XLA:CPU's
-    convolution-in-a-loop penalty (:func:`_pays_loop_penalty`). Every way the results are the same (tests compare them in float64).
+    convolution-in-a-loop penalty (:func:`_pays_loop_penalty`). Every way the results are the same
+    (tests compare them in float64).
     A vmapped sweep on one device is evaluated one run after the other inside one program
     (``lax.map``: the memory of one run's evaluation); sharded over devices, vmapped.
 
