@@ -21,7 +21,7 @@ from iterlin.ntk import (
 import iterlin.ntk as ntk_module
 from iterlin.tree import tree_allclose, tree_stack
 
-from _toy import tiny_problem
+from _toy import tiny_conv_problem, tiny_problem
 
 N = 7  # examples: chunk sizes 3 and 4 do not divide it, 7 and 1 do
 
@@ -291,26 +291,16 @@ def test_kernel_tracker_params0_gives_the_initial_kernel_on_resume():
 def test_a_user_convolution_is_lowered_by_the_conv_rule(x64):
     """A user's Flax network with lax.conv and a max-pool: the kernel and Θv with conv="auto" (products
     on the CPU, iterlin.conv.as_products) and conv="matmul" equal conv="xla" (as written), float64."""
-    import flax.linen as nn
-
     from iterlin import gauss_newton_step
 
-    class Net(nn.Module):
-        @nn.compact
-        def __call__(self, x):
-            h = nn.max_pool(nn.relu(nn.Conv(3, (3, 3), strides=(2, 1), padding="SAME")(x)), (2, 2), strides=(2, 2))
-            return nn.Dense(2)(h.reshape(h.shape[0], -1))
-
-    net = Net()
-    params = jax.tree.map(lambda a: a.astype(jnp.float64), net.init(jax.random.PRNGKey(0), jnp.ones((1, 8, 6, 2))))
-    x = jax.random.normal(jax.random.PRNGKey(1), (5, 8, 6, 2), jnp.float64)
-    ref = empirical_ntk(net.apply, params, x, chunk_size=2, conv="xla")
+    apply_fn, params, x, y = tiny_conv_problem(n=5, out=2)
+    ref = empirical_ntk(apply_fn, params, x, chunk_size=2, conv="xla")
     v = jax.random.normal(jax.random.PRNGKey(2), (10,), jnp.float64)
     for conv in ("auto", "matmul"):
-        np.testing.assert_allclose(empirical_ntk(net.apply, params, x, chunk_size=2, conv=conv), ref, rtol=1e-10,
+        np.testing.assert_allclose(empirical_ntk(apply_fn, params, x, chunk_size=2, conv=conv), ref, rtol=1e-10,
                                    atol=1e-12)
-        np.testing.assert_allclose(ntk_vector_product(net.apply, params, x, conv=conv)(v), ref @ v, rtol=1e-10,
+        np.testing.assert_allclose(ntk_vector_product(apply_fn, params, x, conv=conv)(v), ref @ v, rtol=1e-10,
                                    atol=1e-12)
-        step = [gauss_newton_step(net.apply, params, x, jnp.arange(5) % 2, damping=0.1, loss="ce", conv=c)
+        step = [gauss_newton_step(apply_fn, params, x, y, damping=0.1, loss="ce", conv=c)
                 for c in (conv, "xla")]
         assert tree_allclose(*step, rtol=1e-9, atol=1e-12)

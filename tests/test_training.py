@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from _toy import init_params, tiny_problem
+from _toy import init_params, tiny_conv_problem, tiny_problem
 from jax.flatten_util import ravel_pytree
 
 import iterlin
@@ -218,22 +218,6 @@ def test_compiled_loop_equals_per_step_dispatch(x64):
     np.testing.assert_array_equal(h_loop["n_relin"], [0, 1, 2, 3])
 
 
-def _tiny_conv_problem():
-    """A user's own Flax network with a convolution and a max-pool (not make_model's), float64."""
-    import flax.linen as nn
-
-    class Net(nn.Module):
-        @nn.compact
-        def __call__(self, x):
-            h = nn.max_pool(nn.relu(nn.Conv(3, (3, 3), strides=(1, 2), padding="SAME")(x)), (2, 2), strides=(2, 2))
-            return nn.Dense(4)(h.reshape(h.shape[0], -1))
-
-    net = Net()
-    params = jax.tree.map(lambda a: a.astype(jnp.float64), net.init(jax.random.PRNGKey(0), jnp.ones((1, 6, 8, 2))))
-    x = jax.random.normal(jax.random.PRNGKey(1), (16, 6, 8, 2), jnp.float64)
-    return net.apply, params, x, jnp.arange(16) % 4
-
-
 def test_a_user_convolution_takes_the_products_and_the_compiled_loop_on_cpu(x64, monkeypatch):
     """The rule (conv="auto"): on the CPU, train rewrites a user's convolutions into products
     (iterlin.conv.as_products), so its step holds none and runs in the compiled loop; with
@@ -244,7 +228,7 @@ def test_a_user_convolution_takes_the_products_and_the_compiled_loop_on_cpu(x64,
     seen = []
     rule = _loop._pays_loop_penalty
     monkeypatch.setattr(_loop, "_pays_loop_penalty", lambda *a: seen.append(rule(*a)) or seen[-1])
-    apply_fn, params, x, y = _tiny_conv_problem()
+    apply_fn, params, x, y = tiny_conv_problem()
     kw = dict(K=2, steps=4, optimizer=optax.sgd(0.1), batch_size=8, key=jax.random.PRNGKey(2), eval_every=2)
     auto, h_auto = iterlin.train(apply_fn, params, (x, y), **kw)
     xla, h_xla = iterlin.train(apply_fn, params, (x, y), conv="xla", **kw)
