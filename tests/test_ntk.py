@@ -107,6 +107,21 @@ def test_ntk_auto_panels_equal_the_dense_jacobian_product(x64, monkeypatch, budg
     np.testing.assert_allclose(got, ref, rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.parametrize("chunk_size, panel_chunks", [(2, 1), (2, 3), (3, None)])
+def test_symmetric_route_equals_the_full_route(x64, chunk_size, panel_chunks):
+    """Θ(X) (x2=None: only the blocks on or above the diagonal computed, the rest mirrored) equals
+    Θ(X, X) (every block computed), host-driven, traced and by NTK-vector products, float64."""
+    apply_fn, params, x = _problem("conv", 3)
+    full = empirical_ntk(apply_fn, params, x, x, chunk_size=chunk_size, panel_chunks=panel_chunks)
+    sym = empirical_ntk(apply_fn, params, x, chunk_size=chunk_size, panel_chunks=panel_chunks)
+    np.testing.assert_allclose(sym, full, rtol=1e-12, atol=1e-13)
+    np.testing.assert_array_equal(sym, sym.T)  # mirrored exactly
+    ntvp = empirical_ntk(apply_fn, params, x, chunk_size=chunk_size, mode="ntvp")
+    np.testing.assert_allclose(ntvp, full, rtol=1e-12, atol=1e-13)
+    traced = jax.jit(empirical_ntk_fn(apply_fn, chunk_size=chunk_size))
+    np.testing.assert_allclose(traced(params, x), traced(params, x, x), rtol=1e-12, atol=1e-13)
+
+
 def test_ntk_is_example_major(x64):
     """Row n·O + o is output o of example n: block (n, m) of the reshaped kernel is Θ(x_n, x_m)."""
     apply_fn, params, x = _problem("mlp", 3)
