@@ -179,7 +179,8 @@ def main():
               + (f"1st call (compiling) {r['first']:.1f} s, then {len(r['seconds'])} calls "
                  if r["first"] else "one call (with compiling) ")
               + f"{statistics.median(r['seconds']):.1f} s (median; {min(r['seconds']):.1f}–{max(r['seconds']):.1f}); "
-              f"ceiling ({args.matmul}² matmul before and after) {statistics.median(r['ceilings']) / 1e9:.1f} GFLOP/s; "
+              f"ceiling ({args.matmul}² matmul before and after) "
+              f"{statistics.median(r['ceilings']) / 1e9:.1f} GFLOP/s; "
               f"share counting one GEMM 2(N·O)²·P = {r['gemm'] / 1e12:.2f} TFLOP: {_spread(gemm)} (target >= 1.2 at "
               f"N = 1000); useful (half + Jacobians, {r['useful'] / 1e12:.2f} TFLOP): {_spread(useful)}")
         secs, flops, ceil = ntvp_share(cnn, xc_all[:n], args.matmul, args.ntk_rounds, args.reps)

@@ -315,14 +315,15 @@ class UserCNN(nn.Module):
         return nn.Dense(10)(x)
 
 
-def user_model_ratio(x_np, y_np, dev, batch: int, steps: int, n_eval: int, rounds: int) -> dict:
+def user_model_ratio(x_np, y_np, dev, batch: int, steps: int, n_eval: int, rounds: int,
+                     with_xla: bool = True) -> dict:
     """Ratio 6: :class:`UserCNN` trained by ``iterlin.train(apply_fn, params, data, K=inf, steps,
     optimizer=optax.sgd(1e-3), loss="ce", batch_size, eval_every=steps, eval_train_size=n_eval)`` (every
     other argument its default: ``conv="auto"``, ``compiled_loop=None``, ``microbatch=None``) against its
     own plain loop (:func:`make_host_loop` with ``linear_too``: a jitted Flax/Optax SGD step with
     ``lax.conv``, host batches, the network and its linearisation evaluated on the same images at
-    steps 0 and T), and with ``conv="xla"`` (6b); later calls, interleaved over ``rounds``.
-    Returns {"auto": spread, "xla": spread, "times": {name: median seconds}}."""
+    steps 0 and T), and with ``conv="xla"`` (6b, unless not ``with_xla``); later calls, interleaved
+    over ``rounds``. Returns {"auto": spread, "xla": spread or None, "times": {name: median seconds}}."""
     net = UserCNN()
     params = net.init(jax.random.PRNGKey(0), jnp.ones((1,) + x_np.shape[1:], jnp.float32))
     model = type("UserModel", (), {"apply_fn": staticmethod(net.apply), "params": params})
@@ -333,15 +334,18 @@ def user_model_ratio(x_np, y_np, dev, batch: int, steps: int, n_eval: int, round
                              batch_size=batch, eval_every=steps, eval_train_size=n_eval, **kw)[0]
 
     host = make_host_loop(model, opt, x_np, y_np, batch, n_eval, linear_too=True)
+    fns = {"plain": lambda: host(steps), "auto": train}
+    if with_xla:
+        fns["xla"] = lambda: train(conv="xla")
     with jax.default_device(dev):
-        times = _interleaved({"plain": lambda: host(steps), "auto": train, "xla": lambda: train(conv="xla")},
-                             rounds, E2E_REPS)
-    spreads = {name: _ratio(times[name], times["plain"]) for name in ("auto", "xla")}
+        times = _interleaved(fns, rounds, E2E_REPS)
+    spreads = {name: _ratio(times[name], times["plain"]) if name in times else None for name in ("auto", "xla")}
     print(f"[6] a user's own Flax CNN (nn.Conv, nn.max_pool; P = {iterlin.count_params(params):,}), K = inf, batch "
           f"{batch}, {steps} steps, network and linear model evaluated at 0 and {steps} on {n_eval} images: "
-          f"iterlin.train (defaults) {_s(statistics.median(times['auto']))}, with conv='xla' "
-          f"{_s(statistics.median(times['xla']))}, its own plain Flax/Optax loop {_s(statistics.median(times['plain']))}; "
-          f"ratios {_fmt_spread(spreads['auto'])} and {_fmt_spread(spreads['xla'])} ({rounds} interleaved rounds)")
+          f"iterlin.train (defaults) {_s(statistics.median(times['auto']))}, its own plain Flax/Optax loop "
+          f"{_s(statistics.median(times['plain']))}: ratio {_fmt_spread(spreads['auto'])}"
+          + (f"; with conv='xla' {_s(statistics.median(times['xla']))}: ratio {_fmt_spread(spreads['xla'])}"
+             if with_xla else "") + f" ({rounds} interleaved rounds)")
     return {**spreads, "times": {name: statistics.median(v) for name, v in times.items()}}
 
 
@@ -422,13 +426,13 @@ def main():
                     "(train(..., microbatch=c)); 'none': the whole batch at once; 'auto' (default): 16 on CPU, "
                     "none elsewhere")
     ap.add_argument("--quick", action="store_true",
-                    help="tiny sizes, a smoke test: batch 32, 4 steps, n_train 256, a 2-run sweep, 2 rounds")
+                    help="tiny sizes, a smoke test: batch 32, 4 steps, n_train 256, a 2-run sweep, 2 rounds, no 6b")
     args = ap.parse_args()
     sys.stdout.reconfigure(line_buffering=True)  # a long run, often sent to a file: each line as it comes
     on_cpu = jax.devices()[0].platform == "cpu"
     if args.quick:
         args.batch, args.steps, args.sweep_steps, args.n_train, args.n_eval_train = 32, 4, 4, 256, 32
-        args.runs, args.reps, args.rounds, args.e2e_reps, args.matmul = 2, 2, 2, 1, args.matmul or 512
+        args.runs, args.reps, args.rounds, args.e2e_reps, args.matmul = 2, 1, 2, 1, args.matmul or 512
         args.e2e_rounds, args.user_batch, args.user_steps = 2, 32, 2
     if args.steps is None:
         args.steps = 40 if on_cpu else 1000
@@ -499,7 +503,8 @@ def run_benchmark(args, K, B, T):
               f"linearised {_s(t_lin)}, iterlin K = 1 {_s(t_k1)}, plain Flax/Optax SGD with lax.conv {_s(t_sgd)}"
               + (f", PyTorch SGD {_s(times['torch_sgd'])}, PyTorch linearised (torch.func.jvp + backward) "
                  f"{_s(times['torch_lin'])} ({torch_note})" if has_torch else f"; PyTorch skipped: {torch_note}"))
-        print(f"    ratios, median [range] over the rounds: linearised / Flax SGD {_fmt_spread(r_lin)}, K = 1 / Flax SGD "
+        print(f"    ratios, median [range] over the rounds: linearised / Flax SGD {_fmt_spread(r_lin)}, "
+              f"K = 1 / Flax SGD "
               f"{_fmt_spread(r_k1)}"
               + (f", linearised / PyTorch linearised {_fmt_spread(r_torch)} (<= 1 in {torch_wins} of {args.rounds} "
                  f"rounds), PyTorch SGD / Flax SGD {_fmt_spread(r_torch_sgd)}" if has_torch else "")
@@ -544,7 +549,8 @@ def run_benchmark(args, K, B, T):
             return [iterlin.train(model.apply_fn, p, (x_np, y_np), steps=T3, **common, **ends_sub)[0] for p in singles]
 
         n_params = tree_size(singles[0])
-        default_route = "stepped" if on_cpu and n_params >= STEP_RUNS_MIN_PARAMS else "vmapped"  # fit's rule, one device
+        # fit's rule, one device
+        default_route = "stepped" if on_cpu and n_params >= STEP_RUNS_MIN_PARAMS else "vmapped"
         s1 = _timed(sweep)
         _timed(train, T3, **ends_sub)  # compiles T3's program if T3 != T
         r3_times = _interleaved({"sweep": sweep, "one": one_by_one}, rounds, E2E_REPS, warm=False)
@@ -567,7 +573,8 @@ def run_benchmark(args, K, B, T):
         per_round_step = {name: [(b - a) / (T3 * R) for a, b in v] for name, v in spans.items()}
         per_run_step = {name: statistics.median(v) for name, v in per_round_step.items()}
         per_run_step["one run"] = steady_a / T
-        r3b, r3c = (_spread(v / per_run_step["one run"] for v in per_round_step[name]) for name in ("vmapped", "stepped"))
+        r3b, r3c = (_spread(v / per_run_step["one run"] for v in per_round_step[name])
+                    for name in ("vmapped", "stepped"))
         noisy3 = " (not positive: noise)" if min(per_run_step.values()) <= 0 else ""
         print(f"    steady state per run and step, T({2 * T3}) − T({T3}): vmapped sweep (vectorise=True) "
               f"{_s(per_run_step['vmapped'])}, "
@@ -592,7 +599,8 @@ def run_benchmark(args, K, B, T):
         r4 = _spread(flops["lin"] / tl / (flops["matmul"] / tm if peak is None else ceiling)
                      for tl, tm in zip(per_round["lin"], per_round["matmul"]))
         print(f"    ceiling: {ceiling_note} -> {ceiling / flops_img:.0f} img/s; fraction {_fmt_spread(r4)} "
-              f"(round by round); measured matmul {r4_mm[0] / 1e9:.1f} [{r4_mm[1] / 1e9:.1f}–{r4_mm[2] / 1e9:.1f}] GFLOP/s")
+              f"(round by round); measured matmul {r4_mm[0] / 1e9:.1f} "
+              f"[{r4_mm[1] / 1e9:.1f}–{r4_mm[2] / 1e9:.1f}] GFLOP/s")
         print(f"    measured {n_mm}×{n_mm} matmul {mm / 1e9:.1f} GFLOP/s (interleaved with the steps of [1])"
               + (f" ({mm / peak:.2f} of the table peak)" if peak else "")
               + (f"; theoretical {theo / 1e9:.0f} GFLOP/s = {theo_note}" if theo else ""))
@@ -602,7 +610,8 @@ def run_benchmark(args, K, B, T):
         # each pair side by side (so a change of the machine's load between them weighs least)
         every, n_def = default_evaluation(T, B, len(x_np))
         n_pts = -(-T // every) + 1  # 0, every, 2·every, … below T, and T
-        variants = {"bare": {"eval_steps": [], "eval_train_size": 1}, "default": {}, "old": {"eval_every": max(1, T // 20)}}
+        variants = {"bare": {"eval_steps": [], "eval_train_size": 1}, "default": {},
+                    "old": {"eval_every": max(1, T // 20)}}
         firsts = {name: _timed(train, T, **kw) for name, kw in variants.items()}
         r5_times = _interleaved({name: functools.partial(train, T, **kw) for name, kw in variants.items()}, rounds,
                                 E2E_REPS, warm=False)
@@ -612,14 +621,16 @@ def run_benchmark(args, K, B, T):
         r5b = _spread((b - c) / b for c, b in zip(r5_times["bare"], r5_times["old"]))
         n_old = -(-T // max(1, T // 20)) + 1
         share, share_old = r5[0], r5b[0]
-        print(f"[5] default evaluation ({n_pts} points on {n_def} of {len(x_np)} training images) vs bare (one image at "
+        print(f"[5] default evaluation ({n_pts} points on {n_def} of {len(x_np)} training images) vs bare "
+              f"(one image at "
               f"the ends): {_s(d2)} vs {_s(c2)} (1st calls {_s(d1)}, {_s(c1)}), share {_fmt_spread(r5)}")
         print(f"    earlier default ({n_old} points on all {len(x_np)} images): {_s(b2)} (1st call {_s(b1)}), "
               f"share {_fmt_spread(r5b)}")
 
     # 6. a user's own Flax CNN (not make_model) with iterlin.train's defaults, against its own plain loop
     if "6" in sec:
-        r6 = user_model_ratio(x_np, y_np, dev, args.user_batch, args.user_steps, n_sub, rounds)
+        r6 = user_model_ratio(x_np, y_np, dev, args.user_batch, args.user_steps, n_sub, rounds,
+                              with_xla=not args.quick)
 
     rows = []
     if "1" in sec:
@@ -665,9 +676,11 @@ def run_benchmark(args, K, B, T):
             ("6", "user's Flax CNN: iterlin.train / own loop", r6["auto"], _s(r6["times"]["auto"]),
              _s(r6["times"]["plain"]), f"<= 1.3 (defaults: conv='auto'; batch {args.user_batch}, "
              f"{args.user_steps} steps, K = inf)"),
-            ("6b", "the same, conv='xla' (lax.conv, dispatched)", r6["xla"], _s(r6["times"]["xla"]),
-             _s(r6["times"]["plain"]), "none (the network as written: fit's loop rule steps it one dispatch each)"),
         ]
+        if r6["xla"] is not None:
+            rows += [("6b", "the same, conv='xla' (lax.conv, dispatched)", r6["xla"], _s(r6["times"]["xla"]),
+                      _s(r6["times"]["plain"]), "none (the network as written: fit's loop rule steps it one dispatch "
+                      "each)")]
     print()
     print(f"summary ({dev.device_kind}, {dev.platform}, jax {jax.__version__}; batch {B}, {T} steps, K = {K}; "
           f"convolutions {conv!r}; microbatch {mb})")
