@@ -3,19 +3,18 @@
 The network is the paper's CNN (``make_model("cnn", ...)``: on a CPU its convolutions lowered to
 slices and one matrix product, :mod:`iterlin.conv`), K = ``--K`` (10), SGD, the same batch size
 throughout. Every ``iterlin.train``/``train_sweep`` time is end to end (host NumPy data in,
-parameters out: data transfer, tracing, the evaluations, the steps) and of a SECOND call with the
-same arguments, which compiles nothing (``iterlin.training`` caches its programs on what they close
+parameters out: data transfer, tracing, the evaluations, the steps) and of LATER calls with the
+same arguments, which compile nothing (``iterlin.training`` caches its programs on what they close
 over; JAX's persistent compilation cache is not turned on here, so the first call compiles).
-``--e2e-reps N`` keeps the least of calls 2 … N + 1 instead (``--quick`` uses 2: tiny runs are
-easily disturbed on a shared machine). iterlin's steps, ``train`` and ``train_sweep`` accumulate
-their gradients over chunks of ``--microbatch`` examples (default 16 on a CPU, where the products and
+``--e2e-reps N`` keeps the least of N calls in each round. iterlin's steps, ``train`` and
+``train_sweep`` accumulate their gradients over chunks of ``--microbatch`` examples (default 16 on a CPU, where the products and
 copies of whole batches of 256 are memory-bound; the whole batch elsewhere): ``train(...,
 microbatch=16)``, the same training to rounding (``tests/test_training.py``); ratio 1e compares it with
 the whole-batch step.
 
 1. Step time, every step AOT-compiled and timed on the same batch, INTERLEAVED (``--rounds`` rounds,
-   each timing every step ``--reps`` times; the median of the rounds' medians is kept, so a change
-   of the machine's load weighs on all alike):
+   each timing every step ``--reps`` times and keeping the least; each ratio is taken within a
+   round, so a change of the machine's load weighs on both sides alike):
    - iterlin's linearised step (``make_step``: forward + jvp + its transpose at θ_s);
    - iterlin's K = 1 step (``make_step(...).k1``: SGD on the network, iterlin's convolutions);
    - plain Flax/Optax SGD with ``lax.conv`` (``make_model(..., conv="xla")``, ``value_and_grad``):
@@ -38,7 +37,7 @@ the whole-batch step.
    the same K; the runs vmapped in one program, or on a CPU, the CNN having at least
    ``iterlin.training.STEP_RUNS_MIN_PARAMS`` parameters, stepped one after another), over the same
    R runs trained one after another by R calls of ``iterlin.train``, both ``--sweep-steps`` steps,
-   timed alternately (``--e2e-reps``).
+   timed alternately (``--e2e-rounds``).
    Target ≤ 1.0: a sweep costs no more than its runs one after another (timed as R calls, not as R
    times one call: a machine whose clock falls under sustained load charges both alike).
    3b and 3c: the steady state (T(2·steps) − T(steps): a step's cost, without the per-call costs of
@@ -58,6 +57,18 @@ the whole-batch step.
    budgeted at a tenth of the images trained on; no test split) against a bare run that evaluates
    one image at the two ends; share = (default − bare) / default. 5b: the same for the default of
    earlier versions, every ``steps // 20`` steps (21 points) on the whole training split.
+
+6. A user's own Flax CNN (:class:`UserCNN`: ``nn.Conv`` and ``nn.max_pool``, the paper's shapes, not
+   ``make_model``) trained by ``iterlin.train`` with its defaults (K = ∞, ``--user-batch`` 128,
+   ``--user-steps`` 12, SGD, evaluation at 0 and T on the evaluation subset) over its own plain
+   Flax/Optax loop doing the same evaluation work (the network and its linearisation on the same
+   images at 0 and T). Target ≤ 1.3. 6b: the same call with ``conv="xla"`` (the network's
+   ``lax.conv`` kept, so ``fit`` dispatches its steps one by one).
+
+Every ratio is taken round by round over interleaved rounds (``--rounds`` for 1 and 4, each
+round the least of ``--reps`` calls; ``--e2e-rounds`` for 2, 3, 5 and 6, after a first, compiling
+call) and printed as its median and its range [least–greatest] over the rounds; the summary table
+gives both. ``--sections 1,4,6`` runs some sections only.
 
 Usage: ``python benchmarks/bench_train.py [--batch 256] [--steps N] [--n-train N] [--quick]``
 (defaults: 1000 steps and 4096 images on an accelerator, 40 steps and 1024 images on CPU, so that
