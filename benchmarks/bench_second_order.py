@@ -5,21 +5,25 @@
 * The paper's CNN (P = 227 484) at a small N of real CIFAR-10 images: a GN step (cross-entropy,
   generalised GN, kernel solver) and the (N·10 × N·10) NTK.
 * The CNN's empirical NTK at the sizes of the exact-limit experiments (``--n-ntk``, default 256 and
-  1,000 images): its time, and its share of the ceiling: useful FLOP/s over the FLOP/s of a
-  ``--matmul``-sized float32 matrix product timed just before and just after it (the mean of the
-  two). The useful FLOPs are those of the symmetric kernel's products, (N·O)²·P (one half of
-  ϕϕᵀ, 2 FLOPs a multiply-add), and of the N per-example Jacobians (XLA's cost analysis of one
-  chunk's); the recomputed Jacobians, the copies and the padding are not counted. Target ≥ 0.3.
-  For N ≤ 512 the share is of a second call at the same size (the exact limit forms kernels of one
-  size many times; the first call, which compiles the programs of its shapes, is printed too);
-  above, of the one call, compiling included.
+  1,000 images): its time, and its share of the ceiling, the FLOP/s of a ``--matmul``-sized float32
+  matrix product timed just before and just after it (the mean of the two). The work is counted as
+  ONE product ϕϕᵀ, 2(N·O)²·P FLOPs (the issue's count; ``empirical_ntk`` computes only the blocks on
+  or above the diagonal of the symmetric kernel, about half of it, so a share above 1 is possible,
+  up to about 2; target ≥ 1.2 at N = 1,000); beside it the useful share, (N·O)²·P (the half) plus
+  the N per-example Jacobians (XLA's cost analysis of one chunk's). For N ≤ 512 the call is timed
+  ``--ntk-rounds`` times after a compiling call (the exact limit forms kernels of one size many
+  times; median and range of the per-round shares); above, the one call, compiling included.
+* The matrix-free product v ↦ Θ̂v (:func:`iterlin.ntk_vector_product`, one vjp and one jvp over the
+  batch) of the CNN at the same sizes: its time and its FLOP/s (XLA's cost analysis of the compiled
+  product) over the same matmul ceiling, median and range over ``--ntk-rounds`` interleaved rounds.
 * ``--n-relin``: one re-linearisation of the exact limit (:mod:`iterlin.experiments.limit`: Θ = JJᵀ,
   its float64 eigendecomposition and the flow's update −Jᵀa) of the CNN on that many images, after
   a compiling call at the same size (N ≤ 512; above, the one call includes compiling). Default: none.
 
 Times are medians of ``--reps`` calls after one compiling call, on the default JAX device (the
 large NTKs: see above).
-Usage: ``python benchmarks/bench_second_order.py [--n-cnn 16] [--reps 7] [--n-ntk 256 1000] [--n-relin 256 500 1000]``
+Usage: ``python benchmarks/bench_second_order.py [--n-cnn 16] [--reps 7] [--n-ntk 256 1000] [--ntk-rounds 3]
+[--n-relin 256 500 1000]``
 """
 
 from __future__ import annotations
@@ -59,10 +63,11 @@ def _matmul_flops(n: int, reps: int = 3) -> float:
     return 2.0 * n**3 / _median(lambda: mm(a, a), reps)
 
 
-def ntk_share(model, x, n_mm: int):
-    """(seconds, useful FLOPs, ceiling FLOP/s, seconds of the first call) of ``empirical_ntk`` of
-    ``model`` on x (module docstring): for N ≤ 512 the second call at this size (the first, timed too,
-    compiles the programs of its shapes), above it the one call."""
+def ntk_share(model, x, n_mm: int, rounds: int):
+    """The NTK of ``model`` on x against the matmul ceiling (module docstring): a dict of the
+    seconds (per round), the one-GEMM work 2(N·O)²·P, the useful work, the ceilings (per round,
+    FLOP/s) and the first call's seconds. For N ≤ 512 ``rounds`` calls after a compiling one, above
+    it the one call."""
     n, P = len(x), iterlin.count_params(model.params)
     jax.block_until_ready(iterlin.empirical_ntk(model.apply_fn, model.params, x[:32]))  # compiles
     jac = jax.jit(lambda p, xs: example_jacobians(model.apply_fn, p, xs)).lower(model.params, x[:8]).compile()
@@ -70,15 +75,40 @@ def ntk_share(model, x, n_mm: int):
     ca = ca[0] if isinstance(ca, (list, tuple)) else ca
     n_out = 10
     useful = (n * n_out) ** 2 * P + n * float(ca["flops"]) / 8
+
     def once():
         t = time.perf_counter()
         jax.block_until_ready(iterlin.empirical_ntk(model.apply_fn, model.params, x))
         return time.perf_counter() - t
 
     first = once() if n <= 512 else None
-    before = _matmul_flops(n_mm)
-    seconds = once()
-    return seconds, useful, (before + _matmul_flops(n_mm)) / 2, first
+    seconds, ceilings = [], []
+    for _ in range(rounds if n <= 512 else 1):
+        before = _matmul_flops(n_mm)
+        seconds.append(once())
+        ceilings.append((before + _matmul_flops(n_mm)) / 2)
+    return {"seconds": seconds, "gemm": 2.0 * (n * n_out) ** 2 * P, "useful": useful, "ceilings": ceilings,
+            "first": first}
+
+
+def ntvp_share(model, x, n_mm: int, rounds: int, reps: int):
+    """(seconds per round, FLOPs, ceilings per round) of Θ̂v (:func:`iterlin.ntk_vector_product`, jitted)
+    on x, each round the median of ``reps`` products after the ceiling."""
+    mv = jax.jit(lambda p, xs, v: iterlin.ntk_vector_product(model.apply_fn, p, xs)(v))
+    v = jax.random.normal(jax.random.PRNGKey(3), (len(x) * 10,), jnp.float32)
+    compiled = mv.lower(model.params, x, v).compile()
+    ca = compiled.cost_analysis()
+    ca = ca[0] if isinstance(ca, (list, tuple)) else ca
+    seconds, ceilings = [], []
+    for _ in range(rounds):
+        ceilings.append(_matmul_flops(n_mm))
+        seconds.append(_median(lambda: compiled(model.params, x, v), reps))
+    return seconds, float(ca["flops"]), ceilings
+
+
+def _spread(values) -> str:
+    values = list(values)
+    return f"{statistics.median(values):.2f} [{min(values):.2f}–{max(values):.2f}]"
 
 
 def relin_seconds(model, x, y) -> tuple[float, float]:
@@ -102,6 +132,8 @@ def main():
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--n-ntk", type=int, nargs="*", default=[256, 1000],
                     help="images of the large CNN NTKs timed against the ceiling (none: skip)")
+    ap.add_argument("--ntk-rounds", type=int, default=3,
+                    help="timed calls of each NTK with N <= 512 (and rounds of Θv), each between two ceilings")
     ap.add_argument("--n-relin", type=int, nargs="*", default=[],
                     help="images of the exact limit's re-linearisations timed (default: none)")
     ap.add_argument("--matmul", type=int, default=2048, help="matrix size of the measured ceiling")
@@ -140,12 +172,21 @@ def main():
     t = _median(lambda: iterlin.empirical_ntk(cnn.apply_fn, cnn.params, xc), args.reps)
     print(f"  NTK {n * 10}×{n * 10}:               {_fmt(t)}")
     for n in args.n_ntk:
-        seconds, useful, ceiling, first = ntk_share(cnn, xc_all[:n], args.matmul)
+        r = ntk_share(cnn, xc_all[:n], args.matmul, args.ntk_rounds)
+        gemm = [r["gemm"] / t / c for t, c in zip(r["seconds"], r["ceilings"])]
+        useful = [r["useful"] / t / c for t, c in zip(r["seconds"], r["ceilings"])]
         print(f"  NTK {n * 10}×{n * 10} ({n} images): "
-              + (f"1st call (compiling) {first:.1f} s, 2nd call " if first else "one call (with compiling) ")
-              + f"{seconds:.1f} s, useful {useful / 1e12:.2f} TFLOP, "
-              f"{useful / seconds / 1e9:.1f} GFLOP/s; ceiling ({args.matmul}² matmul before and after) "
-              f"{ceiling / 1e9:.1f} GFLOP/s; share {useful / seconds / ceiling:.2f} (target >= 0.3)")
+              + (f"1st call (compiling) {r['first']:.1f} s, then {len(r['seconds'])} calls "
+                 if r["first"] else "one call (with compiling) ")
+              + f"{statistics.median(r['seconds']):.1f} s (median; {min(r['seconds']):.1f}–{max(r['seconds']):.1f}); "
+              f"ceiling ({args.matmul}² matmul before and after) "
+              f"{statistics.median(r['ceilings']) / 1e9:.1f} GFLOP/s; "
+              f"share counting one GEMM 2(N·O)²·P = {r['gemm'] / 1e12:.2f} TFLOP: {_spread(gemm)} (target >= 1.2 at "
+              f"N = 1000); useful (half + Jacobians, {r['useful'] / 1e12:.2f} TFLOP): {_spread(useful)}")
+        secs, flops, ceil = ntvp_share(cnn, xc_all[:n], args.matmul, args.ntk_rounds, args.reps)
+        print(f"  Θv ({n} images, ntk_vector_product, jitted): {_fmt(statistics.median(secs))} "
+              f"({_fmt(min(secs))}–{_fmt(max(secs))}), {flops / 1e9:.2f} GFLOP (XLA), share of the matmul "
+              f"ceiling {_spread(flops / t / c for t, c in zip(secs, ceil))}")
     for n in args.n_relin:
         lin, upd = relin_seconds(cnn, xc_all[:n], yc_all[:n])
         print(f"  exact-limit re-linearisation, {n} images: kernel + float64 eigh {lin:.1f} s, update {upd:.1f} s"

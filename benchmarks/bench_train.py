@@ -3,19 +3,18 @@
 The network is the paper's CNN (``make_model("cnn", ...)``: on a CPU its convolutions lowered to
 slices and one matrix product, :mod:`iterlin.conv`), K = ``--K`` (10), SGD, the same batch size
 throughout. Every ``iterlin.train``/``train_sweep`` time is end to end (host NumPy data in,
-parameters out: data transfer, tracing, the evaluations, the steps) and of a SECOND call with the
-same arguments, which compiles nothing (``iterlin.training`` caches its programs on what they close
+parameters out: data transfer, tracing, the evaluations, the steps) and of LATER calls with the
+same arguments, which compile nothing (``iterlin.training`` caches its programs on what they close
 over; JAX's persistent compilation cache is not turned on here, so the first call compiles).
-``--e2e-reps N`` keeps the least of calls 2 … N + 1 instead (``--quick`` uses 2: tiny runs are
-easily disturbed on a shared machine). iterlin's steps, ``train`` and ``train_sweep`` accumulate
-their gradients over chunks of ``--microbatch`` examples (default 16 on a CPU, where the products and
+``--e2e-reps N`` keeps the least of N calls in each round. iterlin's steps, ``train`` and
+``train_sweep`` accumulate their gradients over chunks of ``--microbatch`` examples (default 16 on a CPU, where the products and
 copies of whole batches of 256 are memory-bound; the whole batch elsewhere): ``train(...,
 microbatch=16)``, the same training to rounding (``tests/test_training.py``); ratio 1e compares it with
 the whole-batch step.
 
 1. Step time, every step AOT-compiled and timed on the same batch, INTERLEAVED (``--rounds`` rounds,
-   each timing every step ``--reps`` times; the median of the rounds' medians is kept, so a change
-   of the machine's load weighs on all alike):
+   each timing every step ``--reps`` times and keeping the least; each ratio is taken within a
+   round, so a change of the machine's load weighs on both sides alike):
    - iterlin's linearised step (``make_step``: forward + jvp + its transpose at θ_s);
    - iterlin's K = 1 step (``make_step(...).k1``: SGD on the network, iterlin's convolutions);
    - plain Flax/Optax SGD with ``lax.conv`` (``make_model(..., conv="xla")``, ``value_and_grad``):
@@ -38,7 +37,7 @@ the whole-batch step.
    the same K; the runs vmapped in one program, or on a CPU, the CNN having at least
    ``iterlin.training.STEP_RUNS_MIN_PARAMS`` parameters, stepped one after another), over the same
    R runs trained one after another by R calls of ``iterlin.train``, both ``--sweep-steps`` steps,
-   timed alternately (``--e2e-reps``).
+   timed alternately (``--e2e-rounds``).
    Target ≤ 1.0: a sweep costs no more than its runs one after another (timed as R calls, not as R
    times one call: a machine whose clock falls under sustained load charges both alike).
    3b and 3c: the steady state (T(2·steps) − T(steps): a step's cost, without the per-call costs of
@@ -58,6 +57,18 @@ the whole-batch step.
    budgeted at a tenth of the images trained on; no test split) against a bare run that evaluates
    one image at the two ends; share = (default − bare) / default. 5b: the same for the default of
    earlier versions, every ``steps // 20`` steps (21 points) on the whole training split.
+
+6. A user's own Flax CNN (:class:`UserCNN`: ``nn.Conv`` and ``nn.max_pool``, the paper's shapes, not
+   ``make_model``) trained by ``iterlin.train`` with its defaults (K = ∞, ``--user-batch`` 128,
+   ``--user-steps`` 12, SGD, evaluation at 0 and T on the evaluation subset) over its own plain
+   Flax/Optax loop doing the same evaluation work (the network and its linearisation on the same
+   images at 0 and T). Target ≤ 1.3. 6b: the same call with ``conv="xla"`` (the network's
+   ``lax.conv`` kept, so ``fit`` dispatches its steps one by one).
+
+Every ratio is taken round by round over interleaved rounds (``--rounds`` for 1 and 4, each
+round the least of ``--reps`` calls; ``--e2e-rounds`` for 2, 3, 5 and 6, after a first, compiling
+call) and printed as its median and its range [least–greatest] over the rounds; the summary table
+gives both. ``--sections 1,4,6`` runs some sections only.
 
 Usage: ``python benchmarks/bench_train.py [--batch 256] [--steps N] [--n-train N] [--quick]``
 (defaults: 1000 steps and 4096 images on an accelerator, 40 steps and 1024 images on CPU, so that
@@ -82,6 +93,7 @@ import sys
 import time
 
 import jax
+import flax.linen as nn
 import jax.numpy as jnp
 import numpy as np
 import optax
@@ -120,15 +132,8 @@ def _timed(fn, *args, **kwargs):
     return time.perf_counter() - t
 
 
-#: Later calls timed after the first; the least is kept (``--e2e-reps``; 1: the second call).
+#: Calls timed per round after the first; the least is kept (``--e2e-reps``).
 E2E_REPS = 1
-
-
-def _first_second(fn, *args, **kwargs):
-    """(first call, second call) seconds; with ``E2E_REPS`` > 1 the least of calls 2 … 1 + E2E_REPS
-    (on a shared machine the least is the least disturbed)."""
-    first = _timed(fn, *args, **kwargs)
-    return first, min(_timed(fn, *args, **kwargs) for _ in range(E2E_REPS))
 
 
 def _flops(compiled) -> float:
@@ -154,21 +159,34 @@ def _sgd_step(model, opt):
     return step
 
 
-def _interleaved(fns: dict, rounds: int, reps: int) -> dict:
-    """Each of ``fns`` (name -> zero-argument callable) timed ``reps`` times per round, round after
-    round, one function after the other: {name: median over the rounds of each round's median}."""
-    for fn in fns.values():
-        jax.block_until_ready(fn())  # warm up
+def _interleaved(fns: dict, rounds: int, reps: int = 1, warm: bool = True) -> dict:
+    """Each of ``fns`` (name -> zero-argument callable) timed ``reps`` times per round (the least kept:
+    the least disturbed on a shared machine), round after round, one function after the other:
+    {name: [each round's time]}. A ratio of two is then taken round by round (:func:`_spread`), so a
+    change of the machine's load weighs on both alike."""
+    if warm:
+        for fn in fns.values():
+            jax.block_until_ready(fn())  # warm up (compiles)
     per_round = {name: [] for name in fns}
     for _ in range(rounds):
         for name, fn in fns.items():
-            times = []
-            for _ in range(reps):
-                t = time.perf_counter()
-                jax.block_until_ready(fn())
-                times.append(time.perf_counter() - t)
-            per_round[name].append(statistics.median(times))
-    return {name: statistics.median(v) for name, v in per_round.items()}
+            per_round[name].append(min(_timed(fn) for _ in range(reps)))
+    return per_round
+
+
+def _spread(values) -> tuple[float, float, float]:
+    """(median, least, greatest) of per-round values."""
+    values = list(values)
+    return statistics.median(values), min(values), max(values)
+
+
+def _ratio(num, den) -> tuple[float, float, float]:
+    """The ratio of two per-round time lists, round by round: (median, least, greatest)."""
+    return _spread(a / b for a, b in zip(num, den))
+
+
+def _fmt_spread(r) -> str:
+    return f"{r[0]:.2f} [{r[1]:.2f}–{r[2]:.2f}]"
 
 
 def torch_steps(x_np, y_np, lr: float):
@@ -248,17 +266,25 @@ def step_times(model, flax_model, opt, K, x, y, n_mm: int, rounds: int, reps: in
     return times, flops, torch_note
 
 
-def make_host_loop(model, opt, x_np, y_np, batch, n_eval, eval_batch=1000):
+def make_host_loop(model, opt, x_np, y_np, batch, n_eval, eval_batch=1000, linear_too=False):
     """The usual reproduction: one jitted step (built once), NumPy shuffling and slicing on the
     host every step, and the network's loss and accuracy on the first ``n_eval`` training images
-    at steps 0 and T (jitted, in chunks)."""
+    at steps 0 and T (jitted, in chunks); with ``linear_too`` also those of its linearisation at
+    θ_0, f(θ_0) + J(θ_0)(θ − θ_0) by ``jax.jvp`` (the evaluation work of ``iterlin.train``)."""
     step = jax.jit(_sgd_step(model, opt))
+
+    def metrics(logits, y):
+        return (optax.softmax_cross_entropy_with_integer_labels(logits, y).sum(),
+                (jnp.argmax(logits, -1) == y).sum())
 
     @jax.jit
     def eval_chunk(params, x, y):
-        logits = model.apply_fn(params, x)
-        return (optax.softmax_cross_entropy_with_integer_labels(logits, y).sum(),
-                (jnp.argmax(logits, -1) == y).sum())
+        out = metrics(model.apply_fn(params, x), y)
+        if linear_too:
+            delta = jax.tree.map(jnp.subtract, params, model.params)
+            f0, jv = jax.jvp(lambda p: model.apply_fn(p, x), (model.params,), (delta,))
+            out = out + metrics(f0 + jv, y)
+        return out
 
     def evaluate(params):
         loss = correct = 0.0
@@ -283,6 +309,55 @@ def make_host_loop(model, opt, x_np, y_np, batch, n_eval, eval_batch=1000):
         return params
 
     return run
+
+
+class UserCNN(nn.Module):
+    """A researcher's own Flax network (not :func:`iterlin.models.make_model`): the paper's CNN shapes
+    written the usual way, ``nn.Conv`` (``lax.conv_general_dilated``) and ``nn.max_pool``
+    (``lax.reduce_window``)."""
+
+    @nn.compact
+    def __call__(self, x):
+        x = nn.max_pool(nn.relu(nn.Conv(50, (5, 5), padding="VALID")(x)), (2, 2), strides=(2, 2))
+        x = nn.max_pool(nn.relu(nn.Conv(50, (5, 5), padding="VALID")(x)), (2, 2), strides=(2, 2))
+        x = x.reshape(x.shape[0], -1)
+        x = nn.relu(nn.Dense(120)(x))
+        x = nn.relu(nn.Dense(84)(x))
+        return nn.Dense(10)(x)
+
+
+def user_model_ratio(x_np, y_np, dev, batch: int, steps: int, n_eval: int, rounds: int,
+                     with_xla: bool = True) -> dict:
+    """Ratio 6: :class:`UserCNN` trained by ``iterlin.train(apply_fn, params, data, K=inf, steps,
+    optimizer=optax.sgd(1e-3), loss="ce", batch_size, eval_every=steps, eval_train_size=n_eval)`` (every
+    other argument its default: ``conv="auto"``, ``compiled_loop=None``, ``microbatch=None``) against its
+    own plain loop (:func:`make_host_loop` with ``linear_too``: a jitted Flax/Optax SGD step with
+    ``lax.conv``, host batches, the network and its linearisation evaluated on the same images at
+    steps 0 and T), and with ``conv="xla"`` (6b, unless not ``with_xla``); later calls, interleaved
+    over ``rounds``. Returns {"auto": spread, "xla": spread or None, "times": {name: median seconds}}."""
+    net = UserCNN()
+    params = net.init(jax.random.PRNGKey(0), jnp.ones((1,) + x_np.shape[1:], jnp.float32))
+    model = type("UserModel", (), {"apply_fn": staticmethod(net.apply), "params": params})
+    opt = optax.sgd(1e-3)
+
+    def train(**kw):
+        return iterlin.train(net.apply, params, (x_np, y_np), K=math.inf, steps=steps, optimizer=opt, loss="ce",
+                             batch_size=batch, eval_every=steps, eval_train_size=n_eval, **kw)[0]
+
+    host = make_host_loop(model, opt, x_np, y_np, batch, n_eval, linear_too=True)
+    fns = {"plain": lambda: host(steps), "auto": train}
+    if with_xla:
+        fns["xla"] = lambda: train(conv="xla")
+    with jax.default_device(dev):
+        times = _interleaved(fns, rounds, E2E_REPS)
+    spreads = {name: _ratio(times[name], times["plain"]) if name in times else None for name in ("auto", "xla")}
+    print(f"[6] a user's own Flax CNN (nn.Conv, nn.max_pool; P = {iterlin.count_params(params):,}), K = inf, batch "
+          f"{batch}, {steps} steps, network and linear model evaluated at 0 and {steps} on {n_eval} images: "
+          f"iterlin.train (defaults) {_s(statistics.median(times['auto']))}, its own plain Flax/Optax loop "
+          f"{_s(statistics.median(times['plain']))}: ratio {_fmt_spread(spreads['auto'])}"
+          + (f"; with conv='xla' {_s(statistics.median(times['xla']))}: ratio {_fmt_spread(spreads['xla'])}"
+             if with_xla else "") + f" ({rounds} interleaved rounds)")
+    return {**spreads, "times": {name: statistics.median(v) for name, v in times.items()}}
 
 
 def cpu_theoretical_flops():
@@ -346,9 +421,15 @@ def main():
     ap.add_argument("--K", type=float, default=10, help="re-linearisation period (inf allowed)")
     ap.add_argument("--runs", type=int, default=8, help="runs of the vmapped sweep (ratio 3)")
     ap.add_argument("--reps", type=int, default=5, help="repetitions of each step time per round (ratio 1)")
-    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the step times (ratio 1)")
+    ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds of the step times (ratio 1)")
     ap.add_argument("--e2e-reps", type=int, default=1,
-                    help="calls timed after the first end-to-end call, the least kept (default 1: the 2nd call)")
+                    help="end-to-end calls timed per round (after a first, compiling call), the least kept (default 1)")
+    ap.add_argument("--e2e-rounds", type=int, default=5,
+                    help="interleaved rounds of the end-to-end times (ratios 2, 3, 5, 6): median and range")
+    ap.add_argument("--user-batch", type=int, default=128, help="batch of ratio 6's user-defined CNN")
+    ap.add_argument("--user-steps", type=int, default=12, help="steps of ratio 6's user-defined CNN")
+    ap.add_argument("--sections", default="1,2,3,4,5,6",
+                    help="which numbered sections to run (comma-separated; 4 needs 1); the summary holds those run")
     ap.add_argument("--matmul", type=int, default=None, help="matmul size for the measured ceiling "
                     "(default 2048 on CPU, 8192 elsewhere)")
     ap.add_argument("--microbatch", default="auto",
@@ -356,13 +437,14 @@ def main():
                     "(train(..., microbatch=c)); 'none': the whole batch at once; 'auto' (default): 16 on CPU, "
                     "none elsewhere")
     ap.add_argument("--quick", action="store_true",
-                    help="tiny sizes, a smoke test: batch 32, 4 steps, n_train 256, a 2-run sweep, --e2e-reps 2")
+                    help="tiny sizes, a smoke test: batch 32, 4 steps, n_train 256, a 2-run sweep, 2 rounds, no 6b")
     args = ap.parse_args()
     sys.stdout.reconfigure(line_buffering=True)  # a long run, often sent to a file: each line as it comes
     on_cpu = jax.devices()[0].platform == "cpu"
     if args.quick:
         args.batch, args.steps, args.sweep_steps, args.n_train, args.n_eval_train = 32, 4, 4, 256, 32
-        args.runs, args.reps, args.rounds, args.e2e_reps, args.matmul = 2, 2, 1, 2, args.matmul or 512
+        args.runs, args.reps, args.rounds, args.e2e_reps, args.matmul = 2, 1, 2, 1, args.matmul or 512
+        args.e2e_rounds, args.user_batch, args.user_steps = 2, 32, 2
     if args.steps is None:
         args.steps = 40 if on_cpu else 1000
     if args.n_train is None:
@@ -401,164 +483,224 @@ def run_benchmark(args, K, B, T):
           + (f"in chunks of {mb} examples (microbatch={mb})" if mb else "over the whole batch (microbatch=None)"))
     print("compilation: iterlin caches its compiled programs in the process (a second call compiles nothing); "
           "JAX's persistent cache is not used")
-    print("end-to-end times: the 1st call and the 2nd" + (f" (the least of calls 2-{1 + E2E_REPS})" if E2E_REPS > 1
-                                                           else ""))
+    print(f"end-to-end times: the 1st call, then {args.e2e_rounds} interleaved rounds of later calls"
+          + (f" (each the least of {E2E_REPS})" if E2E_REPS > 1 else "") + "; ratios: median [least–greatest] over "
+          "the rounds, each round's ratio of its own times. On a shared machine the spread is the load's")
 
-    # 1. the steps, interleaved; FLOPs for 4
-    xb, yb = jnp.asarray(x_np[:B]), jnp.asarray(y_np[:B])
-    n_mm = args.matmul or (2048 if on_cpu else 8192)
-    times, flops, torch_note = step_times(model, flax_model, opt, K, xb, yb, n_mm, args.rounds, args.reps, lr, mb)
-    t_lin, t_k1, t_sgd = times["lin"], times["k1"], times["flax_sgd"]
-    has_torch = "torch_lin" in times
-    print(f"[1] step times (median of {args.rounds} interleaved rounds of {args.reps}): iterlin linearised "
-          f"{_s(t_lin)}, iterlin K = 1 {_s(t_k1)}, plain Flax/Optax SGD with lax.conv {_s(t_sgd)}"
-          + (f", PyTorch SGD {_s(times['torch_sgd'])}, PyTorch linearised (torch.func.jvp + backward) "
-             f"{_s(times['torch_lin'])} ({torch_note})" if has_torch else f"; PyTorch skipped: {torch_note}"))
-    print(f"    ratios: linearised / Flax SGD {t_lin / t_sgd:.2f}, K = 1 / Flax SGD {t_k1 / t_sgd:.2f}"
-          + (f", linearised / PyTorch linearised {t_lin / times['torch_lin']:.2f}, PyTorch SGD / Flax SGD "
-             f"{times['torch_sgd'] / t_sgd:.2f}" if has_torch else "")
-          + (f"; the linearised step over the whole batch (microbatch=None) {_s(times['lin_whole'])}, "
-             f"microbatched / whole {t_lin / times['lin_whole']:.2f}" if mb else "")
-          + f"; XLA FLOPs linearised {flops['lin'] / 1e9:.2f} G (lowered: {flops['lin_lowered'] / 1e9:.2f} G), "
-          f"SGD {flops['flax_sgd'] / 1e9:.2f} G")
-
-    # 2. iterlin.train end to end vs the host-fed loop
+    sec = {s.strip() for s in args.sections.split(",")}
+    rounds = args.e2e_rounds
     common = {"K": K, "optimizer": opt, "batch_size": B, "devices": [dev], "microbatch": mb}
 
     def train(steps, **kw):
         return iterlin.train(model.apply_fn, model.params, (x_np, y_np), steps=steps, **common, **kw)[0]
 
     ends_sub = {"eval_steps": [], "eval_train_size": n_sub}
-    a1, a2 = _first_second(train, T, **ends_sub)
-    a_2T = _timed(train, 2 * T, **ends_sub)
-    host = make_host_loop(flax_model, opt, x_np, y_np, B, n_sub)
-    with jax.default_device(dev):
-        h1, h2 = _first_second(host, T)
-        h_2T = _timed(host, 2 * T)
-    steady_a, steady_h = a_2T - a2, h_2T - h2
-    over_a, over_h = a2 - steady_a, h2 - steady_h  # per-call costs: tracing, transfers, the two evaluations
-    noisy = " (negative: noise, e.g. the machine's load changed between calls)" if min(over_a, over_h) < 0 else ""
-    print(f"[2] {T} steps, evaluation at steps 0 and {T} on {n_sub} images: iterlin.train 1st call {_s(a1)}, "
-          f"2nd {_s(a2)} ({T * B / a2:.0f} img/s); host-fed Flax/Optax loop 1st {_s(h1)}, 2nd {_s(h2)} "
-          f"({T * B / h2:.0f} img/s); ratio (2nd calls) {a2 / h2:.2f}")
-    print(f"    steady state, T({2 * T}) − T({T}): iterlin.train {_s(steady_a)}, host loop {_s(steady_h)}, "
-          f"ratio {steady_a / steady_h:.2f}; per-call overhead (2nd call − steady) iterlin {_s(over_a)}, "
-          f"host {_s(over_h)}{noisy}")
+    steady_a, has_torch, torch_note = math.nan, False, "section 1 not run"
+    # 1. the steps, interleaved; FLOPs for 4
+    if "1" in sec:
+        xb, yb = jnp.asarray(x_np[:B]), jnp.asarray(y_np[:B])
+        n_mm = args.matmul or (2048 if on_cpu else 8192)
+        per_round, flops, torch_note = step_times(model, flax_model, opt, K, xb, yb, n_mm, args.rounds, args.reps, lr,
+                                                  mb)
+        times = {name: statistics.median(v) for name, v in per_round.items()}
+        t_lin, t_k1, t_sgd = times["lin"], times["k1"], times["flax_sgd"]
+        r_lin, r_k1 = _ratio(per_round["lin"], per_round["flax_sgd"]), _ratio(per_round["k1"], per_round["flax_sgd"])
+        has_torch = "torch_lin" in times
+        if has_torch:
+            r_torch = _ratio(per_round["lin"], per_round["torch_lin"])
+            r_torch_sgd = _ratio(per_round["torch_sgd"], per_round["flax_sgd"])
+            torch_wins = sum(a <= b for a, b in zip(per_round["lin"], per_round["torch_lin"]))
+        print(f"[1] step times (median of {args.rounds} interleaved rounds, each the least of {args.reps}): iterlin "
+              f"linearised {_s(t_lin)}, iterlin K = 1 {_s(t_k1)}, plain Flax/Optax SGD with lax.conv {_s(t_sgd)}"
+              + (f", PyTorch SGD {_s(times['torch_sgd'])}, PyTorch linearised (torch.func.jvp + backward) "
+                 f"{_s(times['torch_lin'])} ({torch_note})" if has_torch else f"; PyTorch skipped: {torch_note}"))
+        print(f"    ratios, median [range] over the rounds: linearised / Flax SGD {_fmt_spread(r_lin)}, "
+              f"K = 1 / Flax SGD "
+              f"{_fmt_spread(r_k1)}"
+              + (f", linearised / PyTorch linearised {_fmt_spread(r_torch)} (<= 1 in {torch_wins} of {args.rounds} "
+                 f"rounds), PyTorch SGD / Flax SGD {_fmt_spread(r_torch_sgd)}" if has_torch else "")
+              + (f"; the linearised step over the whole batch (microbatch=None) {_s(times['lin_whole'])}, "
+                 f"microbatched / whole {_fmt_spread(_ratio(per_round['lin'], per_round['lin_whole']))}" if mb else "")
+              + f"; XLA FLOPs linearised {flops['lin'] / 1e9:.2f} G (lowered: {flops['lin_lowered'] / 1e9:.2f} G), "
+              f"SGD {flops['flax_sgd'] / 1e9:.2f} G")
+
+    # 2. iterlin.train end to end vs the host-fed loop
+    if "2" in sec:
+        host = make_host_loop(flax_model, opt, x_np, y_np, B, n_sub)
+        with jax.default_device(dev):
+            a1, h1 = _timed(train, T, **ends_sub), _timed(host, T)  # first calls: compiling
+            e2e = _interleaved({"a": lambda: train(T, **ends_sub), "h": lambda: host(T),
+                                "a2": lambda: train(2 * T, **ends_sub), "h2": lambda: host(2 * T)}, rounds, E2E_REPS)
+        a2, h2 = statistics.median(e2e["a"]), statistics.median(e2e["h"])
+        steady_a = statistics.median([b - a for a, b in zip(e2e["a"], e2e["a2"])])
+        steady_h = statistics.median([b - a for a, b in zip(e2e["h"], e2e["h2"])])
+        r2 = _ratio(e2e["a"], e2e["h"])
+        r2_steady = _spread((b - a) / (d - c) for a, b, c, d in zip(e2e["a"], e2e["a2"], e2e["h"], e2e["h2"]))
+        over_a, over_h = a2 - steady_a, h2 - steady_h  # per-call costs: tracing, transfers, the two evaluations
+        noisy = " (negative: noise, e.g. the machine's load changed between calls)" if min(over_a, over_h) < 0 else ""
+        print(f"[2] {T} steps, evaluation at steps 0 and {T} on {n_sub} images: iterlin.train 1st call {_s(a1)}, "
+              f"later calls {_s(a2)} ({T * B / a2:.0f} img/s); host-fed Flax/Optax loop 1st {_s(h1)}, later {_s(h2)} "
+              f"({T * B / h2:.0f} img/s); ratio (later calls, {rounds} interleaved rounds) {_fmt_spread(r2)}")
+        print(f"    steady state, T({2 * T}) − T({T}): iterlin.train {_s(steady_a)}, host loop {_s(steady_h)}, "
+              f"ratio {_fmt_spread(r2_steady)}; per-call overhead (later call − steady) iterlin {_s(over_a)}, "
+              f"host {_s(over_h)}{noisy}")
 
     # 3. the sweep per run vs one run, timed alternately
-    R, T3 = args.runs, args.sweep_steps
-    stacked = tree_stack([make_model("cnn", jax.random.PRNGKey(i)).params for i in range(R)])
+    if "3" in sec:
+        R, T3 = args.runs, args.sweep_steps
+        stacked = tree_stack([make_model("cnn", jax.random.PRNGKey(i)).params for i in range(R)])
 
-    def sweep(steps=T3, **kw):
-        return iterlin.train_sweep(model.apply_fn, stacked, (x_np, y_np), K=[K] * R, steps=steps, optimizer=opt,
-                                   batch_size=B, devices=[dev], microbatch=mb, **kw, **ends_sub)[0]
+        def sweep(steps=T3, **kw):
+            return iterlin.train_sweep(model.apply_fn, stacked, (x_np, y_np), K=[K] * R, steps=steps, optimizer=opt,
+                                       batch_size=B, devices=[dev], microbatch=mb, **kw, **ends_sub)[0]
 
-    singles = [tree_index(stacked, i) for i in range(R)]
+        singles = [tree_index(stacked, i) for i in range(R)]
 
-    def one_by_one():
-        return [iterlin.train(model.apply_fn, p, (x_np, y_np), steps=T3, **common, **ends_sub)[0] for p in singles]
+        def one_by_one():
+            return [iterlin.train(model.apply_fn, p, (x_np, y_np), steps=T3, **common, **ends_sub)[0] for p in singles]
 
-    n_params = tree_size(singles[0])
-    default_route = "stepped" if on_cpu and n_params >= STEP_RUNS_MIN_PARAMS else "vmapped"  # fit's rule, one device
-    s1 = _timed(sweep)
-    _timed(train, T3, **ends_sub)  # compiles T3's program if T3 != T
-    pairs = [(_timed(sweep), _timed(one_by_one) / R) for _ in range(E2E_REPS)]
-    s2, one = min(p[0] for p in pairs), min(p[1] for p in pairs)
-    print(f"[3] {R}-run sweep (train_sweep's defaults: {default_route}, P = {n_params:,}), {T3} steps: "
-          f"1st call {_s(s1)}, 2nd {_s(s2)} ({_s(s2 / R)} per run); its {R} runs one after another (train), "
-          f"per run {_s(one)}; per run / one run {s2 / R / one:.2f}")
-    # steady state per run and step: T(2·T3) − T(T3) of each sweep route (the least of alternated
-    # calls; R runs a step), over one run's steady state of [2] (T(2·T) − T(T): T3 steps of one run
-    # are too few to time)
-    routes = {"vmapped": functools.partial(sweep, vectorise=True),
-              "stepped": functools.partial(sweep, vectorise=False)}
-    for fn in routes.values():
-        _timed(fn)  # compiles the route's programs if the default did not
-    spans = {name: [] for name in routes}
-    for _ in range(1 if args.quick else max(2, E2E_REPS)):
-        for name, fn in routes.items():
-            spans[name].append((_timed(fn, T3), _timed(fn, 2 * T3)))
-    per_run_step = {name: (min(b for _, b in v) - min(a for a, _ in v)) / (T3 * R) for name, v in spans.items()}
-    per_run_step["one run"] = steady_a / T
-    noisy3 = " (not positive: noise)" if min(per_run_step.values()) <= 0 else ""
-    print(f"    steady state per run and step, T({2 * T3}) − T({T3}): vmapped sweep (vectorise=True) "
-          f"{_s(per_run_step['vmapped'])}, "
-          f"the sweep stepping its runs one after another (vectorise=False) {_s(per_run_step['stepped'])}; one run "
-          f"(T({2 * T}) − T({T}) of [2]) {_s(per_run_step['one run'])}; over one run "
-          f"{per_run_step['vmapped'] / per_run_step['one run']:.2f} and "
-          f"{per_run_step['stepped'] / per_run_step['one run']:.2f}{noisy3}")
+        n_params = tree_size(singles[0])
+        # fit's rule, one device
+        default_route = "stepped" if on_cpu and n_params >= STEP_RUNS_MIN_PARAMS else "vmapped"
+        s1 = _timed(sweep)
+        _timed(train, T3, **ends_sub)  # compiles T3's program if T3 != T
+        r3_times = _interleaved({"sweep": sweep, "one": one_by_one}, rounds, E2E_REPS, warm=False)
+        s2, one = statistics.median(r3_times["sweep"]), statistics.median(r3_times["one"]) / R
+        r3 = _ratio(r3_times["sweep"], r3_times["one"])
+        print(f"[3] {R}-run sweep (train_sweep's defaults: {default_route}, P = {n_params:,}), {T3} steps: "
+              f"1st call {_s(s1)}, 2nd {_s(s2)} ({_s(s2 / R)} per run); its {R} runs one after another (train), "
+              f"per run {_s(one)}; per run / one run {_fmt_spread(r3)} ({rounds} interleaved rounds)")
+        # steady state per run and step: T(2·T3) − T(T3) of each sweep route (the least of alternated
+        # calls; R runs a step), over one run's steady state of [2] (T(2·T) − T(T): T3 steps of one run
+        # are too few to time)
+        routes = {"vmapped": functools.partial(sweep, vectorise=True),
+                  "stepped": functools.partial(sweep, vectorise=False)}
+        for fn in routes.values():
+            _timed(fn)  # compiles the route's programs if the default did not
+        spans = {name: [] for name in routes}
+        for _ in range(rounds):
+            for name, fn in routes.items():
+                spans[name].append((_timed(fn, T3), _timed(fn, 2 * T3)))
+        per_round_step = {name: [(b - a) / (T3 * R) for a, b in v] for name, v in spans.items()}
+        per_run_step = {name: statistics.median(v) for name, v in per_round_step.items()}
+        per_run_step["one run"] = steady_a / T
+        r3b, r3c = (_spread(v / per_run_step["one run"] for v in per_round_step[name])
+                    for name in ("vmapped", "stepped"))
+        noisy3 = " (not positive: noise)" if min(per_run_step.values()) <= 0 else ""
+        print(f"    steady state per run and step, T({2 * T3}) − T({T3}): vmapped sweep (vectorise=True) "
+              f"{_s(per_run_step['vmapped'])}, "
+              f"the sweep stepping its runs one after another (vectorise=False) {_s(per_run_step['stepped'])}; one run "
+              f"(T({2 * T}) − T({T}) of [2]) {_s(per_run_step['one run'])}; over one run "
+              f"{_fmt_spread(r3b)} and {_fmt_spread(r3c)}{noisy3}")
 
     # 4. the linearised step's share of the ceiling
-    flops_img = flops["lin"] / B
-    ips = B / t_lin
-    mm = flops["matmul"] / times["matmul"]
-    peak, peak_note = table_peak(dev)
-    theo, theo_note = cpu_theoretical_flops() if on_cpu else (None, "")
-    if peak is None:
-        ceiling, ceiling_note = mm, f"measured {n_mm}×{n_mm} float32 matmul, {mm / 1e9:.1f} GFLOP/s ({peak_note})"
-    else:
-        ceiling, ceiling_note = peak, peak_note
-    print(f"[4] linearised training: {ips:.0f} img/s (batch / step time of [1]), {flops_img / 1e6:.1f} MFLOP/img "
-          f"(XLA cost analysis of the step with lax.conv / batch)")
-    print(f"    ceiling: {ceiling_note} -> {ceiling / flops_img:.0f} img/s; fraction {ips * flops_img / ceiling:.3f}")
-    print(f"    measured {n_mm}×{n_mm} matmul {mm / 1e9:.1f} GFLOP/s (interleaved with the steps of [1])"
-          + (f" ({mm / peak:.2f} of the table peak)" if peak else "")
-          + (f"; theoretical {theo / 1e9:.0f} GFLOP/s = {theo_note}" if theo else ""))
+    if "4" in sec:
+        flops_img = flops["lin"] / B
+        ips = B / t_lin
+        mm = flops["matmul"] / times["matmul"]
+        r4_mm = _spread(flops["matmul"] / t for t in per_round["matmul"])  # per round, for the measured ceiling
+        peak, peak_note = table_peak(dev)
+        theo, theo_note = cpu_theoretical_flops() if on_cpu else (None, "")
+        if peak is None:
+            ceiling, ceiling_note = mm, f"measured {n_mm}×{n_mm} float32 matmul, {mm / 1e9:.1f} GFLOP/s ({peak_note})"
+        else:
+            ceiling, ceiling_note = peak, peak_note
+        print(f"[4] linearised training: {ips:.0f} img/s (batch / step time of [1]), {flops_img / 1e6:.1f} MFLOP/img "
+              f"(XLA cost analysis of the step with lax.conv / batch)")
+        r4 = _spread(flops["lin"] / tl / (flops["matmul"] / tm if peak is None else ceiling)
+                     for tl, tm in zip(per_round["lin"], per_round["matmul"]))
+        print(f"    ceiling: {ceiling_note} -> {ceiling / flops_img:.0f} img/s; fraction {_fmt_spread(r4)} "
+              f"(round by round); measured matmul {r4_mm[0] / 1e9:.1f} "
+              f"[{r4_mm[1] / 1e9:.1f}–{r4_mm[2] / 1e9:.1f}] GFLOP/s")
+        print(f"    measured {n_mm}×{n_mm} matmul {mm / 1e9:.1f} GFLOP/s (interleaved with the steps of [1])"
+              + (f" ({mm / peak:.2f} of the table peak)" if peak else "")
+              + (f"; theoretical {theo / 1e9:.0f} GFLOP/s = {theo_note}" if theo else ""))
 
     # 5. evaluation's share
-    # each pair side by side (so a change of the machine's load between them weighs least)
-    every, n_def = default_evaluation(T, B, len(x_np))
-    n_pts = -(-T // every) + 1  # 0, every, 2·every, … below T, and T
-    c1, c2 = _first_second(train, T, eval_steps=[], eval_train_size=1)
-    d1, d2 = _first_second(train, T)
-    b1, b2 = _first_second(train, T, eval_every=max(1, T // 20))
-    n_old = -(-T // max(1, T // 20)) + 1
-    share, share_old = (d2 - c2) / d2, (b2 - c2) / b2
-    print(f"[5] default evaluation ({n_pts} points on {n_def} of {len(x_np)} training images) vs bare (one image at "
-          f"the ends): {_s(d2)} vs {_s(c2)} (1st calls {_s(d1)}, {_s(c1)}), share {share:.2f}")
-    print(f"    earlier default ({n_old} points on all {len(x_np)} images): {_s(b2)} (1st call {_s(b1)}), "
-          f"share {share_old:.2f}")
+    if "5" in sec:
+        # each pair side by side (so a change of the machine's load between them weighs least)
+        every, n_def = default_evaluation(T, B, len(x_np))
+        n_pts = -(-T // every) + 1  # 0, every, 2·every, … below T, and T
+        variants = {"bare": {"eval_steps": [], "eval_train_size": 1}, "default": {},
+                    "old": {"eval_every": max(1, T // 20)}}
+        firsts = {name: _timed(train, T, **kw) for name, kw in variants.items()}
+        r5_times = _interleaved({name: functools.partial(train, T, **kw) for name, kw in variants.items()}, rounds,
+                                E2E_REPS, warm=False)
+        c1, d1, b1 = firsts["bare"], firsts["default"], firsts["old"]
+        c2, d2, b2 = (statistics.median(r5_times[name]) for name in ("bare", "default", "old"))
+        r5 = _spread((d - c) / d for c, d in zip(r5_times["bare"], r5_times["default"]))
+        r5b = _spread((b - c) / b for c, b in zip(r5_times["bare"], r5_times["old"]))
+        n_old = -(-T // max(1, T // 20)) + 1
+        share, share_old = r5[0], r5b[0]
+        print(f"[5] default evaluation ({n_pts} points on {n_def} of {len(x_np)} training images) vs bare "
+              f"(one image at "
+              f"the ends): {_s(d2)} vs {_s(c2)} (1st calls {_s(d1)}, {_s(c1)}), share {_fmt_spread(r5)}")
+        print(f"    earlier default ({n_old} points on all {len(x_np)} images): {_s(b2)} (1st call {_s(b1)}), "
+              f"share {_fmt_spread(r5b)}")
 
-    rows = [
-        ("1", "linearised step / plain Flax SGD step", t_lin / t_sgd, _s(t_lin), _s(t_sgd),
-         f"<= 0.85 (XLA FLOP ratio {flops['lin'] / flops['flax_sgd']:.2f})"),
-        ("1b", "iterlin K = 1 step / plain Flax SGD step", t_k1 / t_sgd, _s(t_k1), _s(t_sgd), "none"),
-    ]
-    if mb:
-        rows += [("1e", "linearised, microbatched / whole batch", t_lin / times["lin_whole"], _s(t_lin),
-                  _s(times["lin_whole"]), "none")]
-    if has_torch:
+    # 6. a user's own Flax CNN (not make_model) with iterlin.train's defaults, against its own plain loop
+    if "6" in sec:
+        r6 = user_model_ratio(x_np, y_np, dev, args.user_batch, args.user_steps, n_sub, rounds,
+                              with_xla=not args.quick)
+
+    rows = []
+    if "1" in sec:
         rows += [
-            ("1c", "linearised step / PyTorch linearised", t_lin / times["torch_lin"], _s(t_lin),
-             _s(times["torch_lin"]), "<= 1"),
-            ("1d", "PyTorch SGD step / plain Flax SGD step", times["torch_sgd"] / t_sgd, _s(times["torch_sgd"]),
-             _s(t_sgd), "none"),
+            ("1", "linearised step / plain Flax SGD step", r_lin, _s(t_lin), _s(t_sgd),
+             f"<= 0.85 (XLA FLOP ratio {flops['lin'] / flops['flax_sgd']:.2f})"),
+            ("1b", "iterlin K = 1 step / plain Flax SGD step", r_k1, _s(t_k1), _s(t_sgd), "none"),
         ]
-    rows += [
-        ("2", "iterlin.train 2nd call / host-fed loop", a2 / h2, _s(a2), _s(h2),
-         f"<= 1.5 on CPU, < 1 on a GPU (1st calls {_s(a1)} / {_s(h1)})"),
-        ("3", f"{R}-run sweep ({default_route}) / its runs one by one, {T3} steps", s2 / R / one, _s(s2 / R), _s(one),
-         "<= 1.0"),
-        ("3b", "vmapped sweep / one run, per step", per_run_step["vmapped"] / per_run_step["one run"],
-         _s(per_run_step["vmapped"]), _s(per_run_step["one run"]),
-         "none (vectorise=True; steady state, per run and step)"),
-        ("3c", "stepped sweep / one run, per step", per_run_step["stepped"] / per_run_step["one run"],
-         _s(per_run_step["stepped"]), _s(per_run_step["one run"]), "none (vectorise=False)"),
-        ("4", "linearised img/s / ceiling img/s", ips * flops_img / ceiling, f"{ips:.0f} img/s",
-         f"{ceiling / flops_img:.0f} img/s", ">= 0.35 (ceiling: " + ("table peak)" if peak else "measured matmul)")),
-        ("5", "eval share, default evaluation", share, f"{_s(d2)} - {_s(c2)}", _s(d2),
-         f"<= 0.1 ({n_pts} points, {n_def} training images)"),
-        ("5b", "eval share, 21 points on every image", share_old, f"{_s(b2)} - {_s(c2)}", _s(b2),
-         f"none (the default before; {n_old} points, {len(x_np)} images)"),
-    ]
+        if mb:
+            rows += [("1e", "linearised, microbatched / whole batch", _ratio(per_round["lin"], per_round["lin_whole"]),
+                      _s(t_lin), _s(times["lin_whole"]), "none")]
+        if has_torch:
+            rows += [
+                ("1c", "linearised step / PyTorch linearised", r_torch, _s(t_lin), _s(times["torch_lin"]),
+                 f"<= 1 in the median and in >= 4 of 5 rounds ({torch_wins} of {args.rounds} here)"),
+                ("1d", "PyTorch SGD step / plain Flax SGD step", r_torch_sgd, _s(times["torch_sgd"]), _s(t_sgd),
+                 "none"),
+            ]
+    if "2" in sec:
+        rows += [("2", "iterlin.train later call / host-fed loop", r2, _s(a2), _s(h2),
+                  f"<= 1.5 on CPU, < 1 on a GPU (1st calls {_s(a1)} / {_s(h1)})")]
+    if "3" in sec:
+        rows += [
+            ("3", f"{R}-run sweep ({default_route}) / its runs one by one, {T3} steps", r3, _s(s2 / R), _s(one),
+             "<= 1.0"),
+            ("3b", "vmapped sweep / one run, per step", r3b, _s(per_run_step["vmapped"]), _s(per_run_step["one run"]),
+             "none (vectorise=True; steady state, per run and step)"),
+            ("3c", "stepped sweep / one run, per step", r3c, _s(per_run_step["stepped"]), _s(per_run_step["one run"]),
+             "none (vectorise=False)"),
+        ]
+    if "4" in sec and "1" in sec:
+        rows += [("4", "linearised img/s / ceiling img/s", r4, f"{ips:.0f} img/s", f"{ceiling / flops_img:.0f} img/s",
+                  ">= 0.35 (ceiling: " + ("table peak)" if peak else "measured matmul, round by round)"))]
+    if "5" in sec:
+        rows += [
+            ("5", "eval share, default evaluation", r5, f"{_s(d2)} - {_s(c2)}", _s(d2),
+             f"<= 0.1 ({n_pts} points, {n_def} training images)"),
+            ("5b", "eval share, 21 points on every image", r5b, f"{_s(b2)} - {_s(c2)}", _s(b2),
+             f"none (the default before; {n_old} points, {len(x_np)} images)"),
+        ]
+    if "6" in sec:
+        rows += [
+            ("6", "user's Flax CNN: iterlin.train / own loop", r6["auto"], _s(r6["times"]["auto"]),
+             _s(r6["times"]["plain"]), f"<= 1.3 (defaults: conv='auto'; batch {args.user_batch}, "
+             f"{args.user_steps} steps, K = inf)"),
+        ]
+        if r6["xla"] is not None:
+            rows += [("6b", "the same, conv='xla' (lax.conv, dispatched)", r6["xla"], _s(r6["times"]["xla"]),
+                      _s(r6["times"]["plain"]), "none (the network as written: fit's loop rule steps it one dispatch "
+                      "each)")]
     print()
     print(f"summary ({dev.device_kind}, {dev.platform}, jax {jax.__version__}; batch {B}, {T} steps, K = {K}; "
           f"convolutions {conv!r}; microbatch {mb})")
     if not has_torch:
         print(f"(ratios 1c and 1d not measured: {torch_note})")
-    print(f"{'':9}{'':40}   {'ratio':>7}  {'numerator':>19}  {'denominator':>12}  target / note")
-    for n, name, value, num, den, note in rows:
-        print(f"ratio {n:<3}{name:<40} = {value:7.3f}  {num:>19}  {den:>12}  {note}")
+    print(f"{'':9}{'':44}   {'median':>7}  {'range over rounds':>17}  {'numerator':>19}  {'denominator':>12}  "
+          "target / note")
+    for n, name, (med, lo, hi), num, den, note in rows:
+        print(f"ratio {n:<3}{name:<44} = {med:7.3f}  {f'[{lo:.3f}, {hi:.3f}]':>17}  {num:>19}  {den:>12}  {note}")
 
 
 if __name__ == "__main__":

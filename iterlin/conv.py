@@ -25,6 +25,20 @@ splits the cotangent evenly between them and ``lax.reduce_window`` gives it to o
 paper's networks a tie follows a ReLU and sits at zero, where the ReLU's derivative is zero, so the
 networks' derivatives agree as well.
 
+A user's own network (``flax.linen.Conv``, ``nn.max_pool``, ``nn.avg_pool``, any
+``lax.conv_general_dilated``) gets the same lowering without being rewritten by hand:
+:func:`as_products` is a function transformation (a jaxpr interpreter) that evaluates the traced
+function with each ``conv_general_dilated`` computed by :func:`matmul_conv_general_dilated` (any
+layout, one or two spatial dimensions, dilations, feature groups) and each ``reduce_window_max`` /
+``reduce_window_sum`` as a max / sum of strided slices. ``train``, ``train_sweep``, ``fit``,
+``empirical_ntk``, ``empirical_ntk_fn``, ``ntk_vector_product`` and the Gauss–Newton functions apply
+it by one documented rule, :func:`lower_convolutions` with their argument ``conv="auto"``: on the CPU
+backend, and nowhere else (``conv="xla"`` turns it off, ``conv="matmul"`` forces it). A function
+with nothing to rewrite (an MLP; ``make_model``'s networks on the CPU, already lowered) is called
+as it is, so its computation does not change. The training loop's own rule covers what remains:
+a step that still holds a convolution on the CPU is dispatched step by step rather than run inside
+the compiled loop (:func:`iterlin.training.fit`, ``compiled_loop=None``).
+
 A known XLA:CPU fault (jaxlib 0.10.2): in a jitted, ``vmap``-ed program, the linearisation of a
 network with this max-pool (``jax.linearize``) applied to a tangent that is zero at compile time
 (``jnp.zeros_like(θ)`` inside the program) can return NaN: the reduction of the max-pool's JVP is
@@ -37,15 +51,36 @@ reason); code of one's own that does should pass the zero in as an argument.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+import itertools
+from collections.abc import Callable, Sequence
 
+import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
+from jax.extend import core
 
-__all__ = ["CONV_LOWERINGS", "matmul_conv_general_dilated", "max_pool_2x2"]
+from .memo import memoise
+from .validate import check_choice
+
+__all__ = [
+    "CONV_LOWERINGS",
+    "LOWERING_CHOICES",
+    "as_products",
+    "contains_convolution",
+    "lower_convolutions",
+    "matmul_conv_general_dilated",
+    "max_pool_2x2",
+    "resolve_lowering",
+]
 
 #: The lowerings a model's convolutions accept (XLA's convolution, or slices and one product).
 CONV_LOWERINGS = ("xla", "matmul")
+
+#: The ``conv`` values of :func:`lower_convolutions` (and of ``train``, ``fit``, ``empirical_ntk``, ...):
+#: a lowering of :data:`CONV_LOWERINGS`, or the rule ``"auto"``.
+LOWERING_CHOICES = ("auto",) + CONV_LOWERINGS
 
 _NHWC = ("NHWC", "HWIO", "NHWC")
 
@@ -119,3 +154,222 @@ def max_pool_2x2(x):
     if h % 2 or w % 2:
         raise ValueError(f"max_pool_2x2: height and width must be even; got x of shape {x.shape}")
     return jnp.max(x.reshape(n, h // 2, 2, w // 2, 2, c), axis=(2, 4))
+
+
+# ----------------------------------------------------------------------------------------------
+# Any function's convolutions and poolings as products: a jaxpr interpreter
+# ----------------------------------------------------------------------------------------------
+
+#: Call primitives whose body is inlined (evaluated by the interpreter) when it holds a rewrite.
+_CALLS = ("jit", "pjit", "closed_call", "core_call")
+
+
+def _transpose(a, perm):
+    perm = tuple(int(p) for p in perm)
+    return a if perm == tuple(range(a.ndim)) else jnp.transpose(a, perm)
+
+
+def _conv_products(lhs, rhs, *, window_strides, padding, lhs_dilation, rhs_dilation, dimension_numbers,
+                   feature_group_count, batch_group_count, precision, preferred_element_type, **_):
+    """``conv_general_dilated`` (its primitive's parameters) by :func:`matmul_conv_general_dilated`, or
+    None where it is not rewritten (more than two spatial dimensions, ``batch_group_count`` > 1).
+
+    Any layout (transposed to NHWC/HWIO and back), 1-d (a spatial axis of size one added) and 2-d;
+    lhs dilation and explicit, possibly negative, padding by one ``lax.pad`` (interior padding
+    ``d − 1``), rhs dilation by a kernel with d − 1 zeros between its taps; G feature groups as the
+    product ``vmap``-ed over the groups: lhs (N, H, W, G·C_g), rhs (k_h, k_w, C_g, G·F_g) → group g
+    convolves channels g·C_g … with filters g·F_g … (XLA's order).
+    """
+    nd = lhs.ndim - 2
+    if nd not in (1, 2) or batch_group_count != 1:
+        return None
+    lhs_spec, rhs_spec, out_spec = dimension_numbers
+    x = _transpose(lhs, (lhs_spec[0], *lhs_spec[2:], lhs_spec[1]))  # (N, spatial..., C)
+    w = _transpose(rhs, (*rhs_spec[2:], rhs_spec[1], rhs_spec[0]))  # (spatial..., C_g, F)
+    strides, pads = tuple(window_strides), tuple(tuple(p) for p in padding)
+    ldil, rdil = tuple(lhs_dilation or (1,) * nd), tuple(rhs_dilation or (1,) * nd)
+    if nd == 1:  # a height of one
+        x, w = x[:, None], w[None]
+        strides, pads, ldil, rdil = (1, *strides), ((0, 0), *pads), (1, *ldil), (1, *rdil)
+    if any(lo or hi for lo, hi in pads) or any(d != 1 for d in ldil):
+        cfg = [(0, 0, 0)] + [(lo, hi, d - 1) for (lo, hi), d in zip(pads, ldil)] + [(0, 0, 0)]
+        x = lax.pad(x, jnp.zeros((), x.dtype), cfg)
+    if any(d != 1 for d in rdil):
+        w = lax.pad(w, jnp.zeros((), w.dtype), [(0, 0, d - 1) for d in rdil] + [(0, 0, 0), (0, 0, 0)])
+    conv = functools.partial(matmul_conv_general_dilated, window_strides=strides, padding=((0, 0), (0, 0)),
+                             dimension_numbers=_NHWC, precision=precision,
+                             preferred_element_type=preferred_element_type)
+    g = int(feature_group_count)
+    if g == 1:
+        y = conv(x, w)
+    else:
+        xg = jnp.moveaxis(x.reshape(x.shape[:3] + (g, x.shape[3] // g)), 3, 0)  # (G, N, H, W, C_g)
+        wg = jnp.moveaxis(w.reshape(w.shape[:3] + (g, w.shape[3] // g)), 3, 0)  # (G, k_h, k_w, C_g, F_g)
+        y = jnp.moveaxis(jax.vmap(conv)(xg, wg), 0, 3)  # (N, H_out, W_out, G, F_g)
+        y = y.reshape(y.shape[:3] + (y.shape[3] * y.shape[4],))
+    if nd == 1:
+        y = y[:, 0]
+    return _transpose(y, np.argsort((out_spec[0], *out_spec[2:], out_spec[1])))
+
+
+def _window_products(x, combine, init, *, window_dimensions, window_strides, padding, base_dilation,
+                     window_dilation):
+    """``reduce_window`` with ``combine`` (``jnp.maximum`` or ``+``) over the strided slices of x padded
+    with ``init``, or None for a base dilation or a non-float x. Non-overlapping windows (strides
+    equal to the window, no padding or dilation, sizes divisible) are a reshape and one reduction,
+    as :func:`max_pool_2x2`."""
+    if any(d != 1 for d in base_dilation) or not jnp.issubdtype(x.dtype, jnp.floating):
+        return None
+    wins, strides = tuple(window_dimensions), tuple(window_strides)
+    if (wins == strides and all(d == 1 for d in window_dilation) and not any(lo or hi for lo, hi in padding)
+            and all(n % w == 0 for n, w in zip(x.shape, wins))):
+        shape, axes = [], []
+        for n, w in zip(x.shape, wins):
+            shape += [n // w, w] if w > 1 else [n]
+            if w > 1:
+                axes.append(len(shape) - 1)
+        if not axes:
+            return x
+        r = x.reshape(shape)
+        return jnp.max(r, axis=tuple(axes)) if combine is jnp.maximum else jnp.sum(r, axis=tuple(axes))
+    if any(lo or hi for lo, hi in padding):
+        x = lax.pad(x, jnp.asarray(init, x.dtype), [(lo, hi, 0) for lo, hi in padding])
+    outs = [(n - (w - 1) * d - 1) // s + 1 for n, w, d, s in zip(x.shape, wins, window_dilation, strides)]
+    slices = [
+        lax.slice(x, [o * d for o, d in zip(off, window_dilation)],
+                  [o * d + s * (m - 1) + 1 for o, d, s, m in zip(off, window_dilation, strides, outs)], strides)
+        for off in itertools.product(*(range(w) for w in wins))
+    ]
+    return functools.reduce(combine, slices)
+
+
+#: The primitives :func:`as_products` rewrites: name → rule(*operands, **params) returning the
+#: result, or None to keep the primitive.
+_RULES: dict[str, Callable] = {
+    "conv_general_dilated": _conv_products,
+    "reduce_window_max": lambda x, **p: _window_products(x, jnp.maximum, -jnp.inf, **p),
+    "reduce_window_sum": lambda x, **p: _window_products(x, jnp.add, 0.0, **p),
+}
+
+
+def _rewrites(jaxpr) -> bool:
+    """Whether the interpreter changes anything in ``jaxpr``: an equation of :data:`_RULES`, at top
+    level or inside a call it inlines (:data:`_CALLS`)."""
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name in _RULES:
+            return True
+        if eqn.primitive.name in _CALLS and _rewrites(eqn.params["jaxpr"].jaxpr):
+            return True
+    return False
+
+
+def _evaluate(jaxpr, consts, args) -> list:
+    """Evaluate ``jaxpr`` on ``args`` (arrays or tracers), each equation of :data:`_RULES` by its rule
+    (products, emitted as JAX operations), calls holding one inlined, every other equation bound as
+    it is (so ``custom_jvp``/``custom_vjp`` functions keep their rules, and loops their bodies)."""
+    env = {}
+
+    def read(v):
+        return v.val if isinstance(v, core.Literal) else env[v]
+
+    env.update(zip(jaxpr.constvars, consts))
+    env.update(zip(jaxpr.invars, args))
+    for eqn in jaxpr.eqns:
+        invals = [read(v) for v in eqn.invars]
+        name = eqn.primitive.name
+        out = _RULES[name](*invals, **eqn.params) if name in _RULES else None
+        if out is not None:
+            outs = [out]
+        elif name in _CALLS and _rewrites(eqn.params["jaxpr"].jaxpr):
+            outs = _evaluate(eqn.params["jaxpr"].jaxpr, eqn.params["jaxpr"].consts, invals)
+        else:
+            with eqn.ctx.manager:
+                outs = eqn.primitive.bind(*invals, **eqn.primitive.get_bind_params(eqn.params))
+            outs = outs if eqn.primitive.multiple_results else [outs]
+        env.update(zip(eqn.outvars, outs))
+    return [read(v) for v in jaxpr.outvars]
+
+
+@memoise
+def as_products(fn: Callable) -> Callable:
+    """``fn`` with its convolutions and window reductions (pooling) computed as slices and matrix
+    products: a function transformation (a jaxpr interpreter), the same function to rounding.
+
+    At each trace (each call outside ``jit``), ``fn`` is traced to a jaxpr at its arguments'
+    shapes and evaluated equation by equation, emitting JAX operations, so the result works under
+    ``jit``, ``vmap``, ``jax.jvp``, ``jax.grad`` and ``jax.linearize`` like ``fn`` (their rules are
+    those of the emitted slices and products). Rewritten:
+
+    * ``lax.conv_general_dilated`` (``flax.linen.Conv``) with one or two spatial dimensions, any
+      dimension numbers, strides, padding, dilations and ``feature_group_count``: by
+      :func:`matmul_conv_general_dilated` (one product of (N·H_out·W_out, k_h·k_w·C_g) ×
+      (k_h·k_w·C_g, F_g) per group); with three spatial dimensions or ``batch_group_count`` > 1
+      it is kept.
+    * ``reduce_window_max`` and ``reduce_window_sum`` on floats (``flax.linen.max_pool``,
+      ``avg_pool``, ``lax.reduce_window``): the max (sum) of the window's strided slices, or a
+      reshape and one reduction for non-overlapping windows; with a base dilation they are kept.
+
+    Equations inside ``jit``-ed functions are rewritten too (the call is inlined); those inside
+    ``custom_jvp``/``custom_vjp`` functions, loops and conditionals are kept as they are (their
+    rules and bodies stay ``fn``'s). A function with nothing to rewrite is called as it is (its
+    computation is unchanged). The products sum the same terms in another order: values, JVPs and
+    gradients agree with ``fn``'s to rounding (``tests/test_conv.py``, float64), except the max's
+    derivative at ties inside a window (split evenly between the tied entries here; given to one by
+    ``reduce_window``; see the module docstring on why that does not reach a ReLU network).
+
+    Memoised on ``fn`` (by identity): ``as_products(f) is as_products(f)``, so compiled programs
+    cached on the function are reused. ``as_products(as_products(f))`` is ``as_products(f)``.
+
+    Args:
+      fn: any function of arrays (pytrees) to arrays, called positionally, e.g. ``apply_fn(params, x)``.
+
+    Returns:
+      ``products(*args)`` with ``fn``'s signature and outputs.
+    """
+    if getattr(fn, "products_of", None) is not None:
+        return fn
+
+    @functools.wraps(fn)
+    def products(*args):
+        closed, out_shape = jax.make_jaxpr(fn, return_shape=True)(*args)
+        if not _rewrites(closed.jaxpr):
+            return fn(*args)
+        flat = [a if isinstance(a, jax.Array) else jnp.asarray(a) for a in jax.tree.leaves(args)]
+        outs = _evaluate(closed.jaxpr, closed.consts, flat)
+        return jax.tree.unflatten(jax.tree.structure(out_shape), outs)
+
+    products.products_of = fn
+    return products
+
+
+def resolve_lowering(conv: str) -> str:
+    """The lowering ``conv`` names (validated against :data:`LOWERING_CHOICES`): ``"xla"``, ``"matmul"``,
+    or for the rule ``"auto"``: ``"matmul"`` when JAX's default backend is the CPU (XLA:CPU's
+    convolutions run below its matrix-product rate, and several times slower inside a compiled loop,
+    jax-ml/jax#12868), ``"xla"`` elsewhere (cuDNN's convolutions on accelerators). The same rule as
+    :func:`iterlin.models.resolve_conv`."""
+    conv = check_choice(conv, "conv", LOWERING_CHOICES)
+    if conv != "auto":
+        return conv
+    return "matmul" if jax.default_backend() == "cpu" else "xla"
+
+
+def lower_convolutions(fn: Callable, conv: str = "auto") -> Callable:
+    """``fn`` with its convolutions lowered as ``conv`` says (:func:`resolve_lowering`): ``"matmul"``:
+    :func:`as_products` ``(fn)``; ``"xla"``: ``fn`` itself; ``"auto"`` (the default of ``train``,
+    ``train_sweep``, ``fit``, ``empirical_ntk``, ``ntk_vector_product`` and the Gauss–Newton
+    functions): ``"matmul"`` on the CPU backend, ``"xla"`` elsewhere. A function without
+    convolutions or poolings computes exactly what it did either way (see :func:`as_products`)."""
+    return as_products(fn) if resolve_lowering(conv) == "matmul" else fn
+
+
+def contains_convolution(jaxpr) -> bool:
+    """Whether a (closed) jaxpr holds a ``conv_general_dilated`` anywhere (in any sub-jaxpr: calls,
+    loops, conditionals, custom rules' bodies)."""
+    jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "conv_general_dilated":
+            return True
+        if any(contains_convolution(sub) for sub in core.jaxprs_in_params(eqn.params)):
+            return True
+    return False

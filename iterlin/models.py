@@ -54,7 +54,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .conv import CONV_LOWERINGS, matmul_conv_general_dilated, max_pool_2x2
+from .conv import LOWERING_CHOICES, matmul_conv_general_dilated, max_pool_2x2, resolve_lowering
 from .tree import tree_size, tree_stack
 from .validate import MAX_SEED, check_choice, check_int
 
@@ -78,7 +78,7 @@ __all__ = [
 MODEL_NAMES = ("cnn", "resnet18", "resnet18_bn", "mlp")
 BN_MODES = ("batch", "frozen")
 #: ``make_model``'s ``conv`` values: a lowering of :data:`iterlin.conv.CONV_LOWERINGS`, or the rule "auto".
-CONV_CHOICES = ("auto",) + CONV_LOWERINGS
+CONV_CHOICES = LOWERING_CHOICES
 
 Dtype = Any
 
@@ -92,10 +92,8 @@ def resolve_conv(conv: str, name: str = "cnn") -> str:
     ``benchmarks/bench_train.py`` measures it), and ``"xla"`` (``lax.conv_general_dilated``, cuDNN's
     convolutions on a GPU) on accelerators. The MLP has no convolution: its value is ``"xla"``.
     """
-    check_choice(conv, "conv", CONV_CHOICES)
-    if conv != "auto":
-        return conv
-    return "matmul" if name != "mlp" and jax.default_backend() == "cpu" else "xla"
+    lowering = resolve_lowering(conv)  # the one rule, shared with a user's networks (iterlin.conv)
+    return "xla" if conv == "auto" and name == "mlp" else lowering
 
 
 def _conv_layer(conv: str, *args, **kwargs) -> nn.Conv:

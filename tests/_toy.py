@@ -37,6 +37,26 @@ def tiny_problem(seed=0, n=24, d=5, out=3, width=16, classification=True):
     return (lambda p, x: model.apply({"params": p}, x)), params, x, y
 
 
+class UserConvNet(nn.Module):
+    """A user's own small Flax network (not make_model's): a strided SAME convolution, ReLU, a 2×2
+    max-pool (``lax.conv_general_dilated`` and ``lax.reduce_window``), a dense layer of ``out``."""
+
+    out: int = 4
+
+    @nn.compact
+    def __call__(self, x):
+        h = nn.max_pool(nn.relu(nn.Conv(3, (3, 3), strides=(2, 1), padding="SAME")(x)), (2, 2), strides=(2, 2))
+        return nn.Dense(self.out)(h.reshape(h.shape[0], -1))
+
+
+def tiny_conv_problem(n=16, out=4):
+    """(apply_fn, float64 params, x (n, 8, 6, 2), integer labels (n,)) of :class:`UserConvNet`."""
+    net = UserConvNet(out)
+    params = jax.tree.map(lambda a: a.astype(jnp.float64), net.init(jax.random.PRNGKey(0), jnp.ones((1, 8, 6, 2))))
+    x = jax.random.normal(jax.random.PRNGKey(1), (n, 8, 6, 2), jnp.float64)
+    return net.apply, params, x, jnp.arange(n) % out
+
+
 def init_params(seed, d=5, out=3, width=16):
     model = TinyMLP(width=width, out=out)
     return _default_float(model.init(jax.random.PRNGKey(seed), jnp.zeros((1, d)))["params"])

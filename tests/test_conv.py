@@ -103,3 +103,142 @@ def test_resolve_conv_rule():
     assert set(CONV_CHOICES) == {"auto", "xla", "matmul"}
     with pytest.raises(ValueError, match="conv"):
         make_model("cnn", jax.random.key(0), conv="im2col")
+
+
+# ----------------------------------------------------------------------------------------------
+# as_products: any function's convolutions and poolings rewritten into products
+# ----------------------------------------------------------------------------------------------
+
+
+def _primitives(fn, *args):
+    """The names of the primitives in fn's jaxpr (sub-jaxprs included)."""
+    from jax.extend import core
+
+    names = set()
+
+    def walk(jaxpr):
+        for eqn in jaxpr.eqns:
+            names.add(eqn.primitive.name)
+            for sub in core.jaxprs_in_params(eqn.params):
+                walk(sub)
+
+    walk(jax.make_jaxpr(fn)(*args).jaxpr)
+    return names
+
+
+def _same_function(fn, args, *, tol=1e-12):
+    """as_products(fn) equals fn on args: values, a JVP and the gradient of a scalar of the outputs,
+    in float64; and its jaxpr holds no convolution or window reduction."""
+    from iterlin.conv import as_products
+
+    prod = as_products(fn)
+    names = _primitives(prod, *args)
+    assert not names & {"conv_general_dilated", "reduce_window_max", "reduce_window_sum"}, names
+    tangents = tuple(jax.random.normal(jax.random.key(7 + i), a.shape, a.dtype) for i, a in enumerate(args))
+    (y_ref, t_ref), (y, t) = jax.jvp(fn, args, tangents), jax.jvp(prod, args, tangents)
+    assert y.shape == y_ref.shape and y.dtype == y_ref.dtype
+    np.testing.assert_allclose(y, y_ref, rtol=tol, atol=tol)
+    np.testing.assert_allclose(t, t_ref, rtol=tol, atol=tol)
+    argnums = tuple(range(len(args)))
+    g_ref = jax.grad(lambda *a: jnp.sum(jnp.sin(fn(*a))), argnums)(*args)
+    g = jax.grad(lambda *a: jnp.sum(jnp.sin(prod(*a))), argnums)(*args)
+    for a, b in zip(g, g_ref):
+        np.testing.assert_allclose(a, b, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize(
+    "x_shape, k_shape, kwargs",
+    [
+        ((2, 12, 12, 3), (5, 5, 3, 4), dict(window_strides=(1, 1), padding="VALID")),
+        ((2, 9, 11, 4), (3, 3, 2, 6), dict(window_strides=(2, 1), padding="SAME", feature_group_count=2)),
+        ((2, 9, 8, 6), (3, 2, 1, 6), dict(window_strides=(1, 1), padding="SAME", feature_group_count=6)),
+        ((2, 9, 8, 3), (3, 2, 3, 4), dict(window_strides=(2, 2), padding=((1, 2), (0, 1)), rhs_dilation=(2, 1))),
+        ((2, 6, 5, 3), (3, 3, 3, 2), dict(window_strides=(1, 1), padding=((1, 1), (2, 0)), lhs_dilation=(2, 2))),
+        ((2, 9, 8, 3), (3, 2, 3, 4), dict(window_strides=(1, 2), padding=((-1, 1), (2, 0)))),
+    ],
+)
+def test_as_products_equals_lax_conv(x64, x_shape, k_shape, kwargs):
+    x, w = _pair(jnp.float64, x_shape, k_shape)
+    _same_function(lambda x, w: lax.conv_general_dilated(x, w, dimension_numbers=NHWC, **kwargs), (x, w))
+
+
+def test_as_products_other_layouts_and_one_spatial_dimension(x64):
+    x, w = _pair(jnp.float64, (2, 4, 7, 7), (5, 4, 3, 3))  # NCHW, OIHW (lax's default)
+    _same_function(lambda x, w: lax.conv_general_dilated(x, w, (2, 2), "SAME"), (x, w))
+    x, w = _pair(jnp.float64, (2, 10, 3), (3, 3, 4))
+    _same_function(lambda x, w: lax.conv_general_dilated(x, w, (2,), "SAME", dimension_numbers=("NWC", "WIO", "NWC")),
+                   (x, w))
+
+
+@pytest.mark.parametrize("pool, shape", [
+    (lambda x: __import__("flax.linen").linen.max_pool(x, (2, 2), strides=(2, 2)), (2, 8, 6, 3)),
+    (lambda x: __import__("flax.linen").linen.max_pool(x, (3, 3), strides=(2, 2), padding="SAME"), (2, 8, 7, 3)),
+    (lambda x: __import__("flax.linen").linen.avg_pool(x, (2, 2), strides=(1, 1), padding="SAME"), (2, 8, 7, 3)),
+    (lambda x: __import__("flax.linen").linen.avg_pool(x, (2, 2), strides=(2, 2)), (2, 8, 6, 3)),
+])
+def test_as_products_equals_pooling(x64, pool, shape):
+    _same_function(pool, (jax.random.normal(jax.random.key(3), shape, jnp.float64),))
+
+
+class _UserCNN:
+    """A researcher's own Flax CNN (not make_model): convolutions, strides, SAME padding, pooling."""
+
+    @staticmethod
+    def make():
+        import flax.linen as nn
+
+        class Net(nn.Module):
+            @nn.compact
+            def __call__(self, x):
+                x = nn.max_pool(nn.relu(nn.Conv(4, (3, 3), strides=2, padding="SAME")(x)), (2, 2), strides=(2, 2))
+                x = nn.avg_pool(nn.Conv(6, (3, 3), feature_group_count=2)(x), (2, 2), padding="SAME")
+                return nn.Dense(3)(x.reshape(x.shape[0], -1))
+
+        net = Net()
+        params = net.init(jax.random.key(0), jnp.ones((1, 12, 12, 3)))
+        return net.apply, jax.tree.map(lambda a: a.astype(jnp.float64), params)
+
+
+def test_as_products_of_a_user_network_under_jit_vmap_and_closures(x64):
+    from iterlin.conv import as_products
+
+    apply_fn, params = _UserCNN.make()
+    x = jax.random.normal(jax.random.key(1), (3, 12, 12, 3), jnp.float64)
+    leaves, tree = jax.tree.flatten(params)
+    flat = lambda x, *leaves: apply_fn(jax.tree.unflatten(tree, leaves), x)  # noqa: E731
+    _same_function(flat, (x, *leaves))
+    _same_function(jax.jit(flat), (x, *leaves))  # inside a jit-ed function: the call is inlined
+    prod = as_products(apply_fn)
+    assert as_products(apply_fn) is prod and as_products(prod) is prod  # memoised: programs are reused
+    np.testing.assert_allclose(jax.vmap(prod, (None, 0))(params, x[:, None])[:, 0], apply_fn(params, x), atol=1e-12)
+    scaled = jax.jit(lambda p, x, s: as_products(lambda q, y: apply_fn(q, y) * s)(p, x))  # closes over a tracer
+    np.testing.assert_allclose(scaled(params, x, 2.0), 2 * apply_fn(params, x), atol=1e-12)
+
+
+def test_as_products_keeps_what_it_does_not_rewrite(x64):
+    from iterlin.conv import as_products
+
+    x, w = _pair(jnp.float64, (1, 5, 5, 5, 2), (2, 2, 2, 2, 3))  # 3 spatial dimensions: kept
+
+    def conv3d(x, w):
+        return lax.conv_general_dilated(x, w, (1, 1, 1), "VALID", dimension_numbers=("NDHWC", "DHWIO", "NDHWC"))
+
+    assert "conv_general_dilated" in _primitives(as_products(conv3d), x, w)
+    np.testing.assert_array_equal(as_products(conv3d)(x, w), conv3d(x, w))
+
+    def mlp(x):  # nothing to rewrite: fn itself is called, the same program
+        return jnp.tanh(x @ jnp.ones((5, 2)))
+
+    z = jnp.ones((3, 5))
+    assert str(jax.make_jaxpr(as_products(mlp))(z)) == str(jax.make_jaxpr(mlp)(z))
+
+
+def test_lower_convolutions_rule():
+    from iterlin.conv import as_products, lower_convolutions
+
+    f = lambda p, x: x  # noqa: E731
+    assert lower_convolutions(f, "xla") is f
+    assert lower_convolutions(f, "matmul") is as_products(f)
+    assert lower_convolutions(f) is (as_products(f) if jax.default_backend() == "cpu" else f)
+    with pytest.raises(ValueError, match="conv"):
+        lower_convolutions(f, "fast")

@@ -19,9 +19,9 @@ from iterlin.analysis.ntk import (
     relinearisation_steps,
 )
 import iterlin.analysis.ntk as ntk_module
-from iterlin.tree import tree_stack
+from iterlin.tree import tree_allclose, tree_stack
 
-from _toy import tiny_problem
+from _toy import tiny_conv_problem, tiny_problem
 
 N = 7  # examples: chunk sizes 3 and 4 do not divide it, 7 and 1 do
 
@@ -105,6 +105,21 @@ def test_ntk_auto_panels_equal_the_dense_jacobian_product(x64, monkeypatch, budg
     ref = _dense_ntk(apply_fn, params, x, x)
     got = empirical_ntk(apply_fn, params, x, chunk_size=2)
     np.testing.assert_allclose(got, ref, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("chunk_size, panel_chunks", [(2, 1), (2, 3), (3, None)])
+def test_symmetric_route_equals_the_full_route(x64, chunk_size, panel_chunks):
+    """Θ(X) (x2=None: only the blocks on or above the diagonal computed, the rest mirrored) equals
+    Θ(X, X) (every block computed), host-driven, traced and by NTK-vector products, float64."""
+    apply_fn, params, x = _problem("conv", 3)
+    full = empirical_ntk(apply_fn, params, x, x, chunk_size=chunk_size, panel_chunks=panel_chunks)
+    sym = empirical_ntk(apply_fn, params, x, chunk_size=chunk_size, panel_chunks=panel_chunks)
+    np.testing.assert_allclose(sym, full, rtol=1e-12, atol=1e-13)
+    np.testing.assert_array_equal(sym, sym.T)  # mirrored exactly
+    ntvp = empirical_ntk(apply_fn, params, x, chunk_size=chunk_size, mode="ntvp")
+    np.testing.assert_allclose(ntvp, full, rtol=1e-12, atol=1e-13)
+    traced = jax.jit(empirical_ntk_fn(apply_fn, chunk_size=chunk_size))
+    np.testing.assert_allclose(traced(params, x), traced(params, x, x), rtol=1e-12, atol=1e-13)
 
 
 def test_ntk_is_example_major(x64):
@@ -286,3 +301,21 @@ def test_kernel_tracker_params0_gives_the_initial_kernel_on_resume():
     fresh = kernel_tracker(apply_fn, x[:4])(4, state)
     resumed = kernel_tracker(apply_fn, x[:4], params0=params)(4, state)
     assert fresh["kernel_distance_init"] == 0.0 and resumed["kernel_distance_init"] > 1e-6
+
+
+def test_a_user_convolution_is_lowered_by_the_conv_rule(x64):
+    """A user's Flax network with lax.conv and a max-pool: the kernel and Θv with conv="auto" (products
+    on the CPU, iterlin.conv.as_products) and conv="matmul" equal conv="xla" (as written), float64."""
+    from iterlin import gauss_newton_step
+
+    apply_fn, params, x, y = tiny_conv_problem(n=5, out=2)
+    ref = empirical_ntk(apply_fn, params, x, chunk_size=2, conv="xla")
+    v = jax.random.normal(jax.random.PRNGKey(2), (10,), jnp.float64)
+    for conv in ("auto", "matmul"):
+        np.testing.assert_allclose(empirical_ntk(apply_fn, params, x, chunk_size=2, conv=conv), ref, rtol=1e-10,
+                                   atol=1e-12)
+        np.testing.assert_allclose(ntk_vector_product(apply_fn, params, x, conv=conv)(v), ref @ v, rtol=1e-10,
+                                   atol=1e-12)
+        step = [gauss_newton_step(apply_fn, params, x, y, damping=0.1, loss="ce", conv=c)
+                for c in (conv, "xla")]
+        assert tree_allclose(*step, rtol=1e-9, atol=1e-12)

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from _toy import init_params, tiny_problem
+from _toy import init_params, tiny_conv_problem, tiny_problem
 from jax.flatten_util import ravel_pytree
 
 import iterlin
@@ -216,6 +216,28 @@ def test_compiled_loop_equals_per_step_dispatch(x64):
     assert tree_allclose(loop, steps, rtol=1e-12, atol=1e-14)
     np.testing.assert_allclose(h_loop["lin_train_loss"], h_steps["lin_train_loss"], rtol=1e-12)
     np.testing.assert_array_equal(h_loop["n_relin"], [0, 1, 2, 3])
+
+
+def test_a_user_convolution_takes_the_products_and_the_compiled_loop_on_cpu(x64, monkeypatch):
+    """The rule (conv="auto"): on the CPU, train rewrites a user's convolutions into products
+    (iterlin.conv.as_products), so its step holds none and runs in the compiled loop; with
+    conv="xla" the step holds lax.conv and fit dispatches it step by step (jax-ml/jax#12868). Both
+    routes train the same network to rounding."""
+    from iterlin.training import _loop
+
+    seen = []
+    rule = _loop._pays_loop_penalty
+    monkeypatch.setattr(_loop, "_pays_loop_penalty", lambda *a: seen.append(rule(*a)) or seen[-1])
+    apply_fn, params, x, y = tiny_conv_problem()
+    kw = dict(K=2, steps=4, optimizer=optax.sgd(0.1), batch_size=8, key=jax.random.PRNGKey(2), eval_every=2)
+    auto, h_auto = iterlin.train(apply_fn, params, (x, y), **kw)
+    xla, h_xla = iterlin.train(apply_fn, params, (x, y), conv="xla", **kw)
+    on_cpu = jax.default_backend() == "cpu"
+    assert seen == [False, on_cpu]  # auto: no convolution left (CPU); xla: a convolution, dispatched on the CPU
+    assert tree_allclose(auto, xla, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(h_auto["lin_train_loss"], h_xla["lin_train_loss"], rtol=1e-10)
+    with pytest.raises(ValueError, match="conv"):
+        iterlin.train(apply_fn, params, (x, y), conv="fast", **kw)
 
 
 # ----------------------------------------------------------------------------------------------

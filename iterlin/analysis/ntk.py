@@ -47,6 +47,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..conv import lower_convolutions
 from .jacobian import auto_chunk, contract, example_jacobians, n_outputs
 from ..precision import full_precision
 from ..tree import tree_index, tree_size
@@ -206,7 +207,8 @@ def _assemble(blocks, n1: int, n2: int, c: int, n_out: int):
 # ----------------------------------------------------------------------------------------------
 
 
-def empirical_ntk_fn(apply_fn: Callable, *, chunk_size: int | None = None, mode: str = "jacobian") -> Callable:
+def empirical_ntk_fn(apply_fn: Callable, *, chunk_size: int | None = None, mode: str = "jacobian",
+                     conv: str = "auto") -> Callable:
     """Return a pure, traceable ``ntk(params, x1, x2=None) -> Θ̂(X₁, X₂)`` (Eq. 2).
 
     The traced variant of :func:`empirical_ntk`: the same block computations, with the chunks walked
@@ -221,6 +223,9 @@ def empirical_ntk_fn(apply_fn: Callable, *, chunk_size: int | None = None, mode:
       chunk_size: examples per chunk (static). ``None``: the largest chunk whose Jacobian holds at most
         ``AUTO_CHUNK_NUMBERS`` numbers, capped at N.
       mode: ``"jacobian"`` (per-example Jacobians contracted) or ``"ntvp"`` (jvp of vjp columns).
+      conv: ``apply_fn``'s convolutions and poolings (:func:`iterlin.conv.lower_convolutions`):
+        ``"auto"`` (default) as slices and products on the CPU backend, as written elsewhere;
+        ``"matmul"``; ``"xla"`` (as written).
 
     Returns:
       ``ntk(params, x1, x2=None)`` with x1 (N₁, ...), x2 (N₂, ...) or None (x2 = x1) returning the
@@ -235,6 +240,7 @@ def empirical_ntk_fn(apply_fn: Callable, *, chunk_size: int | None = None, mode:
     mode = check_choice(mode, "mode", NTK_MODES)
     if chunk_size is not None:
         check_int(chunk_size, "chunk_size", minimum=1)
+    apply_fn = lower_convolutions(apply_fn, conv)
 
     def ntk(params, x1, x2=None):
         x1, x2 = _check_pair(x1, x2)
@@ -288,6 +294,7 @@ def empirical_ntk(
     chunk_size: int | None = None,
     mode: str = "jacobian",
     panel_chunks: int | None = None,
+    conv: str = "auto",
 ):
     """The empirical NTK Θ̂_θ(X₁, X₂) = ϕ(X₁)ϕ(X₂)ᵀ (Eq. 2), computed chunk by chunk.
 
@@ -313,6 +320,9 @@ def empirical_ntk(
       panel_chunks: chunks per panel (``mode="jacobian"``); ``None``: as many as hold at most
         ``PANEL_NUMBERS`` numbers, at least one. The last panel holds the chunks that remain (its
         shapes are compiled once more), so no padding chunk is computed.
+      conv: ``apply_fn``'s convolutions and poolings (:func:`iterlin.conv.lower_convolutions`):
+        ``"auto"`` (default) as slices and products on the CPU backend, as written elsewhere;
+        ``"matmul"``; ``"xla"`` (as written).
 
     Returns:
       Θ̂ of shape (N₁·O, N₂·O), example-major (row n·O + o is output o of example n), in the
@@ -340,6 +350,7 @@ def empirical_ntk(
         check_int(chunk_size, "chunk_size", minimum=1)
     if panel_chunks is not None:
         check_int(panel_chunks, "panel_chunks", minimum=1)
+    apply_fn = lower_convolutions(apply_fn, conv)
     x1, x2 = _check_pair(x1, x2)
     n_out = n_outputs(apply_fn, params, x1)
     sym = x2 is None
@@ -385,7 +396,7 @@ def empirical_ntk(
     return jnp.asarray(k[: n1 * n_out, : n2 * n_out])
 
 
-def ntk_vector_product(apply_fn: Callable, params: Any, x) -> Callable:
+def ntk_vector_product(apply_fn: Callable, params: Any, x, *, conv: str = "auto") -> Callable:
     """Return ``mv(v) = Θ̂(X, X) v = ϕ(ϕᵀv)`` without forming Θ̂ or ϕ (one vjp, then one jvp).
 
     The forward pass at θ is linearised once (``jax.linearize`` and ``jax.vjp`` residuals are kept),
@@ -398,12 +409,16 @@ def ntk_vector_product(apply_fn: Callable, params: Any, x) -> Callable:
       apply_fn: ``apply_fn(params, x) -> (N, O)``.
       params: θ, the point where the kernel is taken.
       x: (N, ...) inputs.
+      conv: ``apply_fn``'s convolutions and poolings (:func:`iterlin.conv.lower_convolutions`):
+        ``"auto"`` (default) as slices and products on the CPU backend, as written elsewhere;
+        ``"matmul"``; ``"xla"`` (as written).
 
     Returns:
       ``mv(v)`` for v of the output's shape (N, O) or flat (N·O,) (example-major), returning Θ̂v in
       the same shape; or v of shape (N·O, k), returning Θ̂V of shape (N·O, k) (k products).
     """
     x = _check_x(x, "x")
+    apply_fn = lower_convolutions(apply_fn, conv)
     f = lambda p: apply_fn(p, x)  # noqa: E731
     with full_precision():  # the network's products in both passes (iterlin.precision)
         out, jvp_fn = jax.linearize(f, params)

@@ -5,7 +5,7 @@
 CHECKPOINT_DIR`` twice, once with the code of a reference run's commit first on ``PYTHONPATH`` and
 once with today's, so it uses only what every such commit has: ``registry.resolve``,
 ``registry.get(name).load`` / ``.compute`` (typed results, or a dict before them) and
-``save_results`` of the result cache (``iterlin.repro.cache``, ``iterlin.repro.cache`` before the package's
+``save_results`` of the result cache (``iterlin.repro.cache``; ``iterlin.cache`` before the package's
 sub-packages). ``OVERRIDES`` is a JSON
 object of knobs (as ``registry.resolve``'s keywords). Besides the results it stores, under the key
 ``__package__``, the folder the ``iterlin`` it imported came from, so that the caller can check that
@@ -25,7 +25,7 @@ def main(argv):
     try:
         from iterlin.repro.cache import save_results
     except ModuleNotFoundError:  # the flat layout of commits before the sub-packages
-        from iterlin.repro.cache import save_results
+        from iterlin.cache import save_results  # flat-layout
 
     config = registry.resolve(name, scale, **json.loads(overrides))
     exp = registry.get(name)

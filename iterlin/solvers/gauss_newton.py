@@ -92,6 +92,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
+from ..conv import lower_convolutions
 from ..analysis.jacobian import (  # noqa: F401 (flat_jacobian re-exported)
     eigh_psd,
     flat_jacobian,
@@ -436,6 +437,7 @@ def gauss_newton_step(
     cg_tol: float | None = None,
     cg_maxiter: int | None = None,
     filter: str = "damped",
+    conv: str = "auto",
 ):
     """One damped (generalised) Gauss–Newton step, θ ← θ − α(JᵀHJ + λI)⁻¹Jᵀg (Eq. 5–6).
 
@@ -456,6 +458,9 @@ def gauss_newton_step(
       cg_maxiter: CG iteration cap (default: JAX's, 10 × the system size).
       filter: ``"damped"`` (Eq. 6) or ``"flow"`` (gradient flow for time τ = ``damping`` on the
         linearisation, Eq. 18; MSE and the kernel solver only).
+      conv: ``apply_fn``'s convolutions and poolings (:func:`iterlin.conv.lower_convolutions`):
+        ``"auto"`` (default) as slices and products on the CPU backend, as written elsewhere;
+        ``"matmul"``; ``"xla"`` (as written).
 
     Returns:
       The new parameters, same structure and dtypes as ``params``. For MSE with α = 1 they are
@@ -493,6 +498,7 @@ def gauss_newton_step(
     x = jnp.asarray(x)
     y = jnp.asarray(y)
     _check_labels(config.loss, y)
+    apply_fn = lower_convolutions(apply_fn, conv)
     static = dict(config=config, zero_damping=(config.filter == "damped" and h == 0.0))
     new, _ = maybe_jit(_gn_step, apply_fn, **static)(apply_fn, params, x, y, h, **static)
     return new
@@ -582,6 +588,7 @@ def make_gauss_newton_step(
     damping_mode: str = "absolute",
     cg_tol: float | None = None,
     cg_maxiter: int | None = None,
+    conv: str = "auto",
 ) -> Callable:
     """Return ``step(state, (x, y)) -> (state, {"loss": L(f(θ_t, x), y)})`` for :func:`~iterlin.training.fit`.
 
@@ -599,10 +606,15 @@ def make_gauss_newton_step(
     primal-CG system: :func:`gauss_newton_train` and :func:`gauss_newton_step` do). A state of
     another type, or an ``h`` that is not a scalar array, is refused while tracing.
 
+    ``conv``: ``apply_fn``'s convolutions and poolings lowered by
+    :func:`iterlin.conv.lower_convolutions` (``"auto"``: into products on the CPU backend, as
+    written elsewhere; ``"matmul"``; ``"xla"``: as written), as in :func:`gauss_newton_step` and
+    :func:`gauss_newton_train` (through ``**fit_kwargs``).
+
     Memoised: the same ``apply_fn`` and options (after validation) give the same function object,
     so :func:`~iterlin.training.fit` reuses its compiled programs.
     """
-    return _make_gauss_newton_step(apply_fn, GaussNewtonConfig(
+    return _make_gauss_newton_step(lower_convolutions(apply_fn, conv), GaussNewtonConfig(
         loss=loss, filter=filter, solver=solver, damping_mode=damping_mode, step_size=step_size, cg_tol=cg_tol,
         cg_maxiter=cg_maxiter))
 
@@ -678,6 +690,7 @@ def gauss_newton_train(
     """
     gn = GaussNewtonConfig(loss=loss, filter=filter, solver=solver, damping_mode=damping_mode, step_size=step_size,
                            cg_tol=cg_tol, cg_maxiter=cg_maxiter)
+    apply_fn = lower_convolutions(apply_fn, fit_kwargs.get("conv", "auto"))
     step_fn = _make_gauss_newton_step(apply_fn, gn)
     if "sweep" in fit_kwargs:
         raise ValueError(

@@ -24,8 +24,13 @@ Design:
   Batches are therefore a pure function of (key, t): every run of a sweep sees the same batches,
   and a resumed run sees exactly the batches it would have seen.
 * Between evaluation points the steps run in one ``lax.fori_loop`` with traced bounds (one
-  compilation for every chunk length), on every backend; a sweep's runs are ``vmap``-ed into one
-  program, on every backend (see ``_run``).
+  compilation for every chunk length), on every backend, unless on the CPU the step holds a
+  convolution (``lax.conv_general_dilated``), which XLA:CPU runs several times slower inside a loop
+  (jax-ml/jax#12868): then one dispatch per step (``fit``'s ``compiled_loop=None``).
+* A user's network is lowered by ``conv="auto"`` (``train``, ``train_sweep``, ``fit``): on the CPU
+  its convolutions and poolings are rewritten into slices and matrix products
+  (:func:`iterlin.conv.as_products`, a jaxpr interpreter; the same function to rounding), so its
+  step holds no convolution and runs in the loop at the products' speed; ``conv="xla"`` keeps them.
 * ``microbatch=c`` (``train``, ``train_sweep``, ``make_step``): each step's gradient is the sum of
   the gradients of chunks of c examples of its batch, divided by the batch size
   (:func:`mean_value_and_grad`, a ``lax.scan`` over the chunks), and the evaluations walk chunks of c:

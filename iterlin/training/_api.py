@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from ..conv import lower_convolutions
 from ..losses import Loss
 from ..relin import RelinPolicy, as_policy, log_size, one_rule
 from ..relin import history as relin_history
@@ -43,21 +44,23 @@ def _evaluate_in_microbatches(microbatch: int | None, fit_kwargs: dict) -> dict:
 
 
 def _prepare(apply_fn, optimizer, loss, policies: list, data, steps, batch_size, refresh, reset_optimizer, microbatch,
-             fit_kwargs: dict, *, sweep: bool) -> tuple[list, Callable, dict]:
+             fit_kwargs: dict, *, sweep: bool) -> tuple[list, Callable, Callable, dict]:
     """What :func:`train` and :func:`train_sweep` check and build alike, once, before any compute:
-    the arguments (a ValueError naming the parameter), the evaluation chunked like the steps
+    the arguments (a ValueError naming the parameter), ``apply_fn`` lowered as ``conv`` says
+    (:func:`iterlin.conv.lower_convolutions`), the evaluation chunked like the steps
     (:func:`_evaluate_in_microbatches`), the policies' checks (:func:`_policy_for_fit`) and the one
     step function (:func:`build_step`; a sweep's runs share the first policy's rule). Returns
-    ``(policies, step_fn, fit_kwargs)``."""
+    ``(policies, apply_fn, step_fn, fit_kwargs)``."""
     check_reset(reset_optimizer)
     check_train_args(data, steps, loss, batch_size, fit_kwargs.get("eval_data"))
     _check_placement_kwargs(fit_kwargs, sweep=sweep, data=data, batch_size=batch_size)
     microbatch = check_microbatch(microbatch)
+    apply_fn = lower_convolutions(apply_fn, fit_kwargs.get("conv", "auto"))
     fit_kwargs = _evaluate_in_microbatches(microbatch, fit_kwargs)
     policies, fit_kwargs = _policy_for_fit(policies, fit_kwargs)
     step_fn = build_step(apply_fn, optimizer, loss, refresh=refresh, reset_optimizer=reset_optimizer,
                          policy=policies[0], microbatch=microbatch)
-    return policies, step_fn, fit_kwargs
+    return policies, apply_fn, step_fn, fit_kwargs
 
 
 def _initial_refresh(refresh, params, data, batch_size):
@@ -114,7 +117,15 @@ def train(
         atomically at evaluation points, resumed when rerun with the same configuration);
         ``progress`` (a progress bar); ``config`` (a dict identifying the run in the checkpoint);
         ``data_parallel=True`` (each batch split over ``devices``, default every local device, θ
-        replicated; the batch size must be a multiple of the device count; see :func:`fit`).
+        replicated; the batch size must be a multiple of the device count; see :func:`fit`);
+        ``conv``: how ``apply_fn``'s convolutions and poolings are computed, in the steps and the
+        evaluations (:func:`iterlin.conv.lower_convolutions`): ``"auto"`` (the default) rewrites
+        them into slices and matrix products (:func:`iterlin.conv.as_products`, the same function to
+        rounding) on the CPU backend, where XLA's convolutions run slowly and several times more
+        slowly inside the compiled loop (jax-ml/jax#12868), and leaves them as written elsewhere;
+        ``"matmul"`` rewrites them everywhere, ``"xla"`` never. A network without them (an MLP,
+        :func:`iterlin.models.make_model`'s CNN on the CPU, already lowered) computes the same
+        either way.
 
     Returns:
       ``(params, history)``: θ_T and its :class:`iterlin.training.History` over the evaluation
@@ -161,7 +172,7 @@ def train(
     """
     check_optimizer(optimizer)
     policy = as_policy(K)
-    (policy,), step_fn, fit_kwargs = _prepare(apply_fn, optimizer, loss, [policy], data, steps, batch_size,
+    (policy,), apply_fn, step_fn, fit_kwargs = _prepare(apply_fn, optimizer, loss, [policy], data, steps, batch_size,
                                               refresh, reset_optimizer, microbatch, fit_kwargs, sweep=False)
     if refresh is not None:  # statistics at θ_0 before the first linearisation
         params = _initial_refresh(refresh, params, data, batch_size)
@@ -276,7 +287,7 @@ def train_sweep(
         )
     check_optimizer(optimizer)
     hyperparams = check_hyperparams(hyperparams, optimizer, params, len(Ks))
-    policies, step_fn, fit_kwargs = _prepare(apply_fn, optimizer, loss, policies, data, steps, batch_size, refresh,
+    policies, apply_fn, step_fn, fit_kwargs = _prepare(apply_fn, optimizer, loss, policies, data, steps, batch_size, refresh,
                                              reset_optimizer, microbatch, fit_kwargs, sweep=True)
     if refresh is not None:
         params = jax.vmap(lambda p: _initial_refresh(refresh, p, data, batch_size))(params)

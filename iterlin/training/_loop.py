@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from ..conv import contains_convolution, lower_convolutions
 from ..losses import Loss, get_loss
 from ..memo import memoise
 from ..tree import tree_index, tree_size, tree_stack
@@ -74,6 +75,16 @@ def _step_programs(step_fn: Callable, batch_size, augment: bool, vmapped: bool, 
     return _Programs(loop=jax.jit(run_loop), step=jax.jit(run_step))
 
 
+def _pays_loop_penalty(step_program: Callable, *args) -> bool:
+    """Whether XLA:CPU would run ``step_program(*args)`` slower inside a ``fori_loop`` than step by
+    step: on the CPU backend, when the step holds a convolution (``conv_general_dilated``, anywhere in
+    its jaxpr; jax-ml/jax#12868). Read from the step's jaxpr (``jit(...).trace``: cached by JAX on the
+    arguments' shapes, so a second call traces nothing)."""
+    if jax.default_backend() != "cpu":
+        return False
+    return contains_convolution(step_program.trace(*args).jaxpr)
+
+
 def _run(
     step_fn,
     state,
@@ -102,8 +113,10 @@ def _run(
     programs are cached (:func:`_step_programs`, :func:`eval_program`) and take the data, the key,
     the evaluation splits and the state as arguments. A sweep's runs are ``vmap``-ed
     (``vectorise``, the default), or stepped one run after the other between evaluation points;
-    the steps between evaluation points run in one ``fori_loop`` (``compiled_loop``, the default)
-    or one dispatch each. Every way the results are the same (tests compare them in float64).
+    the steps between evaluation points run in one ``fori_loop`` (``compiled_loop=True``) or one
+    dispatch each (``False``); None (the default): the loop, unless the step pays XLA:CPU's
+    convolution-in-a-loop penalty (:func:`_pays_loop_penalty`). Every way the results are the same
+    (tests compare them in float64).
     A vmapped sweep on one device is evaluated one run after the other inside one program
     (``lax.map``: the memory of one run's evaluation); sharded over devices, vmapped.
 
@@ -130,7 +143,6 @@ def _run(
         history, done = saved.get("history"), saved.get("done")
         check_progress(checkpoint, history, done, state, points)
 
-    use_loop = True if compiled_loop is None else bool(compiled_loop)
     loop_runs = sweep and not vectorise
     runs = np.shape(jax.tree.leaves(state)[0])[0] if sweep else 1
     padded = runs  # R': the runs stepped, ≥ R (see ``placement``)
@@ -159,18 +171,25 @@ def _run(
         """The R runs of the (possibly padded) state."""
         return unpad_runs(state, runs, padded)
 
+    def run_key(i):
+        return key[i] if per_run_batches else key
+
     vmapped = sweep and vectorise
     if loop_runs:  # one program per distinct step function, for one run at a time
         programs = {fn: _step_programs(fn, batch_size, augment, False, False, None) for fn in set(run_step_fns)}
     else:
         programs = _step_programs(step_fn, batch_size, augment, vmapped, bool(per_run_batches and vmapped),
                                   batch_sharding)
+    if compiled_loop is not None:
+        use_loop = bool(compiled_loop)
+    elif loop_runs:
+        use_loop = not any(_pays_loop_penalty(prog.step, tree_index(state, 0), jnp.int32(0), run_key(0), data)
+                           for prog in programs.values())
+    else:
+        use_loop = not _pays_loop_penalty(programs.step, state, jnp.int32(0), key, data)
     veval = eval_program(evaluation.apply_fn, evaluation.loss,
                           ("vmap" if placement is not None and placement.axis == "runs" else "map") if vmapped
                           else None)
-
-    def run_key(i):
-        return key[i] if per_run_batches else key
 
     def run_chunk(state, t0, t1):
         """Steps t0 … t1 − 1: one compiled ``fori_loop`` (``use_loop``) or one jitted step per
@@ -268,6 +287,7 @@ def fit(
     devices: Sequence[jax.Device] | None = None,
     shard_runs: bool | None = None,
     data_parallel: bool = False,
+    conv: str = "auto",
 ) -> tuple[RunState, dict]:
     """The one training loop: run ``step_fn(state, batch) -> (state, metrics)`` for ``steps`` steps.
 
@@ -289,16 +309,24 @@ def fit(
     ``eval_steps`` the schedule is :func:`default_evaluation`'s (for ``eval_train_size`` when given,
     else with its subset): evaluation budgeted at a tenth of the images trained on, up to 21 points.
     ``compiled_loop``: run the steps between evaluation points in one compiled ``fori_loop``
-    (True, or None: the default) or one jitted step per dispatch (False, the same results).
+    (True) or one jitted step per dispatch (False, the same results); None (the default): the
+    ``fori_loop``, except on the CPU backend when the step's program holds a convolution
+    (``lax.conv_general_dilated`` anywhere in its jaxpr), which XLA:CPU runs several times slower
+    inside a loop (jax-ml/jax#12868): then one dispatch per step. :func:`train` and
+    :func:`train_sweep` build their steps from ``apply_fn`` lowered by ``conv`` (below), which on the
+    CPU leaves no convolution to pay it, so their steps run in the loop.
+    ``conv``: how ``apply_fn``'s convolutions and poolings are computed in the evaluations
+    (:func:`iterlin.conv.lower_convolutions`): ``"auto"`` (the default) as slices and matrix products
+    (:func:`iterlin.conv.as_products`) on the CPU backend and as written elsewhere; ``"matmul"``
+    always; ``"xla"`` as written. A model without convolutions or poolings (an MLP, the CNN of
+    :func:`iterlin.models.make_model` on the CPU, already lowered) computes the same either way.
     ``vectorise``: a sweep's runs ``vmap``-ed together (True) or stepped one after the other
     between evaluation points (False); the same results up to the rounding of batched against
     single products (tests compare them in float64). None (the default): stepped where the sweep
     runs unsharded on a CPU and each run has at least
     :data:`iterlin.training.STEP_RUNS_MIN_PARAMS` parameters (a model bound by its products, which
     XLA:CPU computes more slowly batched over the runs), vmapped everywhere else (a small model, bound
-    by dispatch; an accelerator; runs sharded over devices). XLA:CPU also runs a convolution slower
-    inside a loop (jax-ml/jax#12868); the models of :func:`iterlin.models.make_model` lower theirs
-    to matrix products on the CPU, which have no such penalty. ``benchmarks/bench_train.py``
+    by dispatch; an accelerator; runs sharded over devices). ``benchmarks/bench_train.py``
     measures the routes (ratios 3, 3b, 3c).
 
     Several devices (one process; placement only, the results equal one device's up to the order
@@ -339,6 +367,7 @@ def fit(
                                              batch_size=batch_size, n_train=x.shape[0],
                                              params_per_run=tree_size(state.params) // runs)
     loss = get_loss(loss)
+    apply_fn = lower_convolutions(apply_fn, conv)
     if eval_train_size is not None:
         eval_train_size = check_int(eval_train_size, "eval_train_size")
         if eval_train_size > x.shape[0]:

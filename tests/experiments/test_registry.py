@@ -24,7 +24,7 @@ from iterlin.experiments._common import Sweep
 
 PACKAGE_DIR = Path(iterlin.__file__).resolve().parent
 EXPERIMENTS_DIR = PACKAGE_DIR / "experiments"
-NOT_EXPERIMENTS = {"__init__", "_common", "_probe", "registry", "reference", "findings"}
+NOT_EXPERIMENTS = {"__init__", "_common", "_probe", "registry", "reference", "findings", "protocol"}
 MODULES = sorted(p.stem for p in EXPERIMENTS_DIR.glob("*.py") if p.stem not in NOT_EXPERIMENTS)
 
 

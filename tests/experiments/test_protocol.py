@@ -9,7 +9,7 @@ import pytest
 from iterlin.experiments import protocol, reference, registry
 from iterlin.experiments.protocol import Protocol, ProtocolError, Row
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 GOOD = dict(id="fig3.gap", claim="large K ends under 1 point from K = 1", paper="82.3 % vs 81.4 %",
             experiment="fig3", kind="on_par", history=["runs"], margin=0.01, margin_why="the paper's own gap")
 
