@@ -118,19 +118,31 @@ def test_every_jacobian_route_runs_the_networks_products_at_full_precision():
     want = f"(Precision.{KERNEL_PRECISION.name}, Precision.{KERNEL_PRECISION.name})"
     cases = {
         "jacobian_matrix": (lambda p: jacobian_matrix(_conv_model, p, x), params),
-        "ntk jacobian": (lambda p: empirical_ntk_fn(_conv_model, mode="jacobian")(p, x), params),
-        "ntk ntvp": (lambda p: empirical_ntk_fn(_conv_model, mode="ntvp")(p, x), params),
-        "ntk_vector_product": (lambda p: ntk_vector_product(_conv_model, p, x)(jnp.ones(12)), params),
+        # conv="xla": the network's own convolution (on the CPU "auto" rewrites it into products: below)
+        "ntk jacobian": (lambda p: empirical_ntk_fn(_conv_model, mode="jacobian", conv="xla")(p, x), params),
+        "ntk ntvp": (lambda p: empirical_ntk_fn(_conv_model, mode="ntvp", conv="xla")(p, x), params),
+        "ntk_vector_product": (lambda p: ntk_vector_product(_conv_model, p, x, conv="xla")(jnp.ones(12)), params),
         "gauss_newton kernel_cg": (lambda p: gauss_newton_step(_conv_model, p, x, y, damping=0.1,
-                                                               solver="kernel_cg"), params),
+                                                               solver="kernel_cg", conv="xla"), params),
         "gauss_newton primal_cg": (lambda p: gauss_newton_step(_conv_model, p, x, y, damping=0.1,
-                                                               solver="primal_cg"), params),
+                                                               solver="primal_cg", conv="xla"), params),
+    }
+    lowered = {  # the convolution rewritten into slices and products (conv="matmul"): its products too
+        "ntk_vector_product, products": (lambda p: ntk_vector_product(_conv_model, p, x, conv="matmul")(jnp.ones(12)),
+                                         params),
+        "ntk jacobian, products": (lambda p: empirical_ntk_fn(_conv_model, mode="jacobian", conv="matmul")(p, x),
+                                   params),
     }
     # the caller's default (bfloat16 here; TF32 or the autotuner's choice on a GPU) does not reach them
     with jax.default_matmul_precision("bfloat16"):
         for name, (fn, *args) in cases.items():
             found = _precisions(fn, *args)
             assert any("conv" in line for line in str(jax.make_jaxpr(fn)(*args)).split("\n")), name
+            assert found and all(p == want for p in found), (name, found)
+        for name, (fn, *args) in lowered.items():
+            jaxpr = str(jax.make_jaxpr(fn)(*args))
+            assert "conv_general_dilated" not in jaxpr, name
+            found = _precisions(fn, *args)
             assert found and all(p == want for p in found), (name, found)
         # the network's own forward pass is left as the caller set it: the test can fail
         assert set(_precisions(lambda p: _conv_model(p, x), params)) != {want}

@@ -180,33 +180,38 @@ def _run(
     else:
         programs = _step_programs(step_fn, batch_size, augment, vmapped, bool(per_run_batches and vmapped),
                                   batch_sharding)
-    if compiled_loop is not None:
-        use_loop = bool(compiled_loop)
-    elif loop_runs:
-        use_loop = not any(_pays_loop_penalty(prog.step, tree_index(state, 0), jnp.int32(0), run_key(0), data)
-                           for prog in programs.values())
-    else:
-        use_loop = not _pays_loop_penalty(programs.step, state, jnp.int32(0), key, data)
+    chosen: list[bool] = []  # decided at the first chunk stepped (a finished run traces nothing)
+
+    def use_loop(state) -> bool:
+        if not chosen:
+            if compiled_loop is not None:
+                chosen.append(bool(compiled_loop))
+            elif loop_runs:
+                chosen.append(not any(_pays_loop_penalty(prog.step, tree_index(state, 0), jnp.int32(0), run_key(0), data)
+                                      for prog in programs.values()))
+            else:
+                chosen.append(not _pays_loop_penalty(programs.step, state, jnp.int32(0), key, data))
+        return chosen[0]
     veval = eval_program(evaluation.apply_fn, evaluation.loss,
                           ("vmap" if placement is not None and placement.axis == "runs" else "map") if vmapped
                           else None)
 
     def run_chunk(state, t0, t1):
-        """Steps t0 … t1 − 1: one compiled ``fori_loop`` (``use_loop``) or one jitted step per
+        """Steps t0 … t1 − 1: one compiled ``fori_loop`` (:func:`use_loop`) or one jitted step per
         dispatch (the batch still drawn on device)."""
         if loop_runs:
             out = []
             for i in range(runs):
                 st, k = tree_index(state, i), run_key(i)
                 prog = programs[run_step_fns[i]]
-                if use_loop:
+                if use_loop(state):
                     st = prog.loop(st, jnp.int32(t0), jnp.int32(t1), k, data)
                 else:
                     for t in range(t0, t1):
                         st = prog.step(st, jnp.int32(t), k, data)
                 out.append(st)
             return tree_stack(out)
-        if use_loop:
+        if use_loop(state):
             return programs.loop(state, jnp.int32(t0), jnp.int32(t1), key, data)
         for t in range(t0, t1):
             state = programs.step(state, jnp.int32(t), key, data)
