@@ -182,9 +182,10 @@ def test_archive_is_read_in_memory_and_matches_directory(tmp_path):
     d = write_dir(tmp_path / "src", make_batches(3, seed=3))
     archive = tmp_path / "cifar-10-python.tar.gz"
     md5 = write_archive(archive, d)
+    before = listing(tmp_path)
     from_dir, from_archive = read_cifar10(d), read_cifar10(archive, archive_md5=md5)
     assert from_dir.fingerprint == from_archive.fingerprint
-    assert listing(tmp_path) == listing(tmp_path)  # nothing was extracted next to it
+    assert listing(tmp_path) == before  # nothing was extracted next to it (nor anywhere under tmp_path)
     assert not (tmp_path / CIFAR10_DIRNAME).exists()
 
 

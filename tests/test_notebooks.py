@@ -272,6 +272,14 @@ def test_sanitizer_masks_a_real_notebooks_machine_dependence_not_its_words():
         assert sanitize(out) == sanitize(re.sub(r"\d", "7", out).replace("  ", "   "))
         assert sanitize(out) != sanitize(out.replace("SGD + augmentation", "SGD with augmentation"))
         assert sanitize(out) != sanitize(out.replace("every run stays finite", "no run diverged"))
+        # a row removed: the second claim's row (an HTML <tr>, or a line of the text table)
+        if "<tr>" in out:
+            rows = re.findall(r"<tr>.*?</tr>", out, flags=re.S)
+            removed = out.replace(rows[2], "", 1)  # rows[0] is the header
+        else:
+            lines = out.splitlines(keepends=True)
+            removed = "".join(lines[:4] + lines[5:])  # title, header, rule, first row kept
+        assert removed != out and sanitize(out) != sanitize(removed)
     ntk = last_outputs("ntk")
     for out in ntk:
         assert "Consistency checks" in out
