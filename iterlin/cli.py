@@ -274,8 +274,10 @@ LOCAL_UNLIMITED_MIN = 60 * 24 * 365
 
 
 def writable_folder(path: str | os.PathLike, option: str) -> Path:
-    """``path`` created if needed and checked writable (a probe file), before anything is computed."""
-    path = Path(path)
+    """``path`` created if needed and checked writable (a probe file), before anything is computed;
+    returned resolved (absolute, without symlinks or ``..``: what the system means by it, so that
+    every process and library that later reads or writes it, normalising or not, finds the same folder)."""
+    path = Path(os.path.realpath(path))
     try:
         path.mkdir(parents=True, exist_ok=True)
         fd, probe = tempfile.mkstemp(dir=path, prefix=".write-test-")
@@ -569,7 +571,7 @@ def collect(folder: str | os.PathLike) -> list[JobResult]:
     A finished job's ``results.npz`` must hold the config the manifest gives it (the stored config
     is compared); one that does not, or that cannot be read, is ``"invalid"`` with its ``error``.
     """
-    folder = Path(folder)
+    folder = Path(os.path.realpath(folder))  # as submit wrote it (writable_folder)
     manifest = _manifest(folder)
     name, ids, executor = manifest["name"], manifest.get("job_ids") or [], manifest.get("executor", "local")
     out = []

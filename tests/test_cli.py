@@ -438,3 +438,21 @@ def test_a_sweep_killed_after_its_first_checkpoint_resumes_when_rerun(tmp_path):
         assert tree_a == tree_b
         for x, y in zip(leaves_a, leaves_b):
             np.testing.assert_array_equal(x, y, strict=True)  # NaN equals NaN; same shape and dtype
+
+
+def test_a_sweep_in_a_folder_through_a_symlink_and_dotdot_collects_every_result(tmp_path):
+    """F = '<base>/a link/../sweep x': the system goes up from the link's target, while
+    tempfile.mkstemp (every atomic write's, and the writability probe's) normalised the path
+    lexically, to another folder ('<base>/sweep x', here absent): the sweep was refused, or its
+    results went elsewhere. Resolved once at the boundary, every job's results are collected."""
+    target = tmp_path / "real dir" / "inner"
+    target.mkdir(parents=True)
+    (tmp_path / "a link").symlink_to(target)
+    folder = str(tmp_path / "a link") + "/../sweep x"
+    configs = cli.grid("fig9", "smoke", ["steps=3", "n_functions=1", "n_evals=1"], seeds=[0, 1])
+    jobs = cli.submit("fig9", "smoke", configs, folder=folder, executor="debug")
+    assert [j.result() for j in jobs] == [str(tmp_path / "real dir" / "sweep x" / "jobs" / str(i)) for i in (0, 1)]
+    assert not (tmp_path / "sweep x").exists()  # nothing in the lexically normalised folder
+    got = cli.collect(folder)
+    assert [j.state for j in got] == ["done", "done"] and all(j.results is not None for j in got)
+    assert [j.results.config.to_dict() for j in got] == configs
