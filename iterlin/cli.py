@@ -33,8 +33,9 @@ anything runs: a sweep has at most :data:`MAX_JOBS` jobs; ``--out`` and ``--fold
 writable; a sweep's folder must be new or empty (``sweep.json`` is created exclusively, so two
 sweeps started into one folder cannot mix their jobs), or hold the same sweep: the same command,
 rerun after an interruption (a killed login node, a cancelled Slurm array), resumes it, running
-again only the jobs without results, each from its training checkpoints. On the local executor a job has no time
-limit unless ``--time`` is given, and ``--array-parallelism p`` runs the jobs in ``p`` processes.
+again only the jobs without results, each from its training checkpoints. On the local executor a
+job has no time limit unless ``--time`` is given, and ``--array-parallelism p`` runs the jobs in
+``p`` processes.
 """
 
 from __future__ import annotations

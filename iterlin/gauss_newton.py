@@ -48,10 +48,12 @@ applied to a zero vector): ``cg_tol``/``cg_maxiter`` bound the work (relative re
 also returns its true relative residual ‖b − Ax‖/‖b‖ (one operator product more than the
 iteration), and a residual above :data:`CG_RESIDUAL_SLACK` · ``cg_tol`` (λ = 0 with a singular
 system that g is not in the range of: a wrong step; or an unreachable ``cg_tol``) warns,
-:class:`CGConvergenceWarning`, unless ``cg_maxiter`` was given (a solve truncated by choice). A compiled step cannot warn on a value, so the eager
-:func:`gauss_newton_step` checks it after the step, and a training run keeps the largest residual of
-its steps in its state (``GaussNewtonState.cg_residual``), which :func:`gauss_newton_train` checks
-once after training (no host callback inside the compiled loop).
+:class:`CGConvergenceWarning`, unless ``cg_maxiter`` was given (a solve truncated by choice). A
+compiled step cannot warn on a value, so the eager :func:`gauss_newton_step` checks it after the
+step, and a training run keeps the largest residual of its steps in its state
+(``GaussNewtonState.cg_residual``), which :func:`gauss_newton_train` checks once after training
+(no host callback inside the compiled loop: it would keep the programs out of the persistent
+compilation cache).
 
 ``solver="auto"``: ``"kernel"`` if N·O ≤ :data:`KERNEL_MAX_OUTPUTS` (4096) and the Jacobian has
 at most :data:`KERNEL_MAX_JACOBIAN` (2²⁷) entries; otherwise CG in the smaller space:

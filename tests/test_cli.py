@@ -260,7 +260,8 @@ def test_a_used_or_just_claimed_sweep_folder_is_refused(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match=r"--folder .*used' is not allowed: it already holds a sweep \(sweep.json\) "
                                          r"of other configs \(2 jobs; job 1 differs\)"):
         cli.submit("fig9", "smoke", other, folder=tmp_path / "used", executor="debug")
-    with pytest.raises(ValueError, match=r"already holds a sweep \(sweep.json\) of fig9 at scale 'smoke', not fig9 at 'cpu'"):
+    with pytest.raises(ValueError,
+                       match=r"already holds a sweep \(sweep.json\) of fig9 at scale 'smoke', not fig9 at 'cpu'"):
         cli.submit("fig9", "cpu", configs, folder=tmp_path / "used", executor="debug")
     with pytest.raises(ValueError, match=r"other configs \(2 jobs; job 1 differs\)"):
         cli.submit("fig9", "smoke", configs[:1], folder=tmp_path / "used", executor="debug")

@@ -239,8 +239,8 @@ def test_plain_nbval_passes_on_another_machine_and_fails_on_a_regression(tmp_pat
                                      y=0.75),
                           _synthetic(this_machine), True),
         # what code and config alone set, compared with its digits (issue 63 item 7):
-        "config_digits": (_synthetic(this_machine), _synthetic(this_machine, config=CONFIG.replace("steps=24", "steps=2")),
-                          False),
+        "config_digits": (_synthetic(this_machine),
+                          _synthetic(this_machine, config=CONFIG.replace("steps=24", "steps=2")), False),
         "one_panel": (_synthetic(this_machine), _synthetic(this_machine, panels=1), False),
         "lost_curve": (_synthetic(this_machine), _synthetic(this_machine, curves=1), False),
         "check_tolerance": (_synthetic(this_machine), _synthetic(_table(tol="0.1")), False),

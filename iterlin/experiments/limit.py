@@ -107,7 +107,8 @@ from ..stats import Difference, difference, num, pct
 from ._common import Experiment, network_correct, seed_keys
 
 __all__ = ["Config", "Results", "Runs", "RelinSeconds", "Checks", "get_config", "SCALES", "EXPERIMENT", "load", "compute", "precompute", "Scores",
-           "claims", "Linearisation", "linearise_at", "update", "flow_phi", "damped_phi", "lanczos_apply", "LanczosConvergenceWarning", "main_size",
+           "claims", "Linearisation", "linearise_at", "update", "flow_phi", "damped_phi", "lanczos_apply",
+           "LanczosConvergenceWarning", "main_size",
            "ran_main_size", "LongGrid", "long_grid", "flow_relins", "flow_runs",
            "run_specs", "slopes", "plot"]
 
