@@ -52,9 +52,13 @@ def atomic_write_bytes(path: str | os.PathLike, write) -> None:
 
     The file gets the mode a plainly created file would (:func:`new_file_mode`, the umask
     respected), not the 0o600 of the temporary file, so a cache shared by a group stays readable.
+    The folder is resolved first (``os.path.realpath``): :func:`tempfile.mkstemp` normalises its
+    ``dir`` lexically (``link/..`` → ``.``, where the system goes up from the link's target), so a
+    path through a symlink and ``..`` would put the temporary file in another folder, or none.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    path = Path(os.path.realpath(path.parent)) / path.name
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
     try:
         if hasattr(os, "fchmod"):

@@ -31,14 +31,18 @@ to hold the config ``sweep.json`` gives it.
 Bad input exits 2 with a message naming the parameter, the value and what is allowed, before
 anything runs: a sweep has at most :data:`MAX_JOBS` jobs; ``--out`` and ``--folder`` must be
 writable; a sweep's folder must be new or empty (``sweep.json`` is created exclusively, so two
-sweeps started into one folder cannot mix their jobs). On the local executor a job has no time
-limit unless ``--time`` is given, and ``--array-parallelism p`` runs the jobs in ``p`` processes.
+sweeps started into one folder cannot mix their jobs), or hold the same sweep: the same command,
+rerun after an interruption (a killed login node, a cancelled Slurm array), resumes it, running
+again only the jobs without results, each from its training checkpoints. On the local executor a
+job has no time limit unless ``--time`` is given, and ``--array-parallelism p`` runs the jobs in
+``p`` processes.
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import itertools
 import json
 import math
@@ -271,8 +275,10 @@ LOCAL_UNLIMITED_MIN = 60 * 24 * 365
 
 
 def writable_folder(path: str | os.PathLike, option: str) -> Path:
-    """``path`` created if needed and checked writable (a probe file), before anything is computed."""
-    path = Path(path)
+    """``path`` created if needed and checked writable (a probe file), before anything is computed;
+    returned resolved (absolute, without symlinks or ``..``: what the system means by it, so that
+    every process and library that later reads or writes it, normalising or not, finds the same folder)."""
+    path = Path(os.path.realpath(path))
     try:
         path.mkdir(parents=True, exist_ok=True)
         fd, probe = tempfile.mkstemp(dir=path, prefix=".write-test-")
@@ -320,13 +326,84 @@ def _write_manifest(path: Path, manifest: Mapping, *, new: bool = False) -> None
         f.write(text)
 
 
+#: Scheduler states of a job that may still run (a resume must not start it a second time).
+ACTIVE_STATES = ("RUNNING", "PENDING", "REQUEUED", "CONFIGURING", "COMPLETING", "SUSPENDED", "RESIZING",
+                 "REQUEUE_HOLD", "REQUEUE_FED")
+
+#: The lock a submission holds on its folder (``flock``: released when the process ends, even killed).
+LOCK = ".sweep.lock"
+
+
+@contextlib.contextmanager
+def _locked(folder: Path):
+    """Hold ``<folder>/.sweep.lock`` exclusively (``fcntl.flock``; a no-op where it does not exist):
+    two submissions into one folder check and write its manifest one after the other."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        yield
+        return
+    with open(folder / LOCK, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal as JSON (how ``sweep.json`` stores them; NaN equals NaN)."""
+    return json.dumps(a, sort_keys=True, allow_nan=True) == json.dumps(b, sort_keys=True, allow_nan=True)
+
+
+def _unfinished(folder: Path, name: str, scale: str, configs: Sequence[Mapping]) -> tuple[dict, list[int]] | None:
+    """None for a new or empty folder; for a folder holding this very sweep (same experiment, scale
+    and configs, in order), its manifest and the indices of the jobs to run again (those without
+    results, none of them still running). Anything else is refused (ValueError)."""
+    used = [p.name for p in (folder / MANIFEST, folder / "jobs") if p.exists()]
+    if not used:
+        return None
+
+    def refuse(why: str) -> ValueError:
+        return ValueError(f"--folder {str(folder)!r} is not allowed: it already holds a sweep ({', '.join(used)})"
+                          f"{why}; give a new or empty folder, or rerun the same sweep command to resume it")
+
+    if MANIFEST not in used:
+        raise refuse("")
+    try:
+        manifest = _manifest(folder)
+    except ValueError as e:
+        raise refuse(f" that cannot be read ({e})") from None
+    if manifest["name"] != name or manifest["scale"] != scale:
+        raise refuse(f" of {manifest['name']} at scale {manifest['scale']!r}, not {name} at {scale!r}")
+    if len(manifest["configs"]) != len(configs) or not all(map(_same, manifest["configs"], configs)):
+        differ = next((i for i, (a, b) in enumerate(zip(manifest["configs"], configs)) if not _same(a, b)),
+                      min(len(configs), len(manifest["configs"])))
+        raise refuse(f" of other configs ({len(manifest['configs'])} jobs; job {differ} differs)")
+    pending = []
+    for job in collect(folder):
+        if job.state == "invalid":
+            raise refuse(f": its job {job.index} is invalid ({job.error}); delete {folder / 'jobs' / str(job.index)} "
+                         "to run it again")
+        if job.state in ACTIVE_STATES:
+            raise refuse(f": its job {job.index} is still {job.state}; wait for it, or cancel it, then rerun")
+        if job.state != "done":
+            pending.append(job.index)
+    return manifest, pending
+
+
 def submit(name: str, scale: str, configs: Sequence[Mapping], *, folder: str | os.PathLike, executor: str = "local",
            options: Mapping[str, Any] | None = None) -> list:
     """Submit one job per config (a job array on Slurm); write ``<folder>/sweep.json``; return the jobs.
 
-    The folder must be new or empty: a folder that holds a sweep (its ``sweep.json``, or ``jobs/``)
-    is refused, and ``sweep.json`` is created exclusively before anything is submitted, so two
-    sweeps started into one folder at once cannot mix their jobs (the second is refused).
+    A new or empty folder starts the sweep: ``sweep.json`` is created exclusively before anything is
+    submitted, so two sweeps started into one folder at once cannot mix their jobs (the second is
+    refused). A folder that holds *this* sweep (the same experiment, scale and configs: the same
+    command rerun) resumes it: the jobs without results are submitted again, and each resumes from
+    its training checkpoints in ``<folder>/cache``; the finished ones are kept (none resubmitted
+    when every job is done: the list returned is empty). A folder holding another sweep, a job
+    whose files hold other results (``"invalid"``, :func:`collect`), or a job still running or
+    queued, is refused. The check and the manifest's update hold a lock on the folder.
     On the local executor, ``array_parallelism`` ``p`` runs the jobs in ``p`` processes (:class:`Batch`),
     and a job has no time limit unless ``time`` is given.
     """
@@ -336,34 +413,47 @@ def submit(name: str, scale: str, configs: Sequence[Mapping], *, folder: str | o
         raise ValueError(f"a sweep of {len(configs)} jobs is not allowed: at most {MAX_JOBS} jobs")
     options = options or {}
     folder = writable_folder(folder, "--folder")
-    used = [p.name for p in (folder / MANIFEST, folder / "jobs") if p.exists()]
-    if used:
-        raise ValueError(f"--folder {str(folder)!r} is not allowed: it already holds a sweep ({', '.join(used)}); "
-                         "give a new or empty folder")
-    ex = _executor(executor, folder, options)
-    manifest = {"name": name, "scale": scale, "executor": executor, "configs": list(configs), "job_ids": []}
     path = folder / MANIFEST
-    try:
-        _write_manifest(path, manifest, new=True)
-    except FileExistsError:
-        raise ValueError(f"--folder {str(folder)!r} is not allowed: another sweep has just started in it "
-                         f"({MANIFEST}); give a new or empty folder") from None
-    try:
-        indices = list(range(len(configs)))
-        parallel = options.get("array_parallelism")
-        if executor == "local" and parallel is not None and parallel < len(configs):
-            chunks = [indices[k::parallel] for k in range(parallel)]
-            batches = ex.map_array(Batch(folder), chunks, [[configs[i] for i in c] for c in chunks])
-            ids = {i: str(b.job_id) for b, c in zip(batches, chunks) for i in c}
-            jobs, job_ids = batches, [ids[i] for i in indices]
+    with _locked(folder):
+        resumed = _unfinished(folder, name, scale, configs)
+        if resumed is not None and not resumed[1]:
+            return []
+        ex = _executor(executor, folder, options)
+        if resumed is None:
+            manifest = {"name": name, "scale": scale, "executor": executor, "configs": list(configs), "job_ids": []}
+            indices = list(range(len(configs)))
+            try:
+                _write_manifest(path, manifest, new=True)
+            except FileExistsError:
+                raise ValueError(f"--folder {str(folder)!r} is not allowed: another sweep has just started in it "
+                                 f"({MANIFEST}); give a new or empty folder") from None
         else:
-            jobs = ex.map_array(Job(folder), indices, list(configs))
-            job_ids = [str(j.job_id) for j in jobs]
-    except BaseException:
-        path.unlink(missing_ok=True)
-        raise
-    _write_manifest(path, {**manifest, "job_ids": job_ids})
+            manifest, indices = resumed
+        try:
+            jobs, ids = _submit_jobs(ex, executor, folder, indices, [manifest["configs"][i] for i in indices],
+                                     options.get("array_parallelism"))
+        except BaseException:
+            if resumed is None:
+                path.unlink(missing_ok=True)
+            raise
+        job_ids = list(manifest.get("job_ids") or []) + [None] * len(configs)
+        for i, job_id in zip(indices, ids):
+            job_ids[i] = job_id
+        _write_manifest(path, {**manifest, "executor": executor,
+                               "job_ids": [j or "" for j in job_ids[:len(configs)]]})
     return jobs
+
+
+def _submit_jobs(ex, executor: str, folder: Path, indices: list[int], configs: list, parallel: int | None):
+    """Submit the jobs ``indices`` (their ``configs``); return the jobs and each index's job id."""
+    if executor == "local" and parallel is not None and parallel < len(indices):
+        chunks = [indices[k::parallel] for k in range(parallel)]
+        by_index = dict(zip(indices, configs))
+        batches = ex.map_array(Batch(folder), chunks, [[by_index[i] for i in c] for c in chunks])
+        ids = {i: str(b.job_id) for b, c in zip(batches, chunks) for i in c}
+        return batches, [ids[i] for i in indices]
+    jobs = ex.map_array(Job(folder), indices, configs)
+    return jobs, [str(j.job_id) for j in jobs]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -402,9 +492,19 @@ def _state(folder: Path, executor: str, job_id: str | None) -> str:
             return "STOPPED"
         except PermissionError:
             pass
-        return "RUNNING"
+        return "STOPPED" if _zombie(int(job_id)) else "RUNNING"
     except Exception as e:  # noqa: BLE001 - a missing scheduler (sacct) or folder: report, do not fail
         return f"unknown ({type(e).__name__})"
+
+
+def _zombie(pid: int) -> bool:
+    """Whether process ``pid`` has ended but not been reaped (Linux's ``/proc``; False elsewhere): a
+    killed job whose parent died too stays so where nothing reaps orphans (e.g. a container)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rfind(")") + 1:].split()[:1] == ["Z"]
 
 
 def _manifest(folder: Path) -> dict:
@@ -472,7 +572,7 @@ def collect(folder: str | os.PathLike) -> list[JobResult]:
     A finished job's ``results.npz`` must hold the config the manifest gives it (the stored config
     is compared); one that does not, or that cannot be read, is ``"invalid"`` with its ``error``.
     """
-    folder = Path(folder)
+    folder = Path(os.path.realpath(folder))  # as submit wrote it (writable_folder)
     manifest = _manifest(folder)
     name, ids, executor = manifest["name"], manifest.get("job_ids") or [], manifest.get("executor", "local")
     out = []
@@ -486,7 +586,8 @@ def collect(folder: str | os.PathLike) -> list[JobResult]:
                 continue
             out.append(JobResult(i, config, "done", results, rows))
         else:
-            out.append(JobResult(i, config, _state(folder, executor, ids[i] if i < len(ids) else None), None, None))
+            state = _state(folder, executor, ids[i] if i < len(ids) and ids[i] else None)
+            out.append(JobResult(i, config, state, None, None))
     return out
 
 
@@ -624,6 +725,9 @@ def _main(args) -> int:
     options = {k: getattr(args, k) for k in ("partition", "time", "gpus", "cpus", "mem_gb", "array_parallelism",
                                               "job_name")}
     jobs = submit(args.name, args.scale, configs, folder=folder, executor=args.executor, options=options)
+    if not jobs:
+        print(f"every job of this sweep is done already\n{summary_table(collect(folder))}")
+        return 0
     print("submitted: " + ", ".join(str(j.job_id) for j in jobs))
     if not args.wait:
         print(f"then: python -m iterlin collect {folder}")

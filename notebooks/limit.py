@@ -192,8 +192,6 @@ reference.show_claims(ref)
 results = run(config)  # computed once, then read from the cache (.cache/results)
 
 # %%
-# NBVAL_IGNORE_OUTPUT
-# (wall times)
 limit.plot(results)
 
 # %%

@@ -385,8 +385,37 @@ def test_undeletable_corrupt_checkpoints_are_not_met_again(tmp_path, monkeypatch
     cache_mod._remove(calls[1])
 
 
-@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0, reason="root ignores a read-only directory")
+def _overrides_permissions() -> bool:
+    """Whether this process ignores a directory's permission bits (root with CAP_DAC_OVERRIDE)."""
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        return False
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            caps = next(line for line in f if line.startswith("CapEff:"))
+    except (OSError, StopIteration):
+        return True
+    return bool(int(caps.split()[1], 16) & (1 << 1))  # bit 1: CAP_DAC_OVERRIDE
+
+
 def test_read_only_cache_directory(tmp_path):
+    """A read-only cache folder: warned about, the results computed anyway. Root ignores permission
+    bits (CAP_DAC_OVERRIDE), and CI runs as root: there the test reruns itself in a subprocess
+    whose capability bounding set lacks CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH (``setpriv``), so
+    that the folder is read-only to it too."""
+    if _overrides_permissions():
+        import shutil
+        import subprocess
+        import sys
+
+        setpriv = shutil.which("setpriv")
+        if setpriv is None:
+            pytest.fail("running as root without setpriv (util-linux): the read-only folder cannot be tested")
+        proc = subprocess.run(
+            [setpriv, "--bounding-set=-dac_override,-dac_read_search", sys.executable, "-m", "pytest", "-q", "-n", "0",
+             "-p", "no:cacheprovider", f"{__file__}::test_read_only_cache_directory", "--basetemp",
+             str(tmp_path / "child")], capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0 and "1 passed" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
+        return
     f = Counter()
     cached("figX", f, CONFIG, data_fingerprint="d", cache_dir=tmp_path, verbose=False)
     path = cache_paths("figX", cache_key("figX", CONFIG, data_fingerprint="d"), tmp_path)["results"]

@@ -555,3 +555,16 @@ def test_a_member_claiming_more_bytes_than_the_archive_holds_is_refused(tmp_path
     path.write_bytes(bytes(data))
     with pytest.raises(CheckpointError, match="claims 4294967294 bytes from"):
         load_checkpoint(path, {"w": np.zeros(3)})
+
+
+def test_an_atomic_write_through_a_symlink_and_dotdot_lands_where_the_system_says(tmp_path):
+    """``<tmp>/link/../d/f`` is ``<target's parent>/d/f`` to the system; tempfile.mkstemp reads its
+    folder lexically (``<tmp>/d``, absent here): the temporary file must not go there."""
+    from iterlin.checkpoint import atomic_write_bytes
+
+    (tmp_path / "real" / "inner").mkdir(parents=True)
+    (tmp_path / "link").symlink_to(tmp_path / "real" / "inner")
+    atomic_write_bytes(str(tmp_path / "link") + "/../d/f", lambda f: f.write(b"x"))
+    assert (tmp_path / "real" / "d" / "f").read_bytes() == b"x"
+    assert not (tmp_path / "d").exists() and list((tmp_path / "real" / "d").iterdir()) == [
+        tmp_path / "real" / "d" / "f"]

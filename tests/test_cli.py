@@ -256,8 +256,15 @@ def test_collect_checks_each_jobs_stored_config_against_the_manifest(tmp_path, c
 def test_a_used_or_just_claimed_sweep_folder_is_refused(tmp_path, monkeypatch):
     configs = cli.grid("fig9", "smoke", ["steps=3"], seeds=[0, 1])
     _manifest(tmp_path / "used", configs)
-    with pytest.raises(ValueError, match=r"--folder .*used' is not allowed: it already holds a sweep \(sweep.json\)"):
-        cli.submit("fig9", "smoke", configs, folder=tmp_path / "used", executor="debug")
+    other = cli.grid("fig9", "smoke", ["steps=3"], seeds=[0, 2])  # another sweep: its job 1 differs
+    with pytest.raises(ValueError, match=r"--folder .*used' is not allowed: it already holds a sweep \(sweep.json\) "
+                                         r"of other configs \(2 jobs; job 1 differs\)"):
+        cli.submit("fig9", "smoke", other, folder=tmp_path / "used", executor="debug")
+    with pytest.raises(ValueError,
+                       match=r"already holds a sweep \(sweep.json\) of fig9 at scale 'smoke', not fig9 at 'cpu'"):
+        cli.submit("fig9", "cpu", configs, folder=tmp_path / "used", executor="debug")
+    with pytest.raises(ValueError, match=r"other configs \(2 jobs; job 1 differs\)"):
+        cli.submit("fig9", "smoke", configs[:1], folder=tmp_path / "used", executor="debug")
     (tmp_path / "jobs-only" / "jobs").mkdir(parents=True)
     with pytest.raises(ValueError, match=r"already holds a sweep \(jobs\)"):
         cli.submit("fig9", "smoke", configs, folder=tmp_path / "jobs-only", executor="debug")
@@ -352,3 +359,101 @@ def test_run_outside_a_checkout_with_xdg_cache_home_a_file_warns_and_runs(tmp_pa
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr and "running without it" in proc.stderr
     assert (tmp_path / "out" / "results.npz").is_file()
+
+
+def test_rerunning_the_same_sweep_resumes_only_its_unfinished_jobs(tmp_path):
+    """The same sweep into its own folder: the jobs without results are submitted again (no
+    others); a job still running, or whose files hold other results, is refused."""
+    configs = cli.grid("fig9", "smoke", ["steps=3"], seeds=[0, 1, 2])
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True).stdout.strip()
+    _manifest(tmp_path, configs, job_ids=[dead, "2", dead])
+    _fake_job(tmp_path, 1, configs[1])
+    (job0, job2) = cli.submit("fig9", "smoke", configs, folder=tmp_path, executor="debug")
+    assert [job0.result(), job2.result()] == [str(tmp_path / "jobs" / "0"), str(tmp_path / "jobs" / "2")]
+    manifest = json.loads((tmp_path / cli.MANIFEST).read_text())
+    assert manifest["job_ids"][1] == "2" and manifest["job_ids"][0] != dead and manifest["configs"] == configs
+    assert [j.state for j in cli.collect(tmp_path)] == ["done"] * 3
+    assert cli.submit("fig9", "smoke", configs, folder=tmp_path, executor="debug") == []  # all done: nothing
+    _fake_job(tmp_path, 2, configs[2], stored_config=configs[0])
+    with pytest.raises(ValueError, match=r"its job 2 is invalid .*; delete .*jobs/2 to run it again"):
+        cli.submit("fig9", "smoke", configs, folder=tmp_path, executor="debug")
+    running = tmp_path / "running"
+    _manifest(running, configs[:1], job_ids=[str(os.getpid())])  # a local job whose process is alive
+    with pytest.raises(ValueError, match="its job 0 is still RUNNING; wait for it, or cancel it"):
+        cli.submit("fig9", "smoke", configs[:1], folder=running, executor="local")
+
+
+#: fig9 with one checkpoint per evaluation point, long enough to be killed after the first one
+RESUMABLE = ["-p", "steps=200", "-p", "n_functions=1", "-p", "damping=1", "-p", "n_test=50", "-p", "n_evals=20"]
+
+
+def _sweep(folder, cwd, **kw):
+    argv = [sys.executable, "-m", "iterlin", "sweep", "fig9", "--seeds", "0,1", *RESUMABLE, "--executor", "local",
+            "--array-parallelism", "1", "--folder", str(folder)]
+    return argv if kw.get("argv_only") else subprocess.run(argv, capture_output=True, text=True, cwd=cwd, timeout=600)
+
+
+@pytest.mark.skipif(not hasattr(os, "killpg"), reason="needs POSIX process groups")
+def test_a_sweep_killed_after_its_first_checkpoint_resumes_when_rerun(tmp_path):
+    """End to end: the sweep's whole process group SIGKILLed once a training checkpoint exists;
+    the same command rerun resumes (no refusal) and every job's results equal an uninterrupted
+    sweep's, bit for bit."""
+    import signal
+    import time
+
+    import jax
+    import numpy as np
+
+    from iterlin.experiments import stored
+
+    folder = tmp_path / "killed"
+    with open(tmp_path / "stderr.txt", "w") as err:
+        proc = subprocess.Popen(_sweep(folder, tmp_path, argv_only=True), cwd=tmp_path, stdout=subprocess.DEVNULL,
+                                stderr=err, start_new_session=True)
+        try:
+            deadline = time.monotonic() + 600
+            while not list((folder / "cache").glob("**/checkpoints/*/*.npz")):
+                assert proc.poll() is None, (tmp_path / "stderr.txt").read_text()[-3000:]
+                assert time.monotonic() < deadline, "no checkpoint within 600 s"
+                time.sleep(0.05)
+            os.killpg(proc.pid, signal.SIGKILL)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    deadline = time.monotonic() + 60  # the killed processes end (and may stay unreaped) asynchronously
+    while (states := [j.state for j in cli.collect(folder)]) != ["STOPPED", "STOPPED"] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert states == ["STOPPED", "STOPPED"]  # killed before any job finished
+    resumed = _sweep(folder, tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    fresh = _sweep(tmp_path / "fresh", tmp_path)
+    assert fresh.returncode == 0, fresh.stderr[-3000:]
+    got, want = cli.collect(folder), cli.collect(tmp_path / "fresh")
+    assert [j.state for j in got] == [j.state for j in want] == ["done", "done"]
+    for a, b in zip(got, want):
+        assert a.config == b.config and a.rows == b.rows
+        leaves_a, tree_a = jax.tree.flatten(stored(a.results))
+        leaves_b, tree_b = jax.tree.flatten(stored(b.results))
+        assert tree_a == tree_b
+        for x, y in zip(leaves_a, leaves_b):
+            np.testing.assert_array_equal(x, y, strict=True)  # NaN equals NaN; same shape and dtype
+
+
+def test_a_sweep_in_a_folder_through_a_symlink_and_dotdot_collects_every_result(tmp_path):
+    """F = '<base>/a link/../sweep x': the system goes up from the link's target, while
+    tempfile.mkstemp (every atomic write's, and the writability probe's) normalised the path
+    lexically, to another folder ('<base>/sweep x', here absent): the sweep was refused, or its
+    results went elsewhere. Resolved once at the boundary, every job's results are collected."""
+    target = tmp_path / "real dir" / "inner"
+    target.mkdir(parents=True)
+    (tmp_path / "a link").symlink_to(target)
+    folder = str(tmp_path / "a link") + "/../sweep x"
+    configs = cli.grid("fig9", "smoke", ["steps=3", "n_functions=1", "n_evals=1"], seeds=[0, 1])
+    jobs = cli.submit("fig9", "smoke", configs, folder=folder, executor="debug")
+    assert [j.result() for j in jobs] == [str(tmp_path / "real dir" / "sweep x" / "jobs" / str(i)) for i in (0, 1)]
+    assert not (tmp_path / "sweep x").exists()  # nothing in the lexically normalised folder
+    got = cli.collect(folder)
+    assert [j.state for j in got] == ["done", "done"] and all(j.results is not None for j in got)
+    assert [j.results.config.to_dict() for j in got] == configs

@@ -11,6 +11,7 @@ import io
 import os
 import pickle
 import pickletools
+import re
 import struct
 import tarfile
 import time
@@ -187,9 +188,10 @@ def test_archive_is_read_in_memory_and_matches_directory(tmp_path):
     d = write_dir(tmp_path / "src", make_batches(3, seed=3))
     archive = tmp_path / "cifar-10-python.tar.gz"
     md5 = write_archive(archive, d)
+    before = listing(tmp_path)
     from_dir, from_archive = read_cifar10(d), read_cifar10(archive, archive_md5=md5)
     assert from_dir.fingerprint == from_archive.fingerprint
-    assert listing(tmp_path) == listing(tmp_path)  # nothing was extracted next to it
+    assert listing(tmp_path) == before  # nothing was extracted next to it (nor anywhere under tmp_path)
     assert not (tmp_path / CIFAR10_DIRNAME).exists()
 
 
@@ -934,6 +936,39 @@ def test_a_cached_archive_with_the_wrong_md5_is_named_when_the_download_fails(se
         load_cifar10()
     msg = str(e.value)
     assert "md5 mismatch" in msg and str(cache / data.CIFAR10_ARCHIVE) in msg and data.CIFAR10_MD5 in msg, msg
+
+
+def test_a_cached_archive_with_the_wrong_md5_is_named_with_downloads_off(served, monkeypatch):
+    """The same archive with ``ITERLIN_DOWNLOAD=0``: the md5 mismatch and the file are named too."""
+    server, _, cache = served
+    monkeypatch.setenv(data.DOWNLOAD_ENV_VAR, "0")
+    cache.mkdir(parents=True)
+    (cache / data.CIFAR10_ARCHIVE).write_bytes(b"\0" * data.CIFAR10_SIZE)
+    with pytest.raises(data.DataError) as e:
+        load_cifar10()
+    msg = str(e.value)
+    assert "md5 mismatch" in msg and str(cache / data.CIFAR10_ARCHIVE) in msg and server.requests == [], msg
+
+
+def test_xdg_cache_home_a_file_is_named_before_downloading(served, monkeypatch, tmp_path, capsys):
+    """``$XDG_CACHE_HOME`` a file, ``ITERLIN_CIFAR10`` unset, downloads allowed: a clear error naming
+    the variable (exit 2 on the command line), not a NotADirectoryError traceback."""
+    from iterlin import cli
+
+    server, _, _ = served
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(a_file))
+    monkeypatch.delenv(ENV_VAR, raising=False)
+    with pytest.raises(data.DataError, match=rf"XDG_CACHE_HOME='{re.escape(str(a_file))}' is not allowed: the "
+                                             r"CIFAR-10 cache folder .* cannot be created there \(NotADirectoryError"):
+        load_cifar10()
+    assert server.requests == []
+    with pytest.raises(data.DataError, match=r"cache_dir='.*a-file/sub' is not allowed"):
+        data.find_cifar10(cache_dir=a_file / "sub")
+    assert cli.main(["run", "fig3", "-p", "steps=5", "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "iterlin run: error: XDG_CACHE_HOME=" in err and "Traceback" not in err
 
 
 def test_a_killed_downloads_part_file_is_cleaned_up(served):

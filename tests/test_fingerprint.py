@@ -301,7 +301,7 @@ def test_dependencies_of_a_figure(tree):
         "iterlin.experiments.figb:compute",
         "iterlin.models:Net",
         "iterlin.models:make",
-        "iterlin.ntk:kernel_distance",  # flat-layout (the synthetic tree)
+        "iterlin.ntk:kernel_distance",  # flat-layout
         "iterlin.sub.kernels:kernel",
         "iterlin.training:SCALE",
         "iterlin.training:fit",

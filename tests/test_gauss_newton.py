@@ -17,6 +17,8 @@ from jax.flatten_util import ravel_pytree
 
 from iterlin.solvers.closed_form import gradient_flow_limit, gradient_flow_params
 from iterlin.solvers.gauss_newton import (
+    CG_RESIDUAL_SLACK,
+    CGConvergenceWarning,
     KERNEL_MAX_OUTPUTS,
     conjugate_gradient,
     flat_jacobian,
@@ -452,7 +454,9 @@ def test_gauss_newton_train_refuses_bad_values_before_any_compute(kwargs, fragme
 def test_init_gauss_newton_state_values_and_stacking():
     _, params, _, _, _ = _setup(dtype=jnp.float32)
     st = init_gauss_newton_state(params, 0.25)
-    assert type(st) is GaussNewtonState and st._fields == ("params", "step", "diverged", "diverged_step", "h")
+    assert type(st) is GaussNewtonState and st._fields == ("params", "step", "diverged", "diverged_step", "h",
+                                                          "cg_residual")
+    assert float(st.cg_residual) == 0.0
     assert st.h.shape == () and float(st.h) == 0.25 and st.h.dtype == jnp.result_type(float)
     assert int(st.step) == 0 and int(st.n_relin) == 0 and int(st.K) == 1
     assert not bool(st.diverged) and int(st.diverged_step) == -1 and st.params_s is st.params
@@ -501,10 +505,10 @@ def test_conjugate_gradient_takes_the_iterates_of_jax_cg_and_solves_the_system(x
     A = _spd(jax.random.PRNGKey(0), 12)
     b = jax.random.normal(jax.random.PRNGKey(1), (12,), jnp.float64)
     for k in (1, 3, 7):
-        ours = conjugate_gradient(lambda v: A @ v, b, tol=1e-12, maxiter=k)
+        ours = conjugate_gradient(lambda v: A @ v, b, tol=1e-12, maxiter=k).x
         theirs, _ = cg(lambda v: A @ v, b, tol=1e-12, atol=0.0, maxiter=k)
         np.testing.assert_allclose(ours, theirs, rtol=1e-10, atol=1e-12)
-    x = conjugate_gradient(lambda v: A @ v, b, tol=1e-12)
+    x = conjugate_gradient(lambda v: A @ v, b, tol=1e-12).x
     np.testing.assert_allclose(x, np.linalg.solve(np.asarray(A), np.asarray(b)), rtol=1e-8)
 
 
@@ -519,7 +523,7 @@ def test_conjugate_gradient_stops_at_the_tolerance_and_never_applies_the_operato
         return A @ v
 
     with jax.disable_jit():
-        x = conjugate_gradient(matvec, b, tol=1e-3, maxiter=30)
+        x = conjugate_gradient(matvec, b, tol=1e-3, maxiter=30).x
     assert 0 < len(seen) < 30
     assert min(seen) > 0
     assert float(jnp.linalg.norm(A @ x - b)) <= 1e-3 * float(jnp.linalg.norm(b)) * (1 + 1e-9)
@@ -531,7 +535,7 @@ def test_conjugate_gradient_vmapped_over_systems_equals_each_solve(x64):
     bs = jax.random.normal(jax.random.PRNGKey(9), (3, 10), jnp.float64)
 
     def solve(A, b):
-        return conjugate_gradient(lambda v: A @ v, b, tol=1e-10)
+        return conjugate_gradient(lambda v: A @ v, b, tol=1e-10).x
 
     batched = jax.jit(jax.vmap(solve))(As, bs)
     for i in range(3):
@@ -554,3 +558,53 @@ def test_gauss_newton_config_validates_once_and_is_a_static_value():
         GaussNewtonConfig(cg_maxiter=0)
     with pytest.raises(dataclasses.FrozenInstanceError):
         a.loss = "mse"
+
+
+def test_cg_reports_its_true_residual(x64):
+    """The residual CG returns is ‖b − Ax‖/‖b‖ of its x: tiny when converged, large when stopped early."""
+    A = _spd(jax.random.PRNGKey(4), 20)
+    b = jax.random.normal(jax.random.PRNGKey(5), (20,), jnp.float64)
+    for maxiter, converged in ((None, True), (2, False)):
+        x, residual = conjugate_gradient(lambda v: A @ v, b, tol=1e-10, maxiter=maxiter)
+        want = float(jnp.linalg.norm(b - A @ x) / jnp.linalg.norm(b))
+        assert float(residual) == pytest.approx(want, rel=1e-6)
+        assert (float(residual) <= CG_RESIDUAL_SLACK * 1e-10) == converged
+
+
+@pytest.mark.parametrize("solver", ["kernel_cg", "primal_cg"])
+def test_a_cg_step_that_does_not_converge_warns_with_its_residual(x64, solver):
+    """λ = 0 with a singular Θ (N·O = 160 > P = 122) for kernel CG: g is not in Θ's range, so CG
+    cannot converge and the step is wrong; primal CG with a tolerance float64 cannot reach likewise.
+    Each warns, naming the residual; a converged solve (λ > 0), or one truncated by an explicit
+    ``cg_maxiter``, does not warn."""
+    import warnings
+
+    apply_fn, params, x, y, _ = _setup(n=80)
+    kw = dict(damping=0.0, solver="kernel_cg") if solver == "kernel_cg" else dict(damping=0.1, solver="primal_cg",
+                                                                                   cg_tol=1e-30)
+    with pytest.warns(CGConvergenceWarning, match=r"gauss_newton_step: conjugate gradients did not converge: "
+                                                  r"relative residual ‖b − Ax‖/‖b‖ = \d\.\d\de[-+]\d\d > 10 × cg_tol"):
+        gauss_newton_step(apply_fn, params, x, y, **kw)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CGConvergenceWarning)
+        gauss_newton_step(apply_fn, params, x, y, damping=0.1, solver=solver)
+        gauss_newton_step(apply_fn, params, x, y, **kw, cg_maxiter=3)
+
+
+def test_gauss_newton_training_that_does_not_converge_warns_once_after_training(x64):
+    """Inside the compiled loop the residual is kept in the state (the largest so far) and checked
+    once at the end; a sweep's run that converges keeps a small residual."""
+    import warnings
+
+    apply_fn, params, x, y, _ = _setup(n=80)
+    with pytest.warns(CGConvergenceWarning, match="gauss_newton_train: conjugate gradients did not converge") as w:
+        gauss_newton_train(apply_fn, tree_stack([params, params]), (x, y), damping=[0.0, 0.1], steps=3,
+                           solver="kernel_cg", eval_every=3)
+    assert len([m for m in w if m.category is CGConvergenceWarning]) == 1
+    state = init_gauss_newton_state(tree_stack([params, params]), [0.0, 0.1], stacked=True)
+    state, _ = fit(make_gauss_newton_step(apply_fn, solver="kernel_cg"), state, apply_fn, (x, y), steps=2,
+                   loss="mse", sweep=True, eval_every=2)
+    assert float(state.cg_residual[0]) > 1e-3 and float(state.cg_residual[1]) < CG_RESIDUAL_SLACK * 1e-10
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CGConvergenceWarning)
+        gauss_newton_train(apply_fn, params, (x, y), damping=0.1, steps=2, solver="kernel_cg", eval_every=2)

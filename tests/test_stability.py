@@ -188,3 +188,50 @@ def test_bound_record_of_a_sweep_history():
     assert rec.rose_at.tolist() == [-1, 4] and rec.K.tolist() == [1, 2] and rec.step.tolist() == [0, 2, 4, 6]
     del h["lin_train_loss"]
     assert stability.bound_record(h).rose_at.tolist() == [-1, -1]
+
+
+class _Stop(Exception):
+    """Ends a run at an evaluation point, as a kill would: the checkpoint holds the point before."""
+
+
+def _stopping_at(step):
+    def factory(apply_fn, params0):
+        def stop(t, state):
+            if t == step:
+                raise _Stop
+            return {}
+
+        return stop
+
+    return factory
+
+
+@pytest.mark.parametrize("sweep", [False, True])
+def test_a_resumed_run_records_the_sharpness_of_an_uninterrupted_one_bit_for_bit(tmp_path, sweep):
+    """The power iteration's warm start rides in the checkpoint (the recorder's carry, through
+    ``merge_callbacks``): a run stopped after its second checkpoint and resumed by a fresh recorder
+    records ``sharpness`` and ``lr_over_bound`` exactly as the run that was never stopped."""
+    import optax
+
+    from iterlin.experiments._common import merge_callbacks
+
+    apply_fn, params, x, y = tiny_problem()
+    if sweep:
+        params = iterlin.tree.tree_stack([params, jax.tree.map(lambda a: 1.5 * a, params)])
+    rec = lambda apply_fn, params0: stability.sharpness_recorder(apply_fn, x, y, lr=0.5, iters=30, rtol=1e-3)  # noqa: E731
+
+    def run(*factories, checkpoint=None):
+        callback = merge_callbacks(rec, *factories)(apply_fn, params)
+        train = iterlin.train_sweep if sweep else iterlin.train
+        return train(apply_fn, params, (x, y), K=[4, 4] if sweep else 4, steps=16,
+                     optimizer=optax.sgd(0.5), batch_size=8, eval_every=2, callback=callback,
+                     checkpoint=checkpoint)[1]
+
+    want = run()
+    ckpt = tmp_path / "run.npz"
+    with pytest.raises(_Stop):
+        run(_stopping_at(6), checkpoint=ckpt)  # checkpoints at 2 and 4 written, stopped at 6
+    got = run(checkpoint=ckpt)
+    for key in ("sharpness", "lr_over_bound"):
+        assert np.isfinite(want[key]).all()
+        np.testing.assert_array_equal(got[key], want[key], strict=True)

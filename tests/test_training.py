@@ -46,6 +46,37 @@ def test_K1_equals_plain_gradient_descent(x64, batch_size, loss):
     np.testing.assert_allclose(hist["lin_train_loss"], hist["net_train_loss"], rtol=1e-10)
 
 
+@pytest.mark.parametrize("loss", ["ce", "mse"])
+def test_the_linearised_step_itself_at_K1_is_textbook_sgd(x64, loss):
+    """The linearised step (Eq. 3–4, not its K = 1 fast path ``step.k1``) at θ_s = θ, in float64:
+    θ ← θ − η ∇L(f(θ, x)) with the gradient of the network itself, written out by hand (no optax,
+    no iterlin loss object), equal to rounding at every step; θ_s follows θ (re-linearised each step)."""
+    apply_fn, params, x, y = tiny_problem(classification=(loss == "ce"))
+    lr = 0.3
+    step = make_step(apply_fn, optax.sgd(lr), loss)
+    assert step is not step.k1
+    linearised = jax.jit(step)
+    batch_fn = make_batch_fn(x, y, 8, jax.random.PRNGKey(5))
+
+    def textbook_loss(p, xb, yb):
+        out = apply_fn(p, xb)
+        if loss == "mse":
+            return jnp.mean(0.5 * jnp.sum((out - yb) ** 2, -1))
+        return jnp.mean(jax.nn.logsumexp(out, -1) - jnp.take_along_axis(out, yb[:, None], -1)[:, 0])
+
+    grad = jax.jit(jax.grad(textbook_loss))
+    state, ref = init_state(params, optax.sgd(lr), 1), params
+    for t in range(STEPS):
+        xb, yb = batch_fn(t)
+        state, _ = linearised(state, (xb, yb))
+        ref = jax.tree.map(lambda p, g: p - lr * g, ref, grad(ref, xb, yb))
+        assert tree_allclose(state.params, ref, rtol=1e-12, atol=1e-14), t
+        assert tree_allclose(state.params_s, state.params, rtol=1e-14, atol=1e-16)  # θ_s ← θ (to an ulp)
+        assert int(state.n_relin) == t + 1
+    assert jax.tree.leaves(state.params)[0].dtype == jnp.float64
+    assert not tree_allclose(state.params, params, atol=1e-3)  # training moved the parameters
+
+
 @pytest.mark.parametrize("K", [STEPS, 10 * STEPS, math.inf, 5e6])
 def test_K_at_least_steps_equals_training_the_fixed_linearisation(x64, K):
     apply_fn, params, x, y = tiny_problem()

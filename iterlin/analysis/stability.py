@@ -222,7 +222,8 @@ def sharpness_recorder(apply_fn: Callable, x, y, *, lr, loss: str | Loss = "ce",
     every N-th step: evaluation points at multiples of N, or ``every=N``.
 
     Warm start: each run's power iteration starts from its previous eigenvector (kept in the
-    returned callback: use one recorder per training call), so that ``iters`` (at most; it stops
+    returned callback: use one recorder per training call; checkpointed with the run, its
+    ``carry``, so a resumed run records the same values bit for bit), so that ``iters`` (at most; it stops
     once the estimate changes by under ``rtol``) can be small. Cost per recorded point and run: up
     to ``iters`` × (one JVP + one VJP of ``apply_fn`` on the M examples) ≈ 3·``iters`` forward
     passes of M examples, plus one linearised forward; compiled once per ``apply_fn``.
@@ -235,29 +236,56 @@ def sharpness_recorder(apply_fn: Callable, x, y, *, lr, loss: str | Loss = "ce",
         every = check_int(every, "every", minimum=1)
     cfg = SharpnessRecorder(jnp.asarray(x), jnp.asarray(y), lrs, get_loss(loss).name,
                             check_int(iters, "iters", minimum=1), rtol, every)
-    warm: dict[int, Any] = {}
+    return _Recorder(apply_fn, cfg, lr)
 
-    def one(i, state):
+
+class _Recorder:
+    """:func:`sharpness_recorder`'s callback, with each run's warm start (``warm``: run → its last
+    eigenvector) as its checkpointed carry (:func:`iterlin.training.callback_carry`): ``(v, known)``,
+    v shaped like ``state.params`` (zeros for a run not yet measured) and ``known`` (R,) bool (a
+    scalar for one run), so that a resumed run starts each power iteration where the uninterrupted
+    run would have, and records the same values bit for bit."""
+
+    def __init__(self, apply_fn: Callable, cfg: SharpnessRecorder, lr):
+        self.apply_fn, self.cfg, self.lr = apply_fn, cfg, lr
+        self.warm: dict[int, Any] = {}
+
+    def _one(self, i, state):
         if bool(state.diverged):
             return math.nan
-        lam, warm[i] = linear_model_sharpness(apply_fn, state.params_s, state.params, cfg.x, cfg.y, loss=cfg.loss,
-                                              iters=cfg.iters, v0=warm.get(i), rtol=cfg.rtol)
+        cfg = self.cfg
+        lam, self.warm[i] = linear_model_sharpness(self.apply_fn, state.params_s, state.params, cfg.x, cfg.y,
+                                                   loss=cfg.loss, iters=cfg.iters, v0=self.warm.get(i), rtol=cfg.rtol)
         return lam
 
-    def callback(t, state):
+    def __call__(self, t, state):
+        cfg = self.cfg
         sweep = jnp.ndim(state.step) == 1
         runs = int(jnp.shape(state.step)[0]) if sweep else 1
         if len(cfg.lr) not in (1, runs):
-            raise ValueError(f"lr={lr!r} is not allowed: one rate, or one per run ({runs} runs)")
+            raise ValueError(f"lr={self.lr!r} is not allowed: one rate, or one per run ({runs} runs)")
         rates = np.broadcast_to(np.asarray(cfg.lr), (runs,))
         if cfg.every is not None and t % cfg.every:
             lam = np.full(runs, np.nan)
         else:
-            lam = np.asarray([one(i, tree_index(state, i) if sweep else state) for i in range(runs)])
+            lam = np.asarray([self._one(i, tree_index(state, i) if sweep else state) for i in range(runs)])
         ratio = rates * lam / 2.0
         return {"sharpness": lam if sweep else lam[0], "lr_over_bound": ratio if sweep else ratio[0]}
 
-    return callback
+    def carry(self, state) -> tuple:
+        if jnp.ndim(state.step) == 0:
+            v = self.warm.get(0)
+            return (jax.tree.map(np.zeros_like, state.params) if v is None else v), np.asarray(0 in self.warm)
+        runs = int(jnp.shape(state.step)[0])
+        vs = [self.warm.get(i) for i in range(runs)]
+        zeros = jax.tree.map(lambda a: np.zeros_like(a[0]), state.params)
+        return (jax.tree.map(lambda *a: np.stack([np.asarray(x) for x in a]), *[zeros if v is None else v for v in vs]),
+                np.asarray([v is not None for v in vs]))
+
+    def restore(self, carry) -> None:
+        v, known = carry
+        sweep = np.ndim(known) == 1
+        self.warm = {i: (tree_index(v, i) if sweep else v) for i in range(np.size(known)) if np.ravel(known)[i]}
 
 
 def first_unstable_step(history) -> np.ndarray:

@@ -530,6 +530,24 @@ def _not_found(
     )
 
 
+def _make_cache(cache: Path, cache_dir) -> None:
+    """Create the cache folder ``cache`` a download goes to, or raise :class:`DataError` naming
+    where it comes from (``cache_dir=``, ``$XDG_CACHE_HOME`` or the home folder): a cache path
+    through a file, or an unwritable one, is the user's to fix (the data cannot go anywhere else
+    without downloading it again at every run)."""
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        xdg = os.environ.get("XDG_CACHE_HOME")
+        what = (f"cache_dir={str(cache_dir)!r}" if cache_dir is not None
+                else f"XDG_CACHE_HOME={xdg!r}" if xdg else "the user cache folder ~/.cache")
+        raise DataError(
+            f"{what} is not allowed: the CIFAR-10 cache folder {cache} cannot be created there "
+            f"({type(e).__name__}: {e.strerror or e}); point it to a writable folder, or set {ENV_VAR} "
+            "to a local copy of CIFAR-10"
+        ) from None
+
+
 def find_cifar10(
     root: str | os.PathLike | None = None,
     *,
@@ -567,6 +585,7 @@ def find_cifar10(
     looked.append(f"{cache / CIFAR10_DIRNAME}/ (cache: extracted copy)")
     archive = cache / CIFAR10_ARCHIVE
     if download:
+        _make_cache(cache, cache_dir)
         # Module constants are read at call time (tests point them at a tiny local archive).
         try:
             archive = download_archive(

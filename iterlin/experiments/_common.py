@@ -45,7 +45,7 @@ from ..linearise import linearised_apply
 from ..models import make_model
 from ..relin import RelinPolicy
 from ..analysis.stability import sharpness_recorder
-from ..training import History, train_sweep
+from ..training import History, callback_carry, restore_callback, train_sweep
 from ..tree import tree_stack
 from ..repro.stats import runs_of
 from ..validate import check_seed
@@ -292,23 +292,36 @@ def sharpness_callback(config: ExperimentConfig, data: Dataset, lr: float | Sequ
 def merge_callbacks(*factories: Callable) -> Callable:
     """One ``callback(apply_fn, params0)`` factory of :func:`cnn_sweep` from several: its callback
     runs each of theirs at every evaluation point and merges their values (the same key from two is
-    a ValueError: one would hide the other)."""
+    a ValueError: one would hide the other); its checkpointed carry is theirs, one per callback
+    (:func:`iterlin.training.callback_carry`)."""
 
     def factory(apply_fn, params0):
-        callbacks = [f(apply_fn, params0) for f in factories]
-
-        def callback(step, state):
-            out: dict = {}
-            for cb in callbacks:
-                vals = cb(step, state) or {}
-                if clash := sorted(set(out) & set(vals)):
-                    raise ValueError(f"callbacks={factories!r} is not allowed: two of them record {clash}")
-                out.update(vals)
-            return out
-
-        return callback
+        return _Merged(factories, [f(apply_fn, params0) for f in factories])
 
     return factory
+
+
+class _Merged(NamedTuple):
+    """The callback of :func:`merge_callbacks`."""
+
+    factories: tuple
+    callbacks: list
+
+    def __call__(self, step, state) -> dict:
+        out: dict = {}
+        for cb in self.callbacks:
+            vals = cb(step, state) or {}
+            if clash := sorted(set(out) & set(vals)):
+                raise ValueError(f"callbacks={self.factories!r} is not allowed: two of them record {clash}")
+            out.update(vals)
+        return out
+
+    def carry(self, state) -> tuple:
+        return tuple(callback_carry(cb, state) for cb in self.callbacks)
+
+    def restore(self, carry) -> None:
+        for cb, c in zip(self.callbacks, carry):
+            restore_callback(cb, c)
 
 
 def load_data(config: ExperimentConfig) -> Dataset:

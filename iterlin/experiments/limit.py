@@ -77,6 +77,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Callable, ClassVar, NamedTuple
 
@@ -106,7 +107,8 @@ from ..repro.stats import Difference, difference, num, pct
 from ._common import Experiment, network_correct, seed_keys
 
 __all__ = ["Config", "Results", "Runs", "RelinSeconds", "Checks", "get_config", "SCALES", "EXPERIMENT", "load", "compute", "precompute", "Scores",
-           "claims", "Linearisation", "linearise_at", "update", "flow_phi", "damped_phi", "lanczos_apply", "main_size",
+           "claims", "Linearisation", "linearise_at", "update", "flow_phi", "damped_phi", "lanczos_apply",
+           "LanczosConvergenceWarning", "main_size",
            "ran_main_size", "LongGrid", "long_grid", "flow_relins", "flow_runs",
            "run_specs", "slopes", "plot"]
 
@@ -291,12 +293,19 @@ def update(apply_fn: Callable, params: Any, x, lin: Linearisation, phi: Callable
     return jax.tree.map(lambda p, d: p - d.astype(p.dtype), params, delta)
 
 
-def lanczos_apply(mv: Callable, r, phi: Callable, iters: int) -> np.ndarray:
+class LanczosConvergenceWarning(RuntimeWarning):
+    """:func:`lanczos_apply` stopped after ``iters`` steps with an estimate still changing by more than ``rtol``."""
+
+
+def lanczos_apply(mv: Callable, r, phi: Callable, iters: int, *, rtol: float = 1e-6) -> np.ndarray:
     """f(Θ)r ≈ ‖r‖ V_m f(T_m) e₁ by ``iters`` Lanczos steps on Θ (the matrix-free route).
 
     ``mv(v) = Θv`` for v (M,) (:func:`iterlin.analysis.ntk.ntk_vector_product`: one VJP and one JVP), ``r``
     (M,), ``phi`` the filter f (float64). Full re-orthogonalisation (float64 on the host); stops early
-    at an invariant subspace. With φ = :func:`flow_phi`, −Jᵀ of the result is the flow update.
+    at an invariant subspace (then exact). With φ = :func:`flow_phi`, −Jᵀ of the result is the flow update.
+    Stopped by ``iters`` instead, it checks convergence at no product's cost: the estimate of m
+    steps against that of m − 1 (T_{m−1} is T_m's leading block); a relative change above ``rtol``
+    warns (:class:`LanczosConvergenceWarning`, with the change): more ``iters`` are needed.
     """
     r = np.asarray(r, np.float64)
     beta0 = np.linalg.norm(r)
@@ -304,6 +313,7 @@ def lanczos_apply(mv: Callable, r, phi: Callable, iters: int) -> np.ndarray:
         return np.zeros_like(r)
     V = [r / beta0]
     alphas, betas = [], []
+    invariant = False
     for k in range(int(iters)):
         w = np.asarray(mv(jnp.asarray(V[-1])), np.float64).reshape(-1)
         alpha = float(V[-1] @ w)
@@ -312,15 +322,28 @@ def lanczos_apply(mv: Callable, r, phi: Callable, iters: int) -> np.ndarray:
         w = w - Vm @ (Vm.T @ w)
         alphas.append(alpha)
         beta = float(np.linalg.norm(w))
-        if k == iters - 1 or beta <= 1e-12 * beta0:
+        invariant = beta <= 1e-12 * beta0
+        if k == iters - 1 or invariant:
             break
         betas.append(beta)
         V.append(w / beta)
-    Tm = np.diag(alphas) + np.diag(betas[: len(alphas) - 1], 1) + np.diag(betas[: len(alphas) - 1], -1)
-    s, Q = np.linalg.eigh(Tm)
-    with x64(True):
-        f = phi(np.maximum(s, 1e-300))
-    return beta0 * (np.stack(V[: len(alphas)], 1) @ (Q @ (f * Q[0])))
+
+    def estimate(m):
+        Tm = np.diag(alphas[:m]) + np.diag(betas[: m - 1], 1) + np.diag(betas[: m - 1], -1)
+        s, Q = np.linalg.eigh(Tm)
+        with x64(True):
+            f = phi(np.maximum(s, 1e-300))
+        return beta0 * (np.stack(V[:m], 1) @ (Q @ (f * Q[0])))
+
+    m = len(alphas)
+    out = estimate(m)
+    if not invariant and m > 1 and m < r.size:
+        change = float(np.linalg.norm(out - estimate(m - 1)) / max(np.linalg.norm(out), 1e-300))
+        if not change <= rtol:
+            warnings.warn(LanczosConvergenceWarning(
+                f"lanczos_apply: not converged after iters={iters} steps: the last step changed the estimate "
+                f"by {change:.2e} (relative) > rtol={rtol:g}; give more iters"), stacklevel=2)
+    return out
 
 
 # ------------------------------------------------------------------------------------------------

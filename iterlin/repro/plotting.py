@@ -64,6 +64,8 @@ __all__ = [
     "as_1d",
     "as_runs",
     "per_run",
+    "figure_summary",
+    "show_summaries",
 ]
 
 #: Marker size of the divergence cross.
@@ -786,3 +788,57 @@ def k1_and_largest(K: Any) -> tuple[int, int]:
     if not ones.size:
         raise bad_argument("K", f"= {Ks.tolist()}", "a grid containing K = 1")
     return int(ones[0]), int(np.flatnonzero(Ks == Ks.max())[0])
+
+
+# ------------------------------------------------------------------------------------------------
+# What a figure draws, as text (what nbval compares: it compares no image)
+# ------------------------------------------------------------------------------------------------
+
+
+def _finite_points(xy: Any) -> tuple[int, int]:
+    """(points, points with a finite x and y) of an (n, 2) array of coordinates."""
+    a = np.asarray(xy, dtype=float).reshape(-1, 2) if np.size(xy) else np.zeros((0, 2))
+    return len(a), int(np.isfinite(a).all(axis=1).sum())
+
+
+def figure_summary(fig: Figure) -> str:
+    """One line of what ``fig`` draws, the same on any machine for the same code and config:
+    matplotlib's ``<Figure size WxH with N Axes>`` followed by, per panel, its curves (Line2D), each
+    as finite/all points, and its marker sets (scatter), each as finite/all points, e.g.
+    ``<Figure size 1280x400 with 2 Axes: [1] 3 curves 7/7 7/7 4/7; [2] 1 curve 7/7, 1 marker set 3/3>``.
+
+    A lost panel, a lost curve, a curve cut short or gone NaN change it; the values drawn do not
+    (they differ between CPUs at a smoke run's scale). Labels and titles are left out: they may
+    carry measured numbers."""
+    parts = []
+    for i, ax in enumerate(fig.axes, 1):
+        lines = [_finite_points(ln.get_xydata()) for ln in ax.get_lines()]
+        marks = [_finite_points(c.get_offsets()) for c in ax.collections if hasattr(c, "get_offsets")
+                 and type(c).__name__ == "PathCollection"]
+        part = f"[{i}] {len(lines)} curve{'s' * (len(lines) != 1)}" + "".join(f" {f}/{n}" for n, f in lines)
+        if marks:
+            part += f", {len(marks)} marker set{'s' * (len(marks) != 1)}" + "".join(f" {f}/{n}" for n, f in marks)
+        parts.append(part)
+    w, h = (fig.get_size_inches() * fig.dpi).round().astype(int)
+    head = f"<Figure size {w}x{h} with {len(fig.axes)} Axes"
+    return head + (": " + "; ".join(parts) if parts else "") + ">"
+
+
+def show_summaries() -> bool:
+    """Make IPython print :func:`figure_summary` as a figure's plain-text form (beside its image),
+    so that a notebook's stored outputs, and nbval comparing them, see what each figure draws.
+    Done on import of this module, in an IPython shell only (returns whether there was one): it
+    gives ``Figure`` a ``_repr_pretty_`` (IPython's pretty printer reads it; a type printer would
+    not last, as IPython removes every formatter's entry for ``Figure`` when the inline backend
+    starts), which changes nothing outside IPython's display."""
+    try:
+        from IPython import get_ipython
+    except ImportError:  # pragma: no cover - IPython is a notebook dependency
+        return False
+    if get_ipython() is None:
+        return False
+    Figure._repr_pretty_ = lambda fig, printer, cycle: printer.text(figure_summary(fig))
+    return True
+
+
+show_summaries()

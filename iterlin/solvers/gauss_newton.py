@@ -43,8 +43,17 @@ Three solvers give the same δ (``solver=``):
 
 Both CG solvers use :func:`conjugate_gradient` (the iteration of
 :func:`jax.scipy.sparse.linalg.cg`, started from x₀ = 0 with r₀ = b, so that the operator is never
-applied to a zero vector), which does not report non-convergence: ``cg_tol``/``cg_maxiter`` bound
-the work (relative residual tolerance 1e-10 in float64, 1e-6 in float32 by default).
+applied to a zero vector): ``cg_tol``/``cg_maxiter`` bound the work (relative residual tolerance
+1e-10 in float64, 1e-6 in float32 by default). Non-convergence is reported, not hidden: each solve
+also returns its true relative residual ‖b − Ax‖/‖b‖ (one operator product more than the
+iteration), and a residual above :data:`CG_RESIDUAL_SLACK` · ``cg_tol`` (λ = 0 with a singular
+system that g is not in the range of: a wrong step; or an unreachable ``cg_tol``) warns,
+:class:`CGConvergenceWarning`, unless ``cg_maxiter`` was given (a solve truncated by choice). A
+compiled step cannot warn on a value, so the eager :func:`gauss_newton_step` checks it after the
+step, and a training run keeps the largest residual of its steps in its state
+(``GaussNewtonState.cg_residual``), which :func:`gauss_newton_train` checks once after training
+(no host callback inside the compiled loop: it would keep the programs out of the persistent
+compilation cache).
 
 ``solver="auto"``: ``"kernel"`` if N·O ≤ :data:`KERNEL_MAX_OUTPUTS` (4096) and the Jacobian has
 at most :data:`KERNEL_MAX_JACOBIAN` (2²⁷) entries; otherwise CG in the smaller space:
@@ -84,6 +93,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 from collections.abc import Mapping
 from typing import Any, Callable, NamedTuple
 
@@ -119,6 +129,10 @@ __all__ = [
     "flat_jacobian",
     "select_solver",
     "conjugate_gradient",
+    "CGSolution",
+    "CGConvergenceWarning",
+    "CG_RESIDUAL_SLACK",
+    "warn_cg_residual",
     "gauss_newton_step",
     "GaussNewtonState",
     "init_gauss_newton_state",
@@ -280,7 +294,19 @@ def _grad_and_hess(loss: str, out, y):
     return g, hess
 
 
-def conjugate_gradient(matvec: Callable, b, *, tol: float, maxiter: int | None = None):
+class CGSolution(NamedTuple):
+    """What :func:`conjugate_gradient` returns."""
+
+    x: jax.Array  #: (n,) the last iterate
+    residual: jax.Array  #: () the true relative residual ‖b − Ax‖ / ‖b‖ of x (0 for b = 0)
+
+
+#: CG is taken to have converged when its true relative residual is at most this many times ``tol``
+#: (the recursive residual it stops on drifts from the true one by rounding).
+CG_RESIDUAL_SLACK = 10.0
+
+
+def conjugate_gradient(matvec: Callable, b, *, tol: float, maxiter: int | None = None) -> CGSolution:
     """x ≈ A⁻¹b for a symmetric positive (semi-)definite A given as ``matvec(v) = Av``; b a vector (n,).
 
     Conjugate gradients (Hestenes–Stiefel) from x₀ = 0, so r₀ = p₀ = b: at step k,
@@ -291,6 +317,10 @@ def conjugate_gradient(matvec: Callable, b, *, tol: float, maxiter: int | None =
     NaN for A·0 when the zero is a compile-time constant, the operator contains the JVP of a
     max-pool and the solve is vmapped, and then jax's CG stops at once with x = 0
     (``tests/test_gauss_newton.py`` checks a vmapped sweep of the CNN against its runs one by one).
+    Returns :class:`CGSolution`: x and its true relative residual ‖b − Ax‖/‖b‖, one product more
+    than the iteration, so that a solve that did not converge (``maxiter`` reached, or a singular
+    system that b is not in the range of) can be reported by the caller: converged means
+    residual ≤ :data:`CG_RESIDUAL_SLACK` · tol.
     Traceable, vmappable (a batch of systems runs until the last one stops); not differentiated.
     """
     maxiter = 10 * b.shape[0] if maxiter is None else maxiter
@@ -311,7 +341,27 @@ def conjugate_gradient(matvec: Callable, b, *, tol: float, maxiter: int | None =
         return x, r, rs_new, r + (rs_new / rs) * p, k + 1
 
     x, *_ = jax.lax.while_loop(cond, body, (jnp.zeros_like(b), b, rs0, b, 0))
-    return x
+    true_r = b - matvec(x)
+    residual = jnp.where(rs0 > 0, jnp.sqrt(matmul(true_r, true_r) / jnp.where(rs0 > 0, rs0, 1)), 0.0)
+    return CGSolution(x, residual)
+
+
+class CGConvergenceWarning(RuntimeWarning):
+    """A conjugate-gradient solve of a Gauss–Newton step did not reach its tolerance (see
+    :func:`gauss_newton_step`): the step is not the one asked for."""
+
+
+def warn_cg_residual(residual, tol: float, where: str) -> None:
+    """Warn (:class:`CGConvergenceWarning`) when the largest of ``residual`` (concrete; any shape,
+    NaN counts as not converged) exceeds :data:`CG_RESIDUAL_SLACK` · ``tol``; ``where`` names the call."""
+    worst = np.asarray(residual, np.float64)
+    worst = float(np.max(np.where(np.isnan(worst), np.inf, worst))) if worst.size else 0.0
+    if worst > CG_RESIDUAL_SLACK * tol:
+        warnings.warn(CGConvergenceWarning(
+            f"{where}: conjugate gradients did not converge: relative residual ‖b − Ax‖/‖b‖ = {worst:.2e} > "
+            f"{CG_RESIDUAL_SLACK:g} × cg_tol = {CG_RESIDUAL_SLACK * tol:.1e}; the step is not the one asked "
+            "for (λ = 0 with a singular system? raise cg_maxiter, or use damping > 0 or solver='kernel')"),
+            stacklevel=3)
 
 
 def _cg_defaults(dtype, cg_tol):
@@ -353,7 +403,8 @@ def _kernel_ce(J, g, hess, lam, n, n_out):
 
 
 def _gn_step(apply_fn, params, x, y, h, config: GaussNewtonConfig, zero_damping=False):
-    """θ − α·(the filtered Gauss–Newton update) and f(θ, X) as (N, O); arguments already validated.
+    """θ − α·(the filtered Gauss–Newton update), f(θ, X) as (N, O), and the CG solve's relative
+    residual (:class:`CGSolution`; 0 for the dense kernel solver); arguments already validated.
 
     h (λ or τ) is traced (a scalar, may be vmapped); ``config`` (α = ``config.step_size``) is static.
     ``zero_damping`` (static, known only to eager callers) turns on the singular-system check of
@@ -373,6 +424,7 @@ def _gn_step(apply_fn, params, x, y, h, config: GaussNewtonConfig, zero_damping=
     h = jnp.asarray(h, dtype)
 
     if solver == "kernel":
+        residual = jnp.zeros((), dtype)  # a direct (pseudo-inverse) solve: nothing to converge
         J = jacobian_matrix(apply_fn, params, x)
         if filter == "flow":
             delta = spectral_solve(J, g.reshape(-1), _flow_filter(h))
@@ -392,7 +444,7 @@ def _gn_step(apply_fn, params, x, y, h, config: GaussNewtonConfig, zero_damping=
                 (jt_v,) = vjp_fn(v.reshape(n, n_out))
                 return jvp_fn(jt_v).reshape(-1) + lam * v
 
-            a = conjugate_gradient(matvec, g.reshape(-1), tol=tol, maxiter=config.cg_maxiter)
+            a, residual = conjugate_gradient(matvec, g.reshape(-1), tol=tol, maxiter=config.cg_maxiter)
             (delta,) = vjp_fn(-a.reshape(n, n_out))
         else:
 
@@ -403,10 +455,10 @@ def _gn_step(apply_fn, params, x, y, h, config: GaussNewtonConfig, zero_damping=
                 return jt + lam * d
 
             (rhs,) = vjp_fn(-g)
-            delta = conjugate_gradient(matvec, rhs, tol=tol, maxiter=config.cg_maxiter)
+            delta, residual = conjugate_gradient(matvec, rhs, tol=tol, maxiter=config.cg_maxiter)
 
     new = unravel(flat + jnp.asarray(config.step_size, flat.dtype) * delta.astype(flat.dtype))
-    return new, out
+    return new, out, residual
 
 
 def select_solver(n_outputs: int, n_params: int, loss: str = "mse") -> str:
@@ -466,6 +518,14 @@ def gauss_newton_step(
       The new parameters, same structure and dtypes as ``params``. For MSE with α = 1 they are
       argmin_θ ½‖f_lin(θ, X) − Y‖² + (λ/2)‖θ − θ_s‖² (the ridge solution of the linearisation).
 
+    A CG solve that does not converge (its true relative residual above
+    :data:`CG_RESIDUAL_SLACK` · ``cg_tol`` after the default cap of 10 × the system size: λ = 0
+    with a singular Θ that g is not in the range of, or a ``cg_tol`` below what the precision
+    reaches) warns, :class:`CGConvergenceWarning` with the residual: the step returned is not the
+    one asked for. With ``cg_maxiter`` given, the solve is truncated by choice (an inexact
+    Gauss–Newton step, as the ``gn`` experiment's): not warned. Called inside a traced function, it
+    cannot warn; :func:`make_gauss_newton_step`'s state records the residual instead.
+
     All arguments are validated in Python before any compute; the step itself is compiled once per
     (``apply_fn``, shapes, loss, filter, solver, damping mode) with λ and α traced, so sweeping λ
     does not re-compile. It can also be called inside a traced function (e.g. a jitted training step).
@@ -500,7 +560,9 @@ def gauss_newton_step(
     _check_labels(config.loss, y)
     apply_fn = lower_convolutions(apply_fn, conv)
     static = dict(config=config, zero_damping=(config.filter == "damped" and h == 0.0))
-    new, _ = maybe_jit(_gn_step, apply_fn, **static)(apply_fn, params, x, y, h, **static)
+    new, out, residual = maybe_jit(_gn_step, apply_fn, **static)(apply_fn, params, x, y, h, **static)
+    if config.cg_maxiter is None and not isinstance(residual, jax.core.Tracer):  # see the docstring
+        warn_cg_residual(residual, _cg_defaults(out.dtype, config.cg_tol), "gauss_newton_step")
     return new
 
 
@@ -526,6 +588,9 @@ class GaussNewtonState(NamedTuple):
     diverged: jax.Array  #: bool (): a non-finite or overflowing loss or update was met; frozen
     diverged_step: jax.Array  #: int32 (): the step at which it diverged, −1 if it has not
     h: jax.Array  #: float (): the damping λ ≥ 0 (``filter="damped"``) or the flow time τ ≥ 0 or ∞ (``"flow"``)
+    #: float (): the largest relative residual of the CG solves committed so far (0 for the dense
+    #: solver; :class:`CGSolution`), checked once after training (:func:`gauss_newton_train` warns)
+    cg_residual: jax.Array
 
     @property
     def params_s(self):
@@ -545,7 +610,8 @@ class GaussNewtonState(NamedTuple):
 
 def _gn_state(params, h) -> GaussNewtonState:
     i32 = lambda v: jnp.asarray(v, jnp.int32)  # noqa: E731
-    return GaussNewtonState(params=params, step=i32(0), diverged=jnp.asarray(False), diverged_step=i32(-1), h=h)
+    return GaussNewtonState(params=params, step=i32(0), diverged=jnp.asarray(False), diverged_step=i32(-1), h=h,
+                            cg_residual=jnp.zeros((), _float()))
 
 
 def init_gauss_newton_state(params: Any, damping, *, filter: str = "damped", stacked: bool = False) -> GaussNewtonState:
@@ -641,9 +707,10 @@ def _make_gauss_newton_step(apply_fn, config: GaussNewtonConfig):
     def step(state: GaussNewtonState, batch):
         _check_state(state)
         x, y = batch
-        params, out = _gn_step(apply_fn, state.params, x, y, state.h, config)
+        params, out, residual = _gn_step(apply_fn, state.params, x, y, state.h, config)
         value = jnp.mean(loss_obj.per_example(out, y))
-        return commit_proposal(state, value, state._replace(params=params)), {"loss": value}
+        worst = jnp.maximum(state.cg_residual, residual.astype(state.cg_residual.dtype))
+        return commit_proposal(state, value, state._replace(params=params, cg_residual=worst)), {"loss": value}
 
     return step
 
@@ -715,4 +782,7 @@ def gauss_newton_train(
     config["gauss_newton"] = gn.record()
     state, history = fit(step_fn, state, apply_fn, data, steps=steps, loss=gn.loss, batch_size=batch_size,
                          key=key, sweep=sweep, config=config, **fit_kwargs)
+    if gn.cg_maxiter is None:  # else truncated by choice (see gauss_newton_step)
+        warn_cg_residual(state.cg_residual, _cg_defaults(jnp.result_type(*jax.tree.leaves(params)), gn.cg_tol),
+                         "gauss_newton_train")
     return state.params, history

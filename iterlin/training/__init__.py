@@ -81,7 +81,7 @@ from ._batching import make_batch_fn
 from ._checks import check_train_args
 from ._evaluation import DEFAULT_EVAL_BUDGET, DEFAULT_EVAL_POINTS, MAX_EVAL_POINTS, MIN_EVAL_TRAIN, default_evaluation
 from ._history import METRIC_NAMES, History, Metrics
-from ._loop import fit
+from ._loop import callback_carry, fit, restore_callback
 from ._placement import STEP_RUNS_MIN_PARAMS
 from ._state import RunState, TrainState, commit_proposal, commit_step, divergence_bound, init_state
 from ._steps import make_linearised_update, make_step, mean_value_and_grad
@@ -101,6 +101,8 @@ __all__ = [
     "mean_value_and_grad",
     "make_batch_fn",
     "fit",
+    "callback_carry",
+    "restore_callback",
     "check_train_args",
     "default_evaluation",
     "DEFAULT_EVAL_BUDGET",

@@ -26,7 +26,24 @@ from ._history import History
 from ._placement import Placement, pad_runs, resolve_placement, unpad_runs
 from ._state import RunState
 
-__all__ = ["fit"]
+__all__ = ["fit", "callback_carry", "restore_callback"]
+
+
+def callback_carry(callback: Callable | None, state) -> tuple:
+    """What a stateful ``callback`` keeps from one evaluation point to the next (e.g. a power
+    iteration's warm start), checkpointed with the state so that a resumed run records what an
+    uninterrupted one does: ``callback.carry(state)``, a pytree of arrays whose structure, shapes
+    and dtypes depend only on the run (not on the point reached), or ``()`` for a callback without
+    ``carry`` (a plain function). :func:`restore_callback` gives it back on resume."""
+    carry = getattr(callback, "carry", None)
+    return () if carry is None else carry(state)
+
+
+def restore_callback(callback: Callable | None, carry) -> None:
+    """Give a resumed ``callback`` the :func:`callback_carry` read from the checkpoint
+    (``callback.restore(carry)``; nothing for a callback without ``carry``)."""
+    if getattr(callback, "carry", None) is not None:
+        callback.restore(carry)
 
 
 class _Programs(NamedTuple):
@@ -131,7 +148,7 @@ def _run(
     done = 0
     if checkpoint is not None and os.path.exists(checkpoint):
         try:
-            (state, hist_leaves), saved = load_checkpoint(checkpoint, (state, ()))
+            (state, carry), saved = load_checkpoint(checkpoint, (state, callback_carry(callback, state)))
         except CheckpointError as e:
             raise CheckpointError(f"{e}. Delete it to start this run afresh.") from e
         diff = identity.mismatches(saved.get("run") or {})
@@ -142,6 +159,7 @@ def _run(
             )
         history, done = saved.get("history"), saved.get("done")
         check_progress(checkpoint, history, done, state, points)
+        restore_callback(callback, carry)
 
     loop_runs = sweep and not vectorise
     runs = np.shape(jax.tree.leaves(state)[0])[0] if sweep else 1
@@ -251,7 +269,7 @@ def _run(
         state = run_chunk(state, t0, t1)
         record(state, t1)
         if checkpoint is not None:
-            save_checkpoint(checkpoint, (view(state), ()),
+            save_checkpoint(checkpoint, (view(state), callback_carry(callback, view(state))),
                             {"run": identity._asdict(), "history": history, "done": i + 1})
         if bar is not None:
             bar.update(t1 - t0)
@@ -303,7 +321,8 @@ def fit(
     through :func:`commit_proposal`.
     Batches come from :func:`make_batch_fn` on device; at evaluation points the network and the
     current linear model are evaluated on the whole train (and test) split, ``callback`` is run, and
-    with ``checkpoint`` set the state and history are saved atomically (a rerun resumes; a rerun with
+    with ``checkpoint`` set the state, the history and the callback's carry (:func:`callback_carry`)
+    are saved atomically (a rerun resumes; a rerun with
     a different ``config`` or data is refused rather than silently mixed). With ``sweep=True`` the
     state has a leading run axis and ``step_fn`` is vmapped over it: batches are shared, unless
     ``key`` holds one key per run (raw keys of shape (R, 2), or typed keys of shape (R,)), when run i

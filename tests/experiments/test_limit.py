@@ -382,3 +382,19 @@ def test_precompute_then_compute_equals_one_compute(tmp_path, cifar_subset_path,
             limit.precompute(config, data, bad, tmp_path / "c")
     with pytest.raises(ValueError, match="checkpoint_dir"):
         limit.precompute(config, data, [0], None)
+
+
+def test_lanczos_stopped_before_convergence_warns_with_its_last_change(x64):
+    """Too few Lanczos steps for τ = ∞ (the filter 1/σ over a wide spectrum): it warns with the last
+    step's relative change; with every step it needs, it does not."""
+    import warnings
+
+    f, p0, x, y, _ = _tiny()
+    lin = limit.linearise_at(f, p0, x, y)
+    mv = ntk_vector_product(f, p0, x)
+    with pytest.warns(limit.LanczosConvergenceWarning, match=r"not converged after iters=3 steps: the last step "
+                                                              r"changed the estimate by \d\.\d\de[-+]\d\d \(relative\)"):
+        limit.lanczos_apply(lambda v: mv(v.reshape(-1)), lin.r0, limit.flow_phi(math.inf), iters=3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", limit.LanczosConvergenceWarning)
+        limit.lanczos_apply(lambda v: mv(v.reshape(-1)), lin.r0, limit.flow_phi(math.inf), iters=lin.r0.size)
