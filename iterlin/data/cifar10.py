@@ -815,8 +815,8 @@ def read_batches(
     return Batches(tuple(parsed[n] for n in _TRAIN_FILES), parsed[_TEST_FILE])
 
 
-#: Images per official training file: training image k of data_batch_{f+1} has the official index
-#: ``TRAIN_FILE_SIZE * f + k``.
+#: The number of images in each official training file (training image k of data_batch_{f+1} has
+#: the official index ``TRAIN_FILE_SIZE * f + k``).
 TRAIN_FILE_SIZE = 10000
 
 

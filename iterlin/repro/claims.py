@@ -111,7 +111,7 @@ class Claim(NamedTuple):
     rule: how ``holds`` was decided (e.g. ``"|Δ| < 1 point"``), or why it is n/a.
     kind: ``"claim"`` (evidence about the paper's claim) or ``"check"``: a consistency check that
     holds by construction (two routes to one computation), listed apart and not counted as
-    evidence. id: the protocol row it answers (:mod:`iterlin.experiments.protocol`), ``""`` for a
+    evidence. id: the protocol row it answers (``iterlin.experiments.protocol``), ``""`` for a
     row not yet declared there.
     """
 

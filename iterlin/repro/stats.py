@@ -341,7 +341,7 @@ def power(components: VarianceComponents, n_seeds: int, *, margin: float, test: 
 
     * ``"on_par"``: equivalence at ±``margin`` (two one-sided tests at 2.5 % each): yes when
       −margin < Δ̂ − q se and Δ̂ + q se < margin. ``true_diff`` defaults to margin/2; power falls as
-      |Δ| grows, so this is the least power over every true |Δ| ≤ margin/2.
+      ``abs(Δ)`` grows, so this is the least power over every true ``abs(Δ) ≤ margin/2``.
     * ``"exceeds"``: one-sided at 2.5 %: yes when Δ̂ − q se > 0. ``true_diff`` defaults to ``margin``
       (the smallest gain worth detecting).
 
@@ -391,7 +391,7 @@ def seeds_needed(components: VarianceComponents, *, margin: float, test: str = "
     ``max_seeds`` seeds (or says that none would).
 
     >>> pilot = VarianceComponents(seed=0.0, image=0.0028, interaction=0.066, n_images=4592)
-    >>> plan = seeds_needed(pilot, margin=0.02)  # on par within ±2 points, true |Δ| ≤ 1 point
+    >>> plan = seeds_needed(pilot, margin=0.02)  # on par within ±2 points, true abs(Δ) ≤ 1 point
     >>> plan.n_seeds, round(plan.power, 2)
     (4, 0.93)
     >>> seeds_needed(pilot, margin=0.01).n_seeds

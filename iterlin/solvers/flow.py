@@ -89,13 +89,13 @@ MIN_RTOL = 1e-13
 class FlowConfig(NamedTuple):
     """How the flow is solved (diffrax, a PID step-size controller, float64).
 
-    rtol: relative tolerance of the step-size control on c, in [1e-13, 1).
-    atol: absolute tolerance on c, > 0 and finite (c's entries are of order τ·|∇_F L| ≤ τ·√2/N).
-    max_steps: the most ODE steps (accepted and rejected) before the solve is refused.
-    max_bytes: the memory the flow may take (:func:`flow_memory_bytes`); None: the host's
+    - ``rtol``: relative tolerance of the step-size control on c, in [1e-13, 1).
+    - ``atol``: absolute tolerance on c, > 0 and finite (c's entries are of order τ·‖∇_F L‖ ≤ τ·√2/N).
+    - ``max_steps``: the most ODE steps (accepted and rejected) before the solve is refused.
+    - ``max_bytes``: the memory the flow may take (:func:`flow_memory_bytes`); None: the host's
       physical memory.
-    chunk_size: examples per chunk of the kernel (:func:`iterlin.analysis.ntk.empirical_ntk`).
-    solver: ``"tsit5"`` (default: explicit, order 5, O((N·C)²) a step; the number of steps grows
+    - ``chunk_size``: examples per chunk of the kernel (:func:`iterlin.analysis.ntk.empirical_ntk`).
+    - ``solver``: ``"tsit5"`` (default: explicit, order 5, O((N·C)²) a step; the number of steps grows
       with τ·λ_max(∇²_F L·Θ_s)) or ``"kvaerno5"`` (implicit, L-stable, order 5, for stiff flows:
       O((N·C)³) a step, an LU factorisation of the (N·C)² Jacobian of the vector field).
     """
@@ -171,7 +171,7 @@ def flow_memory_bytes(n: int, n_out: int, kernel_dtype=np.float32, solver: str =
     """Bytes the flow holds for N = ``n`` examples of C = ``n_out`` outputs: Θ_s ((N·C)², in
     ``kernel_dtype``) and its float64 copy, and for ``solver="kvaerno5"`` two more float64 (N·C)²
     arrays (the Jacobian of the vector field and its LU factors). The per-example Jacobians of the
-    kernel add at most :data:`iterlin.analysis.ntk.PANEL_NUMBERS` numbers on top (a panel)."""
+    kernel add at most ``iterlin.analysis.ntk.PANEL_NUMBERS`` numbers on top (a panel)."""
     m = int(n) * int(n_out)
     copies = 3 if check_choice(solver, "solver", tuple(SOLVERS)) == "kvaerno5" else 1
     return m * m * (np.dtype(kernel_dtype).itemsize + copies * 8)
@@ -237,11 +237,11 @@ def flow_outputs(theta_kernel, f0, y, tau, *, loss: str | Loss = "ce", config: F
       config: :class:`FlowConfig`.
 
     Returns:
-      (F(τ), c(τ), num_steps): (N, C) float64 NumPy arrays, and the ODE steps taken (() int).
+      ``(F(τ), c(τ), num_steps)``: (N, C) float64 NumPy arrays, and the ODE steps taken (() int).
 
     Raises:
-      ValueError naming the argument for a bad ``tau``, tolerance or kernel;
-      :class:`FlowSolveError` naming ``max_steps`` (or the solver's failure) when τ is not reached.
+      ValueError: naming the argument, for a bad ``tau``, tolerance or kernel.
+      FlowSolveError: naming ``max_steps`` (or the solver's failure) when τ is not reached.
     """
     tau = _check_tau(tau)
     config = _check_config(config)
@@ -342,12 +342,13 @@ def linearised_flow(apply_fn: Callable, params_s: Any, x, y, tau, *, loss: str |
 class FlowRounds(NamedTuple):
     """Per-round scores of :func:`iterated_flow` (R rounds; M held-out examples), after each round's flow.
 
-    net_train_acc, lin_train_acc: (R,) float64, the network f(θ_r) and the linear model at θ_s
-      (F(τ)) on the training set. net_test_acc, lin_test_acc: (R,) float64 on the held-out set.
-    net_test_correct, lin_test_correct: (R, M) bool, whether each held-out example is classified
-      correctly (the per-image record that paired statistics need).
-    train_loss: (R,) float64, the linear model's mean training loss L(F(τ)).
-    num_steps: (R,) int64, the ODE steps of each round.
+    - ``net_train_acc``, ``lin_train_acc``: (R,) float64, the network f(θ_r) and the linear model
+      at θ_s (F(τ)) on the training set; ``net_test_acc``, ``lin_test_acc``: (R,) float64 on the
+      held-out set.
+    - ``net_test_correct``, ``lin_test_correct``: (R, M) bool, whether each held-out example is
+      classified correctly (the per-image record that paired statistics need).
+    - ``train_loss``: (R,) float64, the linear model's mean training loss L(F(τ)).
+    - ``num_steps``: (R,) int64, the ODE steps of each round.
     """
 
     net_train_acc: np.ndarray
