@@ -61,6 +61,7 @@ import yaml
 
 from iterlin.checkpoint import CheckpointError
 from iterlin.repro.claims import CHECKS_HEADING, COLUMNS, HOLDS, KINDS
+from iterlin.repro.config import format_value
 from iterlin.experiments import protocol, reference, scales_table
 from iterlin.experiments.findings import FINDINGS, NO_RATE, findings, shared_runs
 
@@ -630,9 +631,13 @@ def protocol_page(items: list[dict], source=None) -> str:
         test = f"{r.kind}: {r.runs}; {r.metric} at {r.read}" + (
             f"; at most {r.max_relin} re-linearisations" if r.max_relin else "") + (
             f"; the paper's {r.value:g}, judged at scale '{r.judged_at}' only" if r.value is not None else "")
-        margin = "none" if r.margin is None else f"{r.margin:.3g} ({r.margin_why})"
-        seeds = "the scale's" if r.seeds is None else str(r.seeds)
+        if r.config:
+            test += "; decided only on the run with " + ", ".join(f"{k}={format_value(v)}" for k, v in r.config.items())
+        margin = ("none" if r.margin is None else f"{r.margin:.3g}") + (f" ({r.margin_why})" if r.margin_why else "")
+        seeds = ("the scale's" if r.seeds is None else str(r.seeds)) + (f" ({r.seeds_why})" if r.seeds_why else "")
         cond = "; ".join(c for c in (r.stability, r.convergence) if c) or "none stated"
+        if r.requires:
+            cond += "; counted only when rows " + ", ".join(r.requires) + " read yes"
         out.append("| " + " | ".join(escape(c) for c in (r.id, status, r.claim, r.paper, test, margin, seeds, cond))
                    + " |")
     out += ["", "Each experiment's rows and what its reference run recorded of them:", "",

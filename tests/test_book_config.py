@@ -171,7 +171,7 @@ def test_papermill_call_draws_no_progress_bar():
 # ------------------------------------------------------------------------------------------------
 
 #: The paper's figures, the kernel notebook and the experiments beyond the paper, each a page of the book.
-BOOK_NOTEBOOKS = ["fig1", "fig2", "fig3", "fig4", "fig5", "fig6", "fig7", "fig8", "fig9", "ntk", "ksweep", "lr", "adaptive", "gn", "limit"]
+BOOK_NOTEBOOKS = ["fig1", "fig2", "fig3", "fig3_confirm", "fig4", "fig5", "fig6", "fig7", "fig8", "fig9", "ntk", "ksweep", "lr", "adaptive", "gn", "limit"]
 
 
 def test_toc_lists_every_figure_notebook_once(toc):
@@ -192,7 +192,8 @@ def test_every_notebook_is_in_the_toc(toc):
 def test_chapters_follow_the_papers_sections(toc):
     chapters = {c["file"]: [s["file"] for s in c.get("sections", [])] for part in toc["parts"] for c in part["chapters"]}
     assert chapters["book/method"] == ["book/executed/fig1"]
-    assert chapters["book/sparse-updates"] == ["book/executed/fig2", "book/executed/fig3", "book/executed/fig4"]
+    assert chapters["book/sparse-updates"] == ["book/executed/fig2", "book/executed/fig3", "book/executed/fig3_confirm",
+                                               "book/executed/fig4"]
     assert chapters["book/features"] == ["book/executed/fig6", "book/executed/fig7", "book/executed/ntk"]
     assert chapters["book/no-feature-learning"] == ["book/executed/fig5"]
     assert chapters["book/second-order"] == ["book/executed/fig8", "book/executed/fig9"]

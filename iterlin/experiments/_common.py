@@ -78,6 +78,7 @@ __all__ = [
     "check_sharpness",
     "sharpness_callback",
     "merge_callbacks",
+    "WindowScores",
     "STABLE",
 ]
 
@@ -287,6 +288,67 @@ def sharpness_callback(config: ExperimentConfig, data: Dataset, lr: float | Sequ
     rates = list(lr) * len(seeds(config)) if isinstance(lr, Sequence) else lr
     return lambda apply_fn, params0: sharpness_recorder(
         apply_fn, x, y, lr=rates, iters=config.sharpness_iters, every=config.sharpness_every)
+
+
+class WindowScores:
+    """A ``callback`` factory of :func:`cnn_sweep` that scores every image of ``x`` (N, ...) with
+    labels ``y`` (N,) at each evaluation point t ≥ ``start``: the read window of a confirmatory
+    row (the mean over the last part of training, which one evaluation cannot flip).
+
+    At each such point every run's network f(θ_t) and linear model f_lin_s(θ_t) classify each
+    image (:func:`final_correct`); the callback keeps the counts of correct classifications,
+    (2, R, N) int32, and the number of points as its checkpointed carry
+    (:func:`iterlin.training.callback_carry`), and records ``window_net_acc``/``window_lin_acc``
+    (R,) on the images at each point (NaN before ``start``). After the sweep, :meth:`scores` gives
+    each run's mean correctness over the window per image. One factory per sweep: it holds the
+    callback it made."""
+
+    def __init__(self, x, y, start: int):
+        self.x, self.y, self.start = x, y, int(start)
+        self.callback: _WindowScorer | None = None
+
+    def __call__(self, apply_fn: Callable, params0) -> "_WindowScorer":
+        self.callback = _WindowScorer(apply_fn, self.x, self.y, self.start)
+        return self.callback
+
+    def scores(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(net, lin)``, each (R, N) float32: the fraction of the window's evaluation points at which
+        each run's network (linear model) classified each image correctly; a ValueError when the
+        sweep reached no point of the window."""
+        cb = self.callback
+        if cb is None or cb.count == 0:
+            raise ValueError(f"start={self.start} is not allowed: no evaluation point of the sweep is at or after it")
+        net, lin = cb.sums.astype(np.float32) / np.float32(cb.count)
+        return net, lin
+
+
+class _WindowScorer:
+    """The callback of :class:`WindowScores`."""
+
+    def __init__(self, apply_fn: Callable, x, y, start: int):
+        self.apply_fn, self.x, self.y, self.start = apply_fn, x, y, start
+        self.sums: np.ndarray | None = None
+        self.count = 0
+
+    def _zeros(self, state) -> np.ndarray:
+        return np.zeros((2, int(np.shape(state.step)[0]), self.x.shape[0]), np.int32)
+
+    def __call__(self, t, state) -> dict:
+        if self.sums is None:
+            self.sums = self._zeros(state)
+        if t < self.start:
+            nan = np.full(self.sums.shape[1], np.nan)
+            return {"window_net_acc": nan, "window_lin_acc": nan}
+        c = final_correct(self.apply_fn, state, self.x, self.y)
+        self.sums = self.sums + np.stack([c["net_test_correct"], c["lin_test_correct"]]).astype(np.int32)
+        self.count += 1
+        return {"window_net_acc": c["net_test_correct"].mean(1), "window_lin_acc": c["lin_test_correct"].mean(1)}
+
+    def carry(self, state) -> tuple:
+        return (self._zeros(state) if self.sums is None else self.sums), np.asarray(self.count, np.int32)
+
+    def restore(self, carry) -> None:
+        self.sums, self.count = np.asarray(carry[0]), int(carry[1])
 
 
 def merge_callbacks(*factories: Callable) -> Callable:

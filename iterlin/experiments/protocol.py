@@ -33,7 +33,7 @@ from typing import Any, Callable, Iterable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
-from ..repro.claims import UNDECIDED, UNSTABLE, Claim, divergence_claim, on_par_claim, sharpness_claim, verdict
+from ..repro.claims import NA, UNDECIDED, UNSTABLE, Claim, divergence_claim, on_par_claim, sharpness_claim, verdict
 from ..repro.stats import pct, runs_of
 from ..training import METRIC_NAMES
 
@@ -43,7 +43,7 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 __all__ = ["Row", "Amendment", "Protocol", "ProtocolError", "KINDS", "STATUSES", "METRICS", "PROTOCOL_FILE",
-           "parse", "load", "protocol", "rows_of", "rule", "evaluate", "claims", "row_hash", "rows_hash",
+           "parse", "load", "protocol", "rows_of", "rule", "config_mismatch", "evaluate", "claims", "row_hash", "rows_hash",
            "provenance", "check_run", "original"]
 
 #: The protocol's file, beside this module.
@@ -72,10 +72,17 @@ class Row:
     with where it is not a margin (a fraction): the paper's number of a ``paper_value`` row, or a
     threshold of an experiment's own rule. judged_at: the scale at which a ``paper_value``
     row is judged (n/a at every other). max_relin: the most re-linearisations an ``on_par`` row
-    allows (None: any). seeds: the seeds the row needs (None: the scale's, exploratory rows only).
+    allows (None: any). seeds: the seeds the row needs (None: the scale's, exploratory rows only);
+    seeds_why: the power analysis that set them (its pilot, components and power).
     stability, convergence: the conditions under which a verdict counts, in words. status:
     :data:`STATUSES`. registered: the ISO date a confirmatory row was committed before its runs.
-    check: a consistency check (holds by construction; not evidence).
+    check: a consistency check (holds by construction; not evidence). config: the run the row is
+    decided on, as knobs of the experiment's config (``scale`` among them; a TOML inline table): a
+    run whose config differs in one of them reads n/a (:func:`evaluate`), so that a registered row
+    fixes its run as well as its rule (empty: any run). requires: ids of rows of the same
+    experiment that must read "yes" for this row's verdict to count (its convergence and stability
+    conditions as rows); when one does not, :func:`evaluate` makes the verdict undecided (or
+    ``"no (unstable)"`` for a failed ``stable``/``finite`` row) and says which.
     """
 
     id: str
@@ -94,16 +101,19 @@ class Row:
     judged_at: str | None = None
     max_relin: int | None = None
     seeds: int | None = None
+    seeds_why: str = ""
     stability: str = ""
     convergence: str = ""
     status: str = "exploratory"
     registered: str = ""
     check: bool = False
+    config: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    requires: tuple[str, ...] = ()
 
     def __post_init__(self):
         where = f"row {self.id!r}"
         for f in ("id", "claim", "paper", "experiment", "kind", "runs", "metric", "read", "margin_why",
-                  "stability", "convergence", "status", "registered"):
+                  "seeds_why", "stability", "convergence", "status", "registered"):
             _typed(where, f, getattr(self, f), str)
         for f in ("id", "claim", "paper", "experiment", "kind"):
             if not getattr(self, f):
@@ -111,12 +121,15 @@ class Row:
         if not self.id.startswith(self.experiment + ".") or not self.id[len(self.experiment) + 1:]:
             raise ProtocolError(f"{where}: id={self.id!r} is not allowed: it must be '{self.experiment}.<name>' "
                                 f"(its experiment, a dot, a name)")
-        for f in ("history", "panels"):
+        for f in ("history", "panels", "requires"):
             v = getattr(self, f)
             if isinstance(v, list):
                 object.__setattr__(self, f, v := tuple(v))
             if not isinstance(v, tuple) or not all(isinstance(s, str) and s for s in v):
                 raise ProtocolError(f"{where}: {f}={v!r} is not allowed: {f} must be a list of non-empty strings")
+        if bad := [r for r in self.requires if not r.startswith(self.experiment + ".") or r == self.id]:
+            raise ProtocolError(f"{where}: requires={list(self.requires)!r} is not allowed: {bad[0]!r} must be another "
+                                f"row of {self.experiment!r}")
         if not self.history:
             raise ProtocolError(f"{where}: history=() is not allowed: name at least one results field")
         if self.panels and len(self.panels) != len(self.history):
@@ -142,13 +155,15 @@ class Row:
                 if v < 1:
                     raise ProtocolError(f"{where}: {f}={v!r} is not allowed: {f} must be an integer ≥ 1")
         _typed(where, "check", self.check, bool)
+        _typed(where, "config", self.config, Mapping)
+        object.__setattr__(self, "config", dict(self.config))
         if self.judged_at is not None:
             _typed(where, "judged_at", self.judged_at, str)
         needs = KINDS[self.kind].needs
         for f in needs:
             if getattr(self, f) is None:
                 raise ProtocolError(f"{where}: {f}=None is not allowed: a {self.kind!r} row needs {', '.join(needs)}")
-        takes = set(needs) | ({"max_relin"} if self.kind == "on_par" else set())
+        takes = set(needs) | set(KINDS[self.kind].takes) | ({"max_relin"} if self.kind == "on_par" else set())
         for f in ("value", "judged_at", "max_relin"):  # a parameter its rule never reads contradicts the row
             if getattr(self, f) is not None and f not in takes:
                 raise ProtocolError(f"{where}: {f}={getattr(self, f)!r} is not allowed: a {self.kind!r} row takes no {f}")
@@ -165,9 +180,15 @@ class Row:
                                 "is registered (status is 'exploratory')")
 
     def asdict(self) -> dict:
-        """The row as plain data (lists for tuples), as ``claims.toml`` writes it and a hash reads it."""
+        """The row as plain data (lists for tuples), as ``claims.toml`` writes it and a hash reads it
+        (an empty ``config``, ``requires`` or ``seeds_why`` left out, so that a row written before
+        them hashes as it did)."""
         return {f.name: list(v) if isinstance(v := getattr(self, f.name), tuple) else v
-                for f in dataclasses.fields(self)}
+                for f in dataclasses.fields(self) if f.name not in _NEW or getattr(self, f.name)}
+
+
+#: Fields added after rows were first hashed: left out of :meth:`Row.asdict` when empty.
+_NEW = ("config", "requires", "seeds_why")
 
 
 class Amendment(NamedTuple):
@@ -238,6 +259,9 @@ def parse(doc: Mapping, experiments: Iterable[str] | None = None) -> Protocol:
         if r.id in seen:
             raise ProtocolError(f"row {r.id!r}: id={r.id!r} is not allowed: a duplicate id (ids are unique)")
         seen.add(r.id)
+    for r in rows:
+        if missing := [q for q in r.requires if q not in seen]:
+            raise ProtocolError(f"row {r.id!r}: requires={list(r.requires)!r} is not allowed: {missing[0]!r} is not a row")
     if experiments is not None:
         known = tuple(experiments)
         for r in rows:
@@ -354,6 +378,7 @@ class Kind(NamedTuple):
     needs: tuple[str, ...]
     evaluate: Callable[[Row, Any], Claim | tuple[str, str, str]]
     metrics: tuple[str, ...] = ()  #: the experiment's own records a row of this kind may name as its metric
+    takes: tuple[str, ...] = ()  #: the optional fields (``value``, ``judged_at``, ``max_relin``) its rule reads
 
 
 def _on_par(row: Row, results) -> Claim:
@@ -401,27 +426,73 @@ KINDS: dict[str, Kind] = {
 }
 
 
-def rule(name: str, needs: tuple[str, ...] = (), metrics: tuple[str, ...] = ()) -> Callable:
+def rule(name: str, needs: tuple[str, ...] = (), metrics: tuple[str, ...] = (), takes: tuple[str, ...] = ()) -> Callable:
     """Register an experiment's own rule kind ``name`` (``"<experiment>.<rule>"``), a decorator of
     its ``evaluate(row, results)`` (:class:`Kind`); ``needs``: the row fields it requires;
-    ``metrics``: the experiment's own records its rows may name besides :data:`METRICS`."""
+    ``metrics``: the experiment's own records its rows may name besides :data:`METRICS`;
+    ``takes``: the optional fields it reads when given (e.g. ``max_relin``)."""
     def register(evaluate: Callable) -> Callable:
         if name in KINDS and KINDS[name].evaluate is not evaluate:
             raise ValueError(f"kind={name!r} is already registered")
-        KINDS[name] = Kind(tuple(needs), evaluate, tuple(metrics))
+        KINDS[name] = Kind(tuple(needs), evaluate, tuple(metrics), tuple(takes))
         return evaluate
     return register
 
 
+def config_mismatch(row: Row, config) -> str:
+    """``""`` when the run's ``config`` has every knob of ``row.config``, else which differ
+    (``"lr=0.002 (the row's 0.001)"``): lists compare as tuples, numbers as floats, and a knob's
+    None (every image) as the row's ``"all"`` (TOML has no null)."""
+    def norm(v):
+        if isinstance(v, (list, tuple)):
+            return tuple(norm(x) for x in v)
+        if v is None:
+            return "all"
+        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v
+
+    given = {} if config is None else config.to_dict()
+    return "; ".join(f"{k}={given.get(k, '(none)')!r} (the row's {v!r})" for k, v in row.config.items()
+                     if norm(given.get(k)) != norm(v))
+
+
 def evaluate(rows: Iterable[Row], results) -> list[Claim]:
     """The claims rows of ``rows`` on ``results``, in order, each keyed by its row's id
-    (``Claim.id``); a ``check`` row is of kind ``"check"``."""
+    (``Claim.id``); a ``check`` row is of kind ``"check"``. A row whose ``config`` the run does not
+    have (:func:`config_mismatch`) reads n/a, naming the knobs that differ."""
     out = []
     for row in rows:
+        if row.config and (differ := config_mismatch(row, getattr(results, "config", None))):
+            out.append(Claim(row.claim, row.paper, "not measured: this run is not the row's", NA,
+                             f"decided only on the row's run; this one has {differ}",
+                             "check" if row.check else "claim", row.id))
+            continue
         got = KINDS[row.kind].evaluate(row, results)
         measured, holds, wording = (got.measured, got.holds, got.rule) if isinstance(got, Claim) else got
         out.append(Claim(row.claim, row.paper, measured, holds, wording, "check" if row.check else "claim", row.id))
-    return out
+    return _required(rows, out)
+
+
+def _required(rows: Sequence[Row], out: list[Claim]) -> list[Claim]:
+    """Each row's verdict made undecided (``"no (unstable)"`` for a failed stable or finite row)
+    when a row it ``requires`` does not read "yes" (:class:`Row`)."""
+    by_id = {c.id: (r, c) for r, c in zip(rows, out)}
+    done = []
+    for row, c in zip(rows, out):
+        failed = []
+        for rid in () if c.holds == NA else row.requires:
+            if rid not in by_id:
+                raise ProtocolError(f"row {row.id!r}: requires={list(row.requires)!r} is not allowed: {rid!r} is not "
+                                    "evaluated with it")
+            need, got = by_id[rid]
+            if got.holds != "yes":
+                failed.append((need, got))
+        if failed and c.holds in ("yes", "no", UNDECIDED):
+            unstable = any(n.kind in ("stable", "finite") and g.holds == "no" for n, g in failed)
+            why = "; ".join(f"row {n.id} reads {g.holds!r}" for n, g in failed)
+            c = c._replace(measured=f"{c.measured}; not counted: {why}", holds=UNSTABLE if unstable else UNDECIDED,
+                           rule=f"{c.rule}; counted only when rows {', '.join(row.requires)} read 'yes'")
+        done.append(c)
+    return done
 
 
 def claims(experiment: str, results, source: Protocol | None = None) -> list[Claim]:

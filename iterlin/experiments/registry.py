@@ -34,6 +34,8 @@ import hashlib
 import inspect
 from typing import Any, Mapping
 
+import numpy as np
+
 from ..repro import config as _config
 from ..repro.config import ExperimentConfig, format_value
 from ..repro.cache import cached
@@ -42,7 +44,7 @@ from ..repro.compilation import enable_compilation_cache
 from ..data import Dataset
 from ..repro.fingerprint import code_fingerprint
 from ..validate import check_choice
-from . import adaptive, fig1, fig2, fig3, fig4, fig5, fig6, fig7, fig8, fig9, gn, ksweep, limit, lr, ntk
+from . import adaptive, fig1, fig2, fig3, fig3_confirm, fig4, fig5, fig6, fig7, fig8, fig9, gn, ksweep, limit, lr, ntk
 from ._common import Experiment, stored
 
 __all__ = [
@@ -53,7 +55,7 @@ __all__ = [
 #: Every experiment by name, one module each.
 EXPERIMENTS: dict[str, Experiment] = {
     m.EXPERIMENT.name: m.EXPERIMENT
-    for m in (fig1, fig2, fig3, fig4, fig5, fig6, fig7, fig8, fig9, ntk, ksweep, lr, adaptive, gn, limit)
+    for m in (fig1, fig2, fig3, fig4, fig5, fig6, fig7, fig8, fig9, ntk, ksweep, lr, adaptive, gn, limit, fig3_confirm)
 }
 
 
@@ -185,9 +187,12 @@ def revalidate(config: ExperimentConfig | Mapping) -> ExperimentConfig:
 
 def data_fingerprint(data: Any) -> str:
     """sha256 of a Dataset's fingerprint, or of a dict/list of Datasets' fingerprints, or of a
-    NamedTuple's fields (by name; a field that is None is left out)."""
+    NamedTuple's fields (by name; a field that is None is left out); an array's of its dtype, shape
+    and bytes (e.g. a held-out pool's indices)."""
     if isinstance(data, Dataset):
         return data.fingerprint
+    if isinstance(data, np.ndarray):
+        return hashlib.sha256(f"{data.dtype.str}:{data.shape};".encode() + np.ascontiguousarray(data).tobytes()).hexdigest()
     h = hashlib.sha256()
     if hasattr(data, "_asdict"):
         items = [(k, d) for k, d in data._asdict().items() if d is not None]

@@ -96,7 +96,7 @@ __all__ = ["SCALE_NAMES", "Knob", "knob_check", "format_value", "MAX_TRAIN", "MA
            # the knobs' types
            "Period", "Rate", "Positive", "Damping", "Steps", "Every", "Seed", "RunCount", "RunCountOrNone", "Images",
            "TestImages", "ImagesOrNone", "SharpnessImages", "ImageSubset", "PowerIterations", "Factor", "Evals", "Flag",
-           "GaussNewtonSteps", "CGIterations", "BNMode", "Tolerance", "Relins", "RelinsOrNone"]
+           "GaussNewtonSteps", "CGIterations", "BNMode", "Tolerance", "Relins", "RelinsOrNone", "Window"]
 
 INF = math.inf
 
@@ -235,6 +235,14 @@ def _reals(check: Callable[[Any, str], Any]) -> Callable:
     return validator
 
 
+def _v_window(value: Any, name: str) -> float:
+    """A fraction of training in (0, 1]."""
+    v = check_positive(value, name)
+    if v > 1:
+        raise ValueError(f"{name}={value!r} is not allowed: {name} must be a fraction of training in (0, 1]")
+    return v
+
+
 def _v_tol(value: Any, name: str, default: Any) -> list[float]:
     """The adaptive tolerances: a sorted, de-duplicated list of finite numbers > 0 (one value: ``[value]``)."""
     values = list(value) if isinstance(value, (list, tuple)) else [value]
@@ -281,6 +289,8 @@ Positive = Annotated[float, Knob(_scalar(check_positive))]
 Damping = Annotated[float, Knob(_reals(check_nonnegative))]
 #: Optimisation steps (``steps``, ``gn_steps``, ``gd_steps``).
 Steps = Annotated[int, Knob(_int(1, MAX_STEPS, _STEPS_WHY))]
+#: The final fraction of training whose evaluations a read rule averages (``window``): in (0, 1].
+Window = Annotated[float, Knob(_scalar(_v_window))]
 #: Steps, or None for "not recorded" (``sharpness_every``).
 Every = Annotated[int, Knob(_or_none(_int(1, MAX_STEPS, _STEPS_WHY)))]
 #: The first seed (``seed``).
