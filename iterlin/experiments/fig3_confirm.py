@@ -78,7 +78,7 @@ class Config(Seeds, Sharpness):
 # The scales: what each runs, why, and what it changes is told on the page (notebooks/fig3_confirm.py).
 _CPU = dict(
     K=[1, 6400, float("inf")], lr=0.0005, steps=64_000, batch_size=50, augment=True, n_train=250, window=0.1,
-    n_window_evals=5, n_pool=None, seed=0, n_seeds=10, n_evals=40, n_eval_train=None, n_sharpness=250,
+    n_window_evals=5, n_pool=None, seed=0, n_seeds=10, n_evals=200, n_eval_train=None, n_sharpness=250,
     sharpness_iters=30, sharpness_every=6400,
 )
 SCALES = {
