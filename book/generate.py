@@ -611,9 +611,11 @@ def _amendment_row(p, a, refs: dict) -> str:
     ref = refs.get(now.experiment)
     if ref is None:
         before = after = "no reference run"
-    else:
-        before, after = (f"**{escape(c.holds)}** ({escape(c.measured)})"
-                         for c in protocol.evaluate([then, now], ref["results"]))
+    else:  # each evaluated beside its experiment's other rows (a row may require them)
+        rows = protocol.rows_of(now.experiment, p)
+        before, after = (f"**{escape(c.holds)}** ({escape(c.measured)})" for c in (
+            next(c for c in protocol.evaluate(version, ref["results"]) if c.id == a.id)
+            for version in (tuple(then if r.id == a.id else r for r in rows), rows)))
     return (f"| {escape(a.id)} | {escape(a.date)} | {escape(a.reason)} | {changed} | {before} | {after} |")
 
 

@@ -152,4 +152,6 @@ def test_the_protocol_page_lists_the_rows_and_keeps_the_verdict_under_an_amended
     assert line.index("**undecided**") < line.index("**yes**")
     assert "run before the protocol (no record)" in page
     assert "not yet declared as rows: {doc}`fig7 <executed/fig7>`" in page
-    assert "None: no row has changed" in generate.protocol_page(items, protocol.protocol())
+    assert "None: no row has changed" in generate.protocol_page(items, Protocol(protocol.protocol().rows))
+    today = generate.protocol_page(items, protocol.protocol())  # fig3_confirm's rows, amended before their run
+    assert all(f"| {generate.escape(a.id)} | {a.date} |" in today for a in protocol.protocol().amendments)
