@@ -55,7 +55,7 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, Mapping, NamedTuple, Sequence
 
 import yaml
 
@@ -572,14 +572,15 @@ def findings_page(items: list[dict], table=None, figure: Path | None = None) -> 
         forest_plot(forest(found), figure)
         out += [f"![Each claim's measured difference and 95 % interval against its margin](/{EXECUTED}/{figure.name})",
                 ""]
-    out += ["| the paper's claim | the paper | this edition | verdict |", "|---|---|---|---|"]
+    out += ["| the paper's claim | the paper | this edition | verdict | preregistered test |", "|---|---|---|---|---|"]
     for f in found:
         d = f.finding.decisive
         m = _DELTA.search(f.decisive["measured"]) if f.decisive is not None else None
         this = ("no reference run yet" if f.decisive is None else
                 f"Δ {m.group(1)} [{m.group(2)}, {m.group(3)}] pts" if m else f.decisive["measured"].split(";")[0])
         out.append(f"| {escape(f.finding.figure)}: {escape(f.finding.claim)} | {escape(f.finding.paper)} | "
-                   f"{escape(this)} ({_link(d.experiment)}) | **{escape(f.decisive['holds'] if f.decisive else '')}** |")
+                   f"{escape(this)} ({_link(d.experiment)}) | **{escape(f.decisive['holds'] if f.decisive else '')}** | "
+                   f"{registered_test(f.finding.registered, rows)} |")
     out += ["", "<details><summary>Details: each claim's deciding experiment, what it measured, whether its linear "
             "model stayed stable, and the other experiments that measure it</summary>", ""]
     out += ["| the paper's claim | the paper | decided by | verdict | what it measured | linear model stable? "
@@ -602,6 +603,26 @@ def findings_page(items: list[dict], table=None, figure: Path | None = None) -> 
                    f"{escape(measured)} | {escape(stable)} | {also} |")
     out += ["", "</details>"]
     return "\n".join(out) + "\n"
+
+
+def registered_test(ids: Sequence[str], rows: Mapping[str, Any], source=None) -> str:
+    """The front page's cell for a claim's confirmatory rows (``ids``): each row's test (its margin,
+    seeds, pool, read rule, registration date, amendments) and its verdict from its run's claims
+    (``rows``: each experiment's reference rows, None without a run), or that the run is pending;
+    "none yet" without one."""
+    p = source or protocol.protocol()
+    cells = []
+    for rid in ids:
+        r = p.row(rid)
+        margin = (f"±{100 * r.margin:g} pts" if r.margin is not None else
+                  f"±{r.value:g} of the run's own K = 1 − K = ∞ gap" if r.value is not None else "")
+        amended = sum(a.id == rid for a in p.amendments)
+        test = (f"{_link(r.experiment)} `{rid}`: {margin}, {r.seeds} seeds, every held-out image, {r.read}; "
+                f"registered {r.registered}" + (f", amended {amended}×" if amended else ""))
+        got = next((c for c in rows.get(r.experiment) or () if c.get("id") == rid), None)
+        cells.append(test + (f": **{escape(got['holds'])}** ({escape(got['measured'].split(';')[0])})" if got
+                             else ": its run is not committed yet"))
+    return "; ".join(cells) or "none yet"
 
 
 def _amendment_row(p, a, refs: dict) -> str:

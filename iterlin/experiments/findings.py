@@ -46,6 +46,9 @@ class Finding(NamedTuple):
     #: the paper's own difference in points, as the decisive row defines Δ (None where the paper
     #: gives no number, or none comparable)
     paper_delta: float | None = None
+    #: the confirmatory rows of ``claims.toml`` registered to test this claim (ids): the front page
+    #: names their test beside the exploratory verdict, and their verdict once their run is committed
+    registered: tuple[str, ...] = ()
 
 
 #: The paper's claims, in the order of its figures (``SPEC.md``'s table, Figs. 2-9), one claim per
@@ -62,12 +65,13 @@ FINDINGS: tuple[Finding, ...] = (
     Finding("Fig. 2", "large K performs on par with K = 1", "on par (full batch and mini-batch)",
             Evidence("fig2", "fig2.mini_on_par"), (Evidence("fig2", "fig2.full_on_par"),)),
     Finding("Fig. 3", "with augmentation, large K ends under 1 point from K = 1", "82.3 % vs 81.4 %",
-            Evidence("fig3", "fig3.gap"), paper_delta=-0.9),
+            Evidence("fig3", "fig3.gap"), paper_delta=-0.9, registered=("fig3_confirm.under_one_point",)),
     Finding("Sec. 4.1", "8-12 feature updates suffice to match K = 1", "8-12 re-linearisations",
             Evidence("fig3", "fig3.few_updates"),
             (Evidence("ksweep", "the largest K within noise of K = 1"),
              Evidence("limit", "few feature updates suffice"),
-             Evidence("limit", "with R to the hundreds")), paper_delta=-0.9),
+             Evidence("limit", "with R to the hundreds")), paper_delta=-0.9,
+            registered=("fig3_confirm.few_updates",)),
     Finding("Fig. 4", "large K ≈ SGD (K = 1), with BatchNorm and augmentation", "similar test accuracy",
             Evidence("fig4", "fig4.bn_on_par"), (Evidence("fig4", "fig4.no_bn_on_par"),)),
     Finding("Fig. 4", "BatchNorm runs diverge more easily", "BN far more likely to diverge",

@@ -163,9 +163,15 @@ def test_the_front_page_opens_with_the_forest_plot_and_a_short_table(tmp_path):
     head, details = page.split("<details>")
     assert head.startswith("![") and (tmp_path / "findings.svg").read_text().lstrip().startswith("<?xml")
     short = [x for x in head.splitlines() if x.startswith("| ")]
-    assert short[0] == "| the paper's claim | the paper | this edition | verdict |" and len(short) == len(FINDINGS) + 1
-    assert "| Fig. 3: with augmentation, large K ends under 1 point from K = 1 | 82.3 % vs 81.4 % | Δ -0.6 \\[-1.7, " \
-           "+0.4\\] pts ({doc}`fig3 <executed/fig3>`) | **undecided** |" in short
+    assert short[0] == "| the paper's claim | the paper | this edition | verdict | preregistered test |"
+    assert len(short) == len(FINDINGS) + 1
+    fig3 = next(x for x in short if x.startswith("| Fig. 3: with augmentation"))
+    assert fig3.startswith("| Fig. 3: with augmentation, large K ends under 1 point from K = 1 | 82.3 % vs 81.4 % | "
+                           "Δ -0.6 \\[-1.7, +0.4\\] pts ({doc}`fig3 <executed/fig3>`) | **undecided** | ")
+    # the registered row's test beside it: its margin, seeds, read rule, date and amendments; its run pending
+    assert ("`fig3_confirm.under_one_point`: ±1 pts, 10 seeds, every held-out image" in fig3
+            and "registered 2026-12-06, amended 1×: its run is not committed yet" in fig3)
+    assert sum("none yet" in x for x in short[1:]) == len(FINDINGS) - 2  # Fig. 3 and Sec. 4.1 have registered rows
     # the plot's lines: every finding whose row compares accuracies, Fig. 3's with its ±1 point and the paper's -0.9
     found = findings({it["name"]: it["reference"]["rows"] for it in items})
     lines = generate.forest(found)
@@ -173,3 +179,11 @@ def test_the_front_page_opens_with_the_forest_plot_and_a_short_table(tmp_path):
     assert (fig3.delta, fig3.lo, fig3.hi, fig3.margin, fig3.paper) == (-0.6, -1.7, 0.4, 1.0, -0.9)
     assert {x.label.split(":")[0] for x in lines} >= {"Fig. 2", "Fig. 3", "Sec. 4.1", "Fig. 4", "Fig. 5", "Fig. 8"}
     assert "| also measured by |" in details  # the full table a click away
+
+
+def test_a_registered_rows_verdict_comes_from_its_runs_claims():
+    generate, _ = _front_page()
+    rows = {"fig3_confirm": [{"id": "fig3_confirm.few_updates", "holds": "yes", "measured": "K=1 40.0 %; the rest"}]}
+    cell = generate.registered_test(("fig3_confirm.few_updates",), rows)
+    assert "±0.25 of the run's own K = 1 − K = ∞ gap, 10 seeds" in cell and cell.endswith(": **yes** (K=1 40.0 %)")
+    assert generate.registered_test((), rows) == "none yet"
