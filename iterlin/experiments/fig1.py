@@ -118,7 +118,7 @@ __all__ = [
     "damping_pairs", "SMALL_K", "SOLVED", "ROUNDING", "first_steps", "SHIFT",
     "literal_plan", "literal_runs", "LITERAL_RATES", "LITERAL_STEPS", "SHARPNESS_ITERS",
     "literal_difference", "literal_stable", "literal_claim", "literal_bound", "small_k", "between", "inf_worse",
-    "converged_rule", "finite", "literal", "literal_bound_rule", "gauss_newton_check", "bridge_check", "damping_rule",
+    "converged_rule", "finite", "literal_rule", "literal_bound_rule", "gauss_newton_check", "bridge_check", "damping_rule",
     "plot_literal", "plot_stability_bound", "plot",
 ]
 
@@ -854,7 +854,7 @@ def finite(row, results: Results) -> Claim:
 
 
 @protocol.rule("fig1.literal", needs=("margin",), metrics=("test_rmse",))
-def literal(row, results: Results) -> tuple[str, str, str]:
+def literal_rule(row, results: Results) -> tuple[str, str, str]:
     """:func:`literal_claim` within the row's margin."""
     return literal_claim(results.literal, row.margin)
 

@@ -52,7 +52,7 @@ from ._common import Experiment, Seeds, Sweep, checkpoint_path, eval_points, loa
 
 __all__ = ["Config", "Results", "get_config", "SCALES", "EXPERIMENT", "RUNS", "PAPER", "load", "compute", "claims",
            "stack_runs", "relin_points", "kept", "sgd_better", "adam_better", "paper_numbers", "adam_value",
-           "converged", "solved", "kept_rule", "finite", "plot"]
+           "converged", "solved_rule", "kept_rule", "finite", "plot"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -337,7 +337,7 @@ def converged(row, results: Results) -> tuple[str, str, str]:
 
 
 @protocol.rule("fig8.solved", needs=("value",), metrics=("relin_acc",))
-def solved(row, results: Results) -> tuple[str, str, str]:
+def solved_rule(row, results: Results) -> tuple[str, str, str]:
     """Every re-linearisation of the Adam-solved runs at ≥ the row's ``value`` of train accuracy."""
     relin_acc = np.asarray(results.solved.get("relin_acc", np.zeros(0)), np.float64)
     relin_acc = relin_acc[np.isfinite(relin_acc)]

@@ -112,7 +112,7 @@ __all__ = ["Config", "Results", "Runs", "RelinSeconds", "Checks", "get_config", 
            "LanczosConvergenceWarning", "main_size",
            "ran_main_size", "LongGrid", "long_grid", "flow_relins", "flow_runs",
            "run_specs", "slopes", "few_updates", "few_updates_long", "inf_below", "inf_scales_worse", "gn_below",
-           "damping_helps", "literal_vs_flow", "gn_vs_flow_inf", "towards_gd", "plot"]
+           "damping_helps", "literal_check", "gn_step_check", "towards_gd", "plot"]
 
 INF = math.inf
 
@@ -856,7 +856,7 @@ def damping_helps(row, results: Results) -> tuple[str, str, str]:
 
 
 @protocol.rule("limit.literal_vs_flow", needs=("margin",))
-def literal_vs_flow(row, results: Results) -> tuple[str, str, str]:
+def literal_check(row, results: Results) -> tuple[str, str, str]:
     """Check: the iterated closed-form flow against literal small-rate gradient descent on the linear
     models (:func:`consistency_checks`), relative distance under the row's margin."""
     c = results.checks
@@ -866,7 +866,7 @@ def literal_vs_flow(row, results: Results) -> tuple[str, str, str]:
 
 
 @protocol.rule("limit.gn_vs_flow_inf", needs=("margin",))
-def gn_vs_flow_inf(row, results: Results) -> tuple[str, str, str]:
+def gn_step_check(row, results: Results) -> tuple[str, str, str]:
     """Check: the flow at τ → ∞ against the Gauss–Newton step, relative distance under the row's margin."""
     c = results.checks
     return (f"relative distance {num(float(c.gn_vs_flow_inf), 4)}", verdict(float(c.gn_vs_flow_inf) < row.margin),
