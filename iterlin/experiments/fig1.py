@@ -83,7 +83,7 @@ from ..solvers.closed_form import equivalent_damping, gd_filter, gn_filter, grad
 from ..columns import Record
 from ..repro.config import (
     Damping, Evals, ExperimentConfig, Flag, GaussNewtonSteps, Images, Period, Rate, RunCount, Seed, Steps,
-    TestImages, resolve,
+    TestImages,
 )
 from ..data import Dataset
 from ..solvers.gauss_newton import gauss_newton_step, gauss_newton_train
@@ -244,10 +244,6 @@ class Results(NamedTuple):
     sigma_min: np.ndarray | None = None  #: (S,) the smallest non-zero NTK eigenvalue at each seed's θ₀
     config: Config | None = None  #: the resolved config (set by :func:`~iterlin.experiments.run`)
 
-
-def get_config(scale: str = "smoke", **overrides) -> Config:
-    """The config at ``scale`` (:data:`SCALES`) with ``overrides`` applied (None keeps the default)."""
-    return resolve(Config, SCALES, scale, overrides)
 
 #: The periods K drawn in the K ↔ λ panel.
 BRIDGE_K = (10, 100, 1000, 10_000)

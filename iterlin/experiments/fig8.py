@@ -41,7 +41,7 @@ import optax
 
 from ..solvers.adam_solve import train_adam_solved
 from ..repro.claims import EXCEEDS_RULE, NA, Claim, divergence_row, exceeds, fmt_K, verdict
-from ..repro.config import Images, Period, Positive, Rate, Steps, TestImages, resolve
+from ..repro.config import Images, Period, Positive, Rate, Steps, TestImages
 from ..data import Dataset
 from ..models import make_model
 from ..repro.plotting import band, legend, mark_steps, panels, plot_sweep
@@ -50,7 +50,7 @@ from ..training import History, train
 from . import protocol
 from ._common import Experiment, Seeds, Sweep, checkpoint_path, eval_points, load_data, network_correct, seed_keys, seeds
 
-__all__ = ["Config", "Results", "get_config", "SCALES", "EXPERIMENT", "RUNS", "PAPER", "load", "compute", "claims",
+__all__ = ["Config", "Results", "SCALES", "EXPERIMENT", "RUNS", "PAPER", "load", "compute", "claims",
            "stack_runs", "relin_points", "kept", "sgd_better", "adam_better", "paper_numbers", "adam_value",
            "converged", "solved_rule", "kept_rule", "finite", "plot"]
 
@@ -116,10 +116,6 @@ class Results(NamedTuple):
     n_test: np.ndarray  #: () int, the test images
     config: Config | None = None  #: the resolved config (set by :func:`~iterlin.experiments.run`)
 
-
-def get_config(scale: str = "smoke", **overrides) -> Config:
-    """The config at ``scale`` (:data:`SCALES`) with ``overrides`` applied (None keeps the default)."""
-    return resolve(Config, SCALES, scale, overrides)
 
 #: The runs of each seed: :class:`Results` field → its label in the claims and the plots.
 RUNS = {"solved": "Adam-solved", "sgd": "K=1 SGD", "adam": "K=1 Adam"}

@@ -47,7 +47,7 @@ from matplotlib.lines import Line2D
 from ..repro.claims import UNDECIDED, Claim, divergence_row, exceeds, verdict
 from ..columns import Record
 from ..repro.config import (
-    Damping, Evals, ExperimentConfig, Flag, Images, Positive, RunCount, Seed, Steps, TestImages, resolve,
+    Damping, Evals, ExperimentConfig, Flag, Images, Positive, RunCount, Seed, Steps, TestImages,
 )
 from ..data import Dataset
 from ..solvers.gauss_newton import gauss_newton_train
@@ -149,10 +149,6 @@ class Results(NamedTuple):
     functions: np.ndarray
     config: Config | None = None  #: the resolved config (set by :func:`~iterlin.experiments.run`)
 
-
-def get_config(scale: str = "smoke", **overrides) -> Config:
-    """The config at ``scale`` (:data:`SCALES`) with ``overrides`` applied (None keeps the default)."""
-    return resolve(Config, SCALES, scale, overrides)
 
 #: Runs whose final train RMSE exceeds this are removed (the paper's filter).
 MAX_TRAIN_RMSE = 2.5

@@ -76,7 +76,7 @@ from matplotlib.axes import Axes
 from matplotlib.lines import Line2D
 
 from ..repro.claims import NA, UNSTABLE, Claim, all_verdicts, divergence_claim, fmt_K, on_par, on_par_rule
-from ..repro.config import CGIterations, Flag, Images, Period, Rate, Steps, TestImages, resolve
+from ..repro.config import CGIterations, Flag, Images, Period, Rate, Steps, TestImages
 from ..data import Dataset
 from ..repro.failures import run_label, unstable_among
 from ..solvers.gauss_newton import gauss_newton_train
@@ -115,7 +115,7 @@ from ._common import (
     trained_final,
 )
 
-__all__ = ["Config", "Results", "get_config", "SCALES", "EXPERIMENT", "load", "compute", "claims", "damping_for_K",
+__all__ = ["Config", "Results", "SCALES", "EXPERIMENT", "load", "compute", "claims", "damping_for_K",
            "gn_K", "PerK", "per_K", "on_par_gn", "finite", "GNGrid", "by_K", "timing", "gn_baseline", "sweep_colors", "plot"]
 
 INF = math.inf
@@ -180,11 +180,6 @@ class Results(NamedTuple):
     gn_final_test_correct: np.ndarray | None = None  #: (G, n_test) bool, each GN run's network on each test image
     gn_wall_seconds: np.ndarray | None = None  #: () float, the GN runs' computation
     config: Config | None = None  #: the resolved config (set by :func:`~iterlin.experiments.run`)
-
-
-def get_config(scale: str = "smoke", **overrides) -> Config:
-    """The config at ``scale`` (:data:`SCALES`) with ``overrides`` applied (None keeps the default)."""
-    return resolve(Config, SCALES, scale, overrides)
 
 
 def load(config: Config) -> Dataset:

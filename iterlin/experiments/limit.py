@@ -61,7 +61,7 @@ seeds with :func:`precompute` into the checkpoint folder that :func:`compute` th
 the reference run (:mod:`iterlin.experiments.reference`) at the ``gpu`` scale, seeds 1 and 5 in a
 process of their own::
 
-    c = limit.get_config("gpu"); limit.precompute(c, limit.load(c), [1, 5], ".cache/reference/limit-gpu")
+    c = limit.EXPERIMENT.get_config("gpu"); limit.precompute(c, limit.load(c), [1, 5], ".cache/reference/limit-gpu")
 
 Config keys: ``n_train`` (list, doubling grid), ``n_test`` (None: every installed test image),
 ``total_time`` (T), ``relins`` (list of R), ``n_relin`` (R of GN, damped GN and the scaling runs),
@@ -93,7 +93,7 @@ from ..solvers.closed_form import flow_filter, gn_filter
 from ..columns import Record
 from ..repro.config import (
     ExperimentConfig, GaussNewtonSteps, ImageSubset, Images, ImagesOrNone, Positive, Relins, RelinsOrNone,
-    RunCount, RunCountOrNone, Seed, Steps, TestImages, resolve,
+    RunCount, RunCountOrNone, Seed, Steps, TestImages,
 )
 from ..data import Dataset, load_cifar10
 from ..solvers.gauss_newton import gauss_newton_step
@@ -107,7 +107,7 @@ from ..repro.stats import Difference, difference, num, pct
 from . import protocol
 from ._common import Experiment, network_correct, seed_keys
 
-__all__ = ["Config", "Results", "Runs", "RelinSeconds", "Checks", "get_config", "SCALES", "EXPERIMENT", "load", "compute", "precompute", "Scores",
+__all__ = ["Config", "Results", "Runs", "RelinSeconds", "Checks", "SCALES", "EXPERIMENT", "load", "compute", "precompute", "Scores",
            "claims", "Linearisation", "linearise_at", "update", "flow_phi", "damped_phi", "lanczos_apply",
            "LanczosConvergenceWarning", "main_size",
            "ran_main_size", "LongGrid", "long_grid", "flow_relins", "flow_runs",
@@ -202,11 +202,6 @@ class Results(NamedTuple):
     checks: Checks
     n_test: np.ndarray  #: () int, the test images
     config: Config | None = None  #: the resolved config (set by :func:`~iterlin.experiments.run`)
-
-
-def get_config(scale: str = "smoke", **overrides) -> Config:
-    """The config at ``scale`` (:data:`SCALES`) with ``overrides`` applied (None keeps the default)."""
-    return resolve(Config, SCALES, scale, overrides)
 
 
 def load(config: Config) -> Dataset:

@@ -32,7 +32,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from ..repro.claims import NA, UNDECIDED, Claim, all_verdicts, exceeds, fmt_K, on_par, on_par_rule
-from ..repro.config import Flag, Images, Period, Rate, Steps, TestImages, resolve
+from ..repro.config import Flag, Images, Period, Rate, Steps, TestImages
 from ..data import Dataset
 from ..repro.failures import BLOCK_RISE, failed_runs
 from ..models import make_model
@@ -55,7 +55,7 @@ from ._common import (
     trained_final,
 )
 
-__all__ = ["Config", "Results", "get_config", "SCALES", "EXPERIMENT", "load", "compute", "claims", "decade", "plan", "large_K",
+__all__ = ["Config", "Results", "SCALES", "EXPERIMENT", "load", "compute", "claims", "decade", "plan", "large_K",
            "PerRate", "per_lr", "needs_smaller", "on_par_below", "on_par_above", "Crossing", "failures",
            "crossing", "crossing_rule", "RateGrid", "by_lr", "timing", "plot"]
 
@@ -122,11 +122,6 @@ class Results(NamedTuple):
     #: history records no per-image correctness)
     final_test_correct: np.ndarray | None = None
     config: Config | None = None  #: the resolved config (set by :func:`~iterlin.experiments.run`)
-
-
-def get_config(scale: str = "smoke", **overrides) -> Config:
-    """The config at ``scale`` (:data:`SCALES`) with ``overrides`` applied (None keeps the default)."""
-    return resolve(Config, SCALES, scale, overrides)
 
 
 def load(config: Config) -> Dataset:

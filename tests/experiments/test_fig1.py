@@ -22,7 +22,7 @@ from iterlin.experiments.fig1 import (
 
 
 def test_plan():
-    config = fig1.get_config(K=[1, 3, 10, 100, math.inf], steps=1000, n_relin=20, max_relin=100)
+    config = fig1.EXPERIMENT.get_config(K=[1, 3, 10, 100, math.inf], steps=1000, n_relin=20, max_relin=100)
     plan = {p.K: p for p in fig1.plan(config)}
     assert plan[1] == fig1.RunPlan(K=1.0, method="gd", n_relin=1000, steps=1000) and plan[3].method == "gd"
     assert plan[3].n_relin == 333
@@ -209,7 +209,7 @@ def test_summary_and_converged():
 
 
 def test_gn_damping_puts_gauss_newton_first():
-    assert fig1.gn_damping(fig1.get_config(damping=[10.0, 0.0, 0.1, 10.0])) == [0.0, 0.1, 10.0]
+    assert fig1.gn_damping(fig1.EXPERIMENT.get_config(damping=[10.0, 0.0, 0.1, 10.0])) == [0.0, 0.1, 10.0]
 
 
 def test_seed_difference_against_a_direct_computation():
@@ -393,7 +393,7 @@ def test_bridge_curves_fractions_and_gauss_newton_filter():
 
 
 def test_literal_plan():
-    cfg = fig1.get_config(K=[1, 3, 10, 30, 100, 1000, 10**4, math.inf], lr=0.02, steps=10_000, n_relin=500,
+    cfg = fig1.EXPERIMENT.get_config(K=[1, 3, 10, 30, 100, 1000, 10**4, math.inf], lr=0.02, steps=10_000, n_relin=500,
                           max_relin=1000)
     lp = fig1.literal_plan(cfg)
     assert lp == fig1.LiteralPlan(K=[10.0, 100.0, 1000.0], lr=[0.02, 0.005], steps=5000)  # decades, ≤ T/2, closed form

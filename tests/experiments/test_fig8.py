@@ -23,7 +23,7 @@ def test_config_validation():
         resolve("fig8", K=[1, 5])  # one period: the Adam-solved run's
     with pytest.raises(ValueError, match="n_seeds=0 is not allowed"):
         resolve("fig8", n_seeds=0)
-    assert resolve("fig8", K=5e6).K == 5_000_000 and fig8.get_config(K=5e6) == resolve("fig8", K=5e6)
+    assert resolve("fig8", K=5e6).K == 5_000_000 and fig8.EXPERIMENT.get_config(K=5e6) == resolve("fig8", K=5e6)
     assert resolve("fig8", "smoke").n_seeds == 1
     assert resolve("fig8", "cpu").n_seeds >= 3 and resolve("fig8", "gpu").n_seeds >= 3  # decided: 3+ seeds
     assert resolve("fig8", "cpu").n_test is None  # every installed test image, paired
@@ -133,7 +133,7 @@ def _results(solved=0.613, sgd=0.694, adam=0.72, *, n_test=10_000, scale="paper"
         solved=_kind(solved, n_test, K=200_000, lr=1e-3, paired=paired, relin_acc=relin_acc),
         sgd=_kind(sgd, n_test, diverged=sgd_diverged, paired=paired),
         adam=_kind(adam, n_test, lr=1e-3, paired=paired),
-        n_test=np.asarray(n_test), config=fig8.get_config(scale).replace(K=200_000),
+        n_test=np.asarray(n_test), config=fig8.EXPERIMENT.get_config(scale).replace(K=200_000),
     )
 
 
@@ -186,7 +186,7 @@ def test_claims_not_applicable():
     assert rows[5].holds == NA and rows[5].measured == "no re-linearisation in this run"
     rows = fig8.claims(_results(relin_acc=[[1.0, np.nan]]))  # padding (a run with fewer) is not counted
     assert rows[5].holds == "yes" and "the 1 re-linearisations" in rows[5].measured
-    no_k = _results()._replace(config=fig8.get_config("paper", K="inf"))  # a typed config always names K: here ∞
+    no_k = _results()._replace(config=fig8.EXPERIMENT.get_config("paper", K="inf"))  # a typed config always names K: here ∞
     assert fig8.claims(no_k)[0].measured.startswith("Adam-solved (K=∞)")
 
 

@@ -190,7 +190,7 @@ def _results(acc, gn_acc, K=(1, 10, 30, INF), gn_K=(10, 30), steps=60, n_test=BI
     res = gn.Results(runs=h, final_test_acc=acc, final_test_correct=correct(acc), gn=g, gn_final_test_acc=gn_acc,
                      gn_final_test_correct=correct(gn_acc), n_test=np.asarray(n_test),
                      n_runs=np.asarray(len(Ks) + len(gKs)), wall_seconds=np.asarray(1.0),
-                     config=gn.get_config("smoke", lr=lr, batch_size=B))
+                     config=gn.EXPERIMENT.get_config("smoke", lr=lr, batch_size=B))
     if not gKs:  # compute() records no GN runs when the grid has no finite K > 1
         res = res._replace(gn=None, gn_final_test_acc=None, gn_final_test_correct=None)
     return res
@@ -203,7 +203,7 @@ def test_on_par_is_yes():
     assert rows[0].claim == "every finite K > 1 ends on par with damped GN at λ = B/(Kη)"
     assert rows[0].rule.startswith("damped GN (2 CG iterations per step), ")
     one = gn.claims(_results([0.40, 0.39, 0.38, 0.30], [0.392, 0.378])._replace(
-        config=gn.get_config("smoke", lr=0.01, batch_size=128, cg_maxiter=1)))
+        config=gn.EXPERIMENT.get_config("smoke", lr=0.01, batch_size=128, cg_maxiter=1)))
     assert "damped GN (1 CG iteration per step)" in one[0].rule
     assert rows[0].measured.startswith("K=10 (6 re-linearisations): 39.0 %, GN λ=1280.0: 39.2 %, GN minus K: Δ +0.2 pts")
     assert rows[0].measured.endswith(" yes") and "; K=30 (2 re-linearisations): " in rows[0].measured

@@ -268,7 +268,7 @@ def _constructed(acc: dict, n_test=2000, seeds=3, sizes=(32, 64, 128), scaling=N
         runs=limit.Runs(**runs),
         relin_seconds=limit.RelinSeconds(n_train=np.asarray(sorted(sizes)), seconds=np.ones(len(sizes))),
         checks=limit.Checks(**{k: np.asarray(v) for k, v in checks.items()}), n_test=np.asarray(n_test),
-        config=limit.get_config("cpu").replace(
+        config=limit.EXPERIMENT.get_config("cpu").replace(
             n_train=tuple(sizes), n_main=n, n_test=n_test, relins=tuple(sorted({R for m, R in acc if m == "flow"})),
             n_relin=2, n_seeds=seeds, n_check=checks["n_check"], gd_steps=checks["gd_steps"],
             n_long=None if long is None else long[0], long_R=None if long is None else max(long[2]),

@@ -137,7 +137,7 @@ def _results(acc1, accK, rates=(0.01, 0.03, 0.1), K=50, bound=0.054, n_test=BIG,
     h["seed_index"] = np.repeat(np.arange(seeds), 2 * n)
     return lr.Results(runs=h, **_common.trained_final(h), stable_lr=np.full(seeds, bound), n_test=np.asarray(n_test),
                       n_runs=np.asarray(len(Ks)), wall_seconds=np.asarray(1.0),
-                      config=lr.get_config("cpu", K=K, lr=rates))
+                      config=lr.EXPERIMENT.get_config("cpu", K=K, lr=rates))
 
 
 def test_claims_hold_when_large_K_breaks_above_the_bound():
