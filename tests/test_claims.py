@@ -22,9 +22,7 @@ from iterlin.repro.claims import (
     Claim,
     ClaimsTable,
     all_verdicts,
-    claims_markdown,
     claims_table,
-    collect_claims,
     divergence_claim,
     divergence_row,
     exceeds,
@@ -87,16 +85,7 @@ def test_claims_table():
         claims_table([Claim("c", "p", "m", "perhaps")])
 
 
-def test_claims_markdown():
-    assert claims_markdown(ROWS) == (
-        "| claim | paper | this run | holds | rule |\n"
-        "|---|---|---|---|---|\n"
-        "| large K \\| on par | 82.3 % | 81.0 % | yes | \\|Δ\\| < 1 |\n"
-        "| b | p | m | n/a at this scale |  |"
-    )
-
-
-def test_publish_and_collect(tmp_path):
+def test_publish(tmp_path):
     table = publish_claims("fig3", ROWS, scale="smoke", directory=tmp_path)
     assert isinstance(table, ClaimsTable)
     assert str(table) == repr(table) == "Claims of fig3 at scale 'smoke':\n" + claims_table(ROWS)
@@ -104,11 +93,6 @@ def test_publish_and_collect(tmp_path):
     assert html.count("<tr>") == 1 + len(ROWS) and "\\|" not in html and "large K | on par" in html
     doc = json.loads((tmp_path / "fig3.json").read_text(encoding="utf-8"))
     assert doc == {"name": "fig3", "scale": "smoke", "rows": [r.asdict() for r in ROWS]}
-    (tmp_path / "broken.json").write_text("{")
-    md = collect_claims(tmp_path)
-    assert md.index("## broken") < md.index("## fig3 (scale: smoke)")
-    assert "unreadable: JSONDecodeError" in md and claims_markdown(ROWS) in md
-    assert "no claims recorded yet" in collect_claims(tmp_path / "none")
     with pytest.raises(ValueError, match="name="):
         publish_claims("../x", ROWS, scale="smoke", directory=tmp_path)
 

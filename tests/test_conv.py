@@ -7,7 +7,7 @@ import pytest
 from jax import lax
 
 from iterlin.conv import matmul_conv_general_dilated, max_pool_2x2
-from iterlin.models import CONV_CHOICES, make_model, resolve_conv
+from iterlin.models import CONV_CHOICES, BasicBlock, make_model, resolve_conv
 
 NHWC = ("NHWC", "HWIO", "NHWC")
 
@@ -65,19 +65,14 @@ def test_max_pool_equals_reduce_window(x64):
         max_pool_2x2(x[:, :5])
 
 
-@pytest.mark.parametrize("name", ["cnn", "resnet18", "resnet18_bn"])
-def test_models_equal_under_both_lowerings(x64, name):
-    """Same parameters; logits, the JVP in θ (the linear model) and the gradient agree in float64.
-
-    The tolerance is relative 1e-9: BatchNorm's batch statistics divide by small variances, which
-    amplifies the products' different summation orders well above float64's 1e-16."""
-    shape = (16, 16, 3) if name == "cnn" else (8, 8, 3)  # small images: every layer, a fraction of the cost
-    x = jax.random.normal(jax.random.key(1), (2, *shape), jnp.float64)
-    ref = make_model(name, jax.random.key(0), input_shape=shape, dtype=jnp.float64, conv="xla")
-    mm = make_model(name, jax.random.key(0), input_shape=shape, dtype=jnp.float64, conv="matmul")
-    for a, b in zip(jax.tree.leaves(ref.params), jax.tree.leaves(mm.params)):
+def _equal_under_both_lowerings(build, x):
+    """``build(conv) -> (apply_fn, params)`` under "xla" and "matmul": the same parameters; logits,
+    the JVP in θ (the linear model) and the gradient agree in float64 (relative 1e-9: BatchNorm's
+    batch statistics divide by small variances, which amplifies the products' different summation
+    orders well above float64's 1e-16)."""
+    (ref, params), (mm, mm_params) = build("xla"), build("matmul")
+    for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(mm_params)):
         np.testing.assert_array_equal(a, b)
-    params = ref.params
     tangent = jax.tree.map(lambda p: jax.random.normal(jax.random.key(3), p.shape, p.dtype), params)
 
     def lin(apply_fn):
@@ -86,12 +81,66 @@ def test_models_equal_under_both_lowerings(x64, name):
     def grad(apply_fn):
         return jax.jit(jax.grad(lambda p: jnp.sum(jnp.sin(apply_fn(p, x)))))(params)
 
-    (y0, t0), (y1, t1) = lin(ref.apply_fn), lin(mm.apply_fn)
+    (y0, t0), (y1, t1) = lin(ref), lin(mm)
     np.testing.assert_allclose(y1, y0, rtol=1e-9, atol=1e-10)
     np.testing.assert_allclose(t1, t0, rtol=1e-9, atol=1e-10)
-    for a, b in zip(jax.tree.leaves(grad(mm.apply_fn)), jax.tree.leaves(grad(ref.apply_fn))):
+    for a, b in zip(jax.tree.leaves(grad(mm)), jax.tree.leaves(grad(ref))):
         # relative to each leaf's largest entry: BatchNorm's small entries carry its large ones' rounding
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-9 * float(np.abs(b).max()))
+
+
+def test_cnn_equal_under_both_lowerings(x64):
+    """The CNN (convolutions and max-pooling), small images: every layer at a fraction of the cost."""
+    x = jax.random.normal(jax.random.key(1), (2, 16, 16, 3), jnp.float64)
+
+    def build(conv):
+        m = make_model("cnn", jax.random.key(0), input_shape=(16, 16, 3), dtype=jnp.float64, conv=conv)
+        return m.apply_fn, m.params
+
+    _equal_under_both_lowerings(build, x)
+
+
+@pytest.mark.parametrize("norm", [False, True])
+def test_resnet_block_equal_under_both_lowerings(x64, norm):
+    """ResNet-18's building block with every convolution the network has (3×3 at stride 2 and 1,
+    padding 1; the 1×1 stride-2 shortcut), with and without BatchNorm (batch statistics, as
+    ``resnet18_bn``'s default mode): the numerical check, on the block; that the whole network
+    takes the lowering in every layer is the next test's (traced, nothing compiled)."""
+    x = jax.random.normal(jax.random.key(1), (2, 8, 8, 4), jnp.float64)
+
+    def build(conv):
+        block = BasicBlock(features=8, stride=2, norm=norm, dtype=jnp.float64, conv=conv)
+        variables = block.init(jax.random.key(0), x, train=True)
+
+        def apply_fn(params, x):
+            if not norm:
+                return block.apply({"params": params}, x)
+            return block.apply({"params": params}, x, train=True, mutable=["batch_stats"])[0]
+
+        return apply_fn, variables["params"]
+
+    _equal_under_both_lowerings(build, x)
+
+
+@pytest.mark.parametrize("name", ["resnet18", "resnet18_bn"])
+def test_resnet18_takes_the_lowering_in_every_layer(x64, name):
+    """Under "matmul" no convolution or pooling primitive is left anywhere in ResNet-18's
+    initialisation, logits, JVP in θ or gradient (traced, not compiled); under "xla" they are there
+    (so the check sees them). With the block's numerical check above this is the whole network's."""
+    x = jax.ShapeDtypeStruct((2, 8, 8, 3), jnp.float64)
+
+    def routes(conv):
+        def f(key, x):
+            m = make_model(name, key, input_shape=(8, 8, 3), dtype=jnp.float64, conv=conv)
+            t = jax.tree.map(jnp.ones_like, m.params)
+            jvp = jax.jvp(lambda q: m.apply_fn(q, x), (m.params,), (t,))
+            return jvp, jax.grad(lambda p: jnp.sum(m.apply_fn(p, x)))(m.params)
+
+        return _primitives(f, jax.random.key(0), x)
+
+    lowered = {"conv_general_dilated", "reduce_window_max", "reduce_window_sum", "reduce_window"}
+    assert "conv_general_dilated" in routes("xla")
+    assert not routes("matmul") & lowered, sorted(routes("matmul") & lowered)
 
 
 def test_resolve_conv_rule():

@@ -326,7 +326,8 @@ def test_the_summary_check_fails_on_the_old_learning_rate_bullet():
 
 def test_a_row_comparing_with_damped_gauss_newton_says_how_many_cg_iterations_it_took():
     """"damped GN" in gn's rows is a Gauss–Newton step truncated to the config's CG iterations (one
-    at `cpu`): a row that names it says how many, as the run's config has it."""
+    at `cpu`): a row that names it says how many in its rule, as the run's config has it (the claim's
+    words are declared before the run, claims.toml)."""
     cg = PROVENANCE["gn"]["config"]["cg_maxiter"]
-    rows = [r["claim"] for r in _rows("gn") if "damped GN" in r["claim"]]
+    rows = [r["rule"] for r in _rows("gn") if "damped GN" in r["claim"]]
     assert rows and all(f"damped GN ({cg} CG iteration{'s' * (cg != 1)} per step)" in c for c in rows), rows

@@ -538,7 +538,7 @@ def test_K_is_checked_once_from_a_typed_config_to_the_step(monkeypatch):
 
     for module in (iterlin.repro.config, iterlin.relin, iterlin.training._state):
         monkeypatch.setattr(module, "check_K", counting(module.__name__))
-    config = fig3.get_config("smoke", K=[5e6])
+    config = fig3.EXPERIMENT.get_config("smoke", K=[5e6])
     assert calls == [("iterlin.repro.config", 5e6)]
     calls.clear()
     apply_fn, params, x, y = tiny_problem()

@@ -38,7 +38,7 @@ import optax
 from ..columns import FlatColumns
 from ..repro.config import (
     Evals, Every, ExperimentConfig, Flag, Images, Period, PowerIterations, Rate, RunCount, Seed,
-    SharpnessImages, Steps, TestImages,
+    SharpnessImages, Steps, TestImages, resolve,
 )
 from ..data import Dataset, load_cifar10, quintic
 from ..linearise import linearised_apply
@@ -162,6 +162,11 @@ class Experiment(NamedTuple):
     module: str
     config: type
     results: type
+
+    def get_config(self, scale: str = "smoke", /, **overrides: Any) -> ExperimentConfig:
+        """The typed config at ``scale`` (:attr:`scales`) with ``overrides`` applied, every value
+        checked (None keeps the scale's default; :func:`iterlin.repro.config.resolve`)."""
+        return resolve(self.config, self.scales, scale, overrides)
 
     def typed(self, arrays: Mapping[str, Any], config: ExperimentConfig) -> Any:
         """``arrays`` (:func:`stored` results, e.g. as a results file holds them) as this

@@ -62,7 +62,7 @@ from ..repro.claims import (
 )
 from ..repro.config import (
     Every, ExperimentConfig, Flag, Images, Period, PowerIterations, Rate, SharpnessImages, Steps, TestImages,
-    Tolerance, resolve,
+    Tolerance,
 )
 from ..data import Dataset
 from ..repro.plotting import CROSS_SIZE, as_1d, bad_argument, bound_panel, check_axes, legend, mean_se, panels, real_array
@@ -82,7 +82,7 @@ from ._common import (
     trained_final,
 )
 
-__all__ = ["Config", "Results", "get_config", "SCALES", "EXPERIMENT", "load", "compute", "claims", "per_policy", "fewer_updates",
+__all__ = ["Config", "Results", "SCALES", "EXPERIMENT", "load", "compute", "claims", "per_policy", "fewer_updates",
            "Setting", "PolicyGrid", "by_policy", "Placement", "placement", "even_fraction", "raster", "timing", "EARLY", "accuracy_against_updates",
            "relin_raster", "placement_dots", "plot"]
 
@@ -155,11 +155,6 @@ class Results(NamedTuple):
     n_runs: np.ndarray  #: () int, R
     wall_seconds: np.ndarray  #: () float, both sweeps' computation (a cached result keeps it)
     config: Config | None = None  #: the resolved config (set by :func:`~iterlin.experiments.run`)
-
-
-def get_config(scale: str = "smoke", **overrides) -> Config:
-    """The config at ``scale`` (:data:`SCALES`) with ``overrides`` applied (None keeps the default)."""
-    return resolve(Config, SCALES, scale, overrides)
 
 
 def load(config: Config) -> Dataset:

@@ -83,7 +83,7 @@ from ..solvers.closed_form import equivalent_damping, gd_filter, gn_filter, grad
 from ..columns import Record
 from ..repro.config import (
     Damping, Evals, ExperimentConfig, Flag, GaussNewtonSteps, Images, Period, Rate, RunCount, Seed, Steps,
-    TestImages, resolve,
+    TestImages,
 )
 from ..data import Dataset
 from ..solvers.gauss_newton import gauss_newton_step, gauss_newton_train
@@ -108,15 +108,18 @@ from ..analysis.stability import max_stable_lr
 from ..repro.stats import Difference, num, pct
 from ..training import train_sweep
 from ..tree import tree_index
+from . import protocol
 from ._common import Experiment, checkpoint_path, eval_points, index_of_K, load_quintic, rmse
 
 __all__ = [
     "Results", "GaussNewtonRuns", "Bridge", "LiteralRuns", "SCALES", "EXPERIMENT", "BRIDGE_K", "load", "compute", "claims", "RunPlan", "LiteralPlan", "plan",
     "converged", "Summary", "summary",
     "seed_rmse", "diverged_K", "BridgeCurves", "bridge_curves", "gn_damping", "seed_difference", "decide", "interval",
-    "damping_pairs", "SMALL_K", "SMALL_TOL", "SOLVED", "ROUNDING", "first_steps", "PAIR_TOL", "SHIFT",
-    "literal_plan", "literal_runs", "LITERAL_RATES", "LITERAL_STEPS", "SHARPNESS_ITERS", "LITERAL_TOL",
-    "literal_difference", "literal_stable", "LITERAL", "LITERAL_BOUND", "plot_literal", "plot_stability_bound", "plot",
+    "damping_pairs", "SMALL_K", "SOLVED", "ROUNDING", "first_steps", "SHIFT",
+    "literal_plan", "literal_runs", "LITERAL_RATES", "LITERAL_STEPS", "SHARPNESS_ITERS",
+    "literal_difference", "literal_stable", "literal_claim", "literal_bound", "small_k", "between", "inf_worse",
+    "converged_rule", "finite", "literal_rule", "literal_bound_rule", "gauss_newton_check", "bridge_check", "damping_rule",
+    "plot_literal", "plot_stability_bound", "plot",
 ]
 
 INF = math.inf
@@ -241,10 +244,6 @@ class Results(NamedTuple):
     sigma_min: np.ndarray | None = None  #: (S,) the smallest non-zero NTK eigenvalue at each seed's θ₀
     config: Config | None = None  #: the resolved config (set by :func:`~iterlin.experiments.run`)
 
-
-def get_config(scale: str = "smoke", **overrides) -> Config:
-    """The config at ``scale`` (:data:`SCALES`) with ``overrides`` applied (None keeps the default)."""
-    return resolve(Config, SCALES, scale, overrides)
 
 #: The periods K drawn in the K ↔ λ panel.
 BRIDGE_K = (10, 100, 1000, 10_000)
@@ -620,25 +619,15 @@ def converged(final, mid) -> np.ndarray:
         return (final <= CONVERGED_RMSE) | (np.abs(mid - final) <= PLATEAU_REL * final)
 
 
-#: "Small K ≈ gradient descent": every 1 < K ≤ SMALL_K is compared with K = 1 ...
+#: "Small K ≈ gradient descent": every 1 < K ≤ SMALL_K is compared with K = 1 (within the row's margin,
+#: a fraction of K = 1's mean test RMSE).
 SMALL_K = 10
-#: ... on par within this fraction of K = 1's mean test RMSE.
-SMALL_TOL = 0.2
 #: A linearisation counts as solved when Kη·σ_min(θ₀) ≥ this (its slowest direction is fitted to e^(−10)).
 SOLVED = 10.0
 #: The Gauss–Newton consistency check: float64 rounding allowed beside the bound e^(−σ_min τ).
 ROUNDING = 1e-12
-#: The K ↔ λ row: a damped run on par with its K within this fraction of the K-run's mean test RMSE ...
-PAIR_TOL = 0.25
-#: ... and the wrong pairings K = SHIFT/(λη) and K = 1/(SHIFT·λη) refuted.
+#: The K ↔ λ row: the wrong pairings K = SHIFT/(λη) and K = 1/(SHIFT·λη) must be refuted.
 SHIFT = 10.0
-#: Literal GD at large K on par with its closed form (the same τ and R) within this fraction of the closed form's
-#: mean test RMSE. The two differ by the flow's discretisation error, O(lr'·λ_max) per linearisation (first order in
-#: the rate, Eq. 18 against K steps of (1 − ησ)); measured on the cpu scale at lr' = 0.005: under 1 % on average
-#: at K = 10 and 1000, a few % for single seeds at K = 100, so 5 % leaves room for lr' = 0.02 where stable.
-LITERAL_TOL = 0.05
-LITERAL = "literal GD at large K ≈ its closed form (the small-lr limit) where stable"
-LITERAL_BOUND = "literal GD diverges only above the stability bound lr > 2/λ_max(G(θ_s))"
 
 
 def literal_stable(lit: LiteralRuns) -> np.ndarray:
@@ -660,18 +649,16 @@ def literal_difference(lit: LiteralRuns, r: int, j: int) -> Difference:
     return seed_difference(a, b)
 
 
-def _literal_rows(lit: LiteralRuns | None) -> list[Claim]:
-    """The literal-GD rows of :func:`claims` from :attr:`Results.literal` (None in results from before the
-    literal runs): literal ≈ closed form where stable; divergence vs the bound (check)."""
-    paper = "(not stated: this edition's closed form stands in for literal GD at large K)"
-    bound_rule = ("by construction: each linearisation is a quadratic with Hessian G(θ_s) = J_sᵀJ_s/N, on which GD "
-                  "diverges iff lr > 2/λ_max(G); every diverged run must have lr above the bound at the θ_s it "
-                  "diverged on (the last one measured: a diverged run is frozen there); n/a when none diverged")
-    if lit is None or lit.bound is None or np.asarray(lit.K).size == 0:
-        why = ("no literal runs in these results (computed before they were added, or no K of the grid "
+_NO_LITERAL = ("no literal runs in these results (computed before they were added, or no K of the grid "
                "qualifies: literal_plan)")
-        return [Claim(LITERAL, paper, why, verdict(None), "needs results.literal"),
-                Claim(LITERAL_BOUND, "(not stated)", why, verdict(None), bound_rule, kind="check")]
+
+
+def literal_claim(lit: LiteralRuns | None, tol: float) -> tuple[str, str, str]:
+    """Literal GD at large K on par with its closed form (the same τ and R) where stable, within ``tol`` of
+    the closed form's mean test RMSE (:func:`literal_difference`), from :attr:`Results.literal` (None in
+    results from before the literal runs): ``(measured, holds, rule)``."""
+    if lit is None or lit.bound is None or np.asarray(lit.K).size == 0:
+        return _NO_LITERAL, verdict(None), "needs results.literal"
     Ks, rates = np.asarray(lit.K, np.float64), np.asarray(lit.lr, np.float64)
     div = np.asarray(lit.diverged, bool)
     flow = np.asarray(lit.flow_net_test_rmse, np.float64)
@@ -690,23 +677,33 @@ def _literal_rows(lit: LiteralRuns | None) -> list[Claim]:
                 parts.append(f"{name}: no stable run ({left_out})")
                 continue
             d = literal_difference(lit, r, j)
-            tol = LITERAL_TOL * float(flow[r, j][kept].mean())
-            verdicts.append(decide(d, on_par, tol))
+            verdicts.append(decide(d, on_par, tol * float(flow[r, j][kept].mean())))
             parts.append(f"{name}: {num(net[r, j][kept].mean(), 3)} vs {num(flow[r, j][kept].mean(), 3)}, "
                          f"{interval(d)}" + (f" ({left_out}, left out)" if left_out else ""))
-    rows = [Claim(
-        LITERAL, paper, "literal vs closed form, final test RMSE over the stable seeds: " + "; ".join(parts),
-        all_verdicts(verdicts),
-        f"for every rate and K with a stable seed (not diverged, ending at a rate at or under 2/λ_max of its last "
-        f"linearisation): the 95 % t interval over those seeds of Δ = literal − closed form (the same τ = K·lr/N and "
-        f"number of linearisations, paired by seed) inside ±{LITERAL_TOL:.0%} of the closed form's mean over them "
-        "(the flow's O(lr) discretisation error); 'no' when one lies wholly outside; else undecided (always with one "
-        "seed); n/a when no run is stable",
-    )]
+    return ("literal vs closed form, final test RMSE over the stable seeds: " + "; ".join(parts),
+            all_verdicts(verdicts),
+            f"for every rate and K with a stable seed (not diverged, ending at a rate at or under 2/λ_max of its last "
+            f"linearisation): the 95 % t interval over those seeds of Δ = literal − closed form (the same τ = K·lr/N and "
+            f"number of linearisations, paired by seed) inside ±{tol:.0%} of the closed form's mean over them "
+            "(the flow's O(lr) discretisation error); 'no' when one lies wholly outside; else undecided (always with one "
+            "seed); n/a when no run is stable")
+
+
+def literal_bound(lit: LiteralRuns | None) -> tuple[str, str, str]:
+    """Check: every diverged literal run had its rate above the stability bound 2/λ_max(G(θ_s)) of the
+    linearisation it diverged on: ``(measured, holds, rule)``; n/a when none diverged."""
+    rule = ("by construction: each linearisation is a quadratic with Hessian G(θ_s) = J_sᵀJ_s/N, on which GD "
+            "diverges iff lr > 2/λ_max(G); every diverged run must have lr above the bound at the θ_s it "
+            "diverged on (the last one measured: a diverged run is frozen there); n/a when none diverged")
+    if lit is None or lit.bound is None or np.asarray(lit.K).size == 0:
+        return _NO_LITERAL, verdict(None), rule
+    Ks, rates = np.asarray(lit.K, np.float64), np.asarray(lit.lr, np.float64)
+    div = np.asarray(lit.diverged, bool)
+    S = div.shape[-1]
     bound = np.asarray(lit.bound, np.float64)  # (NR, NL, S, E)
     last = bound[..., -1]
     above = rates[:, None, None] > last
-    first = np.asarray(lit.bound, np.float64)[..., 0]
+    first = bound[..., 0]
     parts = []
     for r, rate in enumerate(rates):
         for j, K in enumerate(Ks):
@@ -718,10 +715,7 @@ def _literal_rows(lit: LiteralRuns | None) -> list[Claim]:
     measured = ("; ".join(parts) if parts else "none diverged") + (
         f"; bound at θ₀ {float(first.min()):.3g}–{float(first.max()):.3g}; finite runs ending above their last "
         f"bound: {finite_above}/{int((~div).sum())} (K steps too few to blow up, growth |1 − lr·λ_max|^K)")
-    rows.append(Claim(
-        LITERAL_BOUND, "(not stated)", measured,
-        verdict(bool(np.all(above[div])) if div.any() else None), bound_rule, kind="check"))
-    return rows
+    return measured, verdict(bool(np.all(above[div])) if div.any() else None), rule
 
 
 def seed_difference(a, b) -> Difference:
@@ -762,97 +756,117 @@ def interval(diff: Difference, digits: int = 3) -> str:
     return f"Δ {_signed(diff.delta, digits)} [{_signed(diff.lo, digits)}, {_signed(diff.hi, digits)}]"
 
 
-def claims(results: Results) -> list[Claim]:
-    """Small K ≈ GD; K = ∞ worse than K = 1; damping λ ↔ K = 1/(λη) (each against seed noise);
-    convergence and divergence; and, as consistency checks (true by construction here), large K →
-    Gauss–Newton and the K ↔ λ filters on the spectrum."""
-    K = np.asarray(results.K, np.float64)
-    method = np.asarray(results.method).astype(str)
-    rmse_ = seed_rmse(results)  # (NK, S): the network; the converged linear model at K = ∞
-    net = np.asarray(results.net_test_rmse, np.float64)
-    with np.errstate(invalid="ignore"):
-        mean = np.nanmean(net, axis=1)
-    gn = results.gn
-    gn_rmse = np.asarray(gn.net_test_rmse, np.float64)
-    b = results.bridge
-    eta = float(b.eta)
-    sigma_min = summary(results).sigma_min
-    fmt = lambda i: f"K={fmt_K(K[i])}: {num(mean[i], 3)}"  # noqa: E731
-    rows = []
+def _fmt_K(results: Results, i: int) -> str:
+    return f"K={fmt_K(np.asarray(results.K, np.float64)[i])}"
 
+
+def _net(results: Results) -> np.ndarray:
+    return np.asarray(results.net_test_rmse, np.float64)
+
+
+def _mean(results: Results) -> np.ndarray:
+    with np.errstate(invalid="ignore"):
+        return np.nanmean(_net(results), axis=1)
+
+
+def _solved(results: Results) -> list[int]:
+    """The finite K of the grid that solve their linearisations (Kη·σ_min(θ₀) ≥ :data:`SOLVED`)."""
+    K = np.asarray(results.K, np.float64)
+    sigma_min = summary(results).sigma_min
+    return [i for i in range(len(K)) if np.isfinite(K[i]) and K[i] * float(results.bridge.eta) * sigma_min >= SOLVED]
+
+
+@protocol.rule("fig1.small_k", needs=("margin",), metrics=("test_rmse",))
+def small_k(row, results: Results) -> tuple[str, str, str]:
+    """Small K ≈ gradient descent: every 1 < K ≤ :data:`SMALL_K` on par with K = 1 within the row's
+    margin (a fraction of K = 1's mean test RMSE), over seeds (:func:`seed_difference`, :func:`decide`)."""
+    K = np.asarray(results.K, np.float64)
+    net, mean = _net(results), _mean(results)
     i1 = index_of_K(K, 1)
     small = [i for i in range(len(K)) if 1 < K[i] <= SMALL_K]
-    if small:
-        tol = SMALL_TOL * float(np.nanmean(net[i1]))
-        diffs = {i: seed_difference(net[i1], net[i]) for i in small}
-        rows.append(Claim(
-            "small K ≈ (stochastic) gradient descent", "schematic: the K = 1 level at small K",
-            f"test RMSE K=1: {num(mean[i1], 3)}; "
-            + "; ".join(f"K={fmt_K(K[i])}: {num(mean[i], 3)}, {interval(d)}" for i, d in diffs.items()),
+    if not small:
+        return f"no 1 < K ≤ {SMALL_K} in the grid", NA, f"needs a K with 1 < K ≤ {SMALL_K}"
+    tol = row.margin * float(np.nanmean(net[i1]))
+    diffs = {i: seed_difference(net[i1], net[i]) for i in small}
+    return (f"test RMSE K=1: {num(mean[i1], 3)}; "
+            + "; ".join(f"{_fmt_K(results, i)}: {num(mean[i], 3)}, {interval(d)}" for i, d in diffs.items()),
             all_verdicts(decide(d, on_par, tol) for d in diffs.values()),
             f"on par: for every 1 < K ≤ {SMALL_K}, the 95 % t interval over seeds of Δ = RMSE_K − RMSE_1 (paired by "
-            f"seed) inside ±{SMALL_TOL:.0%} of K = 1's mean ({num(tol, 3)}); 'no' when one lies wholly outside; "
-            "else undecided (always with one seed)",
-        ))
-    finite = [i for i in range(len(K)) if np.isfinite(K[i])]
-    solved = [i for i in finite if K[i] * eta * sigma_min >= SOLVED]
-    mid = [i for i in finite if SMALL_K < K[i] and i not in solved]
-    if mid:
-        rows.append(Claim(
-            "in between: re-linearising before convergence", "(not stated)",
-            "; ".join(fmt(i) for i in mid), verdict(None),
-            f"reported only: partially solved linearisations ({SMALL_K} < K, Kη·σ_min < {SOLVED:g})",
-        ))
-    kinf = [i for i in range(len(K)) if method[i] == "kernel"]
-    if kinf:
-        j = kinf[0]
-        d = seed_difference(net[i1], rmse_[j])
-        rows.append(Claim(
-            "K = ∞ (no feature learning) generalises worse than K = 1", "Sec. 4.2 (Fig. 5)",
-            f"K=∞ linear model: {num(np.nanmean(rmse_[j]), 3)}; K=1: {num(mean[i1], 3)}; {interval(d)}",
-            decide(d, exceeds),
-            "worse: the 95 % t interval over seeds of Δ = RMSE_∞ − RMSE_1 (the converged linearisation at θ₀ "
-            "against K = 1, paired by seed) above 0; 'no' when below; else undecided (always with one seed)",
-        ))
-    if np.any(np.asarray(gn.damping, np.float64) > 0):
-        rows.append(_damping_row(results))
+            f"seed) inside ±{row.margin:.0%} of K = 1's mean ({num(tol, 3)}); 'no' when one lies wholly outside; "
+            "else undecided (always with one seed)")
+
+
+@protocol.rule("fig1.between", metrics=("test_rmse",))
+def between(row, results: Results) -> tuple[str, str, str]:
+    """The K between small and solved (partially solved linearisations): reported only."""
+    K = np.asarray(results.K, np.float64)
+    solved = _solved(results)
+    mid = [i for i in range(len(K)) if np.isfinite(K[i]) and SMALL_K < K[i] and i not in solved]
+    mean = _mean(results)
+    return ("; ".join(f"{_fmt_K(results, i)}: {num(mean[i], 3)}" for i in mid) if mid
+            else "no partially solved K in the grid", verdict(None),
+            f"reported only: partially solved linearisations ({SMALL_K} < K, Kη·σ_min < {SOLVED:g})")
+
+
+@protocol.rule("fig1.inf_worse", metrics=("test_rmse",))
+def inf_worse(row, results: Results) -> tuple[str, str, str]:
+    """K = ∞ (the converged linearisation at θ₀) generalises worse than K = 1, over seeds."""
+    K = np.asarray(results.K, np.float64)
+    rule = ("worse: the 95 % t interval over seeds of Δ = RMSE_∞ − RMSE_1 (the converged linearisation at θ₀ "
+            "against K = 1, paired by seed) above 0; 'no' when below; else undecided (always with one seed)")
+    kinf = np.flatnonzero(np.asarray(results.method).astype(str) == "kernel")
+    if not kinf.size:
+        return "no K = ∞ run", NA, rule
+    i1, j = index_of_K(K, 1), int(kinf[0])
+    rmse_ = seed_rmse(results)  # (NK, S): the network; the converged linear model at K = ∞
+    d = seed_difference(_net(results)[i1], rmse_[j])
+    return (f"K=∞ linear model: {num(np.nanmean(rmse_[j]), 3)}; K=1: {num(_mean(results)[i1], 3)}; {interval(d)}",
+            decide(d, exceeds), rule)
+
+
+@protocol.rule("fig1.converged", metrics=("train_rmse",))
+def converged_rule(row, results: Results) -> tuple[str, str, str]:
+    """Every trained run and every Gauss–Newton run converged (:func:`converged`)."""
+    K = np.asarray(results.K, np.float64)
+    gn = results.gn
     conv = converged(results.net_train_rmse, results.net_train_rmse_mid)
-    trained = method != "kernel"
-    n_ok = int(conv[trained].sum())
+    trained = np.asarray(results.method).astype(str) != "kernel"
     gn_conv = converged(gn.net_train_rmse, gn.net_train_rmse_mid)
     bad = [f"K={fmt_K(K[i])}" for i in np.flatnonzero(trained) if not conv[i].all()]
     bad += [f"GN λ={v:g}" for v, c in zip(gn.damping, gn_conv) if not c.all()]
-    rows.append(Claim(
-        "every run is trained to convergence", "schematic: always trained to convergence",
-        f"{n_ok + int(gn_conv.sum())}/{int(trained.sum()) * conv.shape[1] + gn_conv.size} runs converged"
-        + (f" (not: {', '.join(bad)})" if bad else ""),
-        verdict(not bad),
-        f"final train RMSE ≤ {CONVERGED_RMSE:g}, or changed by ≤ {PLATEAU_REL:.0%} over the second half",
-    ))
-    div = np.asarray(results.diverged, bool)
-    gdiv = np.asarray(gn.diverged, bool)
-    seeds = np.asarray(results.seeds)
-    bad_div = [f"K={fmt_K(K[i])} seed {int(seeds[j])}" for i, j in zip(*np.nonzero(div))]
-    bad_div += [f"GN λ={gn.damping[i]:g} seed {int(seeds[j])}" for i, j in zip(*np.nonzero(gdiv))]
-    rows.append(divergence_row(bad_div))
-    literal_claim, literal_check = _literal_rows(results.literal)
-    rows.append(literal_claim)
+    return (f"{int(conv[trained].sum()) + int(gn_conv.sum())}/{int(trained.sum()) * conv.shape[1] + gn_conv.size} "
+            "runs converged" + (f" (not: {', '.join(bad)})" if bad else ""),
+            verdict(not bad), f"final train RMSE ≤ {CONVERGED_RMSE:g}, or changed by ≤ {PLATEAU_REL:.0%} over the "
+            "second half")
 
-    # Consistency checks: true by construction in this setting, listed apart, not evidence.
-    rows.append(_gauss_newton_check(results, solved, net, gn_rmse))
-    fit, scale = np.asarray(b.damping_fit, np.float64), np.asarray(b.damping, np.float64)
-    ratio = fit / scale
-    rows.append(Claim(
-        "K GD steps act on the residual like damping λ = 1/(Kη)", "informal (Sec. 3.3)",
-        "best-fit λ / (1/(Kη)) on the NTK spectrum at θ₀: "
-        + ", ".join(f"K={fmt_K(k)}: {num(r)}" for k, r in zip(b.K, ratio)),
-        verdict(bool(np.all((ratio > 1 / 3) & (ratio < 3)))),
-        "by construction: both filters switch at σ ≈ 1/(Kη) for any spectrum; the best-fit λ within a factor 3 of "
-        "1/(Kη) for every K drawn",
-        kind="check",
-    ))
-    rows.append(literal_check)
-    return rows
+
+@protocol.rule("fig1.finite")
+def finite(row, results: Results) -> Claim:
+    """Every run finite (:func:`~iterlin.repro.claims.divergence_row`), each diverged one by its K or λ and seed."""
+    K, seeds, gn = np.asarray(results.K, np.float64), np.asarray(results.seeds), results.gn
+    bad = [f"K={fmt_K(K[i])} seed {int(seeds[j])}" for i, j in zip(*np.nonzero(np.asarray(results.diverged, bool)))]
+    bad += [f"GN λ={gn.damping[i]:g} seed {int(seeds[j])}" for i, j in zip(*np.nonzero(np.asarray(gn.diverged, bool)))]
+    return divergence_row(bad)
+
+
+@protocol.rule("fig1.literal", needs=("margin",), metrics=("test_rmse",))
+def literal_rule(row, results: Results) -> tuple[str, str, str]:
+    """:func:`literal_claim` within the row's margin."""
+    return literal_claim(results.literal, row.margin)
+
+
+@protocol.rule("fig1.literal_bound")
+def literal_bound_rule(row, results: Results) -> tuple[str, str, str]:
+    """:func:`literal_bound` (a check)."""
+    return literal_bound(results.literal)
+
+
+def claims(results: Results) -> list[Claim]:
+    """The rows of fig1 in ``claims.toml`` (:mod:`~iterlin.experiments.protocol`): small K ≈ GD; K = ∞
+    worse than K = 1; damping λ ↔ K = 1/(λη) (each against seed noise); convergence and divergence;
+    literal GD ≈ its closed form; and, as consistency checks (true by construction here), large K →
+    Gauss–Newton, the K ↔ λ filters on the spectrum and literal GD's divergence above its bound."""
+    return protocol.claims("fig1", results)
 
 
 def damping_pairs(results: Results, factor: float = 1.0) -> list[tuple[int, int]]:
@@ -874,22 +888,23 @@ def damping_pairs(results: Results, factor: float = 1.0) -> list[tuple[int, int]
     return out
 
 
-def _gauss_newton_check(results: Results, solved: Sequence[int], net: np.ndarray, gn_rmse: np.ndarray) -> Claim:
+@protocol.rule("fig1.gauss_newton", metrics=("test_rmse",))
+def gauss_newton_check(row, results: Results) -> tuple[str, str, str]:
     """The check "large K → Gauss–Newton": at every solved K (Kη·σ_min ≥ :data:`SOLVED`), one
     linearisation's closed form at τ = Kη within e^{−σ_min τ} of the Gauss–Newton step in every seed
     (:func:`first_steps`; plus float64 rounding, :data:`ROUNDING`). Beside it, reported only, how far
-    those K's final test RMSE ends from λ = 0 Gauss–Newton's after all their linearisations (``net``
-    (NK, S), ``gn_rmse`` (L, S))."""
-    claim = "large K → Gauss–Newton: a solved linearisation is the Gauss–Newton step (Eq. 5)"
-    paper = "schematic: the GN level at large K, flat beyond"
+    those K's final test RMSE ends from λ = 0 Gauss–Newton's after all their linearisations."""
     rule = (f"by construction: for every K with Kη·σ_min(θ₀) ≥ {SOLVED:g}, from each seed's θ₀, one linearisation "
             "trained by gradient flow for τ = Kη in closed form lies within e^(−σ_min τ) of the Gauss–Newton step "
             f"(λ = 0), relative to that step (+ {ROUNDING:g} of rounding)")
+    solved = _solved(results)
     if not solved:
-        return Claim(claim, paper, f"no K in the grid solves a linearisation (Kη·σ_min ≥ {SOLVED:g})", NA,
-                     f"needs K ≥ {SOLVED:g} / (η σ_min)", kind="check")
+        return (f"no K in the grid solves a linearisation (Kη·σ_min ≥ {SOLVED:g})", NA,
+                f"needs K ≥ {SOLVED:g} / (η σ_min)")
     if results.first_step is None:
-        return Claim(claim, paper, "not recorded in this run", NA, rule, kind="check")
+        return "not recorded in this run", NA, rule
+    net = _net(results)
+    gn_rmse = np.asarray(results.gn.net_test_rmse, np.float64)
     K = np.asarray(results.K, np.float64)[solved]
     dist = np.asarray(results.first_step, np.float64)[solved]  # (n, S)
     bound = np.exp(-np.outer(K * float(results.bridge.eta), np.asarray(results.sigma_min, np.float64)))
@@ -902,30 +917,43 @@ def _gauss_newton_check(results: Results, solved: Sequence[int], net: np.ndarray
                 + "; after all their linearisations (reported only: λ = 0 Gauss–Newton amplifies rounding), final "
                 "test RMSE " + ", ".join(f"K={fmt_K(k)}: {num(float(np.nanmean(v)), 3)}" for k, v in zip(K, net[solved]))
                 + f", GN (λ = 0): {num(float(np.nanmean(gn_rmse[0])), 3)}, largest deviation of a seed {pct(worst)}")
-    return Claim(claim, paper, measured, verdict(bool(np.all(dist <= bound + ROUNDING))), rule, kind="check")
+    return measured, verdict(bool(np.all(dist <= bound + ROUNDING))), rule
 
 
-def _damping_row(results: Results) -> Claim:
-    """Damped GN at λ ends where iterative linearisation at K = 1/(λη) does, and not where K = 10/(λη)
-    or 1/(10λη) do (see :func:`claims`)."""
-    claim, paper = "damping λ plays the role of K ≈ 1/(λη) (Sec. 3.3)", "informal (Sec. 3.3)"
+@protocol.rule("fig1.bridge")
+def bridge_check(row, results: Results) -> tuple[str, str, str]:
+    """The check "K GD steps act on the residual like damping λ = 1/(Kη)": the best-fit λ of the
+    filters on the NTK spectrum at θ₀ within a factor 3 of 1/(Kη) for every K drawn."""
+    b = results.bridge
+    ratio = np.asarray(b.damping_fit, np.float64) / np.asarray(b.damping, np.float64)
+    return ("best-fit λ / (1/(Kη)) on the NTK spectrum at θ₀: "
+            + ", ".join(f"K={fmt_K(k)}: {num(r)}" for k, r in zip(b.K, ratio)),
+            verdict(bool(np.all((ratio > 1 / 3) & (ratio < 3)))),
+            "by construction: both filters switch at σ ≈ 1/(Kη) for any spectrum; the best-fit λ within a factor 3 of "
+            "1/(Kη) for every K drawn")
+
+
+@protocol.rule("fig1.damping", needs=("margin",), metrics=("test_rmse",))
+def damping_rule(row, results: Results) -> tuple[str, str, str]:
+    """Damped GN at λ ends where iterative linearisation at K = 1/(λη) does (on par within the row's
+    margin, a fraction of that K's mean test RMSE), and not where K = 10/(λη) or 1/(10λη) do
+    (:func:`damping_pairs`); n/a without a damped run paired with a K of the grid."""
     K = np.asarray(results.K, np.float64)
     lams = np.asarray(results.gn.damping, np.float64)
-    net = np.asarray(results.net_test_rmse, np.float64)
+    net = _net(results)
     gn = np.asarray(results.gn.net_test_rmse, np.float64)
 
     def judge(pairs):
         out = []
         for m, i in pairs:
             d = seed_difference(net[i], gn[m])
-            tol = PAIR_TOL * float(np.nanmean(net[i]))
-            out.append((m, i, d, decide(d, on_par, tol)))
+            out.append((m, i, d, decide(d, on_par, row.margin * float(np.nanmean(net[i])))))
         return out
 
     paired = judge(damping_pairs(results))
     if not paired:
-        return Claim(claim, paper, "no damped run has a K within a factor √10 of 1/(λη) in the grid", verdict(None),
-                     "needs λ > 0 and K ≈ 1/(λη) in the grid")
+        return ("no damped run has a K within a factor √10 of 1/(λη) in the grid", verdict(None),
+                "needs λ > 0 and K ≈ 1/(λη) in the grid")
     holds = all_verdicts(v for *_, v in paired)
     refuted = {}
     for f, name in ((SHIFT, f"K = {SHIFT:g}/(λη)"), (1 / SHIFT, f"K = 1/({SHIFT:g}λη)")):
@@ -937,13 +965,11 @@ def _damping_row(results: Results) -> Claim:
         for m, i, d, _ in paired)
     measured += "; wrong pairings: " + "; ".join(
         f"{name} {'refuted by λ = ' + ', '.join(by) if by else 'not refuted'}" for name, by in refuted.items())
-    return Claim(
-        claim, paper, measured, holds,
-        f"for each damped λ, Δ = its test RMSE − that of the K nearest 1/(λη), over seeds (paired): on par when the "
-        f"95 % t interval lies inside ±{PAIR_TOL:.0%} of that K's mean. 'yes' when every λ is on par and the wrong "
-        f"pairings K = {SHIFT:g}/(λη) and 1/({SHIFT:g}λη) are each refuted (some λ wholly outside); 'no' when a λ "
-        "lies wholly outside; else undecided (always with one seed)",
-    )
+    return (measured, holds,
+            f"for each damped λ, Δ = its test RMSE − that of the K nearest 1/(λη), over seeds (paired): on par when the "
+            f"95 % t interval lies inside ±{row.margin:.0%} of that K's mean. 'yes' when every λ is on par and the wrong "
+            f"pairings K = {SHIFT:g}/(λη) and 1/({SHIFT:g}λη) are each refuted (some λ wholly outside); 'no' when a λ "
+            "lies wholly outside; else undecided (always with one seed)")
 
 
 EXPERIMENT = Experiment("fig1", SCALES, load, compute, claims, __name__, Config, Results)

@@ -30,14 +30,14 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from ..repro.claims import Claim
-from ..repro.config import Factor, Images, Period, Rate, Steps, TestImages, resolve
+from ..repro.config import Factor, Images, Period, Rate, Steps, TestImages
 from ..data import Dataset
 from ..repro.plotting import bound_panel, legend, panels, plot_sweep
 from . import protocol
 from ._common import Experiment, Seeds, Sharpness, Sweep, check_sharpness, checkpoint_path, cnn_sweep, load_data
 from ._common import sharpness_callback
 
-__all__ = ["Config", "Results", "get_config", "SCALES", "EXPERIMENT", "load", "compute", "claims", "minibatch_periods",
+__all__ = ["Config", "Results", "SCALES", "EXPERIMENT", "load", "compute", "claims", "minibatch_periods",
            "full_batch_data", "plot"]
 
 INF = math.inf
@@ -98,10 +98,6 @@ class Results(NamedTuple):
     n_train: np.ndarray  #: (2,) int, the training images of each panel: full batch, mini-batch
     config: Config | None = None  #: the resolved config (set by :func:`~iterlin.experiments.run`)
 
-
-def get_config(scale: str = "smoke", **overrides) -> Config:
-    """The config at ``scale`` (:data:`SCALES`) with ``overrides`` applied (None keeps the default)."""
-    return resolve(Config, SCALES, scale, overrides)
 
 def load(config: Config) -> Dataset:
     """CIFAR-10 as :func:`~iterlin.experiments._common.load_data`, and ``n_sharpness`` checked

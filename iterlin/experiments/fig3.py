@@ -22,7 +22,6 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from ..repro.claims import Claim
-from ..repro.config import resolve
 from ..data import Dataset
 from ..repro.plotting import bound_panel, legend, panels, plot_sweep
 from . import protocol
@@ -38,7 +37,7 @@ from ._common import (
     sharpness_callback,
 )
 
-__all__ = ["Config", "Results", "get_config", "SCALES", "EXPERIMENT", "load", "compute", "claims", "plot"]
+__all__ = ["Config", "Results", "SCALES", "EXPERIMENT", "load", "compute", "claims", "plot"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -73,11 +72,6 @@ class Results(NamedTuple):
     runs: Sweep
     n_test: np.ndarray  #: () int, the test images
     config: Config | None = None  #: the resolved config (set by :func:`~iterlin.experiments.run`)
-
-
-def get_config(scale: str = "smoke", **overrides) -> Config:
-    """The config at ``scale`` (:data:`SCALES`) with ``overrides`` applied (None keeps the default)."""
-    return resolve(Config, SCALES, scale, overrides)
 
 
 def load(config: Config) -> Dataset:

@@ -32,7 +32,7 @@ import numpy as np
 
 from ..data import Dataset, HeldOut, load_cifar10, load_heldout
 from ..repro.claims import UNDECIDED, UNSTABLE, Claim, exceeds, on_par, verdict
-from ..repro.config import Evals, Flag, Images, Period, Rate, Steps, Window, resolve
+from ..repro.config import Evals, Flag, Images, Period, Rate, Steps, Window
 from ..repro.failures import unstable_among
 from ..repro.plotting import bound_panel, legend, panels, plot_sweep
 from ..repro.stats import Difference, difference, pct, runs_of
@@ -52,7 +52,7 @@ from ._common import (
     sharpness_callback,
 )
 
-__all__ = ["Config", "Data", "Results", "get_config", "SCALES", "EXPERIMENT", "window_points", "load", "compute",
+__all__ = ["Config", "Data", "Results", "SCALES", "EXPERIMENT", "window_points", "load", "compute",
            "claims", "plot"]
 
 
@@ -113,11 +113,6 @@ class Results(NamedTuple):
     pool_test_index: np.ndarray  #: (n_test,) int64: their positions in test_batch
     pool_train_index: np.ndarray  #: (n_pool − n_test,) int64: official indices of the unused training images
     config: Config | None = None  #: the resolved config (set by :func:`~iterlin.experiments.run`)
-
-
-def get_config(scale: str = "smoke", **overrides) -> Config:
-    """The config at ``scale`` (:data:`SCALES`) with ``overrides`` applied (None keeps the default)."""
-    return resolve(Config, SCALES, scale, overrides)
 
 
 def window_points(steps: int, window: float, n: int) -> list[int]:

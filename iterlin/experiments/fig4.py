@@ -54,7 +54,7 @@ import numpy as np
 import optax
 
 from ..repro.claims import NA, UNDECIDED, Claim, beyond
-from ..repro.config import BNMode, Flag, Images, Period, Positive, Rate, Steps, TestImages, resolve
+from ..repro.config import BNMode, Flag, Images, Period, Positive, Rate, Steps, TestImages
 from ..data import Dataset
 from ..repro.failures import EXPLODING, exploded_runs
 from ..losses import get_loss
@@ -145,10 +145,6 @@ class Results(NamedTuple):
     n_test: np.ndarray  #: () int, the test images
     config: Config | None = None  #: the resolved config (set by :func:`~iterlin.experiments.run`)
 
-
-def get_config(scale: str = "smoke", **overrides) -> Config:
-    """The config at ``scale`` (:data:`SCALES`) with ``overrides`` applied (None keeps the default)."""
-    return resolve(Config, SCALES, scale, overrides)
 
 class Panel(NamedTuple):
     """One panel of Fig. 4: the model (:func:`iterlin.models.make_model`'s name), its periods ``K``,

@@ -43,7 +43,7 @@ from ..repro.claims import (
     sharpness_claim,
     verdict,
 )
-from ..repro.config import Images, ImagesOrNone, Period, Positive, Rate, Steps, TestImages, halvings, resolve
+from ..repro.config import Images, ImagesOrNone, Period, Positive, Rate, Steps, TestImages, halvings
 from ..data import Dataset, load_cifar10
 from ..repro.plotting import bound_panel, legend, panels, plot_sweep, set_log_ticks
 from ..analysis.probes import heldout_tracker
@@ -63,7 +63,7 @@ from ._common import (
     sharpness_callback,
 )
 
-__all__ = ["Config", "Results", "get_config", "SCALES", "EXPERIMENT", "SizedData", "load", "compute", "claims", "runs",
+__all__ = ["Config", "Results", "SCALES", "EXPERIMENT", "SizedData", "load", "compute", "claims", "runs",
            "stopped_at_best", "stopped", "by_size", "gain_difference", "plot"]
 
 
@@ -138,10 +138,6 @@ class Results(NamedTuple):
     stopped_test_correct: np.ndarray | None = None
     config: Config | None = None  #: the resolved config (set by :func:`~iterlin.experiments.run`)
 
-
-def get_config(scale: str = "smoke", **overrides) -> Config:
-    """The config at ``scale`` (:data:`SCALES`) with ``overrides`` applied (None keeps the default)."""
-    return resolve(Config, SCALES, scale, overrides)
 
 #: Sizes derived from the installed copy for ``n_train=[None]``: n / 2^i for i < DERIVED_SIZES.
 DERIVED_SIZES = 6

@@ -30,7 +30,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from ..repro.claims import EXCEEDS_RULE, NA, UNSTABLE, Claim, exceeds, fmt_K, only_k1_rows
-from ..repro.config import Flag, Images, Period, Rate, Steps, TestImages, resolve
+from ..repro.config import Flag, Images, Period, Rate, Steps, TestImages
 from ..data import Dataset
 from ..repro.failures import unstable_among
 from ..models import cnn_features
@@ -110,10 +110,6 @@ class Results(NamedTuple):
     n_test: np.ndarray  #: () int, the test images they were scored on
     config: Config | None = None  #: the resolved config (set by :func:`~iterlin.experiments.run`)
 
-
-def get_config(scale: str = "smoke", **overrides) -> Config:
-    """The config at ``scale`` (:data:`SCALES`) with ``overrides`` applied (None keeps the default)."""
-    return resolve(Config, SCALES, scale, overrides)
 
 #: The probed layers (keys of :func:`iterlin.models.cnn_features`).
 PROBE_LAYERS = ("layer1", "layer2")

@@ -33,7 +33,6 @@ from matplotlib.figure import Figure
 
 from ..repro.claims import NA, UNDECIDED, UNSTABLE, Claim, beyond, fmt_K, only_k1_rows
 from ..columns import Record
-from ..repro.config import resolve
 from ..data import Dataset
 from ..repro.failures import unstable_among
 from ..repro.plotting import (
@@ -115,11 +114,6 @@ class Results(NamedTuple):
     runs: Sweep
     match: FilterMatch  #: :func:`filter_match` of ``runs``
     config: Config | None = None  #: the resolved config (set by :func:`~iterlin.experiments.run`)
-
-
-def get_config(scale: str = "smoke", **overrides) -> Config:
-    """The config at ``scale`` (:data:`SCALES`) with ``overrides`` applied (None keeps the default)."""
-    return resolve(Config, SCALES, scale, overrides)
 
 
 def load(config: Config) -> Dataset:

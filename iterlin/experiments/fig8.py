@@ -40,17 +40,19 @@ import numpy as np
 import optax
 
 from ..solvers.adam_solve import train_adam_solved
-from ..repro.claims import CONVERGED, EXCEEDS_RULE, NA, Claim, divergence_row, exceeds, fmt_K, verdict
-from ..repro.config import Images, Period, Positive, Rate, Steps, TestImages, resolve
+from ..repro.claims import EXCEEDS_RULE, NA, Claim, divergence_row, exceeds, fmt_K, verdict
+from ..repro.config import Images, Period, Positive, Rate, Steps, TestImages
 from ..data import Dataset
 from ..models import make_model
 from ..repro.plotting import band, legend, mark_steps, panels, plot_sweep
 from ..repro.stats import difference, pct
 from ..training import History, train
+from . import protocol
 from ._common import Experiment, Seeds, Sweep, checkpoint_path, eval_points, load_data, network_correct, seed_keys, seeds
 
-__all__ = ["Config", "Results", "get_config", "SCALES", "EXPERIMENT", "RUNS", "KEPT_TOL", "load", "compute", "claims",
-           "stack_runs", "relin_points", "kept", "plot"]
+__all__ = ["Config", "Results", "SCALES", "EXPERIMENT", "RUNS", "PAPER", "load", "compute", "claims",
+           "stack_runs", "relin_points", "kept", "sgd_better", "adam_better", "paper_numbers", "adam_value",
+           "converged", "solved_rule", "kept_rule", "finite", "plot"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -114,10 +116,6 @@ class Results(NamedTuple):
     n_test: np.ndarray  #: () int, the test images
     config: Config | None = None  #: the resolved config (set by :func:`~iterlin.experiments.run`)
 
-
-def get_config(scale: str = "smoke", **overrides) -> Config:
-    """The config at ``scale`` (:data:`SCALES`) with ``overrides`` applied (None keeps the default)."""
-    return resolve(Config, SCALES, scale, overrides)
 
 #: The runs of each seed: :class:`Results` field → its label in the claims and the plots.
 RUNS = {"solved": "Adam-solved", "sgd": "K=1 SGD", "adam": "K=1 Adam"}
@@ -229,9 +227,6 @@ def relin_points(h: Mapping) -> tuple[np.ndarray, np.ndarray]:
     acc = np.atleast_2d(np.asarray(h.get("relin_acc", np.zeros((1, 0))), np.float64))
     return (step.max(axis=0) if step.size else np.zeros(0, np.int64)), acc.T
 
-#: How far (accuracy, a fraction) the network right after a re-linearisation may fall below the solved
-#: linear model just before it, for the row "the network keeps what each linearisation learned".
-KEPT_TOL = 0.10
 
 
 def kept(h: Mapping) -> tuple[np.ndarray, np.ndarray]:
@@ -262,94 +257,129 @@ def _runs(results: Results) -> dict[str, Mapping]:
     return {name: getattr(results, name) for name in RUNS}
 
 
-def claims(results: Results) -> list[Claim]:
-    """Solving every linearisation generalises worse than K = 1 SGD; Adam is not the cause (the
-    shared noise rule over seeds, paired on the test images); the paper's numbers at paper scale;
-    whether K sufficed to solve each linearisation; whether every run converged (the two comparisons
-    are n/a when one did not: the paper compares converged solutions); whether the network kept what
-    each solved linearisation learned (:func:`kept`); divergence."""
-    config = results.config
-    at_paper = config.scale == "paper"
-    runs = _runs(results)
-    s, g, a = results.solved, results.sgd, results.adam
-    acc = {name: float(_final(h).mean()) for name, h in runs.items()}
-    K = config.K
-    n_test = int(np.asarray(results.n_test))
-    n_seeds = _final(s).size
-    mean = "mean over seeds" if n_seeds > 1 else "1 seed"
+def _mean(results: Results) -> str:
+    return "mean over seeds" if _final(results.solved).size > 1 else "1 seed"
 
-    worse = _diff(s, g, n_test)  # B = K = 1 SGD against A = Adam-solved: Δ > 0 means SGD is better
-    not_adam = _diff(s, a, n_test)  # B = Adam (K = 1) against A = Adam-solved
-    fitted = {name: _final(h, "net_train_acc") for name, h in runs.items()}
-    converged = all(bool(np.all(v >= CONVERGED)) for v in fitted.values() if v.size)
-    gate = (f"; n/a unless every run ends at ≥ {pct(CONVERGED, 0)} train accuracy (the paper compares converged "
-            "solutions; row 'trained to convergence')")
 
-    def judged(v: str) -> str:
-        return v if converged else NA
+def _acc(results: Results) -> dict[str, float]:
+    return {name: float(_final(h).mean()) for name, h in _runs(results).items()}
 
-    rows = [
-        Claim(
-            "solving every linearisation (large K, Adam) generalises worse than K = 1 SGD", "61.3 % vs 69.4 %",
-            f"Adam-solved (K={fmt_K(K)}): {pct(acc['solved'])}; K=1 SGD: {pct(acc['sgd'])} ({mean}); "
-            + worse.describe(),
-            judged(exceeds(worse)), "Δ = K=1 SGD − Adam-solved; " + EXCEEDS_RULE + gate,
-        ),
-        Claim(
-            "the paper's numbers", "61.3 % and 69.4 %",
-            f"{pct(acc['solved'])} and {pct(acc['sgd'])} ({mean})",
-            verdict(abs(acc["solved"] - 0.613) <= 0.03 and abs(acc["sgd"] - 0.694) <= 0.03, applicable=at_paper),
-            "each within 3 points; judged only at scale 'paper'",
-        ),
-        Claim(
-            "Adam alone (K = 1) exceeds 70 %", "> 70 %", f"{pct(acc['adam'])} ({mean})",
-            verdict(acc["adam"] > 0.70, applicable=at_paper), "judged only at scale 'paper'",
-        ),
-        Claim(
-            "the optimiser is not the cause: Adam at K = 1 beats the Adam-solved run", "> 70 % vs 61.3 %",
-            f"K=1 Adam: {pct(acc['adam'])}; Adam-solved: {pct(acc['solved'])} ({mean}); " + not_adam.describe(),
-            judged(exceeds(not_adam)), "Δ = K=1 Adam − Adam-solved; " + EXCEEDS_RULE + gate,
-        ),
-    ]
-    if all(v.size for v in fitted.values()):
-        rows.append(Claim(
-            "every run is trained to convergence (its network fits the training set)", "converged (Sec. 4.3)",
-            "final train acc. of the network, lowest over seeds: "
+
+def _fitted(results: Results) -> dict[str, np.ndarray]:
+    """Each run's network's final train accuracy per seed (empty where the history records none)."""
+    return {name: _final(h, "net_train_acc") for name, h in _runs(results).items()}
+
+
+def _better(row, results: Results, a: str, b: str, measured: str) -> tuple[str, str, str]:
+    """B better than A beyond noise (:func:`~iterlin.repro.claims.exceeds`, paired on the test images),
+    n/a unless every run ends at ≥ the row's ``value`` of train accuracy (the paper compares converged
+    solutions)."""
+    diff = _diff(getattr(results, a), getattr(results, b), int(np.asarray(results.n_test)))
+    converged = all(bool(np.all(v >= row.value)) for v in _fitted(results).values() if v.size)
+    return (measured + diff.describe(), exceeds(diff) if converged else NA,
+            f"Δ = {RUNS[b]} − {RUNS[a]}; {EXCEEDS_RULE}; n/a unless every run ends at ≥ {pct(row.value, 0)} train "
+            "accuracy (the paper compares converged solutions; row 'trained to convergence')")
+
+
+@protocol.rule("fig8.sgd_better", needs=("value",))
+def sgd_better(row, results: Results) -> tuple[str, str, str]:
+    """K = 1 SGD generalises better than the Adam-solved run (:func:`_better`)."""
+    acc = _acc(results)
+    return _better(row, results, "solved", "sgd", f"Adam-solved (K={fmt_K(results.config.K)}): {pct(acc['solved'])}; "
+                   f"K=1 SGD: {pct(acc['sgd'])} ({_mean(results)}); ")
+
+
+@protocol.rule("fig8.adam_better", needs=("value",))
+def adam_better(row, results: Results) -> tuple[str, str, str]:
+    """The optimiser is not the cause: K = 1 Adam generalises better than the Adam-solved run (:func:`_better`)."""
+    acc = _acc(results)
+    return _better(row, results, "solved", "adam", f"K=1 Adam: {pct(acc['adam'])}; Adam-solved: {pct(acc['solved'])} "
+                   f"({_mean(results)}); ")
+
+
+#: The paper's final test accuracies (Sec. 4.3): the Adam-solved run and K = 1 SGD.
+PAPER = {"solved": 0.613, "sgd": 0.694}
+
+
+@protocol.rule("fig8.paper_numbers", needs=("margin", "judged_at"))
+def paper_numbers(row, results: Results) -> tuple[str, str, str]:
+    """The Adam-solved run and K = 1 SGD each within the row's margin of the paper's numbers (:data:`PAPER`),
+    judged only at scale ``judged_at``."""
+    acc = _acc(results)
+    return (f"{pct(acc['solved'])} and {pct(acc['sgd'])} ({_mean(results)})",
+            verdict(all(abs(acc[k] - v) <= row.margin for k, v in PAPER.items()),
+                    applicable=results.config.scale == row.judged_at),
+            f"each within {100 * row.margin:g} points; judged only at scale {row.judged_at!r}")
+
+
+@protocol.rule("fig8.adam_value", needs=("value", "judged_at"))
+def adam_value(row, results: Results) -> tuple[str, str, str]:
+    """K = 1 Adam's mean final test accuracy above the row's ``value``, judged only at scale ``judged_at``."""
+    acc = _acc(results)["adam"]
+    return (f"{pct(acc)} ({_mean(results)})", verdict(acc > row.value, applicable=results.config.scale == row.judged_at),
+            f"judged only at scale {row.judged_at!r}")
+
+
+@protocol.rule("fig8.converged", needs=("value",), metrics=("net_train_acc",))
+def converged(row, results: Results) -> tuple[str, str, str]:
+    """Every run's network ends at ≥ the row's ``value`` of train accuracy; n/a without a record."""
+    fitted = _fitted(results)
+    rule = f"every run's network at ≥ {pct(row.value, 0)} train accuracy at its last step"
+    if not all(v.size for v in fitted.values()):
+        return "no train accuracy record", NA, rule
+    return ("final train acc. of the network, lowest over seeds: "
             + "; ".join(f"{RUNS[name]} {pct(v.min())}" for name, v in fitted.items()),
-            verdict(converged), f"every run's network at ≥ {pct(CONVERGED, 0)} train accuracy at its last step",
-        ))
-    relin_acc = np.asarray(s.get("relin_acc", np.zeros(0)), np.float64)
+            verdict(all(bool(np.all(v >= row.value)) for v in fitted.values())), rule)
+
+
+@protocol.rule("fig8.solved", needs=("value",), metrics=("relin_acc",))
+def solved_rule(row, results: Results) -> tuple[str, str, str]:
+    """Every re-linearisation of the Adam-solved runs at ≥ the row's ``value`` of train accuracy."""
+    relin_acc = np.asarray(results.solved.get("relin_acc", np.zeros(0)), np.float64)
     relin_acc = relin_acc[np.isfinite(relin_acc)]
-    if relin_acc.size:
-        rows.append(Claim(
-            "K is large enough that each linearisation reaches 100 % train accuracy", "100 % (by the choice of K)",
-            f"linear model's train acc. at the {relin_acc.size} re-linearisations (all seeds): "
+    if not relin_acc.size:
+        return "no re-linearisation in this run", NA, "needs steps ≥ K"
+    return (f"linear model's train acc. at the {relin_acc.size} re-linearisations (all seeds): "
             + ", ".join(pct(v, 0) for v in relin_acc),
-            verdict(bool(np.all(relin_acc >= 0.99))),
-            "every re-linearisation at ≥ 99 % train accuracy (on every training image: no sampling noise)",
-        ))
-    else:
-        rows.append(Claim("K is large enough that each linearisation reaches 100 % train accuracy",
-                          "100 % (by the choice of K)", "no re-linearisation in this run", NA, "needs steps ≥ K"))
-    before, after = kept(s)
-    if before.size:
-        rows.append(Claim(
-            "the network keeps what each solved linearisation learned", "not reported (61.3 % test implies much)",
-            f"train acc. at the {before.size} re-linearisations on evaluation points (all seeds), linear model just "
+            verdict(bool(np.all(relin_acc >= row.value))),
+            f"every re-linearisation at ≥ {pct(row.value, 0)} train accuracy (on every training image: no sampling "
+            "noise)")
+
+
+@protocol.rule("fig8.kept", needs=("margin",), metrics=("relin_acc", "net_train_acc"))
+def kept_rule(row, results: Results) -> tuple[str, str, str]:
+    """The network within the row's margin of the solved linear model at every re-linearisation on an
+    evaluation point (:func:`kept`); n/a without one."""
+    before, after = kept(results.solved)
+    rule = (f"the network within {100 * row.margin:.0f} points of the linear model at every such re-linearisation; "
+            "'no' means the solved step left the region where the linearisation describes the network")
+    if not before.size:
+        return "no re-linearisation on an evaluation point", NA, rule
+    return (f"train acc. at the {before.size} re-linearisations on evaluation points (all seeds), linear model just "
             "before → network right after: " + ", ".join(f"{pct(b, 0)} → {pct(x, 0)}" for b, x in zip(before, after)),
-            verdict(bool(np.all(after >= before - KEPT_TOL))),
-            f"the network within {100 * KEPT_TOL:.0f} points of the linear model at every such re-linearisation; "
-            "'no' means the solved step left the region where the linearisation describes the network",
-        ))
+            verdict(bool(np.all(after >= before - row.margin))), rule)
+
+
+@protocol.rule("fig8.finite")
+def finite(row, results: Results) -> Claim:
+    """Every run of :data:`RUNS` finite (:func:`~iterlin.repro.claims.divergence_row`)."""
     bad = []
     for name, label in RUNS.items():
-        h = runs[name]
+        h = getattr(results, name)
         div, at = np.atleast_1d(h["diverged"]), np.atleast_1d(h["diverged_step"])
         seed = np.atleast_1d(h.get("seed", np.arange(div.size)))
-        for i in np.flatnonzero(div):
-            bad.append(f"{label} (seed {int(seed[i])}) at step {int(at[i])}")
-    rows.append(divergence_row(bad))
-    return rows
+        bad += [f"{label} (seed {int(seed[i])}) at step {int(at[i])}" for i in np.flatnonzero(div)]
+    return divergence_row(bad)
+
+
+def claims(results: Results) -> list[Claim]:
+    """The rows of fig8 in ``claims.toml`` (:mod:`~iterlin.experiments.protocol`): solving every
+    linearisation generalises worse than K = 1 SGD, and Adam is not the cause (the shared noise rule
+    over seeds, paired on the test images; n/a unless every run converged: the paper compares
+    converged solutions); the paper's numbers at paper scale; whether every run converged; whether K
+    sufficed to solve each linearisation; whether the network kept what each solved linearisation
+    learned (:func:`kept`); divergence."""
+    return protocol.claims("fig8", results)
 
 
 EXPERIMENT = Experiment("fig8", SCALES, load, compute, claims, __name__, Config, Results)

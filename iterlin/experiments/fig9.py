@@ -47,7 +47,7 @@ from matplotlib.lines import Line2D
 from ..repro.claims import UNDECIDED, Claim, divergence_row, exceeds, verdict
 from ..columns import Record
 from ..repro.config import (
-    Damping, Evals, ExperimentConfig, Flag, Images, Positive, RunCount, Seed, Steps, TestImages, resolve,
+    Damping, Evals, ExperimentConfig, Flag, Images, Positive, RunCount, Seed, Steps, TestImages,
 )
 from ..data import Dataset
 from ..solvers.gauss_newton import gauss_newton_train
@@ -67,11 +67,13 @@ from ..repro.plotting import (
 )
 from ..precision import x64
 from ..repro.stats import Difference, num, t_quantile
+from . import protocol
 from ._common import Experiment, checkpoint_path, eval_points, load_quintic
 
 __all__ = [
     "Results", "Curves", "SCALES", "EXPERIMENT", "MAX_TRAIN_RMSE", "load", "compute", "claims", "slope_variation",
-    "kept_means", "GeometricMeans", "geometric_means", "function_panels", "log_lambda", "Trend", "trend", "minimum_range", "MIN_TOL", "N_BOOTSTRAP",
+    "kept_means", "GeometricMeans", "geometric_means", "function_panels", "log_lambda", "Trend", "trend", "minimum_range", "N_BOOTSTRAP",
+    "removed", "lower", "consistent", "minimum", "smoother", "finite",
     "plot_functions", "plot",
 ]
 
@@ -147,10 +149,6 @@ class Results(NamedTuple):
     functions: np.ndarray
     config: Config | None = None  #: the resolved config (set by :func:`~iterlin.experiments.run`)
 
-
-def get_config(scale: str = "smoke", **overrides) -> Config:
-    """The config at ``scale`` (:data:`SCALES`) with ``overrides`` applied (None keeps the default)."""
-    return resolve(Config, SCALES, scale, overrides)
 
 #: Runs whose final train RMSE exceeds this are removed (the paper's filter).
 MAX_TRAIN_RMSE = 2.5
@@ -339,8 +337,6 @@ def _rises(lams: np.ndarray, means: np.ndarray, digits: int = 2) -> str:
                                      for a, b in steps)
 
 
-#: "The minimum test RMSE is similar at every λ": the range of the per-λ minima within this.
-MIN_TOL = 0.1
 #: Seed resamples of the minimum row's bootstrap (fixed generator seed: a stable table).
 N_BOOTSTRAP = 2000
 
@@ -376,79 +372,114 @@ def minimum_range(test, kept, *, n_bootstrap: int = N_BOOTSTRAP, seed: int = 0) 
     return stat(np.arange(S)), float(lo), float(hi)
 
 
-def claims(results: Results) -> list[Claim]:
-    """More damping → lower, more consistent test RMSE and smoother functions: each a trend over the
-    whole λ grid against the seeds' noise (:func:`trend`); similar minima (:func:`minimum_range`)."""
-    lams = np.asarray(results.damping, np.float64)
-    test = np.asarray(results.test_rmse, np.float64)
+#: The rule of every trend row: the slope over the whole λ grid against the seeds' noise (:func:`trend`).
+_X_RULE = ("the least-squares slope of the per-λ mean over kept seeds against log₁₀ λ (λ = 0 one decade left of the "
+           "smallest λ > 0, every λ with ≥ 2 kept seeds weighted equally), 2 s.e. over seeds (paired across λ)")
+#: What a trend or minimum row reads when fewer than 2 λ keep ≥ 2 seeds.
+_TOO_FEW = ("needs ≥ 2 values of λ with ≥ 2 kept runs", verdict(None),
+            "needs ≥ 2 λ values with ≥ 2 kept seeds (a seed-to-seed spread)")
+
+
+def _log_test(results: Results) -> np.ndarray:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.log10(np.asarray(results.test_rmse, np.float64))  # the figure's log axis
+
+
+def _judgeable(results: Results) -> bool:
+    """Whether ≥ 2 values of λ keep ≥ 2 seeds (a trend needs a seed-to-seed spread)."""
+    x = log_lambda(np.asarray(results.damping, np.float64))
+    return int(trend(x, _log_test(results), np.asarray(results.kept, bool)).used.sum()) >= 2
+
+
+def _per_lambda(results: Results, values, digits: int = 2) -> str:
+    return ", ".join(f"λ={v:g}: {num(m, digits)}" for v, m in zip(np.asarray(results.damping, np.float64), values))
+
+
+@protocol.rule("fig9.removed", metrics=("train_rmse",))
+def removed(row, results: Results) -> tuple[str, str, str]:
+    """The runs kept per λ (train RMSE ≤ :data:`MAX_TRAIN_RMSE`): a procedure, reported only."""
     kept = np.asarray(results.kept, bool)
-    sv = np.asarray(results.slope_variation, np.float64)
-    n_kept = kept.sum(axis=1)
-    filt = Claim(
-        "runs with train RMSE > 2.5 are removed", "some runs removed at small λ",
-        "kept per λ: " + ", ".join(f"λ={v:g}: {int(k)}/{kept.shape[1]}" for v, k in zip(lams, n_kept)),
-        verdict(None), "a procedure, not a claim: reported only (applied before the rows below)",
-    )
-    x = log_lambda(lams)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        log_test = np.log10(test)  # the figure's log axis: a few runs extrapolate wildly between the points
-    lower_t = trend(x, log_test, kept)
-    if int(lower_t.used.sum()) < 2:
-        na = Claim("more damping helps", "Fig. 9", "needs ≥ 2 values of λ with ≥ 2 kept runs", verdict(None),
-                   "needs ≥ 2 λ values with ≥ 2 kept seeds (a seed-to-seed spread)")
-        return [filt, na, _fig9_diverged(results)]
+    return ("kept per λ: " + ", ".join(f"λ={v:g}: {int(k)}/{kept.shape[1]}"
+                                       for v, k in zip(np.asarray(results.damping, np.float64), kept.sum(axis=1))),
+            verdict(None), "a procedure, not a claim: reported only (applied before the rows below)")
 
-    def per_lambda(values, digits=2):
-        return ", ".join(f"λ={v:g}: {num(m, digits)}" for v, m in zip(lams, values))
 
-    x_rule = ("the least-squares slope of the per-λ mean over kept seeds against log₁₀ λ (λ = 0 one decade left of "
-              "the smallest λ > 0, every λ with ≥ 2 kept seeds weighted equally), 2 s.e. over seeds (paired across λ)")
-    geo = 10.0**lower_t.means
-    lower = Claim(
-        "more damping → lower mean test RMSE", "mean test RMSE falls as λ grows (figure only)",
-        f"log₁₀ test RMSE: {lower_t.describe()}; geometric mean: {per_lambda(geo)}" + _rises(lams, geo, 3)
-        + f"; arithmetic mean: {per_lambda(kept_means(test, kept))}",
-        lower_t.falls(),
-        f"test RMSE in log₁₀ (the figure's axis; the arithmetic mean is dominated by a few runs that extrapolate "
-        f"wildly between the training points); {x_rule}: 'yes' below 0, 'no' above 0, else undecided",
-    )
+@protocol.rule("fig9.lower", metrics=("test_rmse",))
+def lower(row, results: Results) -> tuple[str, str, str]:
+    """More damping → lower test RMSE: the :func:`trend` of log₁₀ test RMSE falls."""
+    if not _judgeable(results):
+        return _TOO_FEW
+    lams, kept = np.asarray(results.damping, np.float64), np.asarray(results.kept, bool)
+    t = trend(log_lambda(lams), _log_test(results), kept)
+    geo = 10.0**t.means
+    return (f"log₁₀ test RMSE: {t.describe()}; geometric mean: {_per_lambda(results, geo)}" + _rises(lams, geo, 3)
+            + f"; arithmetic mean: {_per_lambda(results, kept_means(results.test_rmse, kept))}",
+            t.falls(),
+            f"test RMSE in log₁₀ (the figure's axis; the arithmetic mean is dominated by a few runs that extrapolate "
+            f"wildly between the training points); {_X_RULE}: 'yes' below 0, 'no' above 0, else undecided")
+
+
+@protocol.rule("fig9.consistent", metrics=("test_rmse",))
+def consistent(row, results: Results) -> tuple[str, str, str]:
+    """More damping → more consistent test RMSE: the :func:`trend` of each kept run's distance from
+    its λ's median (log₁₀, Brown–Forsythe) falls."""
+    if not _judgeable(results):
+        return _TOO_FEW
+    lams, kept = np.asarray(results.damping, np.float64), np.asarray(results.kept, bool)
+    log_test = _log_test(results)
     med = np.asarray([np.median(log_test[i][kept[i]]) if kept[i].any() else np.nan for i in range(len(lams))])
-    spread_t = trend(x, np.abs(log_test - med[:, None]), kept)
-    consistent = Claim(
-        "more damping → more consistent test RMSE", "fewer high-RMSE runs at large λ (figure only)",
-        f"mean |log₁₀ RMSE − median|: {spread_t.describe()}; per λ: {per_lambda(spread_t.means, 3)}"
-        + _rises(lams, spread_t.means, 3),
-        spread_t.falls(),
-        "the spread is each kept run's distance |log₁₀ test RMSE − its λ's median| on the figure's axis "
-        f"(Brown–Forsythe); {x_rule}: 'yes' below 0, 'no' above 0, else undecided",
-    )
+    t = trend(log_lambda(lams), np.abs(log_test - med[:, None]), kept)
+    return (f"mean |log₁₀ RMSE − median|: {t.describe()}; per λ: {_per_lambda(results, t.means, 3)}"
+            + _rises(lams, t.means, 3),
+            t.falls(),
+            "the spread is each kept run's distance |log₁₀ test RMSE − its λ's median| on the figure's axis "
+            f"(Brown–Forsythe); {_X_RULE}: 'yes' below 0, 'no' above 0, else undecided")
+
+
+@protocol.rule("fig9.minimum", needs=("margin",), metrics=("test_rmse",))
+def minimum(row, results: Results) -> tuple[str, str, str]:
+    """The minimum test RMSE is similar at every λ: the range of the per-λ minima
+    (:func:`minimum_range`) within the row's margin, by its seed bootstrap."""
+    if not _judgeable(results):
+        return _TOO_FEW
+    test, kept = np.asarray(results.test_rmse, np.float64), np.asarray(results.kept, bool)
     rng_, lo, hi = minimum_range(test, kept)
-    mins = [np.min(test[i][kept[i]]) if kept[i].any() else np.nan for i in range(len(lams))]
-    minimum = Claim(
-        "the minimum test RMSE is similar at every λ", "\"despite the minimums being similar\"",
-        f"min test RMSE: {per_lambda(mins)}; range {num(rng_)}, seed bootstrap 95 % [{num(lo)}, {num(hi)}]",
-        "yes" if hi < MIN_TOL else "no" if lo > MIN_TOL else UNDECIDED,
-        f"range over λ of the per-λ minimum (kept seeds): 'yes' when its seed-bootstrap 95 % interval lies below "
-        f"{MIN_TOL:g}, 'no' when above, else undecided",
-    )
+    mins = [np.min(test[i][kept[i]]) if kept[i].any() else np.nan for i in range(test.shape[0])]
+    return (f"min test RMSE: {_per_lambda(results, mins)}; range {num(rng_)}, seed bootstrap 95 % [{num(lo)}, {num(hi)}]",
+            "yes" if hi < row.margin else "no" if lo > row.margin else UNDECIDED,
+            f"range over λ of the per-λ minimum (kept seeds): 'yes' when its seed-bootstrap 95 % interval lies below "
+            f"{row.margin:g}, 'no' when above, else undecided")
+
+
+@protocol.rule("fig9.smoother", metrics=("slope_variation",))
+def smoother(row, results: Results) -> tuple[str, str, str]:
+    """More damping → smoother learned functions: the :func:`trend` of log₁₀ slope variation falls."""
+    if not _judgeable(results):
+        return _TOO_FEW
+    lams, kept = np.asarray(results.damping, np.float64), np.asarray(results.kept, bool)
     with np.errstate(divide="ignore", invalid="ignore"):
-        smooth_t = trend(x, np.log10(sv), kept)
-    smooth = Claim(
-        "more damping → smoother learned functions", "smoother functions as λ grows (figure only)",
-        f"log₁₀ slope variation: {smooth_t.describe(2)}; geometric mean: {per_lambda(10.0**smooth_t.means, 0)} "
-        f"(target {num(float(results.target_slope_variation), 0)})" + _rises(lams, 10.0**smooth_t.means, 0),
-        smooth_t.falls(),
-        f"slope variation = total variation of f' over the test grid, in log₁₀; {x_rule}: 'yes' below 0, "
-        "'no' above 0, else undecided",
-    )
-    return [filt, lower, consistent, minimum, smooth, _fig9_diverged(results)]
+        t = trend(log_lambda(lams), np.log10(np.asarray(results.slope_variation, np.float64)), kept)
+    return (f"log₁₀ slope variation: {t.describe(2)}; geometric mean: {_per_lambda(results, 10.0**t.means, 0)} "
+            f"(target {num(float(results.target_slope_variation), 0)})" + _rises(lams, 10.0**t.means, 0),
+            t.falls(),
+            f"slope variation = total variation of f' over the test grid, in log₁₀; {_X_RULE}: 'yes' below 0, "
+            "'no' above 0, else undecided")
 
 
-def _fig9_diverged(results: Results) -> Claim:
+@protocol.rule("fig9.finite")
+def finite(row, results: Results) -> Claim:
+    """Every run finite (:func:`~iterlin.repro.claims.divergence_row`), each diverged run by its λ and seed."""
     lams = np.asarray(results.damping, np.float64)
-    div = np.asarray(results.diverged, bool)
     seeds = np.asarray(results.seeds)
-    return divergence_row([f"λ={lams[i]:g} seed {int(seeds[j])}" for i, j in zip(*np.nonzero(div))])
+    return divergence_row([f"λ={lams[i]:g} seed {int(seeds[j])}"
+                           for i, j in zip(*np.nonzero(np.asarray(results.diverged, bool)))])
+
+
+def claims(results: Results) -> list[Claim]:
+    """The rows of fig9 in ``claims.toml`` (:mod:`~iterlin.experiments.protocol`): the runs removed;
+    more damping → lower, more consistent test RMSE and smoother functions, each a trend over the whole
+    λ grid against the seeds' noise (:func:`trend`); similar minima (:func:`minimum_range`); divergence."""
+    return protocol.claims("fig9", results)
 
 
 EXPERIMENT = Experiment("fig9", SCALES, load, compute, claims, __name__, Config, Results)

@@ -3,9 +3,8 @@ decides it and the other experiments that measure it.
 
 The verdicts are never written here: :func:`findings` reads them from the reference runs' claims
 (``results/<name>/claims.json``, the rows each notebook shows), so the book's front page and every
-figure page print one answer per claim. A row is named by the start of its ``claim`` text (rows
-whose text holds a measured number, such as the limit's "λ = 1/τ = 16.00", are named by the words
-before it); :func:`findings` refuses a name that matches no row, or several.
+figure page print one answer per claim. A row is named by its id in ``claims.toml``, or by the start of
+its ``claim`` text; :func:`findings` refuses a name that matches no row, or several.
 
 Another experiment corroborates a finding only if its runs differ from the decisive experiment's:
 :func:`shared_runs` finds the runs that two reference runs share (bit-identical per-image test
@@ -69,15 +68,15 @@ FINDINGS: tuple[Finding, ...] = (
     Finding("Sec. 4.1", "8-12 feature updates suffice to match K = 1", "8-12 re-linearisations",
             Evidence("fig3", "fig3.few_updates"),
             (Evidence("ksweep", "the largest K within noise of K = 1"),
-             Evidence("limit", "few feature updates suffice"),
-             Evidence("limit", "with R to the hundreds")), paper_delta=-0.9,
+             Evidence("limit", "limit.few_updates"),
+             Evidence("limit", "limit.long_grid")), paper_delta=-0.9,
             registered=("fig3_confirm.few_updates",)),
     Finding("Fig. 4", "large K ≈ SGD (K = 1), with BatchNorm and augmentation", "similar test accuracy",
             Evidence("fig4", "fig4.bn_on_par"), (Evidence("fig4", "fig4.no_bn_on_par"),)),
     Finding("Fig. 4", "BatchNorm runs diverge more easily", "BN far more likely to diverge",
             Evidence("fig4", "fig4.bn_diverges"), (Evidence("fig4", "fig4.bn_bound"),)),
     Finding("Fig. 5", "K = ∞ scales worse with N", "K = ∞ worse than every finite K",
-            Evidence("limit", "K = ∞ scales worse with N"),
+            Evidence("limit", "limit.inf_scales_worse"),
             (Evidence("fig5", "K = ∞ (no feature learning) scales worse"),
              Evidence("ksweep", "K = ∞ (no feature learning) ends below every finite K"))),
     Finding("Fig. 5", "every finite K scales with data like K = 1", "every finite K like K = 1",
@@ -91,15 +90,15 @@ FINDINGS: tuple[Finding, ...] = (
     Finding("Fig. 7", "large-K first-layer filters evolve slower", "K = 1 evolves much faster",
             Evidence("fig7", "fig7.slower")),
     Finding("Fig. 8", "solving each linearisation completely hurts", "61.3 % vs 69.4 %",
-            Evidence("limit", "solving each linearisation completely hurts"),
-            (Evidence("fig8", "solving every linearisation (large K, Adam) generalises worse"),)),
+            Evidence("limit", "limit.gn_below"),
+            (Evidence("fig8", "fig8.sgd_better"),)),
     Finding("Fig. 9", "more damping → lower mean test RMSE", "lower RMSE (quintic)",
-            Evidence("fig9", "more damping → lower mean test RMSE"),
-            (Evidence("limit", "damping helps"),)),
+            Evidence("fig9", "fig9.lower"),
+            (Evidence("limit", "limit.damping_helps"),)),
     Finding("Fig. 9", "more damping → more consistent test RMSE", "more consistent RMSE (quintic)",
-            Evidence("fig9", "more damping → more consistent test RMSE")),
+            Evidence("fig9", "fig9.consistent")),
     Finding("Fig. 9", "more damping → smoother learned functions", "smoother functions (quintic)",
-            Evidence("fig9", "more damping → smoother learned functions")),
+            Evidence("fig9", "fig9.smoother")),
 )
 
 #: The experiments whose linearisations are solved in closed form, so have no gradient-descent rate

@@ -75,8 +75,8 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.lines import Line2D
 
-from ..repro.claims import NA, ON_PAR, UNSTABLE, Claim, divergence_claim, fmt_K, on_par, on_par_rule, sharpness_claim
-from ..repro.config import CGIterations, Flag, Images, Period, Rate, Steps, TestImages, resolve
+from ..repro.claims import NA, UNSTABLE, Claim, all_verdicts, divergence_claim, fmt_K, on_par, on_par_rule
+from ..repro.config import CGIterations, Flag, Images, Period, Rate, Steps, TestImages
 from ..data import Dataset
 from ..repro.failures import run_label, unstable_among
 from ..solvers.gauss_newton import gauss_newton_train
@@ -95,6 +95,7 @@ from ..repro.plotting import (
 )
 from ..repro.stats import Difference, num, pct, runs_difference, runs_of
 from ..tree import tree_index, tree_stack
+from . import protocol
 from ._common import (
     Experiment,
     KGrid,
@@ -114,8 +115,8 @@ from ._common import (
     trained_final,
 )
 
-__all__ = ["Config", "Results", "get_config", "SCALES", "EXPERIMENT", "load", "compute", "claims", "damping_for_K",
-           "gn_K", "PerK", "per_K", "GNGrid", "by_K", "timing", "gn_baseline", "sweep_colors", "plot"]
+__all__ = ["Config", "Results", "SCALES", "EXPERIMENT", "load", "compute", "claims", "damping_for_K",
+           "gn_K", "PerK", "per_K", "on_par_gn", "finite", "GNGrid", "by_K", "timing", "gn_baseline", "sweep_colors", "plot"]
 
 INF = math.inf
 
@@ -179,11 +180,6 @@ class Results(NamedTuple):
     gn_final_test_correct: np.ndarray | None = None  #: (G, n_test) bool, each GN run's network on each test image
     gn_wall_seconds: np.ndarray | None = None  #: () float, the GN runs' computation
     config: Config | None = None  #: the resolved config (set by :func:`~iterlin.experiments.run`)
-
-
-def get_config(scale: str = "smoke", **overrides) -> Config:
-    """The config at ``scale`` (:data:`SCALES`) with ``overrides`` applied (None keeps the default)."""
-    return resolve(Config, SCALES, scale, overrides)
 
 
 def load(config: Config) -> Dataset:
@@ -283,14 +279,14 @@ class PerK(NamedTuple):
     relin: int  #: its re-linearisations at the end, ⌊T/K⌋
     damping: float | None  #: λ(K) on the summed loss (None without a GN partner)
     diff: Difference | None  #: GN at λ(K) minus K, paired by seed and test image (None without a partner)
-    #: :func:`~iterlin.repro.claims.on_par` within :data:`~iterlin.repro.claims.ON_PAR`; "no" when a run of either
+    #: :func:`~iterlin.repro.claims.on_par` within the row's margin; "no" when a run of either
     #: diverged, :data:`~iterlin.repro.claims.UNSTABLE` when a K run's linear model was unstable
     #: (:func:`~iterlin.repro.failures.unstable_among`), :data:`~iterlin.repro.claims.NA` without a partner
     par: str
 
 
-def per_K(results: Results) -> list[PerK]:
-    """Every finite K > 1 of the sweep against GN at λ(K), in increasing K."""
+def per_K(results: Results, tol: float) -> list[PerK]:
+    """Every finite K > 1 of the sweep against GN at λ(K), in increasing K, on par within ``tol``."""
     h, g = results.runs, results.gn
     K = np.asarray(h["K"], np.float64)
     div = np.asarray(h["diverged"], bool)
@@ -303,44 +299,57 @@ def per_K(results: Results) -> list[PerK]:
         if j.size == i.size and j.size:
             d = runs_difference(acc, correct, i, R + j, n_test=int(results.n_test))
             bad = div[i].any() or np.asarray(g["diverged"], bool)[j].any()
-            par = UNSTABLE if unstable_among(h, i) else "no" if bad else on_par(d, ON_PAR)
+            par = UNSTABLE if unstable_among(h, i) else "no" if bad else on_par(d, tol)
             row = row._replace(damping=float(np.asarray(g["damping"])[j[0]]), diff=d, par=par)
         out.append(row)
     return out
 
 
-def claims(results: Results) -> list[Claim]:
-    """Per finite K > 1: "K ends on par with damped GN (c CG iterations per step) at λ = B/(Kη)" by the
-    shared noise rule (GN minus K, paired over seeds and test images; a diverged GN run is 'no', a K
-    run that was unstable, :func:`~iterlin.repro.failures.unstable_among`, 'no (unstable)'); the sharpness
-    record; divergence."""
+@protocol.rule("gn.on_par", needs=("margin",))
+def on_par_gn(row, results: Results) -> tuple[str, str, str]:
+    """Every finite K > 1 ends on par (within the row's margin) with damped GN at λ = B/(Kη) by the
+    shared noise rule (GN minus K, paired over seeds and test images; a diverged run of either is
+    'no', a K run that was unstable, :func:`~iterlin.repro.failures.unstable_among`, 'no (unstable)'),
+    over every K (:func:`~iterlin.repro.claims.all_verdicts`); n/a when a K has no GN run."""
     h = results.runs
     T = int(np.asarray(h["step"])[-1])
     lr, B = results.config.lr, results.config.batch_size
     cg = results.config.cg_maxiter
     gn = f"damped GN ({cg} CG iteration{'s' * (cg != 1)} per step)"  # a truncated solve: say how truncated
-    rows = []
-    for r in per_K(results):
-        head = f"K={fmt_K(r.K)} ({r.relin} re-linearisations) ends on par with {gn} at λ = B/(Kη)"
+    found = per_K(results, row.margin)
+    if not found:
+        return "no finite K > 1 was run", NA, "needs a finite K > 1 and its GN run"
+    parts = []
+    for r in found:
+        head = f"K={fmt_K(r.K)} ({r.relin} re-linearisations)"
         if r.diff is None:
-            rows.append(Claim(head, "large K ≈ damped GN, λ ↔ 1/(Kη) (Sec. 3.3)", "no GN run at this K", NA,
-                              "needs a GN run at λ(K) for every seed"))
+            parts.append(f"{head}: no GN run at this K")
             continue
         acc = np.asarray(results.final_test_acc, np.float64)[runs_of(h, r.K)]
         gacc = np.asarray(results.gn_final_test_acc, np.float64)[runs_of(results.gn, r.K)]
-        measured = (f"K={fmt_K(r.K)}: {pct(acc.mean())}; GN λ={num(r.damping, 1)}: {pct(gacc.mean())}; "
-                    f"GN minus K: {r.diff.describe()}")
-        where = f"λ = B/(Kη) on the summed loss (B={B}, η={lr:g}), " if lr is not None and B is not None else ""
-        rows.append(Claim(
-            head, "large K ≈ damped GN, λ ↔ 1/(Kη) (Sec. 3.3)", measured, r.par,
-            f"{where}same θ_0, batches and T = {T} steps; final test acc. of GN minus K, {on_par_rule(ON_PAR)}; "
-            f"a diverged GN run is 'no'; '{UNSTABLE}' when the K run diverged, exploded, rose inside a block "
-            "or had η above 2/λ_max(θ_s)"))
-    if not rows:
-        rows.append(Claim(f"large K ends on par with {gn} at λ = B/(Kη)", "large K ≈ damped GN (Sec. 3.3)",
-                          "no finite K > 1 was run", NA, "needs a finite K > 1 and its GN run"))
-    runs = {"K": h} if results.gn is None else {"K": h, "GN": results.gn}
-    return rows + [sharpness_claim(h), divergence_claim(runs, _run_label, prefix=False)]
+        parts.append(f"{head}: {pct(acc.mean())}, GN λ={num(r.damping, 1)}: {pct(gacc.mean())}, GN minus K: "
+                     f"{r.diff.describe()} {r.par}")
+    holds = NA if any(r.diff is None for r in found) else all_verdicts(r.par for r in found)
+    where = f"λ = B/(Kη) on the summed loss (B={B}, η={lr:g}), " if lr is not None and B is not None else ""
+    return ("; ".join(parts), holds,
+            f"{gn}, {where}same θ_0, batches and T = {T} steps; per K: final test acc. of GN minus K, "
+            f"{on_par_rule(row.margin)}; a diverged GN run is 'no'; '{UNSTABLE}' when the K run diverged, exploded, "
+            "rose inside a block or had η above 2/λ_max(θ_s); 'yes' when every K is; n/a when a K has no GN run "
+            "at λ(K) for every seed")
+
+
+@protocol.rule("gn.finite")
+def finite(row, results: Results) -> Claim:
+    """Divergence of the K sweep's and the GN runs (:func:`~iterlin.repro.claims.divergence_claim`)."""
+    runs = {"K": results.runs} if results.gn is None else {"K": results.runs, "GN": results.gn}
+    return divergence_claim(runs, _run_label, prefix=False)
+
+
+def claims(results: Results) -> list[Claim]:
+    """The rows of gn in ``claims.toml`` (:mod:`~iterlin.experiments.protocol`): every finite K > 1
+    ends on par with damped GN at λ = B/(Kη) (:func:`on_par_gn`); the sharpness record; divergence
+    (:func:`finite`)."""
+    return protocol.claims("gn", results)
 
 
 def _run_label(panel: str, h: Mapping, i: int) -> str:

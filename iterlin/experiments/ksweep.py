@@ -44,7 +44,6 @@ from ..repro.claims import (
     on_par,
     on_par_rule,
 )
-from ..repro.config import resolve
 from ..data import Dataset
 from ..repro.failures import unstable_among
 from ..repro.plotting import accuracy_against_K, band, legend, panels, plot_sweep
@@ -65,7 +64,7 @@ from ._common import (
     trained_final,
 )
 
-__all__ = ["Config", "Results", "get_config", "SCALES", "EXPERIMENT", "load", "compute", "claims", "largest_on_par", "infinity_below", "late_same", "PerK", "per_K", "by_K",
+__all__ = ["Config", "Results", "SCALES", "EXPERIMENT", "load", "compute", "claims", "largest_on_par", "infinity_below", "late_same", "PerK", "per_K", "by_K",
            "timing", "plot"]
 
 INF = math.inf
@@ -112,10 +111,6 @@ class Results(NamedTuple):
     final_test_correct: np.ndarray | None = None
     config: Config | None = None  #: the resolved config (set by :func:`~iterlin.experiments.run`)
 
-
-def get_config(scale: str = "smoke", **overrides) -> Config:
-    """The config at ``scale`` (:data:`SCALES`) with ``overrides`` applied (None keeps the default)."""
-    return resolve(Config, SCALES, scale, overrides)
 
 def load(config: Config) -> Dataset:
     """CIFAR-10 as :func:`~iterlin.experiments._common.load_data`, and ``n_sharpness <= n_train`` checked."""

@@ -61,7 +61,7 @@ seeds with :func:`precompute` into the checkpoint folder that :func:`compute` th
 the reference run (:mod:`iterlin.experiments.reference`) at the ``gpu`` scale, seeds 1 and 5 in a
 process of their own::
 
-    c = limit.get_config("gpu"); limit.precompute(c, limit.load(c), [1, 5], ".cache/reference/limit-gpu")
+    c = limit.EXPERIMENT.get_config("gpu"); limit.precompute(c, limit.load(c), [1, 5], ".cache/reference/limit-gpu")
 
 Config keys: ``n_train`` (list, doubling grid), ``n_test`` (None: every installed test image),
 ``total_time`` (T), ``relins`` (list of R), ``n_relin`` (R of GN, damped GN and the scaling runs),
@@ -88,12 +88,12 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 
 from ..checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from ..repro.claims import NA, ON_PAR, Claim, all_verdicts, exceeds, on_par, verdict
+from ..repro.claims import NA, Claim, all_verdicts, exceeds, on_par, verdict
 from ..solvers.closed_form import flow_filter, gn_filter
 from ..columns import Record
 from ..repro.config import (
     ExperimentConfig, GaussNewtonSteps, ImageSubset, Images, ImagesOrNone, Positive, Relins, RelinsOrNone,
-    RunCount, RunCountOrNone, Seed, Steps, TestImages, resolve,
+    RunCount, RunCountOrNone, Seed, Steps, TestImages,
 )
 from ..data import Dataset, load_cifar10
 from ..solvers.gauss_newton import gauss_newton_step
@@ -104,13 +104,15 @@ from ..models import make_model
 from ..repro.plotting import band, legend, panels
 from ..precision import full_precision, matmul, x64
 from ..repro.stats import Difference, difference, num, pct
+from . import protocol
 from ._common import Experiment, network_correct, seed_keys
 
-__all__ = ["Config", "Results", "Runs", "RelinSeconds", "Checks", "get_config", "SCALES", "EXPERIMENT", "load", "compute", "precompute", "Scores",
+__all__ = ["Config", "Results", "Runs", "RelinSeconds", "Checks", "SCALES", "EXPERIMENT", "load", "compute", "precompute", "Scores",
            "claims", "Linearisation", "linearise_at", "update", "flow_phi", "damped_phi", "lanczos_apply",
            "LanczosConvergenceWarning", "main_size",
            "ran_main_size", "LongGrid", "long_grid", "flow_relins", "flow_runs",
-           "run_specs", "slopes", "plot"]
+           "run_specs", "slopes", "few_updates", "few_updates_long", "inf_below", "inf_scales_worse", "gn_below",
+           "damping_helps", "literal_check", "gn_step_check", "towards_gd", "plot"]
 
 INF = math.inf
 
@@ -200,11 +202,6 @@ class Results(NamedTuple):
     checks: Checks
     n_test: np.ndarray  #: () int, the test images
     config: Config | None = None  #: the resolved config (set by :func:`~iterlin.experiments.run`)
-
-
-def get_config(scale: str = "smoke", **overrides) -> Config:
-    """The config at ``scale`` (:data:`SCALES`) with ``overrides`` applied (None keeps the default)."""
-    return resolve(Config, SCALES, scale, overrides)
 
 
 def load(config: Config) -> Dataset:
@@ -682,8 +679,6 @@ def _consistency_checks(config: Config, x_all, y_all) -> Checks:
 # Claims
 # ------------------------------------------------------------------------------------------------
 
-#: Relative tolerance of the consistency checks of two routes to one computation.
-CHECK_TOL = 0.05
 
 
 def _select(results: Results, **where) -> np.ndarray:
@@ -750,103 +745,143 @@ def flow_runs(results: Results, n: int) -> dict[int, np.ndarray]:
             for R in Rs}
 
 
-def _few_updates(results: Results, n: int, claim: str) -> Claim:
+def _few_updates(row, results: Results, n: int) -> tuple[str, str, str]:
     """"How few feature updates suffice" at N = ``n``: each R of the iterated flow against the
-    largest R there (gradient flow, τ → 0), over the seeds that ran it, by :func:`iterlin.repro.claims.on_par`;
-    "yes" if some R ≤ 12 is on par, "no" if every R ≤ 12 is not."""
+    largest R there (gradient flow, τ → 0), over the seeds that ran it, by
+    :func:`iterlin.repro.claims.on_par` within the row's margin; "yes" if some R ≤ the row's
+    ``max_relin`` is on par, "no" if every such R is not."""
     runs = results.runs
     flow = flow_runs(results, n)
     Rs = list(flow)
     gf = flow[Rs[-1]]
-    rule = (f"on par: the 95 % t interval of Δ (paired test images, seeds) inside ±{pct(ON_PAR, 0)}; "
-            f"gradient flow = the smallest τ (R = {Rs[-1]}); 'yes' if some R ≤ 12 is on par, 'no' if every R ≤ 12 is not")
+    few_R = row.max_relin
+    rule = (f"on par: the 95 % t interval of Δ (paired test images, seeds) inside ±{pct(row.margin, 0)}; "
+            f"gradient flow = the smallest τ (R = {Rs[-1]}); 'yes' if some R ≤ {few_R} is on par, 'no' if every "
+            f"R ≤ {few_R} is not")
     verdicts, parts, smallest = [], [], None
     for R in Rs[:-1]:
         d = _diff(results, gf, flow[R])
-        v = on_par(d, ON_PAR)
+        v = on_par(d, row.margin)
         verdicts.append((R, v))
         parts.append(f"R={R}: {d.short()} {v}")
         if v == "yes" and smallest is None:
             smallest = R
-    few = [v for R, v in verdicts if R <= 12]
+    few = [v for R, v in verdicts if R <= few_R]
     holds = "yes" if "yes" in few else ("no" if few and all(v == "no" for v in few) else
                                         (NA if not few else "undecided"))
     counts = _diff(results, gf, gf).counts()
-    return Claim(claim, "8–12 feature updates (Sec. 4.1)",
-                 f"smallest R on par: {smallest if smallest is not None else 'none'}; " + "; ".join(parts)
-                 + f" (vs R={Rs[-1]}: {pct(runs.net_test_acc[gf].mean())}; {counts})", holds, rule)
+    return (f"smallest R on par: {smallest if smallest is not None else 'none'}; " + "; ".join(parts)
+            + f" (vs R={Rs[-1]}: {pct(runs.net_test_acc[gf].mean())}; {counts})", holds, rule)
 
 
-def claims(results: Results) -> list[Claim]:
-    """The claims stated before the run (module docstring of the notebook), decided by the shared
-    noise rule (:func:`iterlin.repro.stats.difference`: a 95 % t interval of Δ, paired on the test images)."""
+@protocol.rule("limit.few_updates", needs=("margin", "max_relin"))
+def few_updates(row, results: Results) -> tuple[str, str, str]:
+    """:func:`_few_updates` on the R grid at the main size."""
+    return _few_updates(row, results, ran_main_size(results))
+
+
+@protocol.rule("limit.long_grid", needs=("margin", "max_relin"))
+def few_updates_long(row, results: Results) -> tuple[str, str, str]:
+    """:func:`_few_updates` on the long R grid (R to the hundreds, :func:`long_grid`), on its own seeds;
+    n/a at a scale without one."""
+    grid = long_grid(results.config)
+    if grid is None:
+        return "no long R grid at this scale", NA, "needs the long R grid (n_long)"
+    measured, holds, rule = _few_updates(row, results, grid.n_train)
+    return (f"N = {grid.n_train}, {grid.n_seeds} seed{'s' if grid.n_seeds > 1 else ''}, gradient flow R = "
+            f"{max(flow_relins(results, grid.n_train))}: {measured}", holds, rule)
+
+
+@protocol.rule("limit.inf_below")
+def inf_below(row, results: Results) -> tuple[str, str, str]:
+    """K = ∞ (the linear model at θ₀) below the iterated flow at every R ≥ 2, beyond noise."""
     runs = results.runs
     n_main = ran_main_size(results)
     flow = flow_runs(results, n_main)
-    Rs = list(flow)
-    Rn = results.config.n_relin
-    rows = [_few_updates(results, n_main, "few feature updates suffice: the smallest R on par with gradient flow")]
-    grid = long_grid(results.config)
-    if grid is not None:
-        rows.append(_few_updates(
-            results, grid.n_train, f"with R to the hundreds (N = {grid.n_train}, {grid.n_seeds} "
-            f"seed{'s' if grid.n_seeds > 1 else ''}): the smallest R "
-            f"on par with gradient flow (R = {max(flow_relins(results, grid.n_train))})"))
     kern = _select(results, method="kernel", n_train=n_main)
     below, parts = [], []
-    for R in Rs[1:]:
+    for R in list(flow)[1:]:
         d = _diff(results, kern, flow[R], net_a=False)
         below.append(exceeds(d))
         parts.append(f"R={R}: {d.short()}")
-    rows.append(Claim(
-        "K = ∞ (eNTK at θ₀) ends below every finite τ that re-linearises",
-        "Fig. 5: K = ∞ below every finite K",
-        f"K=∞ {pct(runs.lin_test_acc[kern].mean())}; finite τ − K=∞: " + "; ".join(parts),
-        all_verdicts(below), "'yes' when every R ≥ 2 is better than K = ∞ beyond noise (interval above 0)"))
+    return (f"K=∞ {pct(runs.lin_test_acc[kern].mean())}; finite τ − K=∞: " + "; ".join(parts),
+            all_verdicts(below), "'yes' when every R ≥ 2 is better than K = ∞ beyond noise (interval above 0)")
+
+
+@protocol.rule("limit.inf_scales_worse")
+def inf_scales_worse(row, results: Results) -> tuple[str, str, str]:
+    """K = ∞'s test error falls more slowly with N than the iterated flow's at R = ``n_relin``:
+    the per-seed slopes of log₁₀ test error against log₁₀ N (:func:`slopes`), paired by seed."""
+    runs = results.runs
+    Rn = results.config.n_relin
     s_k, v_k = slopes(results, "kernel", net=False)
     s_f, v_f = slopes(results, "flow", Rn)
-    if len(s_k) and len(s_k) == len(s_f) and len(np.unique(runs.n_train)) >= 2:
-        d = difference(s_f, s_k, n_test=int(results.n_test), test_var=float(np.mean(v_k + v_f)) / len(s_k))
-        scale_v = exceeds(d)
-        measured = (f"slope of log₁₀ test error vs log₁₀ N: K=∞ {num(s_k.mean(), 3)}, R={Rn} {num(s_f.mean(), 3)}; "
-                    f"Δ {num(d.delta, 3)} [{num(d.lo, 3)}, {num(d.hi, 3)}] ({d.n_seeds} paired seeds)")
-    else:
-        scale_v, measured = NA, "needs ≥ 2 sizes"
-    rows.append(Claim(
-        "K = ∞ scales worse with N than a finite τ", "Fig. 5: K = ∞ scales worse",
-        measured, scale_v, "Δ = slope(K=∞) − slope(finite τ), paired by seed; 'yes' when its 95 % t interval "
-        "(seed spread + test noise by the delta method) lies above 0"))
+    rule = ("Δ = slope(K=∞) − slope(finite τ), paired by seed; 'yes' when its 95 % t interval "
+            "(seed spread + test noise by the delta method) lies above 0")
+    if not (len(s_k) and len(s_k) == len(s_f) and len(np.unique(runs.n_train)) >= 2):
+        return "needs ≥ 2 sizes", NA, rule
+    d = difference(s_f, s_k, n_test=int(results.n_test), test_var=float(np.mean(v_k + v_f)) / len(s_k))
+    return (f"slope of log₁₀ test error vs log₁₀ N: K=∞ {num(s_k.mean(), 3)}, R={Rn} {num(s_f.mean(), 3)}; "
+            f"Δ {num(d.delta, 3)} [{num(d.lo, 3)}, {num(d.hi, 3)}] ({d.n_seeds} paired seeds)", exceeds(d), rule)
+
+
+@protocol.rule("limit.gn_below")
+def gn_below(row, results: Results) -> tuple[str, str, str]:
+    """GN (τ = ∞) below the iterated flow at τ = T/R and the same R = ``n_relin``, beyond noise."""
+    runs = results.runs
+    n_main, Rn = ran_main_size(results), results.config.n_relin
+    gn = _select(results, method="gn", n_train=n_main)
+    flow = flow_runs(results, n_main)[Rn]
+    d = _diff(results, gn, flow)
+    return (f"GN {pct(runs.net_test_acc[gn].mean())}, τ=T/{Rn} {pct(runs.net_test_acc[flow].mean())}; " + d.describe(),
+            exceeds(d), "'yes' when finite τ beats GN beyond noise (interval above 0)")
+
+
+@protocol.rule("limit.damping_helps")
+def damping_helps(row, results: Results) -> tuple[str, str, str]:
+    """Damped GN (λ = 1/τ) above GN at the same R = ``n_relin``, beyond noise."""
+    runs = results.runs
+    n_main, Rn = ran_main_size(results), results.config.n_relin
     gn = _select(results, method="gn", n_train=n_main)
     damped = _select(results, method="damped", n_train=n_main)
-    d = _diff(results, gn, flow[Rn])
-    rows.append(Claim(
-        f"solving each linearisation completely hurts: GN (τ = ∞) below τ = T/{Rn} at equal R = {Rn}",
-        "61.3 % vs 69.4 % (Fig. 8, Sec. 4.3)",
-        f"GN {pct(runs.net_test_acc[gn].mean())}, τ=T/{Rn} {pct(runs.net_test_acc[flow[Rn]].mean())}; "
-        + d.describe(), exceeds(d), "'yes' when finite τ beats GN beyond noise (interval above 0)"))
     d = _diff(results, gn, damped)
-    rows.append(Claim(
-        f"damping helps: damped GN (λ = 1/τ = {num(float(runs.damping[damped][0]), 2)}) above GN, R = {Rn}",
-        "Fig. 9 (quintic): more damping generalises better",
-        f"damped {pct(runs.net_test_acc[damped].mean())}, GN {pct(runs.net_test_acc[gn].mean())}; "
-        + d.describe(), exceeds(d), "'yes' when damped GN beats GN beyond noise (interval above 0)"))
+    return (f"λ = 1/τ = {num(float(runs.damping[damped][0]), 2)}, R = {Rn}: damped "
+            f"{pct(runs.net_test_acc[damped].mean())}, GN {pct(runs.net_test_acc[gn].mean())}; " + d.describe(),
+            exceeds(d), "'yes' when damped GN beats GN beyond noise (interval above 0)")
+
+
+@protocol.rule("limit.literal_vs_flow", needs=("margin",))
+def literal_check(row, results: Results) -> tuple[str, str, str]:
+    """Check: the iterated closed-form flow against literal small-rate gradient descent on the linear
+    models (:func:`consistency_checks`), relative distance under the row's margin."""
     c = results.checks
-    tau = float(c.tau)
-    rows += [
-        Claim("the iterated closed-form flow equals literal small-rate iterative linearisation",
-              "Sec. 3 / Appendix B", f"relative distance {num(float(c.literal_vs_flow), 4)} (N={int(c.n_check)},"
-              f" R=2, K={int(c.gd_steps)} steps of η={float(c.eta):.2g}, τ={tau:.2g})",
-              "yes" if float(c.literal_vs_flow) < CHECK_TOL else "no", f"< {CHECK_TOL:g}", kind="check"),
-        Claim("τ → ∞ equals the Gauss–Newton step", "Eq. 5, 19",
-              f"relative distance {num(float(c.gn_vs_flow_inf), 4)}",
-              "yes" if float(c.gn_vs_flow_inf) < CHECK_TOL else "no", f"< {CHECK_TOL:g}", kind="check"),
-        Claim("re-linearising moves the flow towards GD on the network (τ → 0)", "Sec. 3",
-              f"relative distance to 2K GD steps on the network: R = 2 {num(float(c.network_gd_vs_flow), 4)}, "
-              f"R = 1 {num(float(c.network_gd_vs_one_flow), 4)} (time 2τ)",
-              verdict(float(c.network_gd_vs_flow) < float(c.network_gd_vs_one_flow)),
-              "R = 2 closer than R = 1", kind="check"),
-    ]
-    return rows
+    return (f"relative distance {num(float(c.literal_vs_flow), 4)} (N={int(c.n_check)}, R=2, K={int(c.gd_steps)} steps "
+            f"of η={float(c.eta):.2g}, τ={float(c.tau):.2g})",
+            verdict(float(c.literal_vs_flow) < row.margin), f"< {row.margin:g}")
+
+
+@protocol.rule("limit.gn_vs_flow_inf", needs=("margin",))
+def gn_step_check(row, results: Results) -> tuple[str, str, str]:
+    """Check: the flow at τ → ∞ against the Gauss–Newton step, relative distance under the row's margin."""
+    c = results.checks
+    return (f"relative distance {num(float(c.gn_vs_flow_inf), 4)}", verdict(float(c.gn_vs_flow_inf) < row.margin),
+            f"< {row.margin:g}")
+
+
+@protocol.rule("limit.towards_gd")
+def towards_gd(row, results: Results) -> tuple[str, str, str]:
+    """Check: two re-linearisations bring the flow closer to 2K GD steps on the network than one."""
+    c = results.checks
+    return (f"relative distance to 2K GD steps on the network: R = 2 {num(float(c.network_gd_vs_flow), 4)}, "
+            f"R = 1 {num(float(c.network_gd_vs_one_flow), 4)} (time 2τ)",
+            verdict(float(c.network_gd_vs_flow) < float(c.network_gd_vs_one_flow)), "R = 2 closer than R = 1")
+
+
+def claims(results: Results) -> list[Claim]:
+    """The rows of limit in ``claims.toml`` (:mod:`~iterlin.experiments.protocol`), stated before the
+    run, decided by the shared noise rule (:func:`iterlin.repro.stats.difference`: a 95 % t interval
+    of Δ, paired on the test images); three consistency checks of the closed forms."""
+    return protocol.claims("limit", results)
 
 
 EXPERIMENT = Experiment("limit", SCALES, load, compute, claims, __name__, Config, Results)

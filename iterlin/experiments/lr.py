@@ -31,14 +31,15 @@ from typing import ClassVar, Mapping, NamedTuple, Sequence
 import matplotlib.pyplot as plt
 import numpy as np
 
-from ..repro.claims import NA, ON_PAR, UNDECIDED, Claim, all_verdicts, divergence_claim, exceeds, fmt_K, on_par, on_par_rule
-from ..repro.config import Flag, Images, Period, Rate, Steps, TestImages, resolve
+from ..repro.claims import NA, UNDECIDED, Claim, all_verdicts, exceeds, fmt_K, on_par, on_par_rule
+from ..repro.config import Flag, Images, Period, Rate, Steps, TestImages
 from ..data import Dataset
 from ..repro.failures import BLOCK_RISE, failed_runs
 from ..models import make_model
 from ..repro.plotting import legend, panels, plot_bound, plot_sweep, run_colors, seed_curve, set_log_ticks
 from ..analysis.stability import bound_record, first_unstable_step, max_stable_lr
 from ..repro.stats import Difference, final_difference, num, run_seeds, runs_of
+from . import protocol
 from ._common import (
     Experiment,
     Seeds,
@@ -54,8 +55,9 @@ from ._common import (
     trained_final,
 )
 
-__all__ = ["Config", "Results", "get_config", "SCALES", "EXPERIMENT", "load", "compute", "claims", "decade", "plan", "large_K",
-           "PerRate", "per_lr", "Crossing", "failures", "crossing_claim", "RateGrid", "by_lr", "timing", "plot"]
+__all__ = ["Config", "Results", "SCALES", "EXPERIMENT", "load", "compute", "claims", "decade", "plan", "large_K",
+           "PerRate", "per_lr", "needs_smaller", "on_par_below", "on_par_above", "Crossing", "failures",
+           "crossing", "crossing_rule", "RateGrid", "by_lr", "timing", "plot"]
 
 # The scales (smoke, cpu, gpu, paper): what each runs, why, and what it changes is told on the page
 # (notebooks/lr.py, "What each scale runs").
@@ -122,11 +124,6 @@ class Results(NamedTuple):
     config: Config | None = None  #: the resolved config (set by :func:`~iterlin.experiments.run`)
 
 
-def get_config(scale: str = "smoke", **overrides) -> Config:
-    """The config at ``scale`` (:data:`SCALES`) with ``overrides`` applied (None keeps the default)."""
-    return resolve(Config, SCALES, scale, overrides)
-
-
 def load(config: Config) -> Dataset:
     """CIFAR-10 as :func:`~iterlin.experiments._common.load_data`, and ``n_sharpness <= n_train`` checked."""
     return check_sharpness(config, load_data(config))
@@ -157,7 +154,7 @@ def compute(config: Config, data: Dataset, *, checkpoint_dir=None, progress: boo
 
 
 # ------------------------------------------------------------------------------------------------
-# Claims
+# Claims: the rows of lr in ``claims.toml`` (:mod:`~iterlin.experiments.protocol`), their rules here
 
 
 def large_K(results: Results) -> float | None:
@@ -173,14 +170,14 @@ class PerRate(NamedTuple):
     diff: Difference  #: large K minus K = 1, the shared noise rule, paired by seed and test image
     div1: bool  #: whether a seed of K = 1 diverged
     div_large: bool  #: whether a seed of the large K diverged
-    #: :func:`~iterlin.repro.claims.on_par` within :data:`~iterlin.repro.claims.ON_PAR` ("no" when either diverged)
+    #: :func:`~iterlin.repro.claims.on_par` within the row's margin ("no" when either diverged)
     par: str
     #: K = 1 better than large K beyond noise ("yes" also when only large K diverged, "no" when K = 1 diverged)
     worse: str
 
 
-def per_lr(results: Results) -> list[PerRate]:
-    """Every rate of the sweep, in increasing order: the large K against K = 1."""
+def per_lr(results: Results, tol: float) -> list[PerRate]:
+    """Every rate of the sweep, in increasing order: the large K against K = 1, on par within ``tol``."""
     h = results.runs
     Kl = large_K(results)
     div = np.asarray(h["diverged"], bool)
@@ -190,7 +187,7 @@ def per_lr(results: Results) -> list[PerRate]:
         d = final_difference(results, i1, j)
         div1, divl = bool(div[i1].any()), bool(div[j].any())
         worse = "no" if div1 else "yes" if divl else exceeds(final_difference(results, j, i1))
-        out.append(PerRate(float(eta), d, div1, divl, "no" if div1 or divl else on_par(d, ON_PAR), worse))
+        out.append(PerRate(float(eta), d, div1, divl, "no" if div1 or divl else on_par(d, tol), worse))
     return out
 
 
@@ -200,21 +197,19 @@ def _lr_list(rows: Sequence[PerRate]) -> str:
         + (" (K=1 diverged)" if r.div1 else "") for r in rows)
 
 
-def claims(results: Results) -> list[Claim]:
-    """Large K needs a smaller rate than K = 1; on par below the bound 2/λ_max(θ_0), and above it;
-    divergence. Every comparison through the shared noise rule (paired by seed and test image)."""
-    h = results.runs
-    Kl = large_K(results)
-    div_row = divergence_claim({"runs": h})
-    if Kl is None:
-        return [Claim("large K needs a smaller learning rate than K = 1", "not tested in the paper",
-                      "only K = 1 was run", NA, "needs a run with K > 1"), div_row]
-    rows = per_lr(results)
-    noise = rows[0].diff.counts()
-    bound = float(np.mean(results.stable_lr))
-    Ktxt = fmt_K(Kl)
+_ONLY_K1 = ("only K = 1 was run", NA, "needs a run with K > 1")
 
-    # 1. large K needs a smaller rate: on par at some rate, K = 1 better (or large K diverged) at a larger one
+
+@protocol.rule("lr.needs_smaller", needs=("margin",))
+def needs_smaller(row, results: Results) -> tuple[str, str, str]:
+    """Large K needs a smaller rate than K = 1: on par (within the row's margin) at some rate, and K = 1
+    better beyond noise (or the large K diverged) at a larger one; 'no' when at every rate K = 1
+    trains, the large K is on par or not worse; n/a with one rate."""
+    Kl = large_K(results)
+    if Kl is None:
+        return _ONLY_K1
+    rows = per_lr(results, row.margin)
+    Ktxt = fmt_K(Kl)
     par_lrs = [r.lr for r in rows if r.par == "yes"]
     worse_lrs = [r.lr for r in rows if r.worse == "yes"]
     finite1 = [r for r in rows if not r.div1]
@@ -236,27 +231,37 @@ def claims(results: Results) -> list[Claim]:
     measured += (f"; K=1 better (or K={Ktxt} diverged) from lr {min(above):g}" if above
                  else "; K=1 better at no larger rate" if ahead_par else "; K=1 better at no rate")
     measured += "; K=1 finite at " + (", ".join(f"{r.lr:g}" for r in finite1) if finite1 else "no rate")
-    needs = Claim(
-        "large K needs a smaller learning rate than K = 1", "not tested (the paper's rates: 1e-5 to 1e-3)",
-        measured, holds,
-        f"'yes' when K={Ktxt} is on par with K = 1 at one rate and worse beyond noise (or diverged) at a larger "
-        f"one; 'no' when at every rate K = 1 trains, K={Ktxt} is on par or not worse ({noise}; {len(rows)} rates)",
-    )
+    return (measured, holds,
+            f"'yes' when K={Ktxt} is on par with K = 1 at one rate and worse beyond noise (or diverged) at a larger "
+            f"one; 'no' when at every rate K = 1 trains, K={Ktxt} is on par or not worse "
+            f"({rows[0].diff.counts()}; {len(rows)} rates)")
 
-    # 2-3. on par below and above the linear model's bound at initialisation
-    def par_row(sel, what, paper):
-        chosen = [r for r in rows if sel(r.lr)]
-        return Claim(
-            f"large K on par with K = 1 at the rates {what} 2/λ_max(θ_0) = {num(bound, 3)}", paper,
-            _lr_list(chosen) if chosen else "no rate in the grid", all_verdicts(r.par for r in chosen),
-            f"per rate: final test acc. of K={Ktxt} minus K = 1, {on_par_rule(ON_PAR)} ({noise}; a diverged run is "
-            "'no'); 'yes' when every such rate is on par; n/a without one",
-        )
 
-    below = par_row(lambda eta: eta < bound, "below",
-                    "on par (the paper's rates are far below the bound)")
-    above = par_row(lambda eta: eta >= bound, "at or above", "not tested")
-    return [needs, below, above, crossing_claim(h), div_row]
+def _on_par_at(row, results: Results, below: bool) -> tuple[str, str, str]:
+    """The large K on par with K = 1 at every rate below (or at and above) the bound 2/λ_max(θ_0),
+    the mean over seeds; n/a without such a rate."""
+    Kl = large_K(results)
+    if Kl is None:
+        return _ONLY_K1
+    rows = per_lr(results, row.margin)
+    bound = float(np.mean(results.stable_lr))
+    chosen = [r for r in rows if (r.lr < bound) == below]
+    return (f"2/λ_max(θ_0) = {num(bound, 3)}: " + (_lr_list(chosen) if chosen else "no rate in the grid"),
+            all_verdicts(r.par for r in chosen),
+            f"per rate: final test acc. of K={fmt_K(Kl)} minus K = 1, {on_par_rule(row.margin)} "
+            f"({rows[0].diff.counts()}; a diverged run is 'no'); 'yes' when every such rate is on par; n/a without one")
+
+
+@protocol.rule("lr.on_par_below", needs=("margin",))
+def on_par_below(row, results: Results) -> tuple[str, str, str]:
+    """The large K on par with K = 1 at every rate below 2/λ_max(θ_0)."""
+    return _on_par_at(row, results, below=True)
+
+
+@protocol.rule("lr.on_par_above", needs=("margin",))
+def on_par_above(row, results: Results) -> tuple[str, str, str]:
+    """The large K on par with K = 1 at every rate at or above 2/λ_max(θ_0)."""
+    return _on_par_at(row, results, below=False)
 
 
 class Crossing(NamedTuple):
@@ -285,21 +290,20 @@ def failures(h: Mapping) -> list[Crossing]:
             for i in np.flatnonzero(K > 1)]
 
 
-def crossing_claim(h: Mapping) -> Claim:
-    """"Large K fails where η crosses 2/λ_max(θ_s)": from the sharpness record along every large-K
-    run of the history ``h`` (:attr:`Results.runs`). 'yes' when some run failed, every failed run had η above 2/λ_max(θ_s) at a recorded step
-    at or before its failure, and every run that crossed failed; 'no' when a run failed with η
-    under the bound at every recorded step up to its failure, or crossed and never failed; n/a
-    without a record or when no run failed or crossed."""
+def crossing(h: Mapping) -> tuple[str, str, str]:
+    """"Large K fails where η crosses 2/λ_max(θ_s)", ``(measured, holds, rule)`` from the sharpness
+    record along every large-K run of the history ``h`` (:attr:`Results.runs`). 'yes' when some run
+    failed, every failed run had η above 2/λ_max(θ_s) at a recorded step at or before its failure,
+    and every run that crossed failed; 'no' when a run failed with η under the bound at every
+    recorded step up to its failure, or crossed and never failed; n/a without a record or when no
+    run failed or crossed."""
     rows = failures(h)
-    claim = "large K fails where η crosses the linear model's bound 2/λ_max(θ_s)"
     rule = ("per large-K run: failed = diverged, loss exploded, or the linear model's loss rose inside a block by over "
             f"{BLOCK_RISE:.0%}; crossed = η·λ_max(θ_s)/2 > 1 at a recorded step; 'yes' when some run failed, every "
             "failure came at or after its crossing and every crossing run failed; 'no' when one failed uncrossed or "
             "crossed and never failed")
-    paper = "not in the paper (the edge-of-stability mechanism: Cohen et al. 2021)"
     if not rows:
-        return Claim(claim, paper, "no sharpness record", NA, rule)
+        return "no sharpness record", NA, rule
     fail = [r for r in rows if r.failed >= 0]
     cross = [r for r in rows if r.crossed >= 0]
     early = [r for r in fail if not 0 <= r.crossed <= r.failed]
@@ -314,7 +318,21 @@ def crossing_claim(h: Mapping) -> Claim:
               (f" (crossed only at {r.crossed})" if r.crossed >= 0 else "") for r in early]
     parts += [f"{name(r)}: crossed at step {r.crossed}, never failed" for r in idle]
     holds = NA if not fail and not cross else "no" if early or idle else "yes"
-    return Claim(claim, paper, "; ".join(parts), holds, rule)
+    return "; ".join(parts), holds, rule
+
+
+@protocol.rule("lr.crossing", metrics=("lr_over_bound",))
+def crossing_rule(row, results: Results) -> tuple[str, str, str]:
+    """:func:`crossing` of the sweep."""
+    return crossing(results.runs)
+
+
+def claims(results: Results) -> list[Claim]:
+    """The rows of lr in ``claims.toml``: large K needs a smaller rate than K = 1
+    (:func:`needs_smaller`); on par below the bound 2/λ_max(θ_0), and above it (:func:`on_par_below`,
+    :func:`on_par_above`); large K fails where η crosses 2/λ_max(θ_s) (:func:`crossing`); divergence.
+    Every comparison through the shared noise rule (paired by seed and test image)."""
+    return protocol.claims("lr", results)
 
 
 EXPERIMENT = Experiment("lr", SCALES, load, compute, claims, __name__, Config, Results)

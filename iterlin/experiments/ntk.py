@@ -33,7 +33,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from ..repro.claims import Claim, beyond, fmt_K, only_k1_rows, verdict
-from ..repro.config import Images, Period, Rate, Steps, TestImages, resolve
+from ..repro.config import Images, Period, Rate, Steps, TestImages
 from ..data import Dataset
 from ..analysis.ntk import kernel_tracker, relinearisation_steps
 from ..repro.plotting import legend, mark_steps, panels, plot_sweep
@@ -100,11 +100,6 @@ class Results(NamedTuple):
     runs: Sweep
     n_probe: np.ndarray  #: () int, the probe images (the first training images) the kernels are on
     config: Config | None = None  #: the resolved config (set by :func:`~iterlin.experiments.run`)
-
-
-def get_config(scale: str = "smoke", **overrides) -> Config:
-    """The config at ``scale`` (:data:`SCALES`) with ``overrides`` applied (None keeps the default)."""
-    return resolve(Config, SCALES, scale, overrides)
 
 
 def kernel_bytes(n_probe: int, runs: int, n_outputs: int = 10) -> int:

@@ -76,8 +76,7 @@ def resolve(name: str, scale: str = "smoke", /, **overrides: Any) -> ExperimentC
 
     ``None`` for an override keeps the scale's default. See :func:`iterlin.repro.config.resolve`.
     """
-    exp = get(name)
-    return _config.resolve(exp.config, exp.scales, scale, overrides)
+    return get(name).get_config(scale, **overrides)
 
 
 #: Names IPython (and Jupyter's kernel) puts in a notebook's globals that are not parameters.

@@ -28,8 +28,7 @@ Each notebook ends with one table built from :class:`Claim` rows::
 
 :func:`publish_claims` prints nothing itself: it returns the fixed-width table and saves the rows
 atomically as JSON to ``<claims dir>/<name>.json`` (``$ITERLIN_CLAIMS``, else
-``<repo>/_build/claims``), from which :func:`collect_claims` builds the book's claims page in
-Markdown.
+``<repo>/_build/claims``), from which ``book/generate.py`` builds the book's claims page.
 """
 
 from __future__ import annotations
@@ -61,9 +60,7 @@ __all__ = [
     "pooled_runs",
     "claims_table",
     "ClaimsTable",
-    "claims_markdown",
     "publish_claims",
-    "collect_claims",
     "default_claims_dir",
     "verdict",
     "fmt_K",
@@ -71,7 +68,6 @@ __all__ = [
     "KINDS",
     "CHECKS_HEADING",
     "ON_PAR",
-    "CONVERGED",
     "on_par",
     "exceeds",
     "all_verdicts",
@@ -183,24 +179,6 @@ def claims_table(rows: Iterable[Claim]) -> str:
     return out
 
 
-def _markdown(rows: list[Claim]) -> str:
-    out = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    for r in rows:
-        cells = [c.replace("|", "\\|") for c in (r.claim, r.paper, r.measured, r.holds, r.rule)]
-        out.append("| " + " | ".join(cells) + " |")
-    return "\n".join(out)
-
-
-def claims_markdown(rows: Iterable[Claim]) -> str:
-    """The same rows as a Markdown table (``|`` inside a cell escaped as ``\\|``); consistency checks
-    in a second table under :data:`CHECKS_HEADING`."""
-    claims, checks = _split(_rows(rows))
-    out = _markdown(claims)
-    if checks:
-        out += "\n\n" + CHECKS_HEADING + "\n\n" + _markdown(checks)
-    return out
-
-
 class ClaimsTable:
     """A claims table that renders as an HTML table in a notebook and as fixed-width text elsewhere.
 
@@ -295,27 +273,6 @@ def publish_claims(name: str, rows: Iterable[Claim], *, scale: str,
     return ClaimsTable(name, scale, rows)
 
 
-def collect_claims(directory: str | os.PathLike | None = None) -> str:
-    """Markdown of every ``<name>.json`` in ``directory`` (sorted by name): a section per notebook.
-
-    Unreadable files are listed as such rather than failing the book build.
-    """
-    d = Path(directory) if directory is not None else default_claims_dir()
-    parts = []
-    for path in sorted(d.glob("*.json")) if d.is_dir() else []:
-        try:
-            doc = json.loads(path.read_text(encoding="utf-8"))
-            rows = [Claim(**r) for r in doc["rows"]]
-            body = claims_markdown(rows)
-            title = f"## {doc['name']} (scale: {doc['scale']})"
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            title, body = f"## {path.stem}", f"*(claims file {path.name} unreadable: {type(e).__name__})*"
-        parts.append(f"{title}\n\n{body}\n")
-    if not parts:
-        return "*(no claims recorded yet: execute the notebooks first)*\n"
-    return "\n".join(parts)
-
-
 # ------------------------------------------------------------------------------------------------
 # Rows shared by every experiment: noise, on-par comparisons, divergence
 # ------------------------------------------------------------------------------------------------
@@ -323,11 +280,6 @@ def collect_claims(directory: str | os.PathLike | None = None) -> str:
 #: ``|Δ|`` (fraction of test accuracy) within which two runs count as "on par" where the paper gives
 #: no number (Figs. 2, 4, 5); Fig. 3 uses the paper's own "under 1 point".
 ON_PAR = 0.02
-
-#: The final train accuracy at or above which a run counts as trained to convergence, i.e. as having
-#: fitted its training set (the paper compares converged solutions: Figs. 5 and 8).
-CONVERGED = 0.99
-
 
 def on_par(diff: Difference, tol: float) -> str:
     """"On par within ``tol``" (an equivalence test): ``"yes"`` when the whole interval

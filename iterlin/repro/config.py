@@ -2,9 +2,10 @@
 
 Each experiment module (``iterlin/experiments/<name>.py``) holds its typed config ``Config`` (an
 :class:`ExperimentConfig`: one field per knob), its defaults ``SCALES = {"smoke": {...}, "cpu":
-{...}, "gpu": {...}, "paper": {...}}`` (every knob at every scale) and ``get_config(scale,
-**overrides)`` beside them (the flax examples' ``configs/default.py`` shape); this module checks and
-normalises the values a user gives, before any data is read or anything is compiled::
+{...}, "gpu": {...}, "paper": {...}}`` (every knob at every scale), registered in its ``EXPERIMENT``,
+whose ``get_config(scale, **overrides)`` gives the typed config (the flax examples'
+``configs/default.py`` shape); this module checks and normalises the values a user gives, before any
+data is read or anything is compiled::
 
     from iterlin.experiments import resolve               # looks up the experiment's Config and SCALES
     config = resolve("fig3", "smoke", K=5e6, lr=None)     # None means "the scale's default"

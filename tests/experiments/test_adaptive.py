@@ -172,7 +172,7 @@ def _results(fixed_acc, tol_acc, *, K=(1, 10, 30, 100), tol=(0.003, 0.01, 0.03),
         fixed=hf, adaptive=ha, final_test_acc=acc, final_test_correct=None,  # unpaired: no per-image record
         n_relin=np.concatenate([hf["n_relin"][:, -1], ha["n_relin"][:, -1]]), n_test=np.asarray(n_test),
         n_runs=np.asarray(len(acc)), wall_seconds=np.asarray(1.0),
-        config=adaptive.get_config("smoke", K=K, tol=tol, steps=steps))
+        config=adaptive.EXPERIMENT.get_config("smoke", K=K, tol=tol, steps=steps))
 
 
 def test_yes_when_an_adaptive_run_on_par_uses_fewer_updates():

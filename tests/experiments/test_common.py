@@ -147,14 +147,14 @@ def test_index_of_K_and_rmse():
 
 
 def test_check_batch_and_a_load_that_checks_n_probe(monkeypatch):
-    cnn = fig3.get_config("smoke")
+    cnn = fig3.EXPERIMENT.get_config("smoke")
     C.check_batch(cnn.replace(batch_size=None), 3)
     C.check_batch(cnn.replace(batch_size=3), 3)
-    C.check_batch(fig9.get_config("smoke"), 3)  # a config without batch_size
+    C.check_batch(fig9.EXPERIMENT.get_config("smoke"), 3)  # a config without batch_size
     with pytest.raises(ValueError, match=r"batch_size=4 is not allowed.*n_train=3"):
         C.check_batch(cnn.replace(batch_size=4), 3)
     monkeypatch.setattr(C, "load_cifar10", lambda n, n_test: fake_cifar(n or 20, n_test or 4))
-    probe = ntk.get_config("smoke").replace(n_train=10, n_test=4, batch_size=None)
+    probe = ntk.EXPERIMENT.get_config("smoke").replace(n_train=10, n_test=4, batch_size=None)
     assert ntk.load(probe.replace(n_probe=10)).x_train.shape[0] == 10
     assert ntk.load(probe.replace(n_probe=None)).x_train.shape[0] == 10
     with pytest.raises(ValueError, match=r"n_probe=11 is not allowed.*n_train=10"):
@@ -167,7 +167,7 @@ def test_check_batch_and_a_load_that_checks_n_probe(monkeypatch):
 
 
 def test_load_quintic_dtype():
-    config = fig9.get_config("smoke").replace(n_train=6, n_test=9)
+    config = fig9.EXPERIMENT.get_config("smoke").replace(n_train=6, n_test=9)
     d = C.load_quintic(config.replace(x64=True))
     assert d.x_train.shape == (6, 1) and d.x_test.shape == (9, 1) and d.x_train.dtype == np.float64
     assert C.load_quintic(config.replace(x64=False)).y_test.dtype == np.float32
@@ -218,13 +218,13 @@ def test_cnn_sweep_trains_every_seed_and_records_it(monkeypatch):
     monkeypatch.setattr(C, "sweep", recording_sweep)
     monkeypatch.setattr(C, "make_model", null_model)
     data = fake_cifar(40)
-    config = fig3.get_config("smoke").replace(seed=7, n_seeds=3, K=(1, 5), lr=0.1, steps=6, batch_size=8, n_evals=3,
+    config = fig3.EXPERIMENT.get_config("smoke").replace(seed=7, n_seeds=3, K=(1, 5), lr=0.1, steps=6, batch_size=8, n_evals=3,
                                               n_eval_train=30)
     h = C.cnn_sweep(config, data)
     assert h["seed"].tolist() == [7, 7, 8, 8, 9, 9]
     assert len(captured["params"]) == 3 and len(captured["key"]) == 3
     assert captured["eval_train_size"] == 30
-    assert C.seeds(config) == [7, 8, 9] and C.seeds(fig3.get_config("smoke", seed=2, n_seeds=1)) == [2]
+    assert C.seeds(config) == [7, 8, 9] and C.seeds(fig3.EXPERIMENT.get_config("smoke", seed=2, n_seeds=1)) == [2]
 
 
 def test_network_correct_in_chunks_equals_one_pass():
@@ -305,16 +305,16 @@ def test_typed_results_read_sweeps_and_mappings_of_sweeps_back():
     from iterlin.experiments import fig1, fig5, fig7, gn, registry
 
     cols = dict(fake_sweep([1, 4], 0.1, 8, [0.3, 0.3]))
-    r3 = registry.get("fig3").typed({"runs": cols, "n_test": np.asarray(8)}, fig3.get_config("smoke"))
+    r3 = registry.get("fig3").typed({"runs": cols, "n_test": np.asarray(8)}, fig3.EXPERIMENT.get_config("smoke"))
     assert isinstance(r3.runs, C.Sweep) and r3.runs.K.tolist() == [1.0, 4.0]
     fields5 = {f: np.zeros(2) for f in fig5.Results._fields if f not in ("histories", "config")}
-    r5 = registry.get("fig5").typed({**fields5, "histories": {"8": cols, "16": cols}}, fig5.get_config("smoke"))
+    r5 = registry.get("fig5").typed({**fields5, "histories": {"8": cols, "16": cols}}, fig5.EXPERIMENT.get_config("smoke"))
     assert set(r5.histories) == {"8", "16"} and all(isinstance(v, C.Sweep) for v in r5.histories.values())
     fields_gn = {f: np.zeros(2) for f in gn.Results._fields if f not in ("runs", "gn", "config")}
-    rg = registry.get("gn").typed({**fields_gn, "runs": cols, "gn": cols}, gn.get_config("smoke"))
+    rg = registry.get("gn").typed({**fields_gn, "runs": cols, "gn": cols}, gn.EXPERIMENT.get_config("smoke"))
     assert isinstance(rg.gn, C.Sweep) and isinstance(rg.runs, C.Sweep)
     match = {k: np.zeros(2) for k in ("norm", "ratio", "fraction", "cosine", "match_step", "K_large")}
-    r7 = registry.get("fig7").typed({"runs": cols, "match": match}, fig7.get_config("smoke"))
+    r7 = registry.get("fig7").typed({"runs": cols, "match": match}, fig7.EXPERIMENT.get_config("smoke"))
     assert isinstance(r7.match, fig7.FilterMatch) and isinstance(r7.runs, C.Sweep)
     assert r7.match.ratio is match["ratio"] and dict(r7.match) == match
     fields1 = {f: np.zeros(2) for f in fig1.Results._fields if f not in ("gn", "bridge", "literal", "config")}
@@ -322,8 +322,8 @@ def test_typed_results_read_sweeps_and_mappings_of_sweeps_back():
     bridge = {f.name: np.zeros(2) for f in dataclasses.fields(fig1.Bridge)}
     literal = {k: np.zeros(2) for k in ("K", "lr", "steps", "n_relin", "tau")}  # a plan without K: no runs
     r1 = registry.get("fig1").typed({**fields1, "gn": gn1, "bridge": bridge, "literal": literal},
-                                    fig1.get_config("smoke"))
+                                    fig1.EXPERIMENT.get_config("smoke"))
     assert isinstance(r1.gn, fig1.GaussNewtonRuns) and isinstance(r1.bridge, fig1.Bridge)
     assert isinstance(r1.literal, fig1.LiteralRuns) and r1.literal.bound is None and set(r1.literal) == set(literal)
     with pytest.raises(ValueError, match=r"^columns=\['norm'\] are not allowed: missing \['ratio'"):
-        registry.get("fig7").typed({"runs": cols, "match": {"norm": np.zeros(2)}}, fig7.get_config("smoke"))
+        registry.get("fig7").typed({"runs": cols, "match": {"norm": np.zeros(2)}}, fig7.EXPERIMENT.get_config("smoke"))

@@ -26,7 +26,7 @@ def test_compute_runs_the_config(monkeypatch):
 
 def _rows(acc, scale="smoke", n_test=BIG, K=(1, 5), steps=50, diverged=None, lr=0.1):
     h = fake_history(list(K), lr, steps, acc, diverged=diverged)
-    return fig3.claims(fig3.Results(runs=h, n_test=np.asarray(n_test), config=fig3.get_config(scale)))
+    return fig3.claims(fig3.Results(runs=h, n_test=np.asarray(n_test), config=fig3.EXPERIMENT.get_config(scale)))
 
 
 def test_claims_rules():
@@ -73,10 +73,10 @@ def test_seeds_and_paired_test_images_decide_what_one_unpaired_seed_cannot():
     for r, acc in enumerate([0.40, 0.40, 0.41, 0.409]):
         correct[r, :int(round(acc * n))] = True
     h["net_test_correct"] = correct
-    rows = fig3.claims(fig3.Results(runs=h, n_test=np.asarray(n), config=fig3.get_config("cpu")))
+    rows = fig3.claims(fig3.Results(runs=h, n_test=np.asarray(n), config=fig3.EXPERIMENT.get_config("cpu")))
     assert rows[0].holds == "yes" and "2 seeds, 2000 paired test images" in rows[0].measured
     del h["net_test_correct"]
-    assert fig3.claims(fig3.Results(runs=h, n_test=np.asarray(n), config=fig3.get_config("cpu")))[0].holds == UNDECIDED
+    assert fig3.claims(fig3.Results(runs=h, n_test=np.asarray(n), config=fig3.EXPERIMENT.get_config("cpu")))[0].holds == UNDECIDED
 
 
 def test_divergence_is_reported_in_claims():
@@ -91,8 +91,8 @@ def test_divergence_is_reported_in_claims():
 def test_the_sharpness_row():
     h = fake_history([1, 5], 0.1, 50, [0.40, 0.395])
     h["lr_over_bound"] = np.array([[0.1, 0.2, 0.3], [0.1, 0.25, 0.2]])
-    rows = fig3.claims(fig3.Results(runs=h, n_test=np.asarray(BIG), config=fig3.get_config("cpu")))
+    rows = fig3.claims(fig3.Results(runs=h, n_test=np.asarray(BIG), config=fig3.EXPERIMENT.get_config("cpu")))
     assert rows[3].holds == "yes" and rows[0].holds == "yes"
     h["lr_over_bound"] = np.array([[0.1, 0.2, 0.3], [0.1, 1.25, 0.2]])  # η above the bound: unstable
-    rows = fig3.claims(fig3.Results(runs=h, n_test=np.asarray(BIG), config=fig3.get_config("cpu")))
+    rows = fig3.claims(fig3.Results(runs=h, n_test=np.asarray(BIG), config=fig3.EXPERIMENT.get_config("cpu")))
     assert [r.holds for r in rows[:4]] == [UNSTABLE, NA, UNSTABLE, "no"]

@@ -24,7 +24,7 @@ def test_window_points():
 def test_window_out_of_range_is_refused():
     for bad in (0, 1.5, -0.1):
         with pytest.raises(ValueError, match=f"window={bad!r} is not allowed"):
-            fig3_confirm.get_config("smoke", window=bad)
+            fig3_confirm.EXPERIMENT.get_config("smoke", window=bad)
 
 
 def _data(n_train=16, n_test=6, n_unused=5):
@@ -37,7 +37,7 @@ def test_compute_scores_every_pool_image_and_resumes_to_the_same_scores(tmp_path
     """Real training (the paper's CNN on 16 made-up images): the window's scores are each run's mean
     correctness over the window's points on every pool image (test images first); a second compute
     from the finished checkpoint restores the scorer's carry and gives the same scores."""
-    config = fig3_confirm.get_config("smoke", K=[1, 2, "inf"], steps=4, batch_size=4, n_train=16, n_seeds=1,
+    config = fig3_confirm.EXPERIMENT.get_config("smoke", K=[1, 2, "inf"], steps=4, batch_size=4, n_train=16, n_seeds=1,
                                      n_evals=2, window=0.5, n_window_evals=2, n_sharpness=4, sharpness_every=2)
     data = _data()
     a = fig3_confirm.compute(config, data, checkpoint_dir=tmp_path)
@@ -106,7 +106,7 @@ def _results(*, mid=0.0, inf=-0.10, train=1.0, ratio=0.1, diverged=False, noise=
         for j, shift in enumerate((0.0, mid, inf)):
             p = np.clip(base[s] + shift + noise * (rng.random(N) - 0.5), 0, 1)
             score[3 * s + j] = p
-    config = fig3_confirm.get_config("smoke", K=[1, 10, "inf"], steps=100, n_seeds=S, window=0.1)
+    config = fig3_confirm.EXPERIMENT.get_config("smoke", K=[1, 10, "inf"], steps=100, n_seeds=S, window=0.1)
     runs = _common.Sweep.from_columns(
         {**{k.replace("_acc", "_loss"): 1 - v for k, v in h.items() if k.endswith("_acc")}, **h})
     return fig3_confirm.Results(runs=runs, window_net=score.astype(np.float32), window_lin=score.astype(np.float32),
@@ -131,7 +131,7 @@ def test_the_registered_rows_fix_the_cpu_scales_run():
     rows = protocol.rows_of("fig3_confirm")
     assert rows and all(r.status == "confirmatory" and r.registered and r.seeds == 10 for r in rows)
     for scale in ("cpu", "gpu"):
-        config = fig3_confirm.get_config(scale)
+        config = fig3_confirm.EXPERIMENT.get_config(scale)
         assert all(protocol.config_mismatch(r, config) == "" for r in rows), scale
         assert config.n_seeds == max(r.seeds for r in rows)
     assert all(c.holds == NA for c in fig3_confirm.claims(_results()))

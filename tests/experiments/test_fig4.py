@@ -18,7 +18,7 @@ from iterlin.tree import tree_stack
 
 
 def test_panels():
-    config = fig4.get_config("smoke", K=[1, 3], lr=0.02, K_bn=[1, 5], lr_bn=0.04, augment_bn=False)
+    config = fig4.EXPERIMENT.get_config("smoke", K=[1, 3], lr=0.02, K_bn=[1, 5], lr_bn=0.04, augment_bn=False)
     panels = fig4.panel_settings(config)
     assert tuple(panels) == fig4.PANELS
     assert panels["no_bn"] == fig4.Panel("resnet18", (1, 3), 0.02, False)

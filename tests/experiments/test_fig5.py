@@ -24,7 +24,7 @@ STABLE = "the linear model stays stable: η under 0.33 of 2/λ_max(θ_s) along e
 
 def _config(**changes):
     """The smoke config with ``changes`` (None sets a knob to None, unlike ``get_config``'s overrides)."""
-    return fig5.get_config().replace(**changes)
+    return fig5.EXPERIMENT.get_config().replace(**changes)
 
 
 def test_single_size_expands_to_halvings():
@@ -35,7 +35,7 @@ def test_single_size_expands_to_halvings():
     assert revalidate(resolve("fig5", n_train="all").to_dict()).n_train == (None,)
     assert revalidate(resolve("fig5", n_train=400)) == resolve("fig5", n_train=400)
     assert revalidate(resolve("fig5", n_train=400).to_dict()) == resolve("fig5", n_train=400)
-    assert fig5.get_config(n_train=400) == resolve("fig5", n_train=400)
+    assert fig5.EXPERIMENT.get_config(n_train=400) == resolve("fig5", n_train=400)
     assert fig5.Config.EXPAND["n_train"](400) == [100, 200, 400]  # the rule that expands a single size
     with pytest.raises(ValueError, match=r"batch_size=50 is not allowed.*n_train=32"):
         resolve("fig5", n_train=[32, 64], batch_size=50)
@@ -226,7 +226,7 @@ def _results(best, *, train=1.0, sizes=(100, 400), lr_inf=0.5, diverged=None, K=
         n_train=np.asarray(sizes), K=np.asarray(K), lr=np.asarray(lr, np.float64),
         seed_index=np.repeat(np.arange(seeds), R // seeds), n_test=np.asarray(n_test),
         best_test_acc=best, final_train_acc=np.full((S, R), train), diverged=div,
-        histories=histories, config=fig5.get_config().replace(lr=0.1, lr_inf=lr_inf),
+        histories=histories, config=fig5.EXPERIMENT.get_config().replace(lr=0.1, lr_inf=lr_inf),
     )
 
 

@@ -14,7 +14,7 @@ from iterlin.experiments.fig6 import probe_size, probe_table
 
 def test_config():
     assert resolve("fig6", K=5e6).K == (1, 5_000_000)
-    assert isinstance(resolve("fig6"), fig6.Config) and fig6.get_config(K=5e6) == resolve("fig6", K=5e6)
+    assert isinstance(resolve("fig6"), fig6.Config) and fig6.EXPERIMENT.get_config(K=5e6) == resolve("fig6", K=5e6)
     with pytest.raises(ValueError, match="n_probe=0 is not allowed"):
         resolve("fig6", n_probe=0)
     assert resolve("fig6", "cpu").n_seeds >= 2 and resolve("fig6", "gpu").n_seeds >= 3
@@ -54,7 +54,7 @@ def test_fig6_probes_tiny_two_seeds(tiny_cifar):
 
 def _n_probe(n_probe):
     """The smoke config with ``n_probe`` (None: every image up to the cap)."""
-    return fig6.get_config().replace(n_probe=n_probe)
+    return fig6.EXPERIMENT.get_config().replace(n_probe=n_probe)
 
 
 def test_probe_size_none_is_every_image_up_to_the_cap():
@@ -129,7 +129,7 @@ def _results(k1, large, *, n_test=1000, K=(1, 8), diverged=None):
     for layer in fig6.PROBE_LAYERS:
         h[f"probe_{layer}_test_acc"] = np.stack(curves)
     return fig6.Results(runs=h, n_probe=np.asarray(100), n_test=np.asarray(n_test),
-                        config=fig6.get_config().replace(K=tuple(K)))
+                        config=fig6.EXPERIMENT.get_config().replace(K=tuple(K)))
 
 
 def test_claims_hold_when_large_K_lags():

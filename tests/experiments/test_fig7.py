@@ -18,7 +18,7 @@ from iterlin.repro.stats import seed_interval
 
 
 def test_scales():
-    assert resolve("fig7").n_seeds == 1 and resolve("fig7") == fig7.get_config()
+    assert resolve("fig7").n_seeds == 1 and resolve("fig7") == fig7.EXPERIMENT.get_config()
     # cpu and gpu: Fig. 3's stable setting (the linear model under its bound), with its sharpness record
     same = ("K", "lr", "steps", "batch_size", "augment", "n_train", "n_sharpness", "sharpness_every")
     for scale in ("cpu", "gpu"):
@@ -110,7 +110,7 @@ def _results(ratio, fraction, *, scale="smoke", K=(1, 8), diverged=None, cosine=
     h["seed_index"] = np.repeat(np.arange(S), len(K))
     match = fig7.FilterMatch(norm=np.zeros((len(K) * S, 1)), ratio=ratio, fraction=fraction,
                              cosine=np.full(S, cosine), match_step=np.zeros(S), K_large=np.asarray(float(max(K))))
-    return fig7.Results(runs=h, match=match, config=fig7.get_config(scale))
+    return fig7.Results(runs=h, match=match, config=fig7.EXPERIMENT.get_config(scale))
 
 
 def test_claims_hold_over_seeds():

@@ -120,7 +120,7 @@ def _results(acc, K=(1, 3, 10, 30, INF), steps=24, n_test=BIG, diverged=None, li
         h["net_test_acc"] = h["net_test_acc"].copy()
         h["net_test_acc"][fixed, -1] = lin
     res = ksweep.Results(runs=h, **_common.trained_final(h), n_test=np.asarray(n_test), n_runs=np.asarray(len(Ks)),
-                         wall_seconds=np.asarray(1.0), config=ksweep.get_config("smoke"))
+                         wall_seconds=np.asarray(1.0), config=ksweep.EXPERIMENT.get_config("smoke"))
     if correct:
         n = n_test
         c = np.zeros((len(Ks), n), bool)

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from jax.flatten_util import ravel_pytree
 
+from iterlin.repro.claims import NA
 from iterlin.solvers.closed_form import gd_filter
 from iterlin.experiments import claims, limit, resolve, run
 from iterlin.analysis.jacobian import flat_jacobian
@@ -267,7 +268,7 @@ def _constructed(acc: dict, n_test=2000, seeds=3, sizes=(32, 64, 128), scaling=N
         runs=limit.Runs(**runs),
         relin_seconds=limit.RelinSeconds(n_train=np.asarray(sorted(sizes)), seconds=np.ones(len(sizes))),
         checks=limit.Checks(**{k: np.asarray(v) for k, v in checks.items()}), n_test=np.asarray(n_test),
-        config=limit.get_config("cpu").replace(
+        config=limit.EXPERIMENT.get_config("cpu").replace(
             n_train=tuple(sizes), n_main=n, n_test=n_test, relins=tuple(sorted({R for m, R in acc if m == "flow"})),
             n_relin=2, n_seeds=seeds, n_check=checks["n_check"], gd_steps=checks["gd_steps"],
             n_long=None if long is None else long[0], long_R=None if long is None else max(long[2]),
@@ -288,7 +289,7 @@ def test_claims_read_the_r_grid_at_n_main():
     rows = limit.claims(results)
     h = _holds(rows)
     assert h["few feature updates suffice"] == "yes" and "(vs R=4: 40.0 %" in rows[0].measured
-    assert "K=∞ 29.0 %" in rows[1].measured  # the kernel at n_main, not at the largest N
+    assert "K=∞ 29.0 %" in rows[2].measured  # the kernel at n_main, not at the largest N
     assert h["K = ∞ scales worse with N than a finite τ"] == "yes"
 
 
@@ -304,6 +305,7 @@ def test_claims_constructed_yes_and_no():
     assert h["solving each linearisation completely hurts"] == "yes"
     assert h["damping helps"] == "yes"
     assert [r.holds for r in rows if r.kind == "check"] == ["yes", "yes", "yes"]
+    assert h["with R to the hundreds (the long R grid)"] == NA  # no long grid in this config
 
     bad = {("flow", 1): 0.30, ("flow", 2): 0.30, ("flow", 4): 0.40, ("gn", 2): 0.45, ("damped", 2): 0.40,
            ("kernel", 1): 0.45}
@@ -326,8 +328,8 @@ def test_claims_read_the_long_r_grid_on_its_own_seeds():
     results = _constructed(good, scaling=scaling, long=long)
     rows = limit.claims(results)
     assert rows[0].claim.startswith("few feature updates suffice") and rows[0].holds == "yes"
-    assert rows[1].claim == ("with R to the hundreds (N = 32, 2 seeds): the smallest R on par with gradient flow "
-                             "(R = 16)")
+    assert rows[1].claim == "with R to the hundreds (the long R grid): the smallest R on par with gradient flow"
+    assert rows[1].measured.startswith("N = 32, 2 seeds, gradient flow R = 16: ")
     assert rows[1].holds == "yes" and "smallest R on par: 8" in rows[1].measured and "(vs R=16: 31.5 %" in rows[1].measured
     assert "2 seeds" in rows[1].measured and "R=2: Δ -6.5" in rows[1].measured
     by = limit.accuracy_by_R(results, 32)

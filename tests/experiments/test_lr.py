@@ -137,16 +137,16 @@ def _results(acc1, accK, rates=(0.01, 0.03, 0.1), K=50, bound=0.054, n_test=BIG,
     h["seed_index"] = np.repeat(np.arange(seeds), 2 * n)
     return lr.Results(runs=h, **_common.trained_final(h), stable_lr=np.full(seeds, bound), n_test=np.asarray(n_test),
                       n_runs=np.asarray(len(Ks)), wall_seconds=np.asarray(1.0),
-                      config=lr.get_config("cpu", K=K, lr=rates))
+                      config=lr.EXPERIMENT.get_config("cpu", K=K, lr=rates))
 
 
 def test_claims_hold_when_large_K_breaks_above_the_bound():
     rows = lr.claims(_results([0.40, 0.45, 0.47], [0.40, 0.449, 0.30]))
     assert [r.holds for r in rows] == ["yes", "yes", "no", NA, "yes"]
     assert rows[0].measured == "K=50 on par up to lr 0.03; K=1 better (or K=50 diverged) from lr 0.1; K=1 finite at 0.01, 0.03, 0.1"
-    assert rows[1].claim == "large K on par with K = 1 at the rates below 2/λ_max(θ_0) = 0.054"
-    assert rows[1].measured == "lr 0.01: Δ 0.0 [-0.4, +0.4] yes; lr 0.03: Δ -0.1 [-0.5, +0.3] yes"
-    assert rows[2].measured == "lr 0.1: Δ -17.0 [-17.4, -16.6] no"
+    assert rows[1].claim == "large K on par with K = 1 at the rates below 2/λ_max(θ_0)"
+    assert rows[1].measured == "2/λ_max(θ_0) = 0.054: lr 0.01: Δ 0.0 [-0.4, +0.4] yes; lr 0.03: Δ -0.1 [-0.5, +0.3] yes"
+    assert rows[2].measured == "2/λ_max(θ_0) = 0.054: lr 0.1: Δ -17.0 [-17.4, -16.6] no"
 
 
 def test_a_rate_both_on_par_and_behind_is_reported_apart_from_the_larger_rates():
@@ -180,7 +180,7 @@ def test_on_par_below_the_bound_can_fail():
 
 def test_rates_on_one_side_of_the_bound_only():
     rows = lr.claims(_results([0.40, 0.45, 0.47], [0.40, 0.45, 0.47], bound=1.0))
-    assert rows[2].holds == NA and rows[2].measured == "no rate in the grid"
+    assert rows[2].holds == NA and rows[2].measured.endswith(": no rate in the grid")
     rows = lr.claims(_results([0.40], [0.40], rates=(0.01,)))
     assert rows[0].holds == NA  # one rate: nothing to compare
 
@@ -198,7 +198,7 @@ def test_only_K1_is_na():
     h = fake_history([1, 1], [0.01, 0.1], 300, [0.4, 0.4])
     rows = lr.claims(lr.Results(runs=h, **_common.trained_final(h), stable_lr=np.array([0.05]), n_test=np.asarray(BIG),
                                 n_runs=np.asarray(2), wall_seconds=np.asarray(1.0)))
-    assert [r.holds for r in rows] == [NA, "yes"]
+    assert [r.holds for r in rows] == [NA, NA, NA, NA, "yes"] and rows[0].measured == "only K = 1 was run"
 
 
 def _recorded(ratio, lin_loss, diverged=None):
@@ -211,21 +211,22 @@ def _recorded(ratio, lin_loss, diverged=None):
     return h
 
 
-def test_crossing_claim():
+def test_crossing():
     calm = [2.3, 1.9, 1.6, 1.4]
     # the lr 0.1 run crossed at step 2 and its linear model's loss rose at step 4: yes
     h = _recorded([[0.1, 0.2, 0.3, 0.4], [0.5, 1.2, 1.5, 2.0]], [calm, [2.3, 1.5, 2.2, 1.4]])
-    row = lr.crossing_claim(h)
-    assert row.holds == "yes" and row.measured == "1 of 2 runs failed, 1 crossed; lr 0.1 seed 0: crossed at step 2, failed at 4"
+    measured, holds, _ = lr.crossing(h)
+    assert holds == "yes" and measured == "1 of 2 runs failed, 1 crossed; lr 0.1 seed 0: crossed at step 2, failed at 4"
     assert [f.failed for f in lr.failures(h)] == [-1, 4] and [f.crossed for f in lr.failures(h)] == [-1, 2]
     # a failure with η under the bound up to it: no
     h = _recorded([[0.1, 0.2, 0.3, 0.4], [0.5, 0.6, 0.7, 2.0]], [calm, [2.3, 1.5, 2.2, 1.4]])
-    assert lr.crossing_claim(h).holds == "no" and "failed at step 4 with η under the bound (crossed only at 6)" in \
-        lr.crossing_claim(h).measured
+    measured, holds, _ = lr.crossing(h)
+    assert holds == "no" and "failed at step 4 with η under the bound (crossed only at 6)" in measured
     # a crossing that never failed: no; a divergence counts as a failure
     h = _recorded([[0.1, 0.2, 0.3, 0.4], [0.5, 1.2, 1.5, 2.0]], [calm, calm])
-    assert lr.crossing_claim(h).holds == "no" and lr.crossing_claim(h).measured.endswith("crossed at step 2, never failed")
+    measured, holds, _ = lr.crossing(h)
+    assert holds == "no" and measured.endswith("crossed at step 2, never failed")
     h = _recorded([[0.1, 0.2, 0.3, 0.4], [0.5, 1.2, 1.5, 2.0]], [calm, calm], diverged=[False, False, False, True])
-    assert lr.crossing_claim(h).holds == "yes"
+    assert lr.crossing(h)[1] == "yes"
     # nothing failed and nothing crossed: n/a
-    assert lr.crossing_claim(_recorded([[0.1, 0.2, 0.3, 0.4], [0.1, 0.2, 0.3, 0.4]], [calm, calm])).holds == NA
+    assert lr.crossing(_recorded([[0.1, 0.2, 0.3, 0.4], [0.1, 0.2, 0.3, 0.4]], [calm, calm]))[1] == NA

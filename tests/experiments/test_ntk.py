@@ -25,7 +25,7 @@ def test_bad_parameters_named():
 
 def _config(**changes):
     """ntk's smoke config with ``changes`` (a typed, validated config)."""
-    return ntk.get_config("smoke").replace(**changes)
+    return ntk.EXPERIMENT.get_config("smoke").replace(**changes)
 
 
 def test_eval_steps_add_every_relinearisation():

@@ -48,7 +48,8 @@ def test_every_experiment_module_is_registered():
         assert (exp.load, exp.compute, exp.claims) == (module.load, module.compute, module.claims)
         assert exp.config is module.Config and module.Config.experiment == stem
         assert list(module.Config.knobs()) == list(exp.scales["smoke"])  # fields in the order of SCALES
-        assert module.get_config("cpu") == ex.resolve(stem, "cpu")
+        cpu = ex.resolve(stem, "cpu")  # the one way to a config: Experiment.get_config
+        assert type(cpu) is module.Config and cpu.scale == "cpu" and cpu == exp.get_config("cpu")
         assert callable(exp.load) and callable(exp.compute) and callable(exp.claims)
 
 
