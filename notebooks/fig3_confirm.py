@@ -117,6 +117,13 @@ ref = reference.show("fig3_confirm", fig3_confirm.plot, table=False)
 #   to fit too. Both are extrapolations: the rows `converged` and `stable` check them, and if either
 #   reads *no* the comparisons read undecided (or unstable), not *yes*. The pilot's $K = 1$ vs
 #   $K = \infty$ gap at step 4,800 was 4.6 points (35.8 % against 31.2 % on the 932 test images).
+#   The rows were registered with the records up to step 4,800. Seen after the registration: the
+#   $K = 1$ network reached 100 % at step 7,000 ($\eta t = 14$) and its bound ratio fell to 0.30;
+#   $K = 800$'s rose to 0.64 (step 6,400) and 0.80 (step 7,200), its network at 92–95 %. At the
+#   registered quarter rate that is 0.2 at the same progress, but the registered run trains
+#   further ($\eta T = 32$), so its `stable` row is a real test, not a formality. The pilot
+#   (`results/pilots/fig3-regime/`, with its command) took 1 h 30 min for 3 runs × 8,000 steps on
+#   the loaded CPU, about 0.22 s per run-step.
 # * *The variance* (Figure 3's 24-seed H100 run, commit b5166d5: $K = 1$ against $K = 160$,
 #   932 test images, mid-training). Its two-way components (`iterlin.repro.stats.variance_components`)
 #   are seed $9.5 \cdot 10^{-6}$, image 0.0018 and seed × image 0.063; on the run's 5,342
