@@ -50,6 +50,12 @@ def test_compute_scores_every_pool_image_and_resumes_to_the_same_scores(tmp_path
     b = fig3_confirm.compute(config, data, checkpoint_dir=tmp_path)  # resumed from the last checkpoint
     np.testing.assert_array_equal(a.window_net, b.window_net)
     np.testing.assert_array_equal(a.window_lin, b.window_lin)
+    import matplotlib.pyplot as plt  # the page's plot draws these results (its reference run is pending)
+
+    plt.close("all")
+    fig3_confirm.plot(a._replace(config=config))
+    assert all(ax.has_data() for ax in plt.gcf().axes)
+    plt.close("all")
 
 
 class _State:
