@@ -70,7 +70,7 @@ from ..repro.config import (
     ExperimentConfig, Images, ImageSubset, ImagesOrNone, Positive, Rate, Relins, RunCount, Seed, Steps, resolve,
 )
 from ..repro.plotting import band, legend, panels
-from ..repro.stats import Difference, difference, num, pct
+from ..repro.stats import Difference, difference, num, pct, runs_where
 from ..solvers.flow import FlowConfig, classified, iterated_flow
 from ..training import train
 from . import protocol
@@ -393,14 +393,9 @@ def consistency_check(config: Config, images: Dataset) -> Check:
 
 
 def select(results: Results, **where) -> np.ndarray:
-    """The runs matching ``where`` (column = value; floats by ``isclose``), ordered by seed."""
-    runs = results.runs
-    mask = np.ones(len(runs.R), bool)
-    for k, v in where.items():
-        c = np.asarray(runs[k])
-        mask &= np.isclose(c, v) if c.dtype.kind == "f" else (c == v)
-    idx = np.nonzero(mask)[0]
-    return idx[np.argsort(np.asarray(runs.seed)[idx], kind="stable")]
+    """The runs matching ``where`` (column = value; floats by ``isclose``), ordered by seed
+    (:func:`iterlin.repro.stats.runs_where`)."""
+    return runs_where(results.runs, **where)
 
 
 def _grid(results: Results) -> dict[int, np.ndarray]:

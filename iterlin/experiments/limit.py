@@ -102,7 +102,7 @@ from ..linearise import linearised_apply, linearised_predict, transpose_apply
 from ..models import make_model
 from ..repro.plotting import band, legend, panels
 from ..precision import full_precision, matmul, x64
-from ..repro.stats import Difference, difference, num, pct
+from ..repro.stats import Difference, difference, num, pct, runs_where
 from ._common import Experiment, network_correct, seed_keys
 
 __all__ = ["Config", "Results", "Runs", "RelinSeconds", "Checks", "get_config", "SCALES", "EXPERIMENT", "load", "compute", "precompute", "Scores",
@@ -671,13 +671,7 @@ CHECK_TOL = 0.05
 
 
 def _select(results: Results, **where) -> np.ndarray:
-    runs = results.runs
-    mask = np.ones(len(runs.method), bool)
-    for k, v in where.items():
-        col = np.asarray(runs[k])
-        mask &= np.isclose(col, v) if col.dtype.kind == "f" else (col == v)
-    idx = np.nonzero(mask)[0]
-    return idx[np.argsort(np.asarray(runs.seed)[idx], kind="stable")]
+    return runs_where(results.runs, **where)
 
 
 def _diff(results: Results, ia, ib, net_a: bool = True, net_b: bool = True) -> Difference:
