@@ -149,8 +149,8 @@ def _constructed(acc: dict, m: int = 2000, seeds: int = 3, train: float = 1.0) -
         lin_test_acc=lin.mean(1), net_train_acc=np.full(len(specs), train), lin_train_acc=np.ones(len(specs)),
         train_loss=np.zeros(len(specs)), ode_steps=np.ones(len(specs), np.int64), seconds=np.zeros(len(specs)))
     z = np.asarray(0.0)
-    check = ceflow.Check(np.asarray(8), z + 0.5, np.asarray(20), np.asarray(20), z + 0.025, z + 0.1, z + 0.8, z + 1,
-                         z + 0.9)
+    check = ceflow.Check(n_check=np.asarray(8), time=z + 0.5, relins=np.asarray(20), gd_steps=np.asarray(20),
+                         lr=z + 0.025, gd_vs_flow=z + 0.1, gd_vs_one_flow=z + 0.8, agree=z + 1, agree_one=z + 0.9)
     return ceflow.Results(runs, check, np.asarray(m), np.arange(m), np.zeros(0, int), config=config)
 
 
