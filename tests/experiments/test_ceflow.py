@@ -14,7 +14,8 @@ from jax.flatten_util import ravel_pytree
 
 import iterlin.solvers.flow as flow_module
 from iterlin.analysis.jacobian import flat_jacobian
-from iterlin.experiments import ceflow, resolve
+from iterlin.experiments import ceflow, resolve, stored
+from iterlin.repro.cache import load_results, save_results
 from iterlin.linearise import linearised_apply, linearised_predict, transpose_apply
 from iterlin.models import make_model
 from iterlin.repro.claims import HOLDS
@@ -156,6 +157,15 @@ def _constructed(acc: dict, m: int = 2000, seeds: int = 3, train: float = 1.0) -
 
 def _rows(results) -> dict:
     return {r.id: r.holds for r in ceflow.claims(results)}
+
+
+def test_results_read_back_from_a_results_file_give_the_same_claims(tmp_path):
+    results = _constructed(lambda s: (0.4 + 0.01 * s.n_train / 8, 0.3))
+    path = tmp_path / "results.npz"
+    save_results(path, stored(results), key="k", config=results.config.to_dict())
+    back = ceflow.EXPERIMENT.typed(load_results(path, key="k"), results.config)
+    assert isinstance(back.check, ceflow.Check) and isinstance(back.runs, ceflow.Runs)
+    assert [str(c) for c in ceflow.claims(back)] == [str(c) for c in ceflow.claims(results)]
 
 
 def test_rules_read_yes_and_no_from_constructed_results():
