@@ -108,7 +108,7 @@ class Config(ExperimentConfig):
 # The scales (smoke, cpu, gpu, paper): what each runs, why, and what it changes is told on the page
 # (notebooks/ceflow.py, "What each scale runs"). Each is a difference from _BASE.
 _BASE = dict(n_train=[32, 64, 128], n_grid=64, total_time=500.0, relins=[1, 2, 4, 8, 16, 32], n_relin=4,
-             long_taus=[500.0, 2000.0], n_heldout=None, seed=0, n_seeds=3, n_check=32, check_time=0.5,
+             long_taus=[500.0, 2000.0], n_heldout=None, seed=0, n_seeds=2, n_check=32, check_time=0.5,
              check_relins=50, gd_steps=50, rtol=1e-6, atol=1e-8)
 SCALES = {
     "smoke": dict(_BASE, n_train=[8, 16], n_grid=8, relins=[1, 2, 4], n_relin=2, long_taus=[1000.0], n_heldout=200,
