@@ -7,7 +7,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3 (ipykernel)
 #     language: python
@@ -19,19 +19,19 @@
 
 # %% tags=["parameters", "hide-cell"]
 scale = "smoke"  # "smoke" (CPU, ~1 min), "cpu" (CPU, ~45 min), "gpu" (one H100), "paper"
-n_train = None  # the doubling grid of training-set sizes N (K = inf and R = n_relin run at each)
+n_train = None  # the doubling grid of training-set sizes N (K inf and R n_relin run at each)
 n_grid = None  # N of the R grid and of the longer-tau runs (one of n_train; None: the smallest)
 total_time = None  # total flow time T in the paper's eta*K units (mean loss, rate eta): 500 is its eta*K
-relins = None  # the re-linearisation counts R of the iterated flow (tau = T/R each)
+relins = None  # the re-linearisation counts R of the iterated flow (tau: T/R each)
 n_relin = None  # R of the scaling runs and of the longer-tau runs
-long_taus = None  # the longer times tau per linearisation at R = n_relin (each > T/n_relin; Fig. 8)
+long_taus = None  # the longer times tau per linearisation at R n_relin (each above T/n_relin; Fig. 8)
 n_heldout = None  # held-out images scored per image (test images first, then unused training images; None: all)
 seed = None  # first seed
 n_seeds = None  # seeds: seed, seed + 1, ...
 n_check = None  # images of the consistency check against literal full-batch GD
 check_time = None  # the time that check covers (eta*K units)
 check_relins = None  # R of the small-tau flow in that check
-gd_steps = None  # literal GD steps in that check (eta = check_time / gd_steps)
+gd_steps = None  # literal GD steps in that check (eta: check_time / gd_steps)
 rtol = None  # relative tolerance of the ODE solver (diffrax, float64)
 atol = None  # absolute tolerance of the ODE solver
 
