@@ -12,10 +12,12 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import jax
+import jax.numpy as jnp
 
+from .memo import memoise
 from .tree import tree_sub
 
-__all__ = ["linearise", "linearised_apply"]
+__all__ = ["linearise", "linearised_apply", "transpose_apply", "linearised_predict"]
 
 ApplyFn = Callable[[Any, Any], Any]
 
@@ -59,3 +61,22 @@ def linearise(apply_fn: ApplyFn, params_s: Any) -> ApplyFn:
         return linearised_apply(apply_fn, params_s, params, x)
 
     return f_lin
+
+
+@memoise
+def transpose_apply(apply_fn: ApplyFn) -> Callable:
+    """``(params, x, a) -> Jᵀa`` with J = ∂f(params, x)/∂θ: one VJP over the batch (``a`` of the
+    outputs' shape, or flat (N·O,) example-major, cast to the outputs' dtype), a pytree like
+    ``params``. Jitted once per ``apply_fn``. The parameter update of every function-space solve
+    (θ = θ_s − Jᵀa: the closed-form flow, the Gauss–Newton step, the flow under a general loss)."""
+    def pull(params, x, a):
+        out, vjp = jax.vjp(lambda p: apply_fn(p, x), params)
+        return vjp(a.reshape(out.shape).astype(out.dtype))[0]
+    return jax.jit(pull)
+
+
+@memoise
+def linearised_predict(apply_fn: ApplyFn) -> Callable:
+    """``(θ_s, θ, x) -> argmax f_lin_s(θ, x)`` (N,): the linear model's predicted classes (one JVP),
+    jitted once per ``apply_fn``."""
+    return jax.jit(lambda ps, p, xb: jnp.argmax(linearised_apply(apply_fn, ps, p, xb), -1))

@@ -98,12 +98,11 @@ from ..repro.config import (
 from ..data import Dataset, load_cifar10
 from ..solvers.gauss_newton import gauss_newton_step
 from ..analysis.jacobian import flat_jacobian, rcond
-from ..linearise import linearised_apply
-from ..memo import memoise
+from ..linearise import linearised_apply, linearised_predict, transpose_apply
 from ..models import make_model
 from ..repro.plotting import band, legend, panels
 from ..precision import full_precision, matmul, x64
-from ..repro.stats import Difference, difference, num, pct
+from ..repro.stats import Difference, difference, num, pct, runs_where
 from . import protocol
 from ._common import Experiment, network_correct, seed_keys
 
@@ -274,19 +273,10 @@ def _coefficients(lin: Linearisation, phi: Callable) -> np.ndarray:
     return lin.U @ (filt * (lin.U.T @ lin.r0))
 
 
-@memoise
-def _transpose_apply(apply_fn):
-    """``(params, x, a) -> Jᵀa`` (one VJP over the batch), jitted once per ``apply_fn``."""
-    def pull(params, x, a):
-        out, vjp = jax.vjp(lambda p: apply_fn(p, x), params)
-        return vjp(a.reshape(out.shape).astype(out.dtype))[0]
-    return jax.jit(pull)
-
-
 def update(apply_fn: Callable, params: Any, x, lin: Linearisation, phi: Callable) -> Any:
     """θ_s − Jᵀ U diag(φ(σ)) Uᵀ r₀ with θ_s = ``params`` (the linearisation ``lin`` taken there)."""
     a = _coefficients(lin, phi)
-    delta = _transpose_apply(apply_fn)(params, jnp.asarray(x), jnp.asarray(a))
+    delta = transpose_apply(apply_fn)(params, jnp.asarray(x), jnp.asarray(a))
     return jax.tree.map(lambda p, d: p - d.astype(p.dtype), params, delta)
 
 
@@ -432,15 +422,9 @@ def run_specs(config: Config) -> list[Spec]:
     return list(dict.fromkeys(specs))
 
 
-@memoise
-def _lin_predict(apply_fn):
-    """``(θ_s, θ, x) -> argmax f_lin``, jitted once per ``apply_fn``."""
-    return jax.jit(lambda ps, p, xb: jnp.argmax(linearised_apply(apply_fn, ps, p, xb), -1))
-
-
 def _lin_correct(apply_fn, params_s, params, x, y, batch: int = 500) -> np.ndarray:
     """Whether the linear model at θ_s evaluated at θ classifies each image correctly (N,) bool."""
-    fn = _lin_predict(apply_fn)
+    fn = linearised_predict(apply_fn)
     out = [np.asarray(fn(params_s, params, jnp.asarray(x[i:i + batch]))) for i in range(0, len(x), batch)]
     return np.concatenate(out) == np.asarray(y)
 
@@ -682,13 +666,7 @@ def _consistency_checks(config: Config, x_all, y_all) -> Checks:
 
 
 def _select(results: Results, **where) -> np.ndarray:
-    runs = results.runs
-    mask = np.ones(len(runs.method), bool)
-    for k, v in where.items():
-        col = np.asarray(runs[k])
-        mask &= np.isclose(col, v) if col.dtype.kind == "f" else (col == v)
-    idx = np.nonzero(mask)[0]
-    return idx[np.argsort(np.asarray(runs.seed)[idx], kind="stable")]
+    return runs_where(results.runs, **where)
 
 
 def _diff(results: Results, ia, ib, net_a: bool = True, net_b: bool = True) -> Difference:

@@ -29,7 +29,7 @@ import numpy as np
 from ..validate import check_int
 
 __all__ = ["pct", "num", "Difference", "difference", "t_quantile", "seed_interval", "final_difference", "runs_difference",
-           "sweep_difference", "runs_of", "run_seeds", "MODELS", "VarianceComponents", "variance_components",
+           "sweep_difference", "runs_of", "runs_where", "run_seeds", "MODELS", "VarianceComponents", "variance_components",
            "mean_variance", "Plan", "TESTS", "power", "seeds_needed"]
 
 #: The noise models of :func:`difference`: ``"split"`` (seed spread + per-image variance of the seed
@@ -459,6 +459,18 @@ def runs_of(h: Mapping, K: float, lr: float | None = None) -> np.ndarray:
     if lr is not None and "lr" in h:
         sel &= np.asarray(h["lr"], np.float64) == float(lr)
     return np.flatnonzero(sel)
+
+
+def runs_where(runs: Mapping, **where) -> np.ndarray:
+    """Indices of the runs (rows of ``runs``' (Q,) columns, with a ``seed`` column) whose columns
+    equal ``where``'s values (float columns by ``numpy.isclose``), in seed order (stable)."""
+    seed = np.asarray(runs["seed"])
+    mask = np.ones(len(seed), bool)
+    for k, v in where.items():
+        col = np.asarray(runs[k])
+        mask &= np.isclose(col, v) if col.dtype.kind == "f" else (col == v)
+    idx = np.nonzero(mask)[0]
+    return idx[np.argsort(seed[idx], kind="stable")]
 
 
 def sweep_difference(h: Mapping, ia, ib, *, n_test: int, metric: str = "net_test_acc", point: int = -1,

@@ -60,7 +60,7 @@ import numpy as np
 
 from ..checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from ..analysis.jacobian import n_outputs
-from ..linearise import linearised_apply
+from ..linearise import linearised_predict, transpose_apply
 from ..losses import Loss, get_loss
 from ..memo import memoise
 from ..analysis.ntk import empirical_ntk
@@ -77,6 +77,7 @@ __all__ = [
     "flow_outputs",
     "linearised_flow",
     "iterated_flow",
+    "classified",
 ]
 
 #: The ODE solvers by name (:attr:`FlowConfig.solver`).
@@ -287,18 +288,6 @@ def flow_outputs(theta_kernel, f0, y, tau, *, loss: str | Loss = "ce", config: F
 # ------------------------------------------------------------------------------------------------
 
 
-@memoise
-def _pull(apply_fn):
-    """``(θ_s, x, c) -> θ_s − J_sᵀ c`` (one VJP, c cast to the outputs' dtype), jitted once per ``apply_fn``."""
-
-    def pull(params, x, c):
-        out, vjp = jax.vjp(lambda p: apply_fn(p, x), params)
-        (delta,) = vjp(c.reshape(out.shape).astype(out.dtype))
-        return jax.tree.map(lambda p, d: p - d.astype(p.dtype), params, delta)
-
-    return jax.jit(pull)
-
-
 def linearised_flow(apply_fn: Callable, params_s: Any, x, y, tau, *, loss: str | Loss = "ce",
                     config: FlowConfig = FlowConfig()) -> FlowResult:
     """The linear model at θ_s trained by gradient flow for time τ = ηK under ``loss`` (module docstring).
@@ -330,7 +319,8 @@ def linearised_flow(apply_fn: Callable, params_s: Any, x, y, tau, *, loss: str |
         theta = empirical_ntk(apply_fn, params_s, x, chunk_size=config.chunk_size)
     f, c, steps = flow_outputs(theta, f0, y, tau, loss=loss, config=config)
     with full_precision():
-        params = _pull(apply_fn)(params_s, x, jnp.asarray(c, dtype))
+        delta = transpose_apply(apply_fn)(params_s, x, jnp.asarray(c, dtype))
+    params = jax.tree.map(lambda p, d: p - d.astype(p.dtype), params_s, delta)
     return FlowResult(params, f, c, f0, steps)
 
 
@@ -376,20 +366,30 @@ class IteratedFlow(NamedTuple):
 
 
 @memoise
-def _predict(apply_fn):
-    """``(θ_s, θ, x) -> (argmax f(θ, x), argmax f_lin_s(θ, x))`` (a forward pass and one JVP), jitted."""
-    return jax.jit(lambda ps, p, xb: (jnp.argmax(apply_fn(p, xb), -1),
-                                      jnp.argmax(linearised_apply(apply_fn, ps, p, xb), -1)))
+def _net_predict(apply_fn):
+    """``(θ, x) -> argmax f(θ, x)`` (a forward pass), jitted once per ``apply_fn``."""
+    return jax.jit(lambda p, xb: jnp.argmax(apply_fn(p, xb), -1))
 
 
-def _correct(apply_fn, params_s, params, x, y, batch: int = 500):
-    fn = _predict(apply_fn)
-    net, lin = zip(*(fn(params_s, params, jnp.asarray(x[i:i + batch])) for i in range(0, len(x), batch)))
+def classified(apply_fn: Callable, params_s: Any, params: Any, x, y, *, linear: bool = True,
+               batch: int = 500) -> tuple[np.ndarray, np.ndarray | None]:
+    """Whether the network f(θ) and the linear model f_lin_s(θ) at θ_s classify each example of ``x``
+    (M, ...) as its label ``y`` (M,): ``(net, lin)``, (M,) bool each (``lin`` None unless ``linear``),
+    in chunks of ``batch`` examples (a forward pass and one JVP each)."""
+    net_fn, lin_fn = _net_predict(apply_fn), linearised_predict(apply_fn)
     y = np.asarray(y)
-    return np.concatenate([np.asarray(a) for a in net]) == y, np.concatenate([np.asarray(a) for a in lin]) == y
+    net, lin = [], []
+    for i in range(0, len(x), batch):
+        xb = jnp.asarray(x[i:i + batch])
+        net.append(np.asarray(net_fn(params, xb)))
+        if linear:
+            lin.append(np.asarray(lin_fn(params_s, params, xb)))
+    net = np.concatenate(net) == y if net else np.zeros(0, bool)
+    return net, ((np.concatenate(lin) == y if lin else np.zeros(0, bool)) if linear else None)
 
 
-def iterated_flow(apply_fn: Callable, params0: Any, train_data: tuple, held_out: tuple, *, total_time, relins: int,
+def iterated_flow(apply_fn: Callable, params0: Any, train_data: tuple, held_out: tuple | None, *, total_time,
+                  relins: int,
                   loss: str | Loss = "ce", config: FlowConfig = FlowConfig(),
                   checkpoint: str | os.PathLike | None = None) -> IteratedFlow:
     """R = ``relins`` re-linearisations at total time T = ``total_time``: τ = T/R per linearisation.
@@ -401,7 +401,9 @@ def iterated_flow(apply_fn: Callable, params0: Any, train_data: tuple, held_out:
 
     Args:
       apply_fn, params0: the network and θ₀.
-      train_data: (x, y), y (N,) int labels. held_out: (x_h, y_h), the examples scored per image.
+      train_data: (x, y), y (N,) int labels. held_out: (x_h, y_h), the examples scored per image
+        after every round, or None (M = 0: the held-out fields are empty and their accuracies NaN;
+        score the final θ with :func:`classified`, one pass instead of R).
       total_time: T > 0 finite (in ηK units). relins: R ≥ 1.
       loss, config: as :func:`linearised_flow`.
       checkpoint: a file path, or None. The state (θ, θ_s, the rounds so far) is written there
@@ -416,9 +418,12 @@ def iterated_flow(apply_fn: Callable, params0: Any, train_data: tuple, held_out:
     config = _check_config(config)
     loss = get_loss(loss)
     x, y = train_data
-    xh, yh = held_out
     check_xy(x, y, "train_data[0]", "train_data[1]")
-    check_xy(xh, yh, "held_out[0]", "held_out[1]")
+    if held_out is None:  # nothing scored per round: M = 0
+        xh, yh = np.zeros((0, *np.shape(x)[1:]), np.asarray(x).dtype), np.zeros(0, np.asarray(y).dtype)
+    else:
+        xh, yh = held_out
+        check_xy(xh, yh, "held_out[0]", "held_out[1]")
     x, y, xh, yh = jnp.asarray(x), np.asarray(y), np.asarray(xh), np.asarray(yh)
     digest = hashlib.sha256()  # θ₀ and the data: a checkpoint of another seed or subset is not resumed
     for a in (*jax.tree.leaves(params0), x, y, xh, yh):
@@ -442,12 +447,13 @@ def iterated_flow(apply_fn: Callable, params0: Any, train_data: tuple, held_out:
     for r in range(done, R):
         res = linearised_flow(apply_fn, params, x, y, tau, loss=loss, config=config)
         params_s, params = params, res.params
-        net_train, _ = _correct(apply_fn, params_s, params, x, y)
-        net_h, lin_h = _correct(apply_fn, params_s, params, xh, yh)
+        net_train, _ = classified(apply_fn, params_s, params, x, y, linear=False)
+        net_h, lin_h = classified(apply_fn, params_s, params, xh, yh)
         with x64(True):
             train_loss = per_mean(jnp.asarray(res.outputs))
+        held = (float(np.mean(net_h)), float(np.mean(lin_h))) if len(yh) else (math.nan, math.nan)
         row = (float(np.mean(net_train)), float(np.mean(np.argmax(np.asarray(res.outputs), -1) == y)),
-               float(np.mean(net_h)), float(np.mean(lin_h)), net_h, lin_h, train_loss, int(res.num_steps))
+               *held, net_h, lin_h, train_loss, int(res.num_steps))
         for field, value in zip(rounds, row):
             field[r] = value
         if path is not None:
