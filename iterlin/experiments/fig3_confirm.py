@@ -158,7 +158,7 @@ def compute(config: Config, data: Data, *, checkpoint_dir=None, progress: bool =
 
 
 class _Compared(NamedTuple):
-    """The runs a row compares, by K, with their window scores and what makes a verdict not count."""
+    """The runs the rows compare, by K, with their window scores and clean train accuracies."""
 
     one: np.ndarray  #: K = 1's runs (one per seed)
     mid: np.ndarray  #: the finite K > 1's runs
