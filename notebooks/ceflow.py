@@ -116,8 +116,8 @@ ref = reference.show("ceflow", ceflow.plot, table=False)
 #   at $N = 64$, which is $K = \infty$) but leaves the *network* at chance (about 10 %, 12–17 % train): the network
 #   at $\theta_0 + \Delta\theta$ is far from its linearisation after so long a flow. $R = 2$ is at
 #   14.1 % (25 % and 44 % train); from $R = 4$ on every network fits its training set and all reach
-#   20.4–20.7 %: $R = 4$, 8 and 16 are on par with $R = 32$ ($\Delta$ −0.3, −0.2, −0.3 points, each
-#   interval inside $[-0.8, +0.3]$), so the Fig. 2 and Fig. 3 rows read *yes*: four feature updates
+#   20.4–20.7 %: $R = 4$, 8 and 16 are on par with $R = 32$ ($\Delta$ −0.3 $[-0.8, +0.2]$,
+#   −0.2 $[-0.6, +0.3]$ and −0.3 $[-0.8, +0.1]$ points), so the Fig. 2 and Fig. 3 rows read *yes*: four feature updates
 #   of $\tau = 125$ suffice here (the paper: 8–12). From $N = 32$ to 128, $K = \infty$ goes from
 #   14.8 % to 20.7 % and $R = 4$ from 16.8 % to 24.4 %: a larger gain for $R = 4$ ($\Delta$ +1.7
 #   points) but with the interval $[-8.5, +11.9]$, *undecided*: with two seeds the two-way model's
