@@ -615,7 +615,8 @@ def registered_test(ids: Sequence[str], rows: Mapping[str, Any], source=None) ->
     for rid in ids:
         r = p.row(rid)
         margin = (f"±{100 * r.margin:g} pts" if r.margin is not None else
-                  f"±{r.value:g} of the run's own K = 1 − K = ∞ gap" if r.value is not None else "")
+                  f"±{r.value:g} of the run's own gap (row `{r.experiment}.gap`)" if r.kind.endswith("_gap") else
+                  "its 95 % interval above 0")
         amended = sum(a.id == rid for a in p.amendments)
         test = (f"{_link(r.experiment)} `{rid}`: {margin}, {r.seeds} seeds, every held-out image, {r.read}; "
                 f"registered {r.registered}" + (f", amended {amended}×" if amended else ""))
@@ -653,7 +654,9 @@ def protocol_page(items: list[dict], source=None) -> str:
         status = r.status + (f", registered {r.registered}" if r.registered else "")
         test = f"{r.kind}: {r.runs}; {r.metric} at {r.read}" + (
             f"; at most {r.max_relin} re-linearisations" if r.max_relin else "") + (
-            f"; the paper's {r.value:g}, judged at scale '{r.judged_at}' only" if r.value is not None else "")
+            "" if r.value is None else f"; the paper's {r.value:g}" if r.kind == "paper_value" else
+            f"; value {r.value:g} (the rule's threshold or fraction)") + (
+            f", judged at scale '{r.judged_at}' only" if r.judged_at is not None else "")
         if r.config:
             test += "; decided only on the run with " + ", ".join(f"{k}={format_value(v)}" for k, v in r.config.items())
         margin = ("none" if r.margin is None else f"{r.margin:.3g}") + (f" ({r.margin_why})" if r.margin_why else "")

@@ -171,7 +171,7 @@ def test_papermill_call_draws_no_progress_bar():
 # ------------------------------------------------------------------------------------------------
 
 #: The paper's figures, the kernel notebook and the experiments beyond the paper, each a page of the book.
-BOOK_NOTEBOOKS = ["fig1", "fig2", "fig3", "fig3_confirm", "fig4", "fig5", "fig6", "fig7", "fig8", "fig9", "ntk", "ksweep", "lr", "adaptive", "gn", "limit", "ceflow"]
+BOOK_NOTEBOOKS = ["fig1", "fig2", "fig3", "fig3_confirm", "fig4", "fig5", "fig6", "fig7", "fig8", "fig9", "ntk", "ksweep", "lr", "adaptive", "gn", "limit", "ceflow", "ceflow_confirm"]
 
 
 def test_toc_lists_every_figure_notebook_once(toc):

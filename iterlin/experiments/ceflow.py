@@ -64,7 +64,7 @@ from ..columns import Record
 from ..data import Dataset, load_cifar10, load_heldout
 from ..models import make_model
 from ..precision import full_precision
-from ..repro.claims import NA, Claim, exceeds, on_par, verdict
+from ..repro.claims import NA, UNDECIDED, Claim, exceeds, on_par, verdict
 from ..repro.config import (
     ExperimentConfig, Images, ImageSubset, ImagesOrNone, Positive, Rate, Relins, RunCount, Seed, Steps, resolve,
 )
@@ -448,6 +448,12 @@ def large_tau(row, results: Results) -> tuple[str, str, str]:
             + _fit_note(results, np.concatenate([a, b]), row.value))
 
 
+def _near_ten(Rs: list[int]) -> int:
+    """The R of 8–12 among ``Rs`` (the first), else the R nearest 10 (on a log scale)."""
+    inside = [R for R in Rs if 8 <= R <= 12]
+    return inside[0] if inside else min(Rs, key=lambda R: abs(math.log(R / 10)))
+
+
 @protocol.rule("ceflow.few_updates", needs=("margin", "value"), metrics=("net_heldout_acc",))
 def few_updates(row, results: Results) -> tuple[str, str, str]:
     """Fig. 3: an R of 8–12 (else the R nearest 10) on par with the largest R of the grid (the
@@ -457,8 +463,7 @@ def few_updates(row, results: Results) -> tuple[str, str, str]:
     if len(Rs) < 2:
         return "needs two R in the grid", NA, "n/a"
     gf = grid[Rs[-1]]
-    inside = [R for R in Rs[:-1] if 8 <= R <= 12]
-    R10 = inside[0] if inside else min(Rs[:-1], key=lambda R: abs(math.log(R / 10)))
+    R10 = _near_ten(Rs[:-1])
     parts, smallest = [], None
     for R in Rs[:-1]:
         d = _diff(results, gf, grid[R])
@@ -474,6 +479,68 @@ def few_updates(row, results: Results) -> tuple[str, str, str]:
             f"R = {R10} (8–12 where the grid has it, else the nearest to 10) on par with the smallest τ (R = {Rs[-1]}):"
             f" the 95 % interval (two-way) inside ±{pct(row.margin, 0)}"
             + _fit_note(results, np.concatenate([gf, grid[R10]]), row.value))
+
+
+def _gap(results: Results) -> tuple[Difference, int] | None:
+    """Δ = the smallest τ's network (the largest R of the grid) − K = ∞ (R = 1's linear model, the
+    linear model at θ₀ trained for T), paired by seed and held-out image; None without R = 1 and a
+    larger R in the grid."""
+    grid = _grid(results)
+    if 1 not in grid or len(grid) < 2:
+        return None
+    top = list(grid)[-1]
+    return _diff(results, grid[1], grid[top], net_a=False), top
+
+
+@protocol.rule("ceflow.gap", metrics=("lin_heldout_acc", "net_heldout_acc"))
+def gap(row, results: Results) -> tuple[str, str, str]:
+    """K = ∞ below the smallest τ: the effect that the gap-relative margins are fractions of ("yes"
+    when the 95 % interval of Δ(largest R − K = ∞), two-way, lies above 0)."""
+    got = _gap(results)
+    if got is None:
+        return "needs R = 1 and a larger R in the grid", NA, "n/a"
+    d, top = got
+    grid, runs = _grid(results), results.runs
+    return (f"K=∞ {pct(runs.lin_heldout_acc[grid[1]].mean())}, R={top} {pct(runs.net_heldout_acc[grid[top]].mean())}; "
+            f"R={top} − K=∞: {d.describe()}", exceeds(d),
+            f"'yes' when the 95 % interval of Δ(R={top} − K=∞) lies above 0, 'no' when below, else undecided "
+            "(two-way seeds × images, every held-out image)")
+
+
+def _on_par_gap(row, results: Results, pick) -> tuple[str, str, str]:
+    """R = ``pick(Rs)`` (of the grid's R below its largest) on par with the largest R within
+    ``row.value`` × the run's own gap (:func:`gap`)."""
+    grid = _grid(results)
+    got = _gap(results)
+    if got is None or len(grid) < 3:
+        return "needs R = 1, a compared R and a larger R in the grid", NA, "n/a"
+    g, top = got
+    R = pick([r for r in grid if 1 < r < top])
+    d = _diff(results, grid[top], grid[R])
+    margin = row.value * g.delta
+    runs = results.runs
+    measured = (f"R={R} (τ={num(float(runs.tau[grid[R]][0]), 3)}) {pct(runs.net_heldout_acc[grid[R]].mean())} vs "
+                f"R={top} (τ={num(float(runs.tau[grid[top]][0]), 3)}) {pct(runs.net_heldout_acc[grid[top]].mean())}; "
+                f"{d.describe()}; margin ±{100 * margin:.2f} pts ({row.value:g} × the gap, {100 * g.delta:.1f} pts)")
+    rule = (f"on par: the 95 % interval of Δ(R={R} − R={top}) inside ±{row.value:g} of the run's own gap (Δ of row "
+            f"{row.experiment}.gap), 'no' when wholly outside, else undecided (two-way, every held-out image)")
+    if margin <= 0:
+        return measured + "; K=∞ is not below the smallest τ, so there is no gap to take a fraction of", UNDECIDED, rule
+    return measured, on_par(d, margin), rule
+
+
+@protocol.rule("ceflow.large_tau_gap", needs=("value",), metrics=("net_heldout_acc",))
+def large_tau_gap(row, results: Results) -> tuple[str, str, str]:
+    """Fig. 2 (full batch), at a margin the run measures: the largest τ that re-linearises (the
+    smallest R ≥ 2 of the grid) on par with the smallest τ within ``row.value`` × the gap."""
+    return _on_par_gap(row, results, min)
+
+
+@protocol.rule("ceflow.few_updates_gap", needs=("value",), metrics=("net_heldout_acc",))
+def few_updates_gap(row, results: Results) -> tuple[str, str, str]:
+    """Fig. 3, at a margin the run measures: the R of 8–12 (else the nearest to 10) on par with the
+    smallest τ within ``row.value`` × the gap."""
+    return _on_par_gap(row, results, _near_ten)
 
 
 @protocol.rule("ceflow.inf_scales_worse", metrics=("lin_heldout_acc", "net_heldout_acc"))

@@ -44,7 +44,7 @@ from ..repro.compilation import enable_compilation_cache
 from ..data import Dataset
 from ..repro.fingerprint import code_fingerprint
 from ..validate import check_choice
-from . import adaptive, ceflow, fig1, fig2, fig3, fig3_confirm, fig4, fig5, fig6, fig7, fig8, fig9, gn, ksweep, limit, lr, ntk
+from . import adaptive, ceflow, ceflow_confirm, fig1, fig2, fig3, fig3_confirm, fig4, fig5, fig6, fig7, fig8, fig9, gn, ksweep, limit, lr, ntk
 from ._common import Experiment, stored
 
 __all__ = [
@@ -55,7 +55,7 @@ __all__ = [
 #: Every experiment by name, one module each.
 EXPERIMENTS: dict[str, Experiment] = {
     m.EXPERIMENT.name: m.EXPERIMENT
-    for m in (fig1, fig2, fig3, fig4, fig5, fig6, fig7, fig8, fig9, ntk, ksweep, lr, adaptive, gn, limit, ceflow, fig3_confirm)
+    for m in (fig1, fig2, fig3, fig4, fig5, fig6, fig7, fig8, fig9, ntk, ksweep, lr, adaptive, gn, limit, ceflow, fig3_confirm, ceflow_confirm)
 }
 
 

@@ -171,7 +171,9 @@ def test_the_front_page_opens_with_the_forest_plot_and_a_short_table(tmp_path):
     # the registered row's test beside it: its margin, seeds, read rule, date and amendments; its run pending
     assert ("`fig3_confirm.under_one_point`: ±1 pts, 10 seeds, every held-out image" in fig3
             and "registered 2026-12-06, amended 1×: its run is not committed yet" in fig3)
-    assert sum("none yet" in x for x in short[1:]) == len(FINDINGS) - 2  # Fig. 3 and Sec. 4.1 have registered rows
+    registered = [f for f in FINDINGS if f.registered]  # Figs. 2, 3, 5, 8 and Sec. 4.1 have registered rows
+    assert len(registered) == 5
+    assert sum("none yet" in x for x in short[1:]) == len(FINDINGS) - len(registered)
     # the plot's lines: every finding whose row compares accuracies, Fig. 3's with its ±1 point and the paper's -0.9
     found = findings({it["name"]: it["reference"]["rows"] for it in items})
     lines = generate.forest(found)
@@ -185,5 +187,5 @@ def test_a_registered_rows_verdict_comes_from_its_runs_claims():
     generate, _ = _front_page()
     rows = {"fig3_confirm": [{"id": "fig3_confirm.few_updates", "holds": "yes", "measured": "K=1 40.0 %; the rest"}]}
     cell = generate.registered_test(("fig3_confirm.few_updates",), rows)
-    assert "±0.25 of the run's own K = 1 − K = ∞ gap, 10 seeds" in cell and cell.endswith(": **yes** (K=1 40.0 %)")
+    assert "±0.25 of the run's own gap (row `fig3_confirm.gap`), 10 seeds" in cell and cell.endswith(": **yes** (K=1 40.0 %)")
     assert generate.registered_test((), rows) == "none yet"
