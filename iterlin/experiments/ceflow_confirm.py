@@ -25,8 +25,9 @@ from typing import ClassVar
 from ..repro.claims import Claim
 from . import ceflow, protocol
 from ._common import Experiment
+from .ceflow import compute, load
 
-__all__ = ["Config", "REGISTERED", "SCALES", "RULES", "EXPERIMENT", "claims", "plot"]
+__all__ = ["Config", "REGISTERED", "SCALES", "RULES", "EXPERIMENT", "load", "compute", "claims", "plot"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -63,8 +64,7 @@ def claims(results: ceflow.Results) -> list[Claim]:
     return protocol.claims("ceflow_confirm", results)
 
 
-EXPERIMENT = Experiment("ceflow_confirm", SCALES, ceflow.load, ceflow.compute, claims, __name__, Config,
-                        ceflow.Results)
+EXPERIMENT = Experiment("ceflow_confirm", SCALES, load, compute, claims, __name__, Config, ceflow.Results)
 
 #: The figure: ceflow's (accuracy against R and against N, the paper's numbers marked).
 plot = ceflow.plot
