@@ -150,3 +150,30 @@ def null_model(*args, **kwargs):
     from iterlin.models import Model
 
     return Model(lambda p, x: x, {"w": np.zeros(1, np.float32)}, None)
+
+
+def ceflow_results(config, acc, *, m: int = 2000, train: float = 1.0):
+    """:class:`iterlin.experiments.ceflow.Results` constructed for ``config``'s runs (ceflow's or
+    ceflow_confirm's): run ``s`` has its network (its linear model) right on the first ``acc(s)[0]·m``
+    (``acc(s)[1]·m``) held-out images, shifted by one image per seed after the first; every network
+    at ``train`` train accuracy."""
+    from iterlin.experiments import ceflow
+
+    specs = ceflow.run_specs(config)
+    net = np.zeros((len(specs), m), bool)
+    lin = np.zeros((len(specs), m), bool)
+    for i, s in enumerate(specs):
+        a_net, a_lin = acc(s)
+        net[i, : int(a_net * m) + s.seed - config.seed] = True
+        lin[i, : int(a_lin * m) + s.seed - config.seed] = True
+    col = lambda f, dt=np.float64: np.asarray([f(s) for s in specs], dt)  # noqa: E731
+    runs = ceflow.Runs(
+        R=col(lambda s: s.R, np.int64), total_time=col(lambda s: s.total_time), tau=col(lambda s: s.tau),
+        n_train=col(lambda s: s.n_train, np.int64), seed=col(lambda s: s.seed, np.int64), net_correct=net,
+        lin_correct=lin, net_heldout_acc=net.mean(1), lin_heldout_acc=lin.mean(1), net_test_acc=net.mean(1),
+        lin_test_acc=lin.mean(1), net_train_acc=np.full(len(specs), train), lin_train_acc=np.ones(len(specs)),
+        train_loss=np.zeros(len(specs)), ode_steps=np.ones(len(specs), np.int64), seconds=np.zeros(len(specs)))
+    z = np.asarray(0.0)
+    check = ceflow.Check(n_check=np.asarray(8), time=z + 0.5, relins=np.asarray(20), gd_steps=np.asarray(20),
+                         lr=z + 0.025, gd_vs_flow=z + 0.1, gd_vs_one_flow=z + 0.8, agree=z + 1, agree_one=z + 0.9)
+    return ceflow.Results(runs, check, np.asarray(m), np.arange(m), np.zeros(0, int), config=config)

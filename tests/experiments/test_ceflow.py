@@ -20,6 +20,8 @@ from iterlin.linearise import linearised_apply, linearised_predict, transpose_ap
 from iterlin.models import make_model
 from iterlin.repro.claims import HOLDS
 
+from _toy import ceflow_results
+
 
 def _tiny_config(**over):
     base = dict(n_train=[4, 8], n_grid=4, total_time=20.0, relins=[1, 2, 4], n_relin=2, long_taus=[40.0],
@@ -131,28 +133,11 @@ def test_tiny_real_run_every_row_evaluates_and_resume_equals_uninterrupted(tmp_p
 # The rules on constructed results
 
 
-def _constructed(acc: dict, m: int = 2000, seeds: int = 3, train: float = 1.0) -> ceflow.Results:
-    """Results of the smoke scale's runs whose networks (and linear models) are right on the first
-    ``acc[spec]·m`` held-out images (every seed alike, shifted by a few images per seed)."""
+def _constructed(acc, m: int = 2000, seeds: int = 3, train: float = 1.0) -> ceflow.Results:
+    """Results of the smoke scale's runs (:func:`_toy.ceflow_results`), every seed alike but for a
+    shift of a few images."""
     config = resolve("ceflow", "smoke", n_seeds=seeds, relins=[1, 2, 8, 32], n_train=[8, 16, 32])
-    specs = ceflow.run_specs(config)
-    net = np.zeros((len(specs), m), bool)
-    lin = np.zeros((len(specs), m), bool)
-    for i, s in enumerate(specs):
-        a_net, a_lin = acc(s)
-        net[i, : int(a_net * m) + s.seed] = True
-        lin[i, : int(a_lin * m) + s.seed] = True
-    col = lambda f, dt=np.float64: np.asarray([f(s) for s in specs], dt)  # noqa: E731
-    runs = ceflow.Runs(
-        R=col(lambda s: s.R, np.int64), total_time=col(lambda s: s.total_time), tau=col(lambda s: s.tau),
-        n_train=col(lambda s: s.n_train, np.int64), seed=col(lambda s: s.seed, np.int64), net_correct=net,
-        lin_correct=lin, net_heldout_acc=net.mean(1), lin_heldout_acc=lin.mean(1), net_test_acc=net.mean(1),
-        lin_test_acc=lin.mean(1), net_train_acc=np.full(len(specs), train), lin_train_acc=np.ones(len(specs)),
-        train_loss=np.zeros(len(specs)), ode_steps=np.ones(len(specs), np.int64), seconds=np.zeros(len(specs)))
-    z = np.asarray(0.0)
-    check = ceflow.Check(n_check=np.asarray(8), time=z + 0.5, relins=np.asarray(20), gd_steps=np.asarray(20),
-                         lr=z + 0.025, gd_vs_flow=z + 0.1, gd_vs_one_flow=z + 0.8, agree=z + 1, agree_one=z + 0.9)
-    return ceflow.Results(runs, check, np.asarray(m), np.arange(m), np.zeros(0, int), config=config)
+    return ceflow_results(config, acc, m=m, train=train)
 
 
 def _rows(results) -> dict:

@@ -7,7 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from iterlin.experiments import ceflow, ceflow_confirm, protocol, resolve
+from iterlin.experiments import ceflow_confirm, protocol, resolve
+
+from _toy import ceflow_results
 
 
 def test_the_registered_rows_fix_the_cpu_config_and_refuse_any_other():
@@ -24,29 +26,9 @@ def test_the_registered_rows_fix_the_cpu_config_and_refuse_any_other():
     assert "seed=0 (the row's 100)" in protocol.config_mismatch(rows[0], resolve("ceflow_confirm", "cpu", seed=0))
 
 
-def _constructed(acc, m: int = 3000, train: float = 1.0) -> ceflow.Results:
-    """Results at the registered config whose run ``s`` has its network (linear model) right on the
-    first ``acc(s)[0]·m`` (``[1]·m``) held-out images, shifted by a few images per seed."""
-    config = resolve("ceflow_confirm", "cpu")
-    specs = ceflow.run_specs(config)
-    net = np.zeros((len(specs), m), bool)
-    lin = np.zeros((len(specs), m), bool)
-    for i, s in enumerate(specs):
-        a_net, a_lin = acc(s)
-        k = s.seed - config.seed
-        net[i, : int(a_net * m) + k] = True
-        lin[i, : int(a_lin * m) + k] = True
-    col = lambda f, dt=np.float64: np.asarray([f(s) for s in specs], dt)  # noqa: E731
-    runs = ceflow.Runs(
-        R=col(lambda s: s.R, np.int64), total_time=col(lambda s: s.total_time), tau=col(lambda s: s.tau),
-        n_train=col(lambda s: s.n_train, np.int64), seed=col(lambda s: s.seed, np.int64), net_correct=net,
-        lin_correct=lin, net_heldout_acc=net.mean(1), lin_heldout_acc=lin.mean(1), net_test_acc=net.mean(1),
-        lin_test_acc=lin.mean(1), net_train_acc=np.full(len(specs), train), lin_train_acc=np.ones(len(specs)),
-        train_loss=np.zeros(len(specs)), ode_steps=np.ones(len(specs), np.int64), seconds=np.zeros(len(specs)))
-    z = np.asarray(0.0)
-    check = ceflow.Check(n_check=np.asarray(32), time=z + 0.5, relins=np.asarray(50), gd_steps=np.asarray(50),
-                         lr=z + 0.01, gd_vs_flow=z + 0.1, gd_vs_one_flow=z + 0.8, agree=z + 1, agree_one=z + 0.9)
-    return ceflow.Results(runs, check, np.asarray(m), np.arange(m), np.zeros(0, int), config=config)
+def _constructed(acc, train: float = 1.0):
+    """Results at the registered config (:func:`_toy.ceflow_results`)."""
+    return ceflow_results(resolve("ceflow_confirm", "cpu"), acc, m=3000, train=train)
 
 
 def _holds(results) -> dict:
