@@ -405,7 +405,7 @@ def test_load_refuses_a_provenance_that_is_not_the_stored_runs(toy, tmp_path, fi
 
 #: Experiments whose reference run is registered but not yet committed (a confirmatory run of
 #: many CPU-hours, resumed across sessions): their plot is checked on the smoke run (their tests).
-PENDING = ("fig3_confirm", "ceflow_confirm")
+PENDING = ("fig3_confirm",)
 
 
 def test_only_registered_runs_are_pending():
