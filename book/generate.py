@@ -621,8 +621,12 @@ def registered_test(ids: Sequence[str], rows: Mapping[str, Any], source=None) ->
         test = (f"{_link(r.experiment)} `{rid}`: {margin}, {r.seeds} seeds, every held-out image, {r.read}; "
                 f"registered {r.registered}" + (f", amended {amended}×" if amended else ""))
         got = next((c for c in rows.get(r.experiment) or () if c.get("id") == rid), None)
-        cells.append(test + (f": **{escape(got['holds'])}** ({escape(got['measured'].split(';')[0])})" if got
-                             else ": its run is not committed yet"))
+        if got is None:
+            cells.append(test + ": its run is not committed yet")
+            continue
+        parts = [x.strip() for x in got["measured"].split(";")]
+        why = [x for x in parts[1:] if x.startswith("not counted")]  # a required row that did not read yes
+        cells.append(test + f": **{escape(got['holds'])}** ({escape('; '.join(parts[:1] + why))})")
     return "; ".join(cells) or "none yet"
 
 

@@ -189,3 +189,7 @@ def test_a_registered_rows_verdict_comes_from_its_runs_claims():
     cell = generate.registered_test(("fig3_confirm.few_updates",), rows)
     assert "±0.25 of the run's own gap (row `fig3_confirm.gap`), 10 seeds" in cell and cell.endswith(": **yes** (K=1 40.0 %)")
     assert generate.registered_test((), rows) == "none yet"
+    # a verdict that a required row turned undecided says so
+    rows["fig3_confirm"][0].update(holds="undecided", measured="K=1 40.0 %; the rest; not counted: row x.fits reads 'no'")
+    cell = generate.registered_test(("fig3_confirm.few_updates",), rows)
+    assert cell.endswith(": **undecided** (K=1 40.0 %; not counted: row x.fits reads 'no')")
