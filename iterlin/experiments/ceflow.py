@@ -398,11 +398,12 @@ def select(results: Results, **where) -> np.ndarray:
     return runs_where(results.runs, **where)
 
 
-def _grid(results: Results) -> dict[int, np.ndarray]:
-    """``{R: runs}`` of the R grid (N = ``n_grid``, time T), ascending R, each ordered by seed."""
+def _grid(results: Results, n: int | None = None) -> dict[int, np.ndarray]:
+    """``{R: runs}`` of the R grid at N = ``n`` (None: ``n_grid``), time T, ascending R, each
+    ordered by seed."""
     c = results.config
-    n, T = grid_size(c), float(c.total_time)
-    return {int(R): select(results, R=int(R), n_train=n, total_time=T) for R in sorted(c.relins)}
+    n = grid_size(c) if n is None else n
+    return {int(R): select(results, R=int(R), n_train=n, total_time=float(c.total_time)) for R in sorted(c.relins)}
 
 
 def _diff(results: Results, ia, ib, net_a: bool = True, net_b: bool = True) -> Difference:
@@ -481,11 +482,10 @@ def few_updates(row, results: Results) -> tuple[str, str, str]:
             + _fit_note(results, np.concatenate([gf, grid[R10]]), row.value))
 
 
-def _gap(results: Results) -> tuple[Difference, int] | None:
-    """Δ = the smallest τ's network (the largest R of the grid) − K = ∞ (R = 1's linear model, the
-    linear model at θ₀ trained for T), paired by seed and held-out image; None without R = 1 and a
-    larger R in the grid."""
-    grid = _grid(results)
+def _gap(results: Results, grid: dict[int, np.ndarray]) -> tuple[Difference, int] | None:
+    """Δ = the smallest τ's network (the largest R of the ``grid``, :func:`_grid`) − K = ∞ (R = 1's
+    linear model, the linear model at θ₀ trained for T), paired by seed and held-out image; None
+    without R = 1 and a larger R in the grid."""
     if 1 not in grid or len(grid) < 2:
         return None
     top = list(grid)[-1]
@@ -496,11 +496,12 @@ def _gap(results: Results) -> tuple[Difference, int] | None:
 def gap(row, results: Results) -> tuple[str, str, str]:
     """K = ∞ below the smallest τ: the effect that the gap-relative margins are fractions of ("yes"
     when the 95 % interval of Δ(largest R − K = ∞), two-way, lies above 0)."""
-    got = _gap(results)
+    grid = _grid(results)
+    got = _gap(results, grid)
     if got is None:
         return "needs R = 1 and a larger R in the grid", NA, "n/a"
     d, top = got
-    grid, runs = _grid(results), results.runs
+    runs = results.runs
     return (f"K=∞ {pct(runs.lin_heldout_acc[grid[1]].mean())}, R={top} {pct(runs.net_heldout_acc[grid[top]].mean())}; "
             f"R={top} − K=∞: {d.describe()}", exceeds(d),
             f"'yes' when the 95 % interval of Δ(R={top} − K=∞) lies above 0, 'no' when below, else undecided "
@@ -511,7 +512,7 @@ def _on_par_gap(row, results: Results, pick) -> tuple[str, str, str]:
     """R = ``pick(Rs)`` (of the grid's R below its largest) on par with the largest R within
     ``row.value`` × the run's own gap (:func:`gap`)."""
     grid = _grid(results)
-    got = _gap(results)
+    got = _gap(results, grid)
     if got is None or len(grid) < 3:
         return "needs R = 1, a compared R and a larger R in the grid", NA, "n/a"
     g, top = got
@@ -623,9 +624,7 @@ EXPERIMENT = Experiment("ceflow", SCALES, load, compute, claims, __name__, Confi
 
 def by_R(results: Results, n: int | None = None, metric: str = "net_heldout_acc") -> tuple[np.ndarray, np.ndarray]:
     """``(R, acc)``: the R grid's ``metric`` at N = ``n`` (None: ``n_grid``), (L,) and (L, S)."""
-    c = results.config
-    n = grid_size(c) if n is None else n
-    grid = {int(R): select(results, R=int(R), n_train=n, total_time=float(c.total_time)) for R in sorted(c.relins)}
+    grid = _grid(results, n)
     return np.asarray(list(grid)), np.stack([results.runs[metric][i] for i in grid.values()])
 
 
